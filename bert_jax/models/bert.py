@@ -1,0 +1,151 @@
+"""BERT (Devlin et al. 2019): embeddings, the post-LN encoder, and the MLM + NSP heads."""
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.models.layers import Dense, Embed, LayerNorm, gelu
+from bert_jax.models.registry import Family, register_family
+from bert_jax.models.transformer import REMAT_POLICIES, TransformerStack, attention_bias
+from bert_jax.objectives.pretraining import BERT_PRETRAINING
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """The model's hyper-parameters, frozen and hashable (Flax modules and `nn.scan` need that)."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    scan_layers: bool = True
+    remat_policy: str = "none"
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+
+    @classmethod
+    def from_config(cls, model_cfg) -> "BertConfig":
+        """Builds from `config.model`; keys this dataclass does not know (e.g. `family`) are ignored."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in model_cfg.items() if k in fields}
+        for key in ("dtype", "param_dtype"):
+            if key in values:
+                if values[key] not in DTYPES:
+                    raise ValueError(f"config.model.{key}={values[key]!r}; expected one of {sorted(DTYPES)}")
+                values[key] = DTYPES[values[key]]
+        if values.get("remat_policy", "none") not in REMAT_POLICIES:
+            raise ValueError(
+                f"config.model.remat_policy={values['remat_policy']!r}; expected one of {sorted(REMAT_POLICIES)}"
+            )
+        return cls(**values)
+
+
+class BertEmbeddings(nn.Module):
+    """Word + position + token-type embeddings, LayerNorm, dropout."""
+
+    config: BertConfig
+
+    def setup(self):
+        cfg = self.config
+        init = nn.initializers.normal(cfg.initializer_range)
+        kw = dict(dtype=cfg.dtype, param_dtype=cfg.param_dtype, embedding_init=init)
+        self.word = Embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"), **kw)
+        self.position = Embed(cfg.max_position_embeddings, cfg.hidden_size, (None, "embed"), **kw)
+        self.token_type = Embed(cfg.type_vocab_size, cfg.hidden_size, (None, "embed"), **kw)
+        self.norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype)
+        self.dropout = nn.Dropout(cfg.dropout_rate)
+
+    def __call__(self, input_ids, token_type_ids, position_ids, deterministic: bool):
+        x = self.word(input_ids) + self.position(position_ids) + self.token_type(token_type_ids)
+        x = self.dropout(self.norm(x), deterministic=deterministic)
+        return nn.with_logical_constraint(x, ("batch", "length", "embed"))
+
+
+class BertEncoder(nn.Module):
+    """Embeddings + transformer stack: the part every BERT-style task head sits on."""
+
+    config: BertConfig
+
+    def setup(self):
+        self.embeddings = BertEmbeddings(self.config)
+        self.stack = TransformerStack(self.config)
+
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, position_ids=None,
+                 segment_ids=None, deterministic: bool = True) -> jax.Array:
+        """input_ids, attention_mask, token_type_ids, position_ids, segment_ids: [batch, length] int.
+
+        Returns hidden states [batch, length, hidden]. Without `position_ids`
+        positions are 0..length-1; packed batches pass positions that restart per document.
+        """
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros_like(input_ids)
+        if position_ids is None:
+            position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+        x = self.embeddings(input_ids, token_type_ids, position_ids, deterministic)
+        bias = attention_bias(attention_mask, segment_ids, self.config.dtype)
+        return self.stack(x, bias, deterministic)
+
+
+def gather_positions(hidden: jax.Array, positions: jax.Array) -> jax.Array:
+    """hidden: [batch, length, hidden], positions: [batch, predictions] -> [batch, predictions, hidden]."""
+    return jnp.take_along_axis(hidden, positions[..., None], axis=1)
+
+
+class BertForPreTraining(nn.Module):
+    """Encoder + MLM head (only at the masked positions) + NSP head on the pooled [CLS].
+
+    The MLM head gathers the `masked_positions` before its transform and the tied
+    decoder, so the vocabulary projection costs predictions x vocab, not length x vocab.
+    """
+
+    config: BertConfig
+
+    def setup(self):
+        cfg = self.config
+        dense = lambda shape_in, shape_out, axes, name: Dense(  # noqa: E731
+            shape_in, shape_out, axes, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            kernel_init=nn.initializers.normal(cfg.initializer_range), name=name,
+        )
+        self.encoder = BertEncoder(cfg)
+        self.mlm_transform = dense((cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), "mlm_transform")
+        self.mlm_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype)
+        self.mlm_bias = self.param(
+            "mlm_output_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+            (cfg.vocab_size,), cfg.param_dtype,
+        )
+        self.pooler = dense((cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), "pooler")
+        self.nsp = dense((cfg.hidden_size,), (2,), ("embed", None), "nsp")
+
+    def __call__(self, batch: dict, deterministic: bool = True) -> dict:
+        """batch: the pipeline's dict (input_ids, attention_mask, token_type_ids, masked_positions, ...).
+
+        Returns mlm_logits [batch, predictions, vocab] (float32) and nsp_logits [batch, 2].
+        """
+        hidden = self.encoder(
+            batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+            batch.get("position_ids"), batch.get("segment_ids"), deterministic,
+        )
+        h = gather_positions(hidden, batch["masked_positions"])
+        h = self.mlm_norm(gelu(self.mlm_transform(h)))
+        logits = self.encoder.embeddings.word.attend(h) + self.mlm_bias.astype(self.config.dtype)
+        logits = nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", None, "vocab"))
+        pooled = jnp.tanh(self.pooler(hidden[:, 0]))
+        return {"mlm_logits": logits, "nsp_logits": self.nsp(pooled).astype(jnp.float32)}
+
+
+def _build_bert(model_cfg) -> nn.Module:
+    return BertForPreTraining(BertConfig.from_config(model_cfg))
+
+
+register_family(Family(name="bert", build_model=_build_bert, objective=BERT_PRETRAINING))

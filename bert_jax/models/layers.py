@@ -1,0 +1,112 @@
+"""Building blocks shared by the encoder families.
+
+Every parameter carries logical axis names (`embed`, `heads`, `kv`, `mlp`, `vocab`)
+so that the mesh rules in the config, never the model, decide how it is sharded.
+"""
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Dtype = Any
+Initializer = Callable[..., jax.Array]
+
+
+def logical(init: Initializer, names: Sequence[str | None]) -> Initializer:
+    return nn.with_logical_partitioning(init, tuple(names))
+
+
+class Dense(nn.Module):
+    """A dense layer whose kernel may have several input and output axes.
+
+    `kernel_axes` names the kernel's axes: the first `len(in_shape)` contract with
+    the input's trailing axes, the rest are `out_shape`. It is written with
+    `self.param` + `jnp.einsum` rather than `nn.DenseGeneral` because the latter,
+    with multi-dimensional kernels and logical partitioning, fails under
+    `jax.set_mesh` (flax issue 3676).
+    """
+
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    kernel_axes: tuple[str | None, ...]
+    use_bias: bool = True
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = nn.initializers.normal(0.02)
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        n_in, n_out = len(self.in_shape), len(self.out_shape)
+        assert len(self.kernel_axes) == n_in + n_out, (self.kernel_axes, self.in_shape, self.out_shape)
+        kernel = self.param(
+            "kernel",
+            logical(self.kernel_init, self.kernel_axes),
+            self.in_shape + self.out_shape,
+            self.param_dtype,
+        )
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        batch = letters[: x.ndim - n_in]
+        contract = letters[x.ndim - n_in : x.ndim]
+        out = letters[x.ndim : x.ndim + n_out]
+        y = jnp.einsum(
+            f"{batch}{contract},{contract}{out}->{batch}{out}",
+            x.astype(self.dtype),
+            kernel.astype(self.dtype),
+        )
+        if self.use_bias:
+            bias = self.param(
+                "bias", logical(nn.initializers.zeros, self.kernel_axes[n_in:]), self.out_shape, self.param_dtype
+            )
+            y = y + bias.astype(self.dtype)
+        return y
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with named parameters; statistics are computed in float32."""
+
+    epsilon: float = 1e-12
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return nn.LayerNorm(
+            epsilon=self.epsilon,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            scale_init=logical(nn.initializers.ones, ("embed",)),
+            bias_init=logical(nn.initializers.zeros, ("embed",)),
+            name="norm",
+        )(x)
+
+
+class Embed(nn.Module):
+    """A lookup table that can also be used as a tied output projection (`attend`)."""
+
+    num_embeddings: int
+    features: int
+    axes: tuple[str | None, str | None] = ("vocab", "embed")
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    embedding_init: Initializer = nn.initializers.normal(0.02)
+
+    def setup(self):
+        self.embedding = self.param(
+            "embedding",
+            logical(self.embedding_init, self.axes),
+            (self.num_embeddings, self.features),
+            self.param_dtype,
+        )
+
+    def __call__(self, ids: jax.Array) -> jax.Array:
+        return jnp.take(self.embedding, ids, axis=0).astype(self.dtype)
+
+    def attend(self, x: jax.Array) -> jax.Array:
+        """x: [..., features] -> [..., num_embeddings] scores against every row."""
+        return jnp.einsum("...e,ve->...v", x.astype(self.dtype), self.embedding.astype(self.dtype))
+
+
+def gelu(x: jax.Array) -> jax.Array:
+    """The exact (erf) GELU of the original BERT, so exported weights match Hugging Face's `gelu`."""
+    return nn.gelu(x, approximate=False)

@@ -1,0 +1,32 @@
+"""What the train step needs to know about an objective.
+
+Every metric is a ratio `sum / weight`. The objective returns the numerators from
+the model outputs and the denominators from the batch alone, so the step can total
+the denominators over the whole global batch (and all accumulation micro-steps)
+before dividing: the loss then does not depend on how the batch is split.
+"""
+import dataclasses
+from typing import Callable
+
+import jax
+
+Sums = dict[str, jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    # (outputs, batch) -> {metric name: numerator}; scalar float32 each.
+    sums: Callable[[dict, dict], Sums]
+    # batch -> {metric name: denominator}; same keys as `sums`.
+    weights: Callable[[dict], Sums]
+    # Metrics whose ratios add up to the training loss.
+    loss_terms: tuple[str, ...]
+
+    def loss(self, sums: Sums, weights: Sums) -> jax.Array:
+        return sum(sums[k] / jax.numpy.maximum(weights[k], 1e-9) for k in self.loss_terms)
+
+    def metrics(self, sums: Sums, weights: Sums) -> dict[str, jax.Array]:
+        """Ratios of every metric, plus `loss` (the sum of the loss terms)."""
+        out = {k: sums[k] / jax.numpy.maximum(weights[k], 1e-9) for k in sums}
+        out["loss"] = self.loss(sums, weights)
+        return out
