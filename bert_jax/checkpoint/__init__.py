@@ -1,0 +1,1 @@
+"""Orbax checkpoints of the train state together with the data iterator."""

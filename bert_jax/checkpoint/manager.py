@@ -1,0 +1,85 @@
+"""Saving and restoring (train state, data-iterator state) with orbax.
+
+A checkpoint holds params, optimizer state, step, the base RNG key and each host's
+data-iterator position, so a resumed run continues with the identical batches.
+"""
+import json
+import logging
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from grain import checkpoint as grain_checkpoint
+
+
+class _IteratorSnapshot:
+    """The iterator's state taken when `save` is called.
+
+    An async save may run grain's handler after the loop has drawn more batches;
+    handing it a snapshot keeps the saved position the one of the saved step.
+    """
+
+    def __init__(self, iterator):
+        state = iterator.get_state()
+        self._state = state if isinstance(state, bytes) else json.dumps(state).encode()
+
+    def get_state(self) -> bytes:
+        return self._state
+
+
+def make_manager(directory: str, checkpoint_cfg) -> ocp.CheckpointManager:
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=checkpoint_cfg.max_to_keep,
+        enable_async_checkpointing=checkpoint_cfg.async_save,
+        create=True,
+    )
+    return ocp.CheckpointManager(directory, options=options, item_names=("state", "data"))
+
+
+def save(manager: ocp.CheckpointManager, step: int, state, iterator) -> None:
+    manager.save(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            data=grain_checkpoint.CheckpointSave(_IteratorSnapshot(iterator)),
+        ),
+    )
+
+
+def _check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state) -> None:
+    """Fails with the first mismatching tensor named, instead of a shape traceback from inside orbax."""
+    stored = manager.item_metadata(step)["state"]
+    stored_leaves = {
+        jax.tree_util.keystr(p): leaf
+        for p, leaf in jax.tree_util.tree_flatten_with_path(stored)[0]
+    }
+    for path, want in jax.tree_util.tree_flatten_with_path(abstract_state)[0]:
+        key = jax.tree_util.keystr(path)
+        have = stored_leaves.get(key)
+        have_shape = None if have is None else tuple(getattr(have, "shape", np.shape(have)))
+        if have_shape != tuple(want.shape):
+            raise ValueError(
+                f"the checkpoint at {manager.directory} step {step} does not fit this config: "
+                f"state{key} is {have_shape if have is not None else 'missing'} there but the config "
+                f"gives {tuple(want.shape)}. Use a fresh --workdir, or the config the checkpoint was written with."
+            )
+
+
+def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
+    """Returns the restored state (placed by the shardings in `abstract_state`), or None if there is none.
+
+    The iterator is restored in place.
+    """
+    step = manager.latest_step()
+    if step is None:
+        return None
+    _check_compatible(manager, step, abstract_state)
+    restored = manager.restore(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state),
+            data=grain_checkpoint.CheckpointRestore(iterator),
+        ),
+    )
+    logging.info("restored checkpoint step %d from %s", step, manager.directory)
+    return restored["state"]

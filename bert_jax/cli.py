@@ -1,0 +1,25 @@
+"""`bert-jax <command> ...`: one console script for the absl entry points.
+
+    bert-jax pretrain --config=configs/tiny.py --workdir=/tmp/bert_tiny
+    bert-jax tokenizer --out=/tmp/tok --vocab_size=8192
+"""
+import importlib
+import sys
+
+COMMANDS = {
+    "pretrain": "bert_jax.pretrain",
+    "tokenizer": "data_pipelines.tokenizer",
+}
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        given = sys.argv[1] if len(sys.argv) > 1 else "(none)"
+        sys.exit(f"bert-jax: unknown command {given}; commands: {', '.join(COMMANDS)}")
+    command = sys.argv.pop(1)
+    sys.argv[0] = f"bert-jax {command}"
+    importlib.import_module(COMMANDS[command]).main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Checks that fail before any compilation, naming the config key at fault."""
+from bert_jax.models import get_family
+
+
+def validate_config(config, num_processes: int = 1) -> None:
+    m, d, t = config.model, config.data, config.train
+    get_family(m.family)  # unknown family: lists the known ones
+    if m.hidden_size % m.num_heads:
+        raise ValueError(
+            f"config.model.num_heads={m.num_heads} does not divide config.model.hidden_size={m.hidden_size}"
+        )
+    if d.max_seq_length > m.max_position_embeddings:
+        raise ValueError(
+            f"config.data.max_seq_length={d.max_seq_length} exceeds "
+            f"config.model.max_position_embeddings={m.max_position_embeddings}"
+        )
+    if not 0 < d.max_predictions_per_seq <= d.max_seq_length:
+        raise ValueError(
+            f"config.data.max_predictions_per_seq={d.max_predictions_per_seq} must be in "
+            f"(0, config.data.max_seq_length={d.max_seq_length}]"
+        )
+    if t.grad_accum_steps < 1 or t.global_batch_size % t.grad_accum_steps:
+        raise ValueError(
+            f"config.train.grad_accum_steps={t.grad_accum_steps} must divide "
+            f"config.train.global_batch_size={t.global_batch_size}"
+        )
+    if t.global_batch_size % num_processes:
+        raise ValueError(
+            f"config.train.global_batch_size={t.global_batch_size} does not split over {num_processes} processes"
+        )
+    if not 0 <= t.warmup_steps <= t.num_steps:
+        raise ValueError(f"config.train.warmup_steps={t.warmup_steps} must be in [0, num_steps={t.num_steps}]")
+    if t.nan_policy not in ("stop", "skip"):
+        raise ValueError(f"config.train.nan_policy={t.nan_policy!r}; expected 'stop' or 'skip'")
+    for key in ("log_every_steps", "eval_every_steps"):
+        if t[key] < 1:
+            raise ValueError(f"config.train.{key}={t[key]} must be >= 1")
+    if config.checkpoint.every_steps < 1:
+        raise ValueError(f"config.checkpoint.every_steps={config.checkpoint.every_steps} must be >= 1")
+
+
+def validate_mesh_fit(config, mesh) -> None:
+    """The micro-batch must split evenly over the devices that share the batch axis."""
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    micro = config.train.global_batch_size // config.train.grad_accum_steps
+    if micro % shards:
+        raise ValueError(
+            f"config.train.global_batch_size={config.train.global_batch_size} / grad_accum_steps="
+            f"{config.train.grad_accum_steps} = {micro} does not split over {shards} data-parallel devices"
+        )

@@ -1,0 +1,1 @@
+"""Device meshes and the logical-axis rules that place parameters, optimizer state and batches."""

@@ -1,0 +1,156 @@
+"""The one train loop: every family runs through it, and it never asks which family it runs."""
+import json
+import os
+
+import flax.linen as nn
+import jax
+import numpy as np
+from absl import logging
+
+from bert_jax.checkpoint import manager as ckpt
+from bert_jax.config_validation import validate_config, validate_mesh_fit
+from bert_jax.models import get_family
+from bert_jax.parallel.mesh import batch_sharding, global_batch, logical_axis_rules, make_mesh
+from bert_jax.train import perf
+from bert_jax.train.metrics_writer import MetricsWriter
+from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
+from bert_jax.train.state import abstract_state_and_shardings, create_sharded_state, make_init_fn
+from bert_jax.train.step import make_eval_step, make_train_step
+from data_pipelines import pipeline
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+def _write_config(config, workdir: str) -> None:
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+
+
+def _host_metrics(pending: list, nan_policy: str) -> dict:
+    """Means of the device metrics of the steps since the last log; stops at the first non-finite step."""
+    host = [(step, jax.device_get(m)) for step, m in pending]
+    bad = [step for step, m in host if m["nonfinite"] > 0]
+    if bad and nan_policy == "stop":
+        raise NonFiniteLossError(
+            f"non-finite loss or gradient at step {bad[0]}; the update was not applied and no checkpoint "
+            f"holds it. Set config.train.nan_policy=skip to skip such steps instead."
+        )
+    good = [m for _, m in host if m["nonfinite"] == 0] or [host[-1][1]]
+    out = {f"train/{k}": float(np.mean([m[k] for m in good])) for k in good[0] if k != "nonfinite"}
+    out["train/skipped_steps"] = float(len(bad))
+    return out
+
+
+def _evaluate(eval_step, params, eval_batches, objective) -> dict:
+    sums = weights = None
+    for batch in eval_batches:
+        s, w = eval_step(params, batch)
+        sums = s if sums is None else jax.tree.map(np.add, sums, s)
+        weights = w if weights is None else jax.tree.map(np.add, weights, w)
+    metrics = objective.metrics(sums, weights)
+    return {f"eval/{k}": float(v) for k, v in jax.device_get(metrics).items()}
+
+
+def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) -> dict:
+    """Pre-trains per `config` in `workdir`, resuming from its newest checkpoint.
+
+    Runs to config.train.num_steps, or stops (after checkpointing) at `stop_at_step`,
+    which is how tests interrupt a run. Returns the last logged metrics.
+    """
+    validate_config(config, jax.process_count())
+    family = get_family(config.model.family)
+    os.makedirs(workdir, exist_ok=True)
+    _write_config(config, workdir)
+    mesh = make_mesh(config.mesh)
+    validate_mesh_fit(config, mesh)
+    rules = logical_axis_rules(config.mesh)
+    t_cfg = config.train
+    last_step = t_cfg.num_steps if stop_at_step is None else min(stop_at_step, t_cfg.num_steps)
+
+    tokenizer = pipeline.prepare_tokenizer(config.data, os.path.join(workdir, "tokenizer"))
+    if tokenizer.get_vocab_size() > config.model.vocab_size:
+        raise ValueError(
+            f"the tokenizer in {workdir}/tokenizer has {tokenizer.get_vocab_size()} tokens, more than "
+            f"config.model.vocab_size={config.model.vocab_size}"
+        )
+    per_host_batch = t_cfg.global_batch_size // jax.process_count()
+    host = dict(process_index=jax.process_index(), process_count=jax.process_count())
+    train_iter = pipeline.build_train_iterator(
+        config.data, tokenizer, seed=config.seed, per_host_batch_size=per_host_batch, **host
+    )
+    eval_host_batches = pipeline.build_eval_batches(
+        config.data, tokenizer, seed=config.seed, per_host_batch_size=per_host_batch, **host
+    )
+    baseline = pipeline.most_frequent_token_accuracy(eval_host_batches)
+
+    model = family.build_model(config.model)
+    tx = make_optimizer(t_cfg)
+    schedule = learning_rate_schedule(t_cfg)
+    init = make_init_fn(model, tx, config.data, config.seed)
+    abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
+    manager = ckpt.make_manager(os.path.join(os.path.abspath(workdir), "checkpoints"), config.checkpoint)
+    state = ckpt.restore_latest(manager, abstract_state, train_iter)
+    if state is None:
+        state = create_sharded_state(init, shardings)
+    start = int(state.step)
+    logging.info("starting at step %d of %d (workdir %s)", start, t_cfg.num_steps, workdir)
+
+    writer = MetricsWriter(workdir, config, start)
+    data_sharding = batch_sharding(mesh, rules)
+    flops = perf.train_flops_per_step(abstract_state.params, config.model, config.data, t_cfg.global_batch_size)
+    peak, peak_source = perf.peak_flops_per_device(config.logging.peak_flops_per_device)
+    meter = perf.PerfMeter(flops, t_cfg.global_batch_size * config.data.max_seq_length,
+                           peak * jax.device_count(), t_cfg.num_steps)
+    logging.info("%.3g FLOPs/step (formula in bert_jax/train/perf.py); peak %.3g FLOP/s/device (%s)",
+                 flops, peak, peak_source)
+
+    last_metrics: dict = {}
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        train_step = jax.jit(
+            make_train_step(model, family.objective, tx, t_cfg.grad_accum_steps),
+            in_shardings=(shardings, data_sharding), out_shardings=(shardings, None), donate_argnums=0,
+        )
+        eval_step = jax.jit(make_eval_step(model, family.objective), in_shardings=(shardings.params, data_sharding))
+        eval_batches = [global_batch(b, data_sharding) for b in eval_host_batches]
+        pending = []
+        meter.start(start)
+        for step in range(start + 1, last_step + 1):
+            state, metrics = train_step(state, global_batch(next(train_iter), data_sharding))
+            pending.append((step, metrics))
+            is_last = step == last_step
+            if step % t_cfg.log_every_steps == 0 or is_last:
+                row = _host_metrics(pending, t_cfg.nan_policy)
+                pending = []
+                row["train/learning_rate"] = float(schedule(step - 1))
+                row.update(meter.measure(step))
+                writer.write(step, row)
+                last_metrics.update(row)
+                logging.info(
+                    "step %d/%d | loss %.4f | mlm_acc %.4f | %.0f tok/s | MFU %.2f%% | ETA %s",
+                    step, t_cfg.num_steps, row["train/loss"], row["train/mlm_accuracy"],
+                    row["perf/tokens_per_s"], 100 * row["perf/mfu"], perf.format_duration(row["perf/eta_s"]),
+                )
+            if step % t_cfg.eval_every_steps == 0 or is_last:
+                row = _evaluate(eval_step, state.params, eval_batches, family.objective)
+                row["eval/most_frequent_token_accuracy"] = baseline
+                writer.write(step, row)
+                last_metrics.update(row)
+                logging.info(
+                    "eval step %d | loss %.4f | mlm_acc %.4f (always-most-frequent-token: %.4f)",
+                    step, row["eval/loss"], row["eval/mlm_accuracy"], baseline,
+                )
+                writer.plot()
+                meter.start(step)  # eval time is not train time
+            if step % config.checkpoint.every_steps == 0 or is_last:
+                if pending:  # never save a state whose steps have not been checked for NaNs
+                    last_metrics.update(_host_metrics(pending, t_cfg.nan_policy))
+                    pending = []
+                ckpt.save(manager, step, state, train_iter)
+    manager.wait_until_finished()
+    manager.close()
+    writer.plot()
+    writer.close()
+    return last_metrics

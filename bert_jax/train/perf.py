@@ -1,0 +1,109 @@
+"""FLOPs, peak FLOP/s and MFU: the one place that measures throughput.
+
+FLOPs of one training step (forward + backward), for B sequences of length S:
+
+    6 * N * B * S                 dense matmuls, N = non-embedding parameters
+  + 12 * layers * hidden * S^2 * B   attention scores and context (fwd + bwd)
+  + 6 * hidden * vocab * B * P      the tied MLM decoder at P predicted positions
+
+N excludes the embedding tables (their lookups cost no FLOPs; the decoder's use of
+the word table is the third term). MFU = achieved FLOP/s / (devices * peak FLOP/s).
+"""
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Dense bf16 peak FLOP/s per device, from the vendors' data sheets.
+PEAK_FLOPS_BY_DEVICE_KIND = {
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12,
+    "TPU v5p": 459e12,
+    "TPU v6 lite": 918e12,
+    "NVIDIA A100-SXM4-40GB": 312e12,
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA H100 80GB HBM3": 989e12,
+    "NVIDIA H200": 989e12,
+}
+
+EMBEDDING_PARAM_NAMES = ("word", "position", "token_type", "mlm_output_bias")
+
+
+def count_params(params, exclude: tuple[str, ...] = ()) -> int:
+    """Counts parameters (arrays or ShapeDtypeStructs); leaves whose path names any of `exclude` are skipped."""
+    total = 0
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        names = {getattr(p, "key", None) for p in path}
+        if not names.intersection(exclude):
+            total += math.prod(leaf.shape)
+    return total
+
+
+def train_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) -> float:
+    n = count_params(params, EMBEDDING_PARAM_NAMES)
+    b, s, p = global_batch_size, data_cfg.max_seq_length, data_cfg.max_predictions_per_seq
+    h, layers, v = model_cfg.hidden_size, model_cfg.num_layers, model_cfg.vocab_size
+    return 6.0 * n * b * s + 12.0 * layers * h * s * s * b + 6.0 * h * v * b * p
+
+
+def measure_matmul_peak(size: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:
+    """Best FLOP/s of a square matmul on the default device: the practical peak where no data sheet applies."""
+    x = jnp.ones((size, size), dtype)
+    f = jax.jit(lambda a: a @ a)
+    f(x).block_until_ready()
+    best = math.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        f(x).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2.0 * size**3 / best
+
+
+def peak_flops_per_device(configured: float = 0.0) -> tuple[float, str]:
+    """(peak FLOP/s, where it came from): the config, the device's data sheet, or a measured matmul."""
+    if configured > 0:
+        return configured, "config.logging.peak_flops_per_device"
+    kind = jax.devices()[0].device_kind
+    for name, peak in PEAK_FLOPS_BY_DEVICE_KIND.items():
+        if kind.startswith(name):
+            return peak, f"data sheet for {kind}"
+    return measure_matmul_peak(), f"measured fp32 matmul on {kind}"
+
+
+class PerfMeter:
+    """Tokens/s, step time, MFU and ETA between two log points."""
+
+    def __init__(self, flops_per_step: float, tokens_per_step: int, peak_flops_total: float, num_steps: int):
+        self.flops_per_step = flops_per_step
+        self.tokens_per_step = tokens_per_step
+        self.peak_flops_total = peak_flops_total
+        self.num_steps = num_steps
+        self._t0 = None
+        self._step0 = None
+
+    def start(self, step: int) -> None:
+        self._t0, self._step0 = time.perf_counter(), step
+
+    def measure(self, step: int) -> dict:
+        """Figures since the last start/measure; call after the step's results are on the host."""
+        now = time.perf_counter()
+        steps = max(step - self._step0, 1)
+        step_time = (now - self._t0) / steps
+        self._t0, self._step0 = now, step
+        flops_per_s = self.flops_per_step / step_time
+        return {
+            "perf/step_time_s": step_time,
+            "perf/tokens_per_s": self.tokens_per_step / step_time,
+            "perf/mfu": flops_per_s / self.peak_flops_total,
+            "perf/eta_s": step_time * max(self.num_steps - step, 0),
+        }
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(np.round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"

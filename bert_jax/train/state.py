@@ -1,0 +1,71 @@
+"""The train state and its sharded initialisation."""
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from bert_jax.parallel.mesh import logical_shardings
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array  # int32 scalar: optimizer updates applied so far
+    params: Any
+    opt_state: Any
+    # Raw key data of the run's base key; per-step keys are fold_in(key, step), so
+    # resuming needs nothing but this and the step.
+    rng: jax.Array
+
+
+def example_batch(data_cfg, batch_size: int) -> dict:
+    """A zero batch with the pipeline's keys and shapes, for `init` and ahead-of-time lowering."""
+    seq, preds = data_cfg.max_seq_length, data_cfg.max_predictions_per_seq
+    i32 = jnp.int32
+    return {
+        "input_ids": jnp.zeros((batch_size, seq), i32),
+        "token_type_ids": jnp.zeros((batch_size, seq), i32),
+        "attention_mask": jnp.ones((batch_size, seq), i32),
+        "masked_positions": jnp.zeros((batch_size, preds), i32),
+        "masked_ids": jnp.zeros((batch_size, preds), i32),
+        "masked_weights": jnp.zeros((batch_size, preds), jnp.float32),
+        "next_sentence_label": jnp.zeros((batch_size,), i32),
+    }
+
+
+def make_init_fn(model, tx: optax.GradientTransformation, data_cfg, seed: int):
+    """Returns init(boxed: bool) -> TrainState; boxed keeps the logical-axis metadata for shardings."""
+
+    def init(unbox: bool = True) -> TrainState:
+        base = jax.random.key(seed)
+        variables = model.init(
+            {"params": jax.random.fold_in(base, 0), "dropout": jax.random.fold_in(base, 1)},
+            example_batch(data_cfg, 1), deterministic=True,
+        )
+        params = variables["params"]
+        # Optimizer state is built from the boxed params so Adam's moments inherit
+        # their logical names (and shardings) instead of ending up replicated.
+        state = TrainState(
+            step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+            rng=jax.random.key_data(base),
+        )
+        return flax.linen.meta.unbox(state) if unbox else state
+
+    return init
+
+
+def abstract_state_and_shardings(init, mesh, rules):
+    """ShapeDtypeStructs of the state, and the NamedShardings the rules give each leaf."""
+    boxed = jax.eval_shape(lambda: init(unbox=False))
+    shardings = logical_shardings(boxed, mesh, rules)
+    abstract = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        flax.linen.meta.unbox(boxed), shardings,
+    )
+    return abstract, shardings
+
+
+def create_sharded_state(init, shardings) -> TrainState:
+    """Initialises every leaf directly on its shards: no host ever holds the full state."""
+    return jax.jit(init, out_shardings=shardings)()

@@ -1,0 +1,81 @@
+"""The jitted train and eval steps: pure functions of (state, batch)."""
+import jax
+import jax.numpy as jnp
+import optax
+
+from bert_jax.objectives.objective import Objective
+from bert_jax.train.state import TrainState
+
+
+def split_microbatches(batch: dict, num_micro: int) -> dict:
+    """[global, ...] -> [num_micro, global / num_micro, ...], micro-batch a = examples a, a+n, a+2n, ...
+
+    Striding (rather than contiguous chunks) keeps each device's shard of the batch
+    axis holding its part of every micro-batch, so the split moves no data.
+    """
+    def split(x):
+        return jnp.swapaxes(x.reshape((x.shape[0] // num_micro, num_micro) + x.shape[1:]), 0, 1)
+
+    return jax.tree.map(split, batch)
+
+
+def make_train_step(model, objective: Objective, tx: optax.GradientTransformation, grad_accum_steps: int):
+    """Returns train_step(state, batch) -> (state, metrics).
+
+    Gradient accumulation scans over micro-batches inside the step. optax.MultiSteps
+    averages per-micro-step means, which weights micro-batches with few masked
+    tokens too heavily; here every micro-step's loss is divided by the denominators
+    of the whole global batch, so the update equals the one-shot update exactly.
+    """
+
+    def loss_fn(params, micro, key, weights):
+        outputs = model.apply({"params": params}, micro, deterministic=False, rngs={"dropout": key})
+        sums = objective.sums(outputs, micro)
+        return objective.loss(sums, weights), sums
+
+    grad_fn = jax.grad(loss_fn, has_aux=True)
+
+    def train_step(state: TrainState, batch: dict):
+        weights = objective.weights(batch)
+        step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+        micro = split_microbatches(batch, grad_accum_steps)
+
+        def accumulate(carry, inputs):
+            grads, sums = carry
+            index, mb = inputs
+            g, s = grad_fn(state.params, mb, jax.random.fold_in(step_key, index), weights)
+            return (jax.tree.map(jnp.add, grads, g), jax.tree.map(jnp.add, sums, s)), None
+
+        zeros_grads = jax.tree.map(jnp.zeros_like, state.params)
+        zeros_sums = jax.tree.map(jnp.zeros_like, weights)
+        (grads, sums), _ = jax.lax.scan(
+            accumulate, (zeros_grads, zeros_sums), (jnp.arange(grad_accum_steps), micro)
+        )
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = objective.metrics(sums, weights)
+        metrics["grad_norm"] = optax.global_norm(grads)
+        # A non-finite loss or gradient leaves params and optimizer state as they
+        # were, so NaNs can never reach a checkpoint; the loop sees the flag and
+        # stops (or counts the skip) by config.train.nan_policy.
+        finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"])
+        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
+        metrics["nonfinite"] = 1.0 - finite.astype(jnp.float32)
+        new_state = state.replace(
+            step=state.step + 1,
+            params=keep(params, state.params),
+            opt_state=keep(opt_state, state.opt_state),
+        )
+        return new_state, metrics
+
+    return train_step
+
+
+def make_eval_step(model, objective: Objective):
+    """Returns eval_step(params, batch) -> (sums, weights); callers total them over the eval set."""
+
+    def eval_step(params, batch: dict):
+        outputs = model.apply({"params": params}, batch, deterministic=True)
+        return objective.sums(outputs, batch), objective.weights(batch)
+
+    return eval_step

@@ -1,0 +1,1 @@
+"""ml_collections config files, one `get_config()` each; pass them by path to `--config`."""

@@ -1,0 +1,31 @@
+"""BERT-large (Devlin et al. 2019): 24 layers, hidden 1024, 16 heads, MLP 4096, vocab 30522; ~335M params.
+
+Phase 1 (seq 128):
+
+    python -m bert_jax.pretrain --config=configs/bert_large.py --workdir=gs://BUCKET/bert_large
+
+Phase 2 (seq 512) in the same workdir:
+
+    python -m bert_jax.pretrain --config=configs/bert_large.py --workdir=gs://BUCKET/bert_large \
+        --config.data.max_seq_length=512 --config.data.max_predictions_per_seq=80 \
+        --config.train.num_steps=1000000
+
+Same recipe as BERT-base (batch 256, lr 1e-4, 1M steps); the larger model is usually
+run with LAMB at batch 32k instead (You et al. 2020): `--config.train.optimizer=lamb
+--config.train.global_batch_size=32768 --config.train.learning_rate=6e-3
+--config.train.num_steps=7038 --config.train.warmup_steps=2000`. Layers are
+rematerialised to fit memory.
+"""
+from configs import base
+
+
+def get_config():
+    c = base.get_config()
+    c.model.hidden_size = 1024
+    c.model.num_layers = 24
+    c.model.num_heads = 16
+    c.model.intermediate_size = 4096
+    c.model.remat_policy = "dots_no_batch"
+    c.train.num_steps = 900_000
+    c.checkpoint.every_steps = 5_000
+    return c
