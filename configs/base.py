@@ -36,8 +36,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.mask_rate = 0.15
     c.data.short_seq_prob = 0.1
     c.data.nsp_random_prob = 0.5
-    c.data.eval_fraction = 0.02
-    c.data.num_eval_batches = 8
+    c.data.eval_fraction = 0.05
+    c.data.num_eval_batches = 4
     c.data.worker_count = 0
     c.data.prefetch_buffer_size = 2
 
