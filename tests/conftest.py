@@ -17,9 +17,9 @@ def small_model_config(**overrides) -> ml_collections.ConfigDict:
 
 
 def random_batch(seed: int, batch: int = 4, length: int = 16, predictions: int = 5, vocab: int = 97) -> dict:
-    """A pipeline-shaped batch with real padding: row i has length - 2*i real tokens."""
+    """A pipeline-shaped batch with real padding: row i has length - 2*(i % 4) real tokens."""
     rng = np.random.default_rng(seed)
-    lengths = np.array([length - 2 * i for i in range(batch)])
+    lengths = np.array([length - 2 * (i % 4) for i in range(batch)])
     mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int32)
     positions = np.stack([rng.choice(n, predictions, replace=False) for n in lengths]).astype(np.int32)
     return {

@@ -8,14 +8,11 @@ import numpy as np
 from absl import logging
 
 from bert_jax.checkpoint import manager as ckpt
-from bert_jax.config_validation import validate_config, validate_mesh_fit
-from bert_jax.models import get_family
-from bert_jax.parallel.mesh import batch_sharding, global_batch, logical_axis_rules, make_mesh
+from bert_jax.config_validation import validate_config
+from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.train import perf
 from bert_jax.train.metrics_writer import MetricsWriter
-from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
-from bert_jax.train.state import abstract_state_and_shardings, create_sharded_state, make_init_fn
-from bert_jax.train.step import make_eval_step, make_train_step
+from bert_jax.train.program import build_program
 from data_pipelines import pipeline
 
 
@@ -61,12 +58,10 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     which is how tests interrupt a run. Returns the last logged metrics.
     """
     validate_config(config, jax.process_count())
-    family = get_family(config.model.family)
+    program = build_program(config, make_mesh(config.mesh))
+    objective = program.family.objective
     os.makedirs(workdir, exist_ok=True)
     _write_config(config, workdir)
-    mesh = make_mesh(config.mesh)
-    validate_mesh_fit(config, mesh)
-    rules = logical_axis_rules(config.mesh)
     t_cfg = config.train
     last_step = t_cfg.num_steps if stop_at_step is None else min(stop_at_step, t_cfg.num_steps)
 
@@ -86,21 +81,16 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     )
     baseline = pipeline.most_frequent_token_accuracy(eval_host_batches)
 
-    model = family.build_model(config.model)
-    tx = make_optimizer(t_cfg)
-    schedule = learning_rate_schedule(t_cfg)
-    init = make_init_fn(model, tx, config.data, config.seed)
-    abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
     manager = ckpt.make_manager(os.path.join(os.path.abspath(workdir), "checkpoints"), config.checkpoint)
-    state = ckpt.restore_latest(manager, abstract_state, train_iter)
+    state = ckpt.restore_latest(manager, program.abstract_state, train_iter)
     if state is None:
-        state = create_sharded_state(init, shardings)
+        state = program.init()
     start = int(state.step)
     logging.info("starting at step %d of %d (workdir %s)", start, t_cfg.num_steps, workdir)
 
     writer = MetricsWriter(workdir, config, start)
-    data_sharding = batch_sharding(mesh, rules)
-    flops = perf.train_flops_per_step(abstract_state.params, config.model, config.data, t_cfg.global_batch_size)
+    data_sharding = program.data_sharding
+    flops = perf.train_flops_per_step(program.abstract_state.params, config.model, config.data, t_cfg.global_batch_size)
     peak, peak_source = perf.peak_flops_per_device(config.logging.peak_flops_per_device)
     meter = perf.PerfMeter(flops, t_cfg.global_batch_size * config.data.max_seq_length,
                            peak * jax.device_count(), t_cfg.num_steps)
@@ -108,23 +98,18 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
                  flops, peak, peak_source)
 
     last_metrics: dict = {}
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        train_step = jax.jit(
-            make_train_step(model, family.objective, tx, t_cfg.grad_accum_steps),
-            in_shardings=(shardings, data_sharding), out_shardings=(shardings, None), donate_argnums=0,
-        )
-        eval_step = jax.jit(make_eval_step(model, family.objective), in_shardings=(shardings.params, data_sharding))
+    with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
         eval_batches = [global_batch(b, data_sharding) for b in eval_host_batches]
         pending = []
         meter.start(start)
         for step in range(start + 1, last_step + 1):
-            state, metrics = train_step(state, global_batch(next(train_iter), data_sharding))
+            state, metrics = program.train_step(state, global_batch(next(train_iter), data_sharding))
             pending.append((step, metrics))
             is_last = step == last_step
             if step % t_cfg.log_every_steps == 0 or is_last:
                 row = _host_metrics(pending, t_cfg.nan_policy)
                 pending = []
-                row["train/learning_rate"] = float(schedule(step - 1))
+                row["train/learning_rate"] = float(program.schedule(step - 1))
                 row.update(meter.measure(step))
                 writer.write(step, row)
                 last_metrics.update(row)
@@ -134,7 +119,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
                     row["perf/tokens_per_s"], 100 * row["perf/mfu"], perf.format_duration(row["perf/eta_s"]),
                 )
             if step % t_cfg.eval_every_steps == 0 or is_last:
-                row = _evaluate(eval_step, state.params, eval_batches, family.objective)
+                row = _evaluate(program.eval_step, state.params, eval_batches, objective)
                 row["eval/most_frequent_token_accuracy"] = baseline
                 writer.write(step, row)
                 last_metrics.update(row)

@@ -54,7 +54,7 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = objective.metrics(sums, weights)
-        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["grad_norm"] = optax.tree.norm(grads)
         # A non-finite loss or gradient leaves params and optimizer state as they
         # were, so NaNs can never reach a checkpoint; the loop sees the flag and
         # stops (or counts the skip) by config.train.nan_policy.

@@ -1,0 +1,56 @@
+"""Everything compiled for training, built from the config alone (no data, no workdir).
+
+The loop, the benchmarks and (later) the ahead-of-time planner share this, so what is
+measured or planned is exactly what trains.
+"""
+import dataclasses
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+from jax.sharding import Mesh, NamedSharding
+
+from bert_jax.config_validation import validate_mesh_fit
+from bert_jax.models import Family, get_family
+from bert_jax.parallel.mesh import batch_sharding, logical_axis_rules
+from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
+from bert_jax.train.state import TrainState, abstract_state_and_shardings, create_sharded_state, make_init_fn
+from bert_jax.train.step import make_eval_step, make_train_step
+
+
+@dataclasses.dataclass
+class TrainProgram:
+    family: Family
+    model: nn.Module
+    mesh: Mesh
+    rules: tuple
+    abstract_state: TrainState  # ShapeDtypeStructs carrying their shardings
+    state_shardings: TrainState
+    data_sharding: NamedSharding
+    schedule: Callable[[int], Any]
+    train_step: Callable  # jitted (state, batch) -> (state, metrics); state is donated
+    eval_step: Callable  # jitted (params, batch) -> (sums, weights)
+    init: Callable[[], TrainState]  # a fresh state, initialised directly on its shards
+
+
+def build_program(config, mesh: Mesh) -> TrainProgram:
+    """Call and run the steps under `jax.set_mesh(program.mesh)` and `nn.logical_axis_rules(program.rules)`."""
+    validate_mesh_fit(config, mesh)
+    family = get_family(config.model.family)
+    rules = logical_axis_rules(config.mesh)
+    model = family.build_model(config.model)
+    tx = make_optimizer(config.train)
+    init = make_init_fn(model, tx, config.data, config.seed)
+    abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
+    data_sharding = batch_sharding(mesh, rules)
+    train_step = jax.jit(
+        make_train_step(model, family.objective, tx, config.train.grad_accum_steps),
+        in_shardings=(shardings, data_sharding), out_shardings=(shardings, None), donate_argnums=0,
+    )
+    eval_step = jax.jit(make_eval_step(model, family.objective), in_shardings=(shardings.params, data_sharding))
+    return TrainProgram(
+        family=family, model=model, mesh=mesh, rules=rules, abstract_state=abstract_state,
+        state_shardings=shardings, data_sharding=data_sharding, schedule=learning_rate_schedule(config.train),
+        train_step=train_step, eval_step=eval_step,
+        init=lambda: create_sharded_state(init, shardings),
+    )

@@ -1,0 +1,107 @@
+"""End-to-end behaviour of `pretrain`: resume, workdir contents, config errors."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import configs.tiny
+from bert_jax.train.loop import train_and_evaluate
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def micro_config():
+    """configs/tiny.py shrunk to seconds: the same code paths, a smaller model and batch."""
+    c = configs.tiny.get_config()
+    c.model.vocab_size = 1024
+    c.model.hidden_size = 32
+    c.model.num_heads = 2
+    c.model.intermediate_size = 64
+    c.model.scan_layers = True
+    c.model.attention_dropout_rate = 0.1  # randomness must resume exactly too
+    c.data.max_seq_length = 64
+    c.data.max_predictions_per_seq = 10
+    c.data.num_eval_batches = 2
+    c.train.global_batch_size = 8
+    c.train.num_steps = 8
+    c.train.warmup_steps = 2
+    c.train.log_every_steps = 1
+    c.train.eval_every_steps = 4
+    c.checkpoint.every_steps = 4
+    c.logging.peak_flops_per_device = 1e11  # skip the matmul measurement
+    return c
+
+
+def read_metrics(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def train_losses(workdir):
+    return [(r["step"], r["train/loss"]) for r in read_metrics(workdir) if "train/loss" in r]
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("straight"))
+    final = train_and_evaluate(micro_config(), workdir)
+    return workdir, final
+
+
+def test_workdir_holds_the_contracted_files(straight_run):
+    workdir, final = straight_run
+    for name in ("config.json", "metrics.jsonl", "checkpoints", "tokenizer/vocab.txt", "plots/loss.png"):
+        assert os.path.exists(os.path.join(workdir, name)), name
+    rows = read_metrics(workdir)
+    train_keys = {"step", "train/loss", "train/mlm_accuracy", "train/learning_rate", "train/grad_norm",
+                  "perf/tokens_per_s", "perf/mfu", "perf/step_time_s"}
+    assert all(train_keys <= set(r) for r in rows if "train/loss" in r)
+    assert [r["step"] for r in rows if "eval/loss" in r] == [4, 8]
+    assert {"eval/loss", "eval/mlm_accuracy", "eval/nsp_accuracy"} <= set(final)
+    assert json.load(open(os.path.join(workdir, "config.json")))["model"]["hidden_size"] == 32
+
+
+def test_resume_gives_identical_losses(straight_run, tmp_path):
+    workdir, _ = straight_run
+    resumed = str(tmp_path / "resumed")
+    train_and_evaluate(micro_config(), resumed, stop_at_step=4)
+    assert [s for s, _ in train_losses(resumed)] == [1, 2, 3, 4]
+    train_and_evaluate(micro_config(), resumed)  # a new process would do the same: restore step 4
+    straight, again = train_losses(workdir), train_losses(resumed)
+    assert [s for s, _ in again] == list(range(1, 9))
+    for (s1, a), (s2, b) in zip(straight, again):
+        assert s1 == s2 and abs(a - b) <= 1e-6, (s1, a, b)
+
+
+def test_incompatible_checkpoint_fails_with_a_message(straight_run):
+    workdir, _ = straight_run
+    c = micro_config()
+    c.model.intermediate_size = 128
+    c.train.num_steps = 12
+    with pytest.raises(ValueError, match="does not fit this config.*intermediate"):
+        train_and_evaluate(c, workdir)
+
+
+def run_pretrain(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "override, culprit",
+    [
+        ("--config.train.learnin_rate=1e-3", "learnin_rate"),
+        ("--config.train.num_steps=many", "num_steps"),
+        ("--config.model.family=gpt", "known families: bert"),
+        ("--config.model.num_heads=3", "num_heads=3 does not divide"),
+    ],
+)
+def test_bad_override_fails_before_compiling_naming_the_key(tmp_path, override, culprit):
+    result = run_pretrain(f"--workdir={tmp_path / 'w'}", override)
+    assert result.returncode != 0
+    assert culprit in result.stderr
+    assert not os.path.exists(tmp_path / "w" / "checkpoints")
