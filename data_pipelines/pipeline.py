@@ -107,7 +107,12 @@ def _tokenize_group(documents: list[list[str]], tokenizer: tokenizers.Tokenizer)
 
 
 def prepare_tokenizer(cfg: ml_collections.ConfigDict, tokenizer_dir: str) -> tokenizers.Tokenizer:
-    """Loads the tokenizer in tokenizer_dir, or trains one on the train split and saves it."""
+    """Loads the tokenizer in tokenizer_dir, or trains one on the train split and saves it.
+
+    `tokenizers`' WordPiece trainer breaks frequency ties in hash-map order, so two
+    trainings on the same text may differ in a few entries: a run therefore trains
+    once, saves, and every resume (or other host) loads the saved one.
+    """
     if os.path.isdir(tokenizer_dir) and os.listdir(tokenizer_dir):
         tokenizer = tokenizer_lib.load_tokenizer(tokenizer_dir)
     else:
