@@ -21,19 +21,21 @@ def get_config():
     c.model.intermediate_size = 512
     c.model.max_position_embeddings = 128
     c.model.dtype = "float32"  # bf16 matmuls are slow on CPU
-    # Unrolled layers and no attention dropout: ~20% faster steps on 2 CPU cores.
+    # Unrolled layers and no dropout: faster steps on 2 CPU cores, and a model this
+    # small on ~7 epochs of a small corpus learns faster without it.
     c.model.scan_layers = False
+    c.model.dropout_rate = 0.0
     c.model.attention_dropout_rate = 0.0
 
     c.data.max_seq_length = 128
     c.data.max_predictions_per_seq = 20
 
     c.train.global_batch_size = 32
-    c.train.num_steps = 800
-    c.train.learning_rate = 1e-3
-    c.train.warmup_steps = 100
+    c.train.num_steps = 1200
+    c.train.learning_rate = 2e-3
+    c.train.warmup_steps = 50
     c.train.log_every_steps = 50
-    c.train.eval_every_steps = 200
+    c.train.eval_every_steps = 300
 
     c.checkpoint.every_steps = 200
     return c

@@ -1,6 +1,7 @@
 """End-to-end behaviour of `pretrain`: resume, workdir contents, config errors."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -66,6 +67,8 @@ def test_workdir_holds_the_contracted_files(straight_run):
 def test_resume_gives_identical_losses(straight_run, tmp_path):
     workdir, _ = straight_run
     resumed = str(tmp_path / "resumed")
+    # The same tokenizer (WordPiece training is not bit-reproducible across runs).
+    shutil.copytree(os.path.join(workdir, "tokenizer"), os.path.join(resumed, "tokenizer"))
     train_and_evaluate(micro_config(), resumed, stop_at_step=4)
     assert [s for s, _ in train_losses(resumed)] == [1, 2, 3, 4]
     train_and_evaluate(micro_config(), resumed)  # a new process would do the same: restore step 4

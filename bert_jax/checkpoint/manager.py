@@ -33,7 +33,10 @@ def make_manager(directory: str, checkpoint_cfg) -> ocp.CheckpointManager:
         enable_async_checkpointing=checkpoint_cfg.async_save,
         create=True,
     )
-    return ocp.CheckpointManager(directory, options=options, item_names=("state", "data"))
+    # Handlers are named up front so a fresh manager can read a checkpoint's metadata
+    # (shapes, for the compatibility check) before anything is restored.
+    handlers = {"state": ocp.StandardCheckpointHandler(), "data": grain_checkpoint.CheckpointHandler()}
+    return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
 
 def save(manager: ocp.CheckpointManager, step: int, state, iterator) -> None:
@@ -46,22 +49,27 @@ def save(manager: ocp.CheckpointManager, step: int, state, iterator) -> None:
     )
 
 
+def _path_key(path) -> str:
+    """'params/encoder/...' for any pytree path: dataclass fields, dict keys and list indices alike."""
+    parts = (getattr(k, "name", getattr(k, "key", getattr(k, "idx", k))) for k in path)
+    return "/".join(str(p) for p in parts)
+
+
 def _check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state) -> None:
     """Fails with the first mismatching tensor named, instead of a shape traceback from inside orbax."""
     stored = manager.item_metadata(step)["state"]
-    stored_leaves = {
-        jax.tree_util.keystr(p): leaf
+    stored_shapes = {
+        _path_key(p): tuple(getattr(leaf, "shape", np.shape(leaf)))
         for p, leaf in jax.tree_util.tree_flatten_with_path(stored)[0]
     }
     for path, want in jax.tree_util.tree_flatten_with_path(abstract_state)[0]:
-        key = jax.tree_util.keystr(path)
-        have = stored_leaves.get(key)
-        have_shape = None if have is None else tuple(getattr(have, "shape", np.shape(have)))
-        if have_shape != tuple(want.shape):
+        key = _path_key(path)
+        have = stored_shapes.get(key, "missing")
+        if have != tuple(want.shape):
             raise ValueError(
                 f"the checkpoint at {manager.directory} step {step} does not fit this config: "
-                f"state{key} is {have_shape if have is not None else 'missing'} there but the config "
-                f"gives {tuple(want.shape)}. Use a fresh --workdir, or the config the checkpoint was written with."
+                f"{key} is {have} there but the config gives {tuple(want.shape)}. "
+                f"Use a fresh --workdir, or the config the checkpoint was written with."
             )
 
 
