@@ -118,7 +118,7 @@ def _define_flags():
     flags.DEFINE_string("out", None, "Directory to write tokenizer.json and vocab.txt to.")
     flags.DEFINE_integer("vocab_size", 8192, "WordPiece vocabulary size, specials included.")
     flags.DEFINE_integer("min_frequency", 2, "Minimum count for a merge to enter the vocab.")
-    flags.DEFINE_float("eval_fraction", 0.02, "Share of documents held out (not trained on).")
+    flags.DEFINE_float("eval_fraction", 0.05, "Share of documents held out (not trained on).")
     flags.mark_flag_as_required("out")
     return flags.FLAGS
 

@@ -1,6 +1,7 @@
 """End-to-end behaviour of `pretrain`: resume, workdir contents, config errors."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import sys
 import pytest
 
 import configs.tiny
-from bert_jax.train.loop import train_and_evaluate
+from bert_jax.train.loop import NonFiniteLossError, train_and_evaluate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -108,3 +109,16 @@ def test_bad_override_fails_before_compiling_naming_the_key(tmp_path, override, 
     assert result.returncode != 0
     assert culprit in result.stderr
     assert not os.path.exists(tmp_path / "w" / "checkpoints")
+
+
+def test_diverging_run_stops_naming_the_step_and_never_checkpoints_nan(straight_run, tmp_path):
+    workdir = str(tmp_path / "diverge")
+    shutil.copytree(os.path.join(straight_run[0], "tokenizer"), os.path.join(workdir, "tokenizer"))
+    c = micro_config()
+    c.train.learning_rate, c.train.warmup_steps, c.train.max_grad_norm = 1e30, 0, 0.0
+    c.checkpoint.every_steps = 1
+    with pytest.raises(NonFiniteLossError, match=r"at step (\d+)") as error:
+        train_and_evaluate(c, workdir)
+    bad_step = int(re.search(r"at step (\d+)", str(error.value)).group(1))
+    saved = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
+    assert saved and max(saved) < bad_step

@@ -26,17 +26,22 @@ def _write_config(config, workdir: str) -> None:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
 
 
-def _host_metrics(pending: list, nan_policy: str) -> dict:
-    """Means of the device metrics of the steps since the last log; stops at the first non-finite step."""
-    host = [(step, jax.device_get(m)) for step, m in pending]
-    bad = [step for step, m in host if m["nonfinite"] > 0]
+def _nonfinite_steps(pending: list, nan_policy: str) -> list[int]:
+    """Steps among `pending` whose loss or gradient was not finite; under policy `stop`, raises at the first."""
+    bad = [step for step, m in pending if float(m["nonfinite"]) > 0]
     if bad and nan_policy == "stop":
         raise NonFiniteLossError(
             f"non-finite loss or gradient at step {bad[0]}; the update was not applied and no checkpoint "
             f"holds it. Set config.train.nan_policy=skip to skip such steps instead."
         )
-    good = [m for _, m in host if m["nonfinite"] == 0] or [host[-1][1]]
-    out = {f"train/{k}": float(np.mean([m[k] for m in good])) for k in good[0] if k != "nonfinite"}
+    return bad
+
+
+def _host_metrics(pending: list, nan_policy: str) -> dict:
+    """Means of the device metrics of the steps since the last log, over the steps that were applied."""
+    bad = _nonfinite_steps(pending, nan_policy)
+    host = [jax.device_get(m) for step, m in pending if step not in bad] or [jax.device_get(pending[-1][1])]
+    out = {f"train/{k}": float(np.mean([m[k] for m in host])) for k in host[0] if k != "nonfinite"}
     out["train/skipped_steps"] = float(len(bad))
     return out
 
@@ -87,6 +92,8 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
         state = program.init()
     start = int(state.step)
     logging.info("starting at step %d of %d (workdir %s)", start, t_cfg.num_steps, workdir)
+    if start >= last_step:
+        logging.info("the checkpoint is already at step %d: nothing to train", start)
 
     writer = MetricsWriter(workdir, config, start)
     data_sharding = program.data_sharding
@@ -130,9 +137,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
                 writer.plot()
                 meter.start(step)  # eval time is not train time
             if step % config.checkpoint.every_steps == 0 or is_last:
-                if pending:  # never save a state whose steps have not been checked for NaNs
-                    last_metrics.update(_host_metrics(pending, t_cfg.nan_policy))
-                    pending = []
+                _nonfinite_steps(pending, t_cfg.nan_policy)  # a NaN step stops the run before it is saved
                 ckpt.save(manager, step, state, train_iter)
     manager.wait_until_finished()
     manager.close()
