@@ -2,12 +2,13 @@
 
 Runs on a laptop CPU with no download:
 
-    python -m bert_jax.pretrain --config=configs/tiny.py --workdir=/tmp/bert_tiny
+    python -m bert_jax.pretrain --config=configs/tiny.py --workdir=runs/tiny
 
-Expect about 5-8 minutes on 2 CPU cores for 1200 steps (batch 32, seq 128). The last
-eval line prints `eval/mlm_accuracy` (about 0.3) next to the accuracy of always
-predicting the eval set's most frequent token (about 0.06). Kill it and run the same
-command again: it resumes from the newest checkpoint in the workdir.
+Expect about 6 minutes on 2 CPU cores for 1000 steps (batch 32, seq 128, ~12k
+tokens/s). The last eval line prints `eval/mlm_accuracy` (about 0.15) next to the
+accuracy of always predicting the eval set's most frequent token (about 0.047), i.e.
+over 3x that floor. Kill it and run the same command again: it resumes from the
+newest checkpoint (every 200 steps) and finishes at step 1000.
 """
 from configs import base
 
@@ -31,11 +32,11 @@ def get_config():
     c.data.max_predictions_per_seq = 20
 
     c.train.global_batch_size = 32
-    c.train.num_steps = 1200
+    c.train.num_steps = 1000
     c.train.learning_rate = 2e-3
     c.train.warmup_steps = 50
     c.train.log_every_steps = 50
-    c.train.eval_every_steps = 300
+    c.train.eval_every_steps = 250
 
     c.checkpoint.every_steps = 200
     return c
