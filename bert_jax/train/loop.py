@@ -46,6 +46,14 @@ def _host_metrics(pending: list, nan_policy: str) -> dict:
     return out
 
 
+def _log_progress(step: int, num_steps: int, row: dict) -> None:
+    logging.info(
+        "step %d/%d | loss %.4f | mlm_acc %.4f | %.0f tok/s | MFU %.2f%% | ETA %s",
+        step, num_steps, row["train/loss"], row["train/mlm_accuracy"],
+        row["perf/tokens_per_s"], 100 * row["perf/mfu"], perf.format_duration(row["perf/eta_s"]),
+    )
+
+
 def _evaluate(eval_step, params, eval_batches, objective) -> dict:
     sums = weights = None
     for batch in eval_batches:
@@ -105,42 +113,41 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
                  flops, peak, peak_source)
 
     last_metrics: dict = {}
-    with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
-        eval_batches = [global_batch(b, data_sharding) for b in eval_host_batches]
-        pending = []
-        meter.start(start)
-        for step in range(start + 1, last_step + 1):
-            state, metrics = program.train_step(state, global_batch(next(train_iter), data_sharding))
-            pending.append((step, metrics))
-            is_last = step == last_step
-            if step % t_cfg.log_every_steps == 0 or is_last:
-                row = _host_metrics(pending, t_cfg.nan_policy)
-                pending = []
-                row["train/learning_rate"] = float(program.schedule(step - 1))
-                row.update(meter.measure(step))
-                writer.write(step, row)
-                last_metrics.update(row)
-                logging.info(
-                    "step %d/%d | loss %.4f | mlm_acc %.4f | %.0f tok/s | MFU %.2f%% | ETA %s",
-                    step, t_cfg.num_steps, row["train/loss"], row["train/mlm_accuracy"],
-                    row["perf/tokens_per_s"], 100 * row["perf/mfu"], perf.format_duration(row["perf/eta_s"]),
-                )
-            if step % t_cfg.eval_every_steps == 0 or is_last:
-                row = _evaluate(program.eval_step, state.params, eval_batches, objective)
-                row["eval/most_frequent_token_accuracy"] = baseline
-                writer.write(step, row)
-                last_metrics.update(row)
-                logging.info(
-                    "eval step %d | loss %.4f | mlm_acc %.4f (always-most-frequent-token: %.4f)",
-                    step, row["eval/loss"], row["eval/mlm_accuracy"], baseline,
-                )
-                writer.plot()
-                meter.start(step)  # eval time is not train time
-            if step % config.checkpoint.every_steps == 0 or is_last:
-                _nonfinite_steps(pending, t_cfg.nan_policy)  # a NaN step stops the run before it is saved
-                ckpt.save(manager, step, state, train_iter)
-    manager.wait_until_finished()
-    manager.close()
-    writer.plot()
-    writer.close()
+    try:
+        with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
+            eval_batches = [global_batch(b, data_sharding) for b in eval_host_batches]
+            pending = []
+            meter.start(start)
+            for step in range(start + 1, last_step + 1):
+                state, metrics = program.train_step(state, global_batch(next(train_iter), data_sharding))
+                pending.append((step, metrics))
+                is_last = step == last_step
+                if step % t_cfg.log_every_steps == 0 or is_last:
+                    row = _host_metrics(pending, t_cfg.nan_policy)
+                    pending = []
+                    row["train/learning_rate"] = float(program.schedule(step - 1))
+                    row.update(meter.measure(step))
+                    writer.write(step, row)
+                    last_metrics.update(row)
+                    _log_progress(step, t_cfg.num_steps, row)
+                if step % t_cfg.eval_every_steps == 0 or is_last:
+                    row = _evaluate(program.eval_step, state.params, eval_batches, objective)
+                    row["eval/most_frequent_token_accuracy"] = baseline
+                    writer.write(step, row)
+                    last_metrics.update(row)
+                    logging.info(
+                        "eval step %d | loss %.4f | mlm_acc %.4f (always-most-frequent-token: %.4f)",
+                        step, row["eval/loss"], row["eval/mlm_accuracy"], baseline,
+                    )
+                    writer.plot()
+                    meter.start(step)  # eval time is not train time
+                if step % config.checkpoint.every_steps == 0 or is_last:
+                    _nonfinite_steps(pending, t_cfg.nan_policy)  # a NaN step stops the run before it is saved
+                    ckpt.save(manager, step, state, train_iter)
+    finally:
+        # Also on an error: the saves already started complete, so the run can resume from them.
+        manager.wait_until_finished()
+        manager.close()
+        writer.plot()
+        writer.close()
     return last_metrics
