@@ -2,6 +2,7 @@
 
     bert-jax pretrain --config=configs/tiny.py --workdir=/tmp/bert_tiny
     bert-jax tokenizer --out=/tmp/tok --vocab_size=8192
+    bert-jax export --workdir=/tmp/bert_tiny --out=/tmp/bert_tiny_hf
 """
 import importlib
 import sys
@@ -9,6 +10,7 @@ import sys
 COMMANDS = {
     "pretrain": "bert_jax.pretrain",
     "tokenizer": "data_pipelines.tokenizer",
+    "export": "bert_jax.export",
 }
 
 

@@ -148,4 +148,16 @@ def _build_bert(model_cfg) -> nn.Module:
     return BertForPreTraining(BertConfig.from_config(model_cfg))
 
 
-register_family(Family(name="bert", build_model=_build_bert, objective=BERT_PRETRAINING))
+def _hf_export(params, model_cfg):
+    # Imported here: bert_jax.checkpoint.hf_bert imports bert_jax.models, which imports this file.
+    from bert_jax.checkpoint import hf_bert
+    return hf_bert.hf_export(params, model_cfg)
+
+
+def _hf_import(state, hf_cfg, model_cfg, fallback_params):
+    from bert_jax.checkpoint import hf_bert
+    return hf_bert.hf_import(state, hf_cfg, model_cfg, fallback_params)
+
+
+register_family(Family(name="bert", build_model=_build_bert, objective=BERT_PRETRAINING,
+                       hf_export=_hf_export, hf_import=_hf_import))

@@ -4,7 +4,7 @@ A family is a module builder plus an objective; the train loop asks the registry
 `config.model.family` and never branches on the name.
 """
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 import flax.linen as nn
 
@@ -16,6 +16,12 @@ class Family:
     name: str
     build_model: Callable[..., nn.Module]  # config.model -> module whose __call__(batch, deterministic) -> outputs
     objective: Objective
+    # Optional Hugging Face interop (bert_jax.export, config.init_from_hf); None: the family has none.
+    # hf_export(params, model_cfg) -> (state dict of numpy arrays, HF config.json dict)
+    hf_export: Callable[..., tuple[dict, dict]] | None = None
+    # hf_import(state dict, HF config.json dict, model_cfg, fallback_params) -> (params, report with
+    # .kept_from_fallback and .unused lists of HF tensor names)
+    hf_import: Callable[..., tuple[dict, Any]] | None = None
 
 
 _FAMILIES: dict[str, Family] = {}

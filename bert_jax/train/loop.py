@@ -7,6 +7,7 @@ import jax
 import numpy as np
 from absl import logging
 
+from bert_jax.checkpoint import hf_folder
 from bert_jax.checkpoint import manager as ckpt
 from bert_jax.config_validation import validate_config
 from bert_jax.parallel.mesh import global_batch, make_mesh
@@ -64,6 +65,17 @@ def _evaluate(eval_step, params, eval_batches, objective) -> dict:
     return {f"eval/{k}": float(v) for k, v in jax.device_get(metrics).items()}
 
 
+def _with_hf_params(state, program, model_cfg, hf_dir: str):
+    """The fresh state with its params replaced by the HF checkpoint's, on the same shards.
+
+    The optimizer state is kept: it is the initial one (zero moments, step 0) either way.
+    """
+    fresh = jax.device_get(state.params)
+    params = hf_folder.import_params(program.family, model_cfg, hf_dir, fresh)
+    params = jax.tree.map(lambda new, old: np.asarray(new, old.dtype), params, fresh)
+    return state.replace(params=jax.device_put(params, program.state_shardings.params))
+
+
 def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) -> dict:
     """Pre-trains per `config` in `workdir`, resuming from its newest checkpoint.
 
@@ -78,7 +90,15 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     t_cfg = config.train
     last_step = t_cfg.num_steps if stop_at_step is None else min(stop_at_step, t_cfg.num_steps)
 
-    tokenizer = pipeline.prepare_tokenizer(config.data, os.path.join(workdir, "tokenizer"))
+    tokenizer_dir = os.path.join(workdir, "tokenizer")
+    init_from_hf = config.get("init_from_hf", "")
+    if init_from_hf:
+        hf_folder.read_hf_config(init_from_hf)  # fails now, naming the path, if it is no HF folder
+    if init_from_hf and not (os.path.isdir(tokenizer_dir) and os.listdir(tokenizer_dir)):
+        # A fresh run starting from HF weights must use the tokenizer those weights were trained with.
+        if "vocab.txt" not in hf_folder.copy_tokenizer_files(init_from_hf, tokenizer_dir):
+            raise ValueError(f"config.init_from_hf={init_from_hf!r} has no vocab.txt to tokenize with")
+    tokenizer = pipeline.prepare_tokenizer(config.data, tokenizer_dir)
     if tokenizer.get_vocab_size() > config.model.vocab_size:
         raise ValueError(
             f"the tokenizer in {workdir}/tokenizer has {tokenizer.get_vocab_size()} tokens, more than "
@@ -98,6 +118,8 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     state = ckpt.restore_latest(manager, program.abstract_state, train_iter)
     if state is None:
         state = program.init()
+        if init_from_hf:
+            state = _with_hf_params(state, program, config.model, init_from_hf)
     start = int(state.step)
     logging.info("starting at step %d of %d (workdir %s)", start, t_cfg.num_steps, workdir)
     if start >= last_step:

@@ -1,0 +1,277 @@
+"""BERT parameters <-> Hugging Face `BertForPreTraining` state dicts and config.json.
+
+Pure functions on numpy arrays: no files, no torch. The names and layouts are those
+of `transformers.BertForPreTraining`; torch `Linear` weights are [out, in], the
+transpose of our kernels, and our attention kernels keep heads as their own axis
+(q/k/v: [embed, heads, head_dim], output: [heads, head_dim, embed]).
+
+Scanned params (`encoder/stack/layers` with a leading layer axis) are unstacked on
+export and stacked again on import when `config.model.scan_layers` is on.
+"""
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import numpy as np
+
+from bert_jax.models.scan_layout import SCANNED, stack_layers, unstack_layers
+
+# Layouts: how one tensor goes between our shape and Hugging Face's.
+COPY = "copy"  # same array
+LINEAR = "linear"  # our [in, out] kernel is torch's [out, in] weight, transposed
+HEADS_IN = "heads_in"  # q/k/v kernel [embed, heads, head_dim] <-> weight [heads*head_dim, embed]
+HEADS_BIAS = "heads_bias"  # q/k/v bias [heads, head_dim] <-> [heads*head_dim]
+HEADS_OUT = "heads_out"  # output kernel [heads, head_dim, embed] <-> weight [embed, heads*head_dim]
+
+# Parts of the model: an `encoder` tensor must be in every checkpoint we import; a
+# `head` tensor (pooler, MLM, NSP) may be absent, as in BertModel-only checkpoints.
+ENCODER, HEAD = "encoder", "head"
+
+# Tensors Hugging Face keeps but derives from others, written on export for loaders
+# that do not tie weights themselves: HF name -> the HF name it equals.
+TIED_ON_EXPORT = {
+    "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+    "cls.predictions.decoder.bias": "cls.predictions.bias",
+}
+# Buffers, not weights: present in some checkpoints, never needed.
+IGNORED_ON_IMPORT = ("bert.embeddings.position_ids",)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    hf_name: str
+    path: tuple[str, ...]  # where the tensor lives in our (unrolled) params
+    layout: str
+    hf_shape: tuple[int, ...]
+    part: str
+
+
+def tensor_specs(model_cfg) -> list[TensorSpec]:
+    """Every tensor of a BertForPreTraining with `config.model`'s sizes, in Hugging Face order."""
+    h, v, i_size = model_cfg.hidden_size, model_cfg.vocab_size, model_cfg.intermediate_size
+    specs = []
+
+    def add(hf_name, path, layout, hf_shape, part=ENCODER):
+        specs.append(TensorSpec(hf_name, tuple(path.split("/")), layout, tuple(hf_shape), part))
+
+    def norm(hf_prefix, path, part=ENCODER):
+        add(f"{hf_prefix}.weight", f"{path}/norm/scale", COPY, (h,), part)
+        add(f"{hf_prefix}.bias", f"{path}/norm/bias", COPY, (h,), part)
+
+    def dense(hf_prefix, path, layout, hf_shape, part=ENCODER):
+        add(f"{hf_prefix}.weight", f"{path}/kernel", layout, hf_shape, part)
+        bias_layout = HEADS_BIAS if layout == HEADS_IN else COPY
+        add(f"{hf_prefix}.bias", f"{path}/bias", bias_layout, hf_shape[:1], part)
+
+    emb = "encoder/embeddings"
+    add("bert.embeddings.word_embeddings.weight", f"{emb}/word/embedding", COPY, (v, h))
+    add("bert.embeddings.position_embeddings.weight", f"{emb}/position/embedding", COPY,
+        (model_cfg.max_position_embeddings, h))
+    add("bert.embeddings.token_type_embeddings.weight", f"{emb}/token_type/embedding", COPY,
+        (model_cfg.type_vocab_size, h))
+    norm("bert.embeddings.LayerNorm", f"{emb}/norm")
+    for layer in range(model_cfg.num_layers):
+        hf, ours = f"bert.encoder.layer.{layer}", f"encoder/stack/{SCANNED}_{layer}"
+        for name in ("query", "key", "value"):
+            dense(f"{hf}.attention.self.{name}", f"{ours}/attention/{name}", HEADS_IN, (h, h))
+        dense(f"{hf}.attention.output.dense", f"{ours}/attention/output", HEADS_OUT, (h, h))
+        norm(f"{hf}.attention.output.LayerNorm", f"{ours}/attention_norm")
+        dense(f"{hf}.intermediate.dense", f"{ours}/intermediate", LINEAR, (i_size, h))
+        dense(f"{hf}.output.dense", f"{ours}/mlp_output", LINEAR, (h, i_size))
+        norm(f"{hf}.output.LayerNorm", f"{ours}/mlp_norm")
+    dense("bert.pooler.dense", "pooler", LINEAR, (h, h), HEAD)
+    dense("cls.predictions.transform.dense", "mlm_transform", LINEAR, (h, h), HEAD)
+    norm("cls.predictions.transform.LayerNorm", "mlm_norm", HEAD)
+    add("cls.predictions.bias", "mlm_output_bias", COPY, (v,), HEAD)
+    dense("cls.seq_relationship", "nsp", LINEAR, (2, h), HEAD)
+    return specs
+
+
+def _to_hf(array: np.ndarray, layout: str) -> np.ndarray:
+    if layout == COPY:
+        return array
+    if layout == LINEAR:
+        return array.T
+    if layout == HEADS_IN:
+        return array.reshape(array.shape[0], -1).T
+    if layout == HEADS_BIAS:
+        return array.reshape(-1)
+    if layout == HEADS_OUT:
+        return array.reshape(-1, array.shape[-1]).T
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+def _from_hf(array: np.ndarray, layout: str, num_heads: int) -> np.ndarray:
+    if layout == COPY:
+        return array
+    if layout == LINEAR:
+        return array.T
+    if layout == HEADS_IN:
+        return array.T.reshape(array.shape[1], num_heads, -1)
+    if layout == HEADS_BIAS:
+        return array.reshape(num_heads, -1)
+    if layout == HEADS_OUT:
+        return array.T.reshape(num_heads, -1, array.shape[0])
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+def _get(tree: dict, path: tuple[str, ...]):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def _set(tree: dict, path: tuple[str, ...], value) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+def _is_scanned(params: dict) -> bool:
+    return SCANNED in params["encoder"]["stack"]
+
+
+def params_to_hf(params: dict, model_cfg) -> dict[str, np.ndarray]:
+    """Our BertForPreTraining params (scanned or unrolled) -> HF state dict (float32, contiguous)."""
+    params = nn.meta.unbox(params)  # LogicallyPartitioned leaves straight from model.init
+    params = unstack_layers(params) if _is_scanned(params) else params
+    state = {}
+    for spec in tensor_specs(model_cfg):
+        array = _to_hf(np.asarray(_get(params, spec.path), np.float32), spec.layout)
+        if array.shape != spec.hf_shape:
+            raise ValueError(f"params/{'/'.join(spec.path)} gives {spec.hf_name} shape {array.shape}, "
+                             f"expected {spec.hf_shape} from config.model")
+        state[spec.hf_name] = np.ascontiguousarray(array)
+    for name, source in TIED_ON_EXPORT.items():
+        state[name] = state[source].copy()
+    return state
+
+
+def _normalise_hf_names(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """BertModel checkpoints name tensors without the `bert.` prefix; old TF ports say gamma/beta."""
+    prefixed = any(k.startswith("bert.") for k in state)
+    out = {}
+    for name, array in state.items():
+        if not prefixed and not name.startswith("cls."):
+            name = f"bert.{name}"
+        if name.endswith("LayerNorm.gamma"):
+            name = name[: -len("gamma")] + "weight"
+        elif name.endswith("LayerNorm.beta"):
+            name = name[: -len("beta")] + "bias"
+        out[name] = array
+    return out
+
+
+@dataclasses.dataclass
+class ImportReport:
+    """What an import left out: head tensors kept from `fallback_params`, and HF tensors not used."""
+
+    kept_from_fallback: list[str]
+    unused: list[str]
+
+
+def hf_to_params(state: dict[str, np.ndarray], model_cfg, fallback_params: dict | None = None
+                 ) -> tuple[dict, ImportReport]:
+    """HF state dict -> our params, scanned if `model_cfg.scan_layers`.
+
+    Head tensors (pooler, MLM, NSP) the checkpoint lacks come from `fallback_params`
+    (e.g. a fresh initialisation) when given; a missing encoder tensor, or any
+    missing tensor without a fallback, or a tensor of the wrong shape, is a ValueError
+    naming it.
+    """
+    state = _normalise_hf_names(state)
+    fallback = None
+    if fallback_params is not None:
+        fallback_params = nn.meta.unbox(fallback_params)
+        fallback = unstack_layers(fallback_params) if _is_scanned(fallback_params) else fallback_params
+    params, kept, missing = {}, [], []
+    for spec in tensor_specs(model_cfg):
+        if spec.hf_name not in state:
+            if spec.part == HEAD and fallback is not None:
+                _set(params, spec.path, np.asarray(_get(fallback, spec.path)))
+                kept.append(spec.hf_name)
+            else:
+                missing.append(spec.hf_name)
+            continue
+        array = np.asarray(state[spec.hf_name])
+        if array.shape != spec.hf_shape:
+            raise ValueError(f"Hugging Face tensor {spec.hf_name} has shape {array.shape}, but config.model "
+                             f"needs {spec.hf_shape}")
+        _set(params, spec.path, _from_hf(array.astype(np.float32), spec.layout, model_cfg.num_heads))
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ValueError(f"the Hugging Face checkpoint lacks {len(missing)} tensor(s) the model needs: {shown}")
+    known = {s.hf_name for s in tensor_specs(model_cfg)} | set(TIED_ON_EXPORT) | set(IGNORED_ON_IMPORT)
+    unused = sorted(set(state) - known)
+    if model_cfg.scan_layers:
+        params = stack_layers(params)
+    return params, ImportReport(kept_from_fallback=kept, unused=unused)
+
+
+# config.model key -> Hugging Face BertConfig key; these must agree on import.
+_CONFIG_KEYS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "max_position_embeddings": "max_position_embeddings",
+    "type_vocab_size": "type_vocab_size",
+    "layer_norm_eps": "layer_norm_eps",
+}
+
+
+def hf_config(model_cfg, pad_token_id: int = 0) -> dict[str, Any]:
+    """A Hugging Face config.json for `config.model` (exact erf GELU, absolute positions, post-LN)."""
+    out = {hf: model_cfg[ours] for ours, hf in _CONFIG_KEYS.items()}
+    out.update(
+        model_type="bert",
+        architectures=["BertForPreTraining"],
+        hidden_act="gelu",
+        hidden_dropout_prob=float(model_cfg.dropout_rate),
+        attention_probs_dropout_prob=float(model_cfg.attention_dropout_rate),
+        initializer_range=float(model_cfg.initializer_range),
+        position_embedding_type="absolute",
+        pad_token_id=pad_token_id,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+    )
+    return out
+
+
+def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
+    """config.model values read from a Hugging Face BERT config.json; ValueError naming what we cannot run."""
+    if hf_cfg.get("model_type") != "bert":
+        raise ValueError(f"config.json model_type={hf_cfg.get('model_type')!r}: only 'bert' can be imported "
+                         f"into config.model.family='bert'")
+    for key, want in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
+        if hf_cfg.get(key, want) != want:
+            raise ValueError(f"config.json {key}={hf_cfg[key]!r}: the BERT family here implements only {want!r}")
+    missing = [hf for hf in _CONFIG_KEYS.values() if hf not in hf_cfg and hf != "layer_norm_eps"]
+    if missing:
+        raise ValueError(f"config.json lacks {missing}")
+    return {ours: hf_cfg.get(hf, 1e-12) for ours, hf in _CONFIG_KEYS.items()}
+
+
+def check_config_matches(hf_cfg: dict, model_cfg) -> None:
+    """ValueError naming the first config.model key that disagrees with the HF config.json."""
+    for ours, value in model_config_from_hf(hf_cfg).items():
+        if ours == "layer_norm_eps":
+            close = np.isclose(value, model_cfg[ours], rtol=1e-6, atol=0)
+        else:
+            close = value == model_cfg[ours]
+        if not close:
+            raise ValueError(f"config.model.{ours}={model_cfg[ours]!r} but the Hugging Face config.json says "
+                             f"{_CONFIG_KEYS[ours]}={value!r}; set --config.model.{ours}={value!r}")
+
+
+def hf_export(params: dict, model_cfg) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The family hook: (HF state dict, HF config.json) for our params."""
+    return params_to_hf(params, model_cfg), hf_config(model_cfg)
+
+
+def hf_import(state: dict[str, np.ndarray], hf_cfg: dict, model_cfg, fallback_params: dict
+              ) -> tuple[dict, ImportReport]:
+    """The family hook: our params from an HF state dict, after checking its config fits `model_cfg`."""
+    check_config_matches(hf_cfg, model_cfg)
+    return hf_to_params(state, model_cfg, fallback_params)

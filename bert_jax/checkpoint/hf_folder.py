@@ -1,0 +1,109 @@
+"""Reading and writing Hugging Face model folders: config.json, safetensors weights, tokenizer files.
+
+Family-agnostic: the tensor names come from the family's `hf_export` / `hf_import`
+hooks (bert_jax.models.registry); this file only moves them to and from disk.
+Weights are written with safetensors' numpy API, so exporting needs no torch.
+"""
+import json
+import os
+import shutil
+
+import numpy as np
+
+SAFETENSORS_FILE = "model.safetensors"
+TORCH_FILE = "pytorch_model.bin"
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json")
+
+
+def _tokenizer_config() -> dict:
+    # Our tokenizers (data_pipelines/tokenizer.py) are uncased WordPiece with BERT's specials.
+    return {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": True,
+        "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+        "mask_token": "[MASK]",
+        "model_max_length": 512,
+    }
+
+
+def write_hf_folder(out_dir: str, state: dict[str, np.ndarray], hf_cfg: dict, tokenizer_dir: str | None) -> None:
+    """Writes config.json, model.safetensors (float32) and, from `tokenizer_dir`, the tokenizer files."""
+    from safetensors.numpy import save_file
+
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(hf_cfg, f, indent=2, sort_keys=True)
+    tensors = {name: np.ascontiguousarray(array, dtype=np.float32) for name, array in state.items()}
+    save_file(tensors, os.path.join(out_dir, SAFETENSORS_FILE), metadata={"format": "pt"})
+    if tokenizer_dir is None:
+        return
+    copied = copy_tokenizer_files(tokenizer_dir, out_dir)
+    if "vocab.txt" not in copied:
+        raise ValueError(f"{tokenizer_dir} has no vocab.txt; the exported folder needs it for BertTokenizer")
+    tok_cfg = _tokenizer_config()
+    model_max = hf_cfg.get("max_position_embeddings")
+    if model_max:
+        tok_cfg["model_max_length"] = model_max
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump(tok_cfg, f, indent=2)
+    specials = {k: tok_cfg[k] for k in ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")}
+    with open(os.path.join(out_dir, "special_tokens_map.json"), "w") as f:
+        json.dump(specials, f, indent=2)
+
+
+def copy_tokenizer_files(src_dir: str, dst_dir: str) -> list[str]:
+    """Copies vocab.txt and tokenizer.json (those present) from src_dir; returns the names copied."""
+    os.makedirs(dst_dir, exist_ok=True)
+    copied = []
+    for name in TOKENIZER_FILES:
+        if os.path.exists(os.path.join(src_dir, name)):
+            shutil.copyfile(os.path.join(src_dir, name), os.path.join(dst_dir, name))
+            copied.append(name)
+    return copied
+
+
+def read_hf_config(hf_dir: str) -> dict:
+    path = os.path.join(hf_dir, "config.json")
+    if not os.path.exists(path):
+        raise ValueError(f"{hf_dir} is not a Hugging Face model folder: it has no config.json")
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_hf_state(hf_dir: str) -> dict[str, np.ndarray]:
+    """The folder's weights as numpy arrays, from model.safetensors (or pytorch_model.bin, which needs torch)."""
+    safetensors_path = os.path.join(hf_dir, SAFETENSORS_FILE)
+    if os.path.exists(safetensors_path):
+        from safetensors.numpy import load_file
+
+        return load_file(safetensors_path)
+    torch_path = os.path.join(hf_dir, TORCH_FILE)
+    if os.path.exists(torch_path):
+        try:
+            import torch
+        except ImportError as e:
+            raise ValueError(f"{torch_path} is a torch pickle and needs torch installed; or convert it to "
+                             f"{SAFETENSORS_FILE}") from e
+        state = torch.load(torch_path, map_location="cpu", weights_only=True)
+        return {name: tensor.float().numpy() if tensor.is_floating_point() else tensor.numpy()
+                for name, tensor in state.items()}
+    raise ValueError(f"{hf_dir} holds neither {SAFETENSORS_FILE} nor {TORCH_FILE} (sharded checkpoints are "
+                     f"not supported)")
+
+
+def import_params(family, model_cfg, hf_dir: str, fallback_params: dict) -> dict:
+    """Params for `family` from the HF folder `hf_dir`; tensors it lacks that the family may keep
+    (e.g. pre-training heads of a BertModel-only checkpoint) come from `fallback_params`, and are logged."""
+    from absl import logging
+
+    if family.hf_import is None:
+        raise ValueError(f"config.init_from_hf={hf_dir!r} is set, but config.model.family={family.name!r} "
+                         f"has no Hugging Face import")
+    params, report = family.hf_import(read_hf_state(hf_dir), read_hf_config(hf_dir), model_cfg, fallback_params)
+    logging.info("initialised params from the Hugging Face checkpoint %s", hf_dir)
+    if report.kept_from_fallback:
+        logging.info("it lacks %d tensor(s), kept freshly initialised: %s",
+                     len(report.kept_from_fallback), ", ".join(report.kept_from_fallback))
+    if report.unused:
+        logging.info("its tensor(s) not used: %s", ", ".join(report.unused))
+    return params
