@@ -5,6 +5,7 @@ data-iterator position, so a resumed run continues with the identical batches.
 """
 import json
 import logging
+import os
 
 import jax
 import numpy as np
@@ -55,6 +56,10 @@ def _path_key(path) -> str:
     return "/".join(str(p) for p in parts)
 
 
+class IncompatibleCheckpointError(ValueError):
+    """The checkpoint is readable but holds another model: falling back to an older one would not help."""
+
+
 def _check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state) -> None:
     """Fails with the first mismatching tensor named, instead of a shape traceback from inside orbax."""
     stored = manager.item_metadata(step)["state"]
@@ -66,7 +71,7 @@ def _check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state)
         key = _path_key(path)
         have = stored_shapes.get(key, "missing")
         if have != tuple(want.shape):
-            raise ValueError(
+            raise IncompatibleCheckpointError(
                 f"the checkpoint at {manager.directory} step {step} does not fit this config: "
                 f"{key} is {have} there but the config gives {tuple(want.shape)}. "
                 f"Use a fresh --workdir, or the config the checkpoint was written with."
@@ -74,20 +79,35 @@ def _check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state)
 
 
 def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
-    """Returns the restored state (placed by the shardings in `abstract_state`), or None if there is none.
+    """Returns the newest readable state (placed by the shardings in `abstract_state`), or None if there is none.
 
-    The iterator is restored in place.
+    The iterator is restored in place. A checkpoint that cannot be read (truncated,
+    corrupted) is set aside as `<step>.corrupt` with a warning naming it, and the next
+    older one is tried; if none can be read, the run stops rather than start over.
     """
-    step = manager.latest_step()
-    if step is None:
-        return None
-    _check_compatible(manager, step, abstract_state)
-    restored = manager.restore(
-        step,
-        args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state),
-            data=grain_checkpoint.CheckpointRestore(iterator),
-        ),
-    )
-    logging.info("restored checkpoint step %d from %s", step, manager.directory)
-    return restored["state"]
+    steps = sorted(manager.all_steps(), reverse=True)
+    for step in steps:
+        try:
+            _check_compatible(manager, step, abstract_state)
+            restored = manager.restore(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract_state),
+                    data=grain_checkpoint.CheckpointRestore(iterator),
+                ),
+            )
+        except IncompatibleCheckpointError:
+            raise
+        except Exception as error:  # noqa: BLE001  (any read failure means: try an older one)
+            bad = os.path.join(str(manager.directory), str(step))
+            logging.warning("checkpoint %s cannot be read (%s: %.300s); falling back to an older one",
+                            bad, type(error).__name__, error)
+            if jax.process_index() == 0 and os.path.isdir(bad):
+                os.rename(bad, f"{bad}.corrupt")
+            manager.reload()
+            continue
+        logging.info("restored checkpoint step %d from %s", step, manager.directory)
+        return restored["state"]
+    if steps:
+        raise RuntimeError(f"none of the checkpoints {steps} in {manager.directory} can be read")
+    return None

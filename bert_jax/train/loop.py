@@ -13,6 +13,7 @@ from bert_jax.config_validation import validate_config
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.train import perf
 from bert_jax.train.metrics_writer import MetricsWriter
+from bert_jax.train.preemption import PreemptionWatch
 from bert_jax.train.program import build_program
 from data_pipelines import pipeline
 
@@ -136,7 +137,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
 
     last_metrics: dict = {}
     try:
-        with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
+        with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules), PreemptionWatch() as watch:
             eval_batches = [global_batch(b, data_sharding) for b in eval_host_batches]
             pending = []
             meter.start(start)
@@ -163,9 +164,13 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
                     )
                     writer.plot()
                     meter.start(step)  # eval time is not train time
-                if step % config.checkpoint.every_steps == 0 or is_last:
+                preempted = watch.should_stop(step)
+                if step % config.checkpoint.every_steps == 0 or is_last or preempted:
                     _nonfinite_steps(pending, t_cfg.nan_policy)  # a NaN step stops the run before it is saved
                     ckpt.save(manager, step, state, train_iter)
+                if preempted:
+                    logging.warning("preempted: checkpoint of step %d saved; run the same command to resume", step)
+                    break
     finally:
         # Also on an error: the saves already started complete, so the run can resume from them.
         manager.wait_until_finished()

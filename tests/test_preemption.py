@@ -1,0 +1,77 @@
+"""Runs that are stopped by the machine: SIGTERM, and checkpoints damaged on disk."""
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from test_pretrain import REPO, micro_config, train_losses
+
+from bert_jax.train.loop import train_and_evaluate
+
+MICRO_OVERRIDES = [
+    "--config.model.vocab_size=1024", "--config.model.hidden_size=32", "--config.model.num_heads=2",
+    "--config.model.intermediate_size=64", "--config.data.max_seq_length=64",
+    "--config.data.max_predictions_per_seq=10", "--config.data.num_eval_batches=2",
+    "--config.train.global_batch_size=8", "--config.train.warmup_steps=2",
+    "--config.train.log_every_steps=1", "--config.train.eval_every_steps=1000",
+    "--config.checkpoint.every_steps=1000", "--config.logging.peak_flops_per_device=1e11",
+]
+
+
+def test_sigterm_saves_a_restorable_checkpoint_and_exits_0(tmp_path):
+    workdir = str(tmp_path / "run")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
+         "--config.train.num_steps=100000", *MICRO_OVERRIDES],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    metrics = os.path.join(workdir, "metrics.jsonl")
+    deadline = time.time() + 180
+    while time.time() < deadline and not (os.path.exists(metrics) and os.path.getsize(metrics) > 0):
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.stdout.read()
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output
+    assert "preempted: checkpoint of step" in output
+    steps = [int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit()]
+    # No periodic save was due (every 1000 steps): the only checkpoint is the preemption one.
+    assert len(steps) == 1 and steps[0] >= 1
+    exported = subprocess.run(
+        [sys.executable, "-m", "bert_jax.export", f"--workdir={workdir}", f"--out={tmp_path / 'out'}",
+         "--format=params"],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    assert f"exported step {steps[0]}" in exported.stderr
+
+
+def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
+    workdir = str(tmp_path / "run")
+    first = train_and_evaluate(micro_config(), workdir)  # checkpoints at steps 4 and 8
+    assert first
+    straight = dict(train_losses(workdir))
+    # Truncate the largest array file of the newest checkpoint.
+    files = [f for f in glob.glob(os.path.join(workdir, "checkpoints", "8", "state", "**", "*"), recursive=True)
+             if os.path.isfile(f)]
+    largest = max(files, key=os.path.getsize)
+    with open(largest, "r+b") as f:
+        f.truncate(os.path.getsize(largest) // 2)
+    # Drop the logged rows past step 4 so that the rerun's rows are its own.
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        rows = [r for r in f if json.loads(r)["step"] <= 4]
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+        f.writelines(rows)
+
+    train_and_evaluate(micro_config(), workdir)
+    assert any("checkpoints/8 cannot be read" in r.getMessage() for r in caplog.records)
+    assert os.path.isdir(os.path.join(workdir, "checkpoints", "8.corrupt"))
+    again = dict(train_losses(workdir))
+    assert sorted(again) == list(range(1, 9))
+    for step in range(5, 9):  # resumed from step 4: the same losses as the first time
+        assert abs(again[step] - straight[step]) <= 1e-6, (step, again[step], straight[step])
+    shutil.rmtree(os.path.join(workdir, "checkpoints", "8.corrupt"))
