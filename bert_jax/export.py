@@ -16,6 +16,7 @@ import orbax.checkpoint as ocp
 from absl import app, flags, logging
 
 from bert_jax.checkpoint import hf_folder
+from bert_jax.checkpoint import manager as ckpt
 from bert_jax.log_filter import log_info_quietly
 from bert_jax.parallel.mesh import make_mesh
 from bert_jax.train.program import build_program
@@ -53,7 +54,9 @@ def restore_params(workdir: str, config, step: int | None = None) -> tuple[dict,
     config.train.global_batch_size = 1
     program = build_program(config, make_mesh(config.mesh, jax.devices()[:1]))
     directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-    manager = ocp.CheckpointManager(directory, item_handlers={"state": ocp.StandardCheckpointHandler()})
+    if not os.path.isdir(directory):
+        raise ValueError(f"{directory} holds no checkpoint")
+    manager = ckpt.make_manager(directory, config.checkpoint)
     steps = manager.all_steps()
     if not steps:
         raise ValueError(f"{directory} holds no checkpoint")

@@ -8,25 +8,18 @@ import subprocess
 import sys
 import time
 
-from test_pretrain import REPO, micro_config, train_losses
+from test_pretrain import REPO, micro_config, micro_overrides, train_losses
 
 from bert_jax.train.loop import train_and_evaluate
 
-MICRO_OVERRIDES = [
-    "--config.model.vocab_size=1024", "--config.model.hidden_size=32", "--config.model.num_heads=2",
-    "--config.model.intermediate_size=64", "--config.data.max_seq_length=64",
-    "--config.data.max_predictions_per_seq=10", "--config.data.num_eval_batches=2",
-    "--config.train.global_batch_size=8", "--config.train.warmup_steps=2",
-    "--config.train.log_every_steps=1", "--config.train.eval_every_steps=1000",
-    "--config.checkpoint.every_steps=1000", "--config.logging.peak_flops_per_device=1e11",
-]
 
 
 def test_sigterm_saves_a_restorable_checkpoint_and_exits_0(tmp_path):
     workdir = str(tmp_path / "run")
     proc = subprocess.Popen(
         [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
-         "--config.train.num_steps=100000", *MICRO_OVERRIDES],
+         *micro_overrides(), "--config.train.num_steps=100000", "--config.train.eval_every_steps=1000",
+         "--config.checkpoint.every_steps=1000"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     metrics = os.path.join(workdir, "metrics.jsonl")

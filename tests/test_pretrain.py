@@ -36,6 +36,17 @@ def micro_config():
     return c
 
 
+def micro_overrides():
+    """micro_config() as command-line overrides of configs/tiny.py, for runs in a subprocess."""
+
+    def flat(d, prefix=""):
+        for k, v in d.items():
+            yield from flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)]
+
+    tiny = dict(flat(configs.tiny.get_config().to_dict()))
+    return [f"--config.{k}={v}" for k, v in flat(micro_config().to_dict()) if tiny[k] != v]
+
+
 def read_metrics(workdir):
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f]

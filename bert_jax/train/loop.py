@@ -41,8 +41,9 @@ def _nonfinite_steps(pending: list, nan_policy: str) -> list[int]:
 
 def _host_metrics(pending: list, nan_policy: str) -> dict:
     """Means of the device metrics of the steps since the last log, over the steps that were applied."""
+    pending = jax.device_get(pending)  # one transfer for all the steps since the last log
     bad = _nonfinite_steps(pending, nan_policy)
-    host = [jax.device_get(m) for step, m in pending if step not in bad] or [jax.device_get(pending[-1][1])]
+    host = [m for step, m in pending if step not in bad] or [pending[-1][1]]
     out = {f"train/{k}": float(np.mean([m[k] for m in host])) for k in host[0] if k != "nonfinite"}
     out["train/skipped_steps"] = float(len(bad))
     return out
@@ -92,7 +93,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     last_step = t_cfg.num_steps if stop_at_step is None else min(stop_at_step, t_cfg.num_steps)
 
     tokenizer_dir = os.path.join(workdir, "tokenizer")
-    init_from_hf = config.get("init_from_hf", "")
+    init_from_hf = config.init_from_hf
     if init_from_hf:
         hf_folder.read_hf_config(init_from_hf)  # fails now, naming the path, if it is no HF folder
     if init_from_hf and not (os.path.isdir(tokenizer_dir) and os.listdir(tokenizer_dir)):
