@@ -33,7 +33,23 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.param_dtype = "float32"
 
     c.data = ml_collections.ConfigDict()
+    # Sources (data_pipelines/sources.py): embedded | text | jsonl | parquet | tfds | prepared.
     c.data.source = "embedded"
+    c.data.path = ""  # text/jsonl/parquet: file, directory or glob (.gz ok); prepared: its out dir
+    c.data.field = "text"  # jsonl field / parquet column / tfds feature holding a document
+    c.data.tfds_name = ""  # e.g. "wikipedia/20230601.en", built with file_format="array_record"
+    c.data.tfds_split = "train"
+    c.data.tfds_data_dir = ""  # "" = TFDS's default (~/tensorflow_datasets)
+    c.data.segmenter = "line"  # line | blank_line | sentence: how a document splits into segments
+    c.data.max_line_bytes = 1_000_000  # longer lines / records are skipped and counted
+    # Tokenizer (data_pipelines/tokenizer.py): trained once per workdir unless `path` is set.
+    c.data.tokenizer = ml_collections.ConfigDict()
+    c.data.tokenizer.kind = "wordpiece"  # wordpiece | bpe (RoBERTa) | unigram | sentencepiece_bpe (ALBERT)
+    c.data.tokenizer.path = ""  # vocab.txt / tokenizer.json / .model, or a directory holding one
+    c.data.tokenizer.sample_bytes = 100_000_000  # text streamed into training, at most
+    c.data.tokenizer.lowercase = True
+    c.data.tokenizer.min_frequency = 2  # wordpiece / bpe
+    c.data.tokenizer.special_tokens = ""  # "" = the kind's; else "pad,unk,cls,sep,mask" names
     c.data.vocab_size = c.model.get_ref("vocab_size")
     c.data.max_seq_length = 128
     c.data.max_predictions_per_seq = 20
@@ -68,9 +84,16 @@ def get_config() -> ml_collections.ConfigDict:
     c.checkpoint.async_save = True
 
     c.mesh = ml_collections.ConfigDict()
-    # (data, fsdp, tensor); one -1 is filled with the remaining devices.
+    # (data, fsdp, tensor) inside one slice (ICI); one -1 is filled with the remaining devices.
+    # One override switches strategy: (-1,1,1) DP, (1,-1,1) FSDP, (1,-1,4) FSDP + 4-way TP.
     c.mesh.shape = (-1, 1, 1)
-    # Logical axis -> mesh axes. The model names only logical axes.
+    # (data, fsdp, tensor) across slices (DCN, multi-slice TPU; one process per node on GPUs),
+    # e.g. (2,1,1): data parallel over 2 slices. The mesh is shape * dcn_shape.
+    c.mesh.dcn_shape = (1, 1, 1)
+    # Logical axis -> mesh axes preset (bert_jax/parallel/mesh.py RULE_PRESETS):
+    # dp | fsdp | tp | fsdp_tp (splits by whichever axes are > 1) | custom (logical_axis_rules below).
+    c.mesh.rules = "fsdp_tp"
+    # Used only with rules=custom. The model names only logical axes.
     c.mesh.logical_axis_rules = (
         ("batch", ("data", "fsdp")),
         ("length", None),
@@ -81,6 +104,18 @@ def get_config() -> ml_collections.ConfigDict:
         ("vocab", "tensor"),
         ("layers", None),
     )
+
+    # Multi-host (bert_jax/parallel/distributed.py): one process per host (TPU VM worker, or GPU
+    # node under SLURM). Explicit coordinator for localhost; auto-detected on TPU VMs and SLURM.
+    c.distributed = ml_collections.ConfigDict()
+    c.distributed.coordinator_address = ""  # "host:port" of process 0; "" = single process or auto
+    c.distributed.num_processes = 1
+    c.distributed.process_id = 0
+    c.distributed.auto = False  # True: jax.distributed.initialize() detects the cluster itself
+    c.distributed.initialization_timeout_s = 300  # wait this long for every process to join
+    # A process silent this long counts as dead: the others stop with an error instead of hanging.
+    c.distributed.heartbeat_timeout_s = 100
+    c.distributed.shutdown_timeout_s = 300
 
     c.logging = ml_collections.ConfigDict()
     c.logging.wandb_mode = "disabled"  # disabled | offline | online

@@ -1,0 +1,460 @@
+"""Corpus sources: raw documents from files, TFDS or the embedded corpus, bad records counted.
+
+`config.data.source` picks one:
+  embedded   Python's own documentation (corpus.py); random access.
+  text       plain text files (`data.path`: a file, a directory read recursively, or a glob;
+             `.gz` read transparently). A blank line ends a document ("line", "sentence"
+             segmenters); with "blank_line", paragraphs are segments and two blank lines in a
+             row end a document. A file ends its last document.
+  jsonl      one JSON object per line; the string `data.field` is one document.
+  parquet    column `data.field` of Parquet files, one cell per document, read a record
+             batch at a time (never the whole file).
+  tfds       `tfds.data_source(data.tfds_name, split=data.tfds_split, data_dir=...)`: TFDS
+             datasets built as ArrayRecord, read without TensorFlow; feature `data.field`;
+             random access.
+  prepared   ArrayRecord shards written by `python -m data_pipelines.prepare` (`data.path` is
+             its output directory): already tokenized documents; random access only.
+
+A raw document is `list[str]`, its segments (`data.segmenter`, see segmenters.py).
+
+Bad input never stops a run: a record (line, JSON object, cell, TFDS item) that is not
+valid UTF-8, holds NUL or other control bytes, is longer than `data.max_line_bytes`, or
+has no text is skipped and counted in `SkipStats` by reason; so are empty, binary and
+unreadable files. Only configuration errors fail, and they fail when the source is
+opened: a missing path, a glob matching nothing, a missing Parquet column.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import gzip
+import json
+import logging as std_logging
+import os
+import re
+import threading
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+
+import ml_collections
+
+from data_pipelines import corpus, segmenters
+
+SOURCES = ("embedded", "text", "jsonl", "parquet", "tfds", "prepared")
+RANDOM_ACCESS_SOURCES = ("embedded", "tfds", "prepared")
+FILE_SOURCES = ("text", "jsonl", "parquet")
+
+# C0 control characters other than tab, newline, vertical tab, form feed, carriage return;
+# and DEL. Text holding them is binary data or corrupt.
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+_BINARY_SNIFF_BYTES = 8192
+_PARQUET_BATCH_ROWS = 1024
+
+log = std_logging.getLogger(__name__)
+
+
+class SkipStats:
+    """Counts of skipped input by reason. Safe to share between threads of one process.
+
+    Reasons: invalid_utf8, control_characters, line_too_long, invalid_json, missing_field,
+    empty_document, empty_file, binary_file, unreadable_file. Workers in other processes
+    keep their own and `merge` them.
+    """
+
+    def __init__(self, counts: dict[str, int] | None = None):
+        self._counts = collections.Counter(counts or {})
+        self._lock = threading.Lock()
+
+    def skip(self, reason: str, count: int = 1) -> None:
+        with self._lock:
+            self._counts[reason] += count
+
+    def merge(self, counts: dict[str, int]) -> None:
+        with self._lock:
+            self._counts.update(counts)
+
+    def as_dict(self) -> dict[str, int]:
+        with self._lock:
+            return dict(sorted((k, v) for k, v in self._counts.items() if v))
+
+    def total(self) -> int:
+        return sum(self.as_dict().values())
+
+    def log_line(self) -> str:
+        counts = self.as_dict()
+        if not counts:
+            return "skipped nothing"
+        return f"skipped {sum(counts.values())} record(s): " + ", ".join(
+            f"{reason}={count}" for reason, count in counts.items()
+        )
+
+    def __getstate__(self):
+        return {"counts": self.as_dict()}
+
+    def __setstate__(self, state):
+        self.__init__(state["counts"])
+
+
+class _DiscardStats(SkipStats):
+    """Counts nothing: for shards that read records another shard already counts."""
+
+    def skip(self, reason: str, count: int = 1) -> None:
+        pass
+
+
+def is_random_access(data_cfg: ml_collections.ConfigDict) -> bool:
+    """Whether `open_random_access` serves this source (else stream it with iter_documents)."""
+    _check_source_name(data_cfg)
+    return data_cfg.source in RANDOM_ACCESS_SOURCES
+
+
+def _check_source_name(data_cfg: ml_collections.ConfigDict) -> None:
+    if data_cfg.source not in SOURCES:
+        raise ValueError(f"config.data.source={data_cfg.source!r} is not one of {SOURCES}")
+
+
+def resolve_files(data_cfg: ml_collections.ConfigDict) -> list[str]:
+    """The sorted files `data.path` names (file, directory, or glob); fails if there are none.
+
+    A directory is read recursively, leaving out hidden files (`.name`).
+    """
+    path = data_cfg.get("path", "")
+    if not path:
+        raise ValueError(f"config.data.path is empty; source {data_cfg.source!r} needs files to read")
+    if os.path.isfile(path):
+        return [path]
+    if os.path.isdir(path):
+        files = []
+        for directory, subdirs, names in os.walk(path):
+            subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+            files.extend(os.path.join(directory, n) for n in names if not n.startswith("."))
+        if not files:
+            raise FileNotFoundError(f"config.data.path={path!r} is a directory with no files")
+        return sorted(files)
+    if glob.has_magic(path):
+        files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f))
+        if not files:
+            raise FileNotFoundError(f"config.data.path={path!r}: the glob matches no files")
+        return files
+    raise FileNotFoundError(f"config.data.path={path!r} does not exist")
+
+
+def check_source(data_cfg: ml_collections.ConfigDict) -> list[str]:
+    """Fails now, naming the config key, if the source cannot be read; returns its files.
+
+    Checks the source name, the segmenter, that `data.path` names existing files, and that
+    every Parquet file has column `data.field`. Returns [] for non-file sources.
+    """
+    _check_source_name(data_cfg)
+    segmenters.check_segmenter(data_cfg.get("segmenter", "line"))
+    if data_cfg.source in FILE_SOURCES:
+        files = resolve_files(data_cfg)
+        if data_cfg.source == "parquet":
+            _check_parquet_columns(files, data_cfg.field)
+        return files
+    if data_cfg.source == "tfds" and not data_cfg.get("tfds_name", ""):
+        raise ValueError("config.data.tfds_name is empty; source 'tfds' needs a dataset name")
+    if data_cfg.source == "prepared":
+        from data_pipelines import records  # noqa: PLC0415 (imports array_record)
+
+        records.read_manifest(data_cfg.path)
+    return []
+
+
+def iter_documents(
+    data_cfg: ml_collections.ConfigDict,
+    *,
+    shard_index: int = 0,
+    shard_count: int = 1,
+    stats: SkipStats | None = None,
+    start: int = 0,
+) -> Iterator[list[str]]:
+    """Streams this shard's raw documents (lists of segment strings) in a fixed order.
+
+    Args:
+      data_cfg: the `config.data` block (source, path, field, segmenter, ...).
+      shard_index, shard_count: this reader's share, e.g. (process_index, process_count).
+        With at least shard_count files, shard i reads whole files i, i + n, ...; with
+        fewer, every shard reads every file and keeps documents i, i + n, ... (and only
+        shard 0 counts skipped records, so counts summed over shards stay right). The
+        shares are disjoint and together cover the source.
+      stats: counts skipped records by reason (see SkipStats).
+      start: how many of this shard's documents to skip first, to resume a stream. The
+        skipped documents are re-read and parsed (not tokenized): resuming costs a pass
+        over that much text.
+
+    Raises (now, not on first `next`): FileNotFoundError / ValueError naming the config
+    key when the source cannot be read. Source "prepared" holds tokenized documents:
+    read it with `open_random_access`.
+    """
+    if not 0 <= shard_index < shard_count:
+        raise ValueError(f"shard_index={shard_index} is not in [0, shard_count={shard_count})")
+    if start < 0:
+        raise ValueError(f"start={start} must be >= 0")
+    files = check_source(data_cfg)
+    if data_cfg.source == "prepared":
+        raise ValueError(
+            "config.data.source='prepared' holds tokenized documents: read it with "
+            "sources.open_random_access, not iter_documents"
+        )
+    stats = SkipStats() if stats is None else stats
+    if data_cfg.source in FILE_SOURCES and len(files) >= shard_count:
+        documents = _file_documents(data_cfg, files[shard_index::shard_count], stats)
+    else:
+        if data_cfg.source in FILE_SOURCES:
+            all_documents = _file_documents(data_cfg, files, stats if shard_index == 0 else _DiscardStats())
+        else:
+            all_documents = _random_access_documents(data_cfg, stats if shard_index == 0 else _DiscardStats())
+        documents = (d for i, d in enumerate(all_documents) if i % shard_count == shard_index)
+    return _skip(documents, start)
+
+
+def _skip(documents: Iterator[list[str]], start: int) -> Iterator[list[str]]:
+    for index, document in enumerate(documents):
+        if index >= start:
+            yield document
+
+
+def _random_access_documents(data_cfg, stats: SkipStats) -> Iterator[list[str]]:
+    table = open_random_access(data_cfg, stats)
+    for index in range(len(table)):
+        document = table[index]
+        if document:
+            yield document
+
+
+def open_random_access(data_cfg: ml_collections.ConfigDict, stats: SkipStats | None = None) -> Sequence:
+    """Random access to a source's documents, for a global shuffle (grain MapDataset).
+
+    Item i is, by source:
+      embedded  a raw document, list[str];
+      tfds      a raw document, list[str]; [] when the item was bad (skipped, counted in stats);
+      prepared  a tokenized document, list[np.ndarray] of int32 ids (records.decode_document).
+    The returned objects pickle (grain worker processes).
+    """
+    check_source(data_cfg)
+    if data_cfg.source == "embedded":
+        return list(corpus.embedded_documents())
+    if data_cfg.source == "tfds":
+        return TfdsDocuments(data_cfg, stats)
+    if data_cfg.source == "prepared":
+        from data_pipelines import records  # noqa: PLC0415
+
+        return records.PreparedDocuments(data_cfg.path)
+    raise ValueError(
+        f"config.data.source={data_cfg.source!r} is a stream, not random access; read it with "
+        f"sources.iter_documents (random access: {RANDOM_ACCESS_SOURCES})"
+    )
+
+
+class TfdsDocuments(Sequence):
+    """A TFDS ArrayRecord data source as raw documents; bad items read as [] (and are counted)."""
+
+    def __init__(self, data_cfg: ml_collections.ConfigDict, stats: SkipStats | None = None):
+        import tensorflow_datasets as tfds  # noqa: PLC0415 (slow import; only this source needs it)
+
+        self._field = data_cfg.get("field", "text")
+        self._segmenter = data_cfg.get("segmenter", "line")
+        self._max_bytes = data_cfg.get("max_line_bytes", 1_000_000)
+        self._stats = SkipStats() if stats is None else stats
+        data_dir = data_cfg.get("tfds_data_dir", "") or None
+        try:
+            self._source = tfds.data_source(data_cfg.tfds_name, split=data_cfg.tfds_split, data_dir=data_dir)
+        except Exception as e:  # tfds raises several types for a dataset it cannot find.
+            raise FileNotFoundError(
+                f"config.data.tfds_name={data_cfg.tfds_name!r} split={data_cfg.tfds_split!r} "
+                f"(data_dir={data_dir!r}) cannot be opened as an ArrayRecord TFDS source: {e}"
+            ) from e
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def __getitem__(self, index: int) -> list[str]:
+        item = self._source[index]
+        if self._field not in item:
+            raise ValueError(
+                f"config.data.field={self._field!r} is not a feature of the TFDS dataset; "
+                f"features: {sorted(item)}"
+            )
+        text = _record_text(item[self._field], self._max_bytes, self._stats)
+        return [] if text is None else _document(text, self._segmenter, self._stats)
+
+
+def _record_text(value, max_bytes: int, stats: SkipStats) -> str | None:
+    """A record's text, or None (counted) if it is missing, too long, not UTF-8, or binary."""
+    if value is None:
+        stats.skip("missing_field")
+        return None
+    if hasattr(value, "item") and not isinstance(value, (bytes, str)):
+        value = value.item()  # A numpy scalar from TFDS.
+    if isinstance(value, bytes):
+        if len(value) > max_bytes:
+            stats.skip("line_too_long")
+            return None
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            stats.skip("invalid_utf8")
+            return None
+    if not isinstance(value, str):
+        stats.skip("missing_field")
+        return None
+    if len(value) > max_bytes:
+        stats.skip("line_too_long")
+        return None
+    if _CONTROL.search(value):
+        stats.skip("control_characters")
+        return None
+    return value
+
+
+def _document(text: str, segmenter: str, stats: SkipStats) -> list[str]:
+    segments = segmenters.split_text(text, segmenter)
+    if not segments:
+        stats.skip("empty_document")
+    return segments
+
+
+def _file_documents(data_cfg, files: Iterable[str], stats: SkipStats) -> Iterator[list[str]]:
+    segmenter = data_cfg.get("segmenter", "line")
+    max_bytes = data_cfg.get("max_line_bytes", 1_000_000)
+    for path in files:
+        try:
+            if data_cfg.source == "text":
+                yield from _text_file_documents(path, segmenter, max_bytes, stats)
+            elif data_cfg.source == "jsonl":
+                yield from _jsonl_file_documents(path, data_cfg.field, segmenter, max_bytes, stats)
+            else:
+                yield from _parquet_file_documents(path, data_cfg.field, segmenter, max_bytes, stats)
+        except (OSError, EOFError, zlib.error) as e:  # A truncated .gz, an unreadable file.
+            log.warning("skipping the rest of unreadable file %s: %s", path, e)
+            stats.skip("unreadable_file")
+
+
+def _open_binary(path: str):
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _bounded_lines(f, max_bytes: int, stats: SkipStats) -> Iterator[bytes]:
+    """Lines of a binary file; a line over max_bytes is consumed in bounded pieces, counted."""
+    while True:
+        line = f.readline(max_bytes + 1)
+        if not line:
+            return
+        if len(line) > max_bytes:
+            while line and not line.endswith(b"\n"):
+                line = f.readline(max_bytes + 1)
+            stats.skip("line_too_long")
+            continue
+        yield line
+
+
+def _decoded_lines(path: str, max_bytes: int, stats: SkipStats) -> Iterator[str | None]:
+    """A file's lines as text without line ends; None for a bad line (counted).
+
+    A file whose first bytes hold NUL is binary: skipped whole. An empty file is counted.
+    """
+    with _open_binary(path) as f:
+        head = f.read(_BINARY_SNIFF_BYTES)
+        if not head:
+            stats.skip("empty_file")
+            return
+        if b"\x00" in head:
+            stats.skip("binary_file")
+            return
+        f.seek(0)
+        first = True
+        for raw in _bounded_lines(f, max_bytes, stats):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                stats.skip("invalid_utf8")
+                yield None
+                continue
+            if first:
+                line, first = line.lstrip("\ufeff"), False  # A byte-order mark.
+            line = line.rstrip("\r\n")
+            if _CONTROL.search(line):
+                stats.skip("control_characters")
+                yield None
+                continue
+            yield line
+
+
+def _text_file_documents(path: str, segmenter: str, max_bytes: int, stats: SkipStats):
+    segments: list[str] = []
+    paragraph: list[str] = []
+    blank_run = 0
+    for line in _decoded_lines(path, max_bytes, stats):
+        if line is None:  # A bad line: counted; the document goes on without it.
+            continue
+        if line.strip():
+            blank_run = 0
+            if segmenter == "blank_line":
+                paragraph.append(line.strip())
+            else:
+                segments.extend(segmenters.split_line(line, segmenter))
+            continue
+        blank_run += 1
+        if segmenter == "blank_line":
+            if paragraph:
+                segments.append(" ".join(" ".join(paragraph).split()))
+                paragraph = []
+            if blank_run < 2:
+                continue
+        if segments:
+            yield segments
+            segments = []
+    if paragraph:
+        segments.append(" ".join(" ".join(paragraph).split()))
+    if segments:
+        yield segments
+
+
+def _jsonl_file_documents(path: str, field: str, segmenter: str, max_bytes: int, stats: SkipStats):
+    for line in _decoded_lines(path, max_bytes, stats):
+        if line is None or not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            stats.skip("invalid_json")
+            continue
+        value = record.get(field) if isinstance(record, dict) else None
+        text = _record_text(value, max_bytes, stats)
+        if text is not None:
+            document = _document(text, segmenter, stats)
+            if document:
+                yield document
+
+
+def _check_parquet_columns(files: list[str], field: str) -> None:
+    import pyarrow.parquet as pq  # noqa: PLC0415 (only this source needs it)
+
+    for path in files:
+        try:
+            names = pq.read_schema(path).names
+        except Exception as e:  # pyarrow raises ArrowInvalid for a file that is not Parquet.
+            raise ValueError(f"config.data.path: {path} is not a readable Parquet file: {e}") from e
+        if field not in names:
+            raise ValueError(
+                f"config.data.field={field!r} is not a column of {path}; columns: {names}"
+            )
+
+
+def _parquet_file_documents(path: str, field: str, segmenter: str, max_bytes: int, stats: SkipStats):
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    parquet = pq.ParquetFile(path)
+    if parquet.metadata.num_rows == 0:
+        stats.skip("empty_file")
+        return
+    # One record batch of one column at a time: memory is bounded by the batch, not the file.
+    for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=[field]):
+        for value in batch.column(0).to_pylist():
+            text = _record_text(value, max_bytes, stats)
+            if text is not None:
+                document = _document(text, segmenter, stats)
+                if document:
+                    yield document
