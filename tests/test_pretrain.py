@@ -6,9 +6,12 @@ import shutil
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 
 import configs.tiny
+from bert_jax.export import restore_params
 from bert_jax.train.loop import NonFiniteLossError, train_and_evaluate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,3 +136,21 @@ def test_diverging_run_stops_naming_the_step_and_never_checkpoints_nan(straight_
     bad_step = int(re.search(r"at step (\d+)", str(error.value)).group(1))
     saved = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
     assert saved and max(saved) < bad_step
+
+
+def test_skip_policy_skips_nonfinite_steps_and_checkpoints_only_finite_params(straight_run, tmp_path):
+    workdir = str(tmp_path / "skip")
+    shutil.copytree(os.path.join(straight_run[0], "tokenizer"), os.path.join(workdir, "tokenizer"))
+    c = micro_config()
+    c.train.learning_rate, c.train.warmup_steps, c.train.max_grad_norm = 1e30, 0, 0.0
+    c.train.nan_policy = "skip"
+    c.checkpoint.every_steps = 2
+    train_and_evaluate(c, workdir)  # runs to the end instead of stopping
+    rows = [r for r in read_metrics(workdir) if "train/loss" in r]
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert sum(r["train/skipped_steps"] for r in rows) > 0
+    saved = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
+    assert saved[-1] == 8
+    for step in saved:  # no checkpoint holds a NaN or an Inf
+        params, _ = restore_params(workdir, c, step)
+        assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(params)), step

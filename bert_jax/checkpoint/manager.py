@@ -40,14 +40,43 @@ def make_manager(directory: str, checkpoint_cfg) -> ocp.CheckpointManager:
     return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
 
-def save(manager: ocp.CheckpointManager, step: int, state, iterator) -> None:
-    manager.save(
-        step,
-        args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state),
-            data=grain_checkpoint.CheckpointSave(_IteratorSnapshot(iterator)),
-        ),
+class CheckpointSaveError(RuntimeError):
+    """A save failed (disk full, permissions, ...); the checkpoints committed before it are intact."""
+
+
+def _save_failed(manager: ocp.CheckpointManager, error: Exception) -> CheckpointSaveError:
+    # orbax writes into `<step>.orbax-checkpoint-tmp` and renames on commit, so a failed
+    # save leaves only a temporary folder that `all_steps` (and resume) never considers.
+    manager.reload()
+    steps = sorted(manager.all_steps())
+    resume = (f"run the same command to resume from step {steps[-1]}" if steps
+              else "no checkpoint was committed yet")
+    return CheckpointSaveError(
+        f"saving a checkpoint in {manager.directory} failed ({type(error).__name__}: {error}). "
+        f"The committed checkpoints {steps} are intact: fix the cause (e.g. free disk space) and {resume}."
     )
+
+
+def save(manager: ocp.CheckpointManager, step: int, state, iterator) -> None:
+    """Starts an (async) save; raises CheckpointSaveError if this or an earlier async save failed."""
+    try:
+        manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state),
+                data=grain_checkpoint.CheckpointSave(_IteratorSnapshot(iterator)),
+            ),
+        )
+    except Exception as error:  # noqa: BLE001  (orbax re-raises a background save's error here)
+        raise _save_failed(manager, error) from error
+
+
+def wait_until_finished(manager: ocp.CheckpointManager) -> None:
+    """Blocks until started saves are committed; raises CheckpointSaveError if one failed."""
+    try:
+        manager.wait_until_finished()
+    except Exception as error:  # noqa: BLE001
+        raise _save_failed(manager, error) from error
 
 
 def _path_key(path) -> str:

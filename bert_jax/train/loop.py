@@ -174,8 +174,10 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
                     break
     finally:
         # Also on an error: the saves already started complete, so the run can resume from them.
-        manager.wait_until_finished()
-        manager.close()
-        writer.plot()
-        writer.close()
+        try:
+            ckpt.wait_until_finished(manager)
+        finally:
+            manager.close()
+            writer.plot()
+            writer.close()
     return last_metrics

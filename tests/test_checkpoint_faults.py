@@ -1,0 +1,42 @@
+"""Saves that fail part-way (a full disk) must leave the earlier checkpoints usable."""
+import errno
+import os
+import shutil
+
+import pytest
+from grain._src.python.checkpoint import handler as grain_handler
+from test_pretrain import micro_config, straight_run, train_losses  # noqa: F401  (fixture)
+
+from bert_jax.checkpoint.manager import CheckpointSaveError
+from bert_jax.train.loop import train_and_evaluate
+
+
+def test_disk_full_during_a_save_leaves_earlier_checkpoints_usable(straight_run, tmp_path, monkeypatch):
+    workdir = str(tmp_path / "run")
+    shutil.copytree(os.path.join(straight_run[0], "tokenizer"), os.path.join(workdir, "tokenizer"))
+    config = micro_config()
+    config.checkpoint.every_steps = 2
+    real_save = grain_handler.CheckpointHandler.save
+
+    def disk_full_at_step_6(self, directory, item=None, args=None):
+        # The data item of a checkpoint is written after orbax has begun writing the
+        # arrays: the device fills up half-way through step 6's checkpoint.
+        if os.path.basename(os.path.dirname(str(directory))).startswith("6"):
+            (directory / "process_0-of-1.json").write_text('{"trunc')
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(self, directory, item, args)
+
+    monkeypatch.setattr(grain_handler.CheckpointHandler, "save", disk_full_at_step_6)
+    with pytest.raises(CheckpointSaveError, match=r"No space left on device.*\[2, 4\] are intact"):
+        train_and_evaluate(config, workdir)
+    monkeypatch.undo()
+
+    # The same command resumes from step 4 and trains exactly as the uninterrupted run did.
+    train_and_evaluate(config, workdir)
+    steps = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
+    assert steps[-1] == 8
+    straight = dict(train_losses(straight_run[0]))
+    resumed = dict(train_losses(workdir))
+    assert sorted(resumed) == list(range(1, 9))
+    for step in range(5, 9):
+        assert resumed[step] == pytest.approx(straight[step], abs=1e-6), step
