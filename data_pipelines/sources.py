@@ -354,7 +354,16 @@ def _decoded_lines(path: str, max_bytes: int, stats: SkipStats) -> Iterator[str 
     """A file's lines as text without line ends; None for a bad line (counted).
 
     A file whose first bytes hold NUL is binary: skipped whole. An empty file is counted.
+    A file that breaks off (a truncated .gz) ends where it breaks, counted as unreadable.
     """
+    try:
+        yield from _decoded_lines_unguarded(path, max_bytes, stats)
+    except (OSError, EOFError, zlib.error) as e:
+        log.warning("skipping the rest of unreadable file %s: %s", path, e)
+        stats.skip("unreadable_file")
+
+
+def _decoded_lines_unguarded(path: str, max_bytes: int, stats: SkipStats) -> Iterator[str | None]:
     with _open_binary(path) as f:
         head = f.read(_BINARY_SNIFF_BYTES)
         if not head:

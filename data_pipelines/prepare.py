@@ -1,0 +1,316 @@
+"""Tokenizes a corpus into ArrayRecord shards, in parallel, with bounded memory, resumably.
+
+    python -m data_pipelines.prepare --config=configs/tiny.py --out=/tmp/corpus_prepared \
+        --config.data.source=text --config.data.path='/data/wiki/*.txt.gz' \
+        --num_workers=8 --docs_per_shard=10000
+
+then train on it with `--config.data.source=prepared --config.data.path=/tmp/corpus_prepared`.
+
+How it works. The source is cut into `--num_parts` parts with `sources.iter_documents`
+(part p of P: whole files p, p + P, ... when there are at least P files, else every P-th
+document). Worker processes (`--num_workers`) each take whole parts and stream them:
+read, tokenize in batches, write shards of `--docs_per_shard` documents
+(`part-PPPPP-shard-SSSSS.array_record`, one record per document, see records.py). Each
+worker holds one batch of documents and one open shard, so memory does not grow with the
+corpus.
+
+Resume. A shard is written under a temporary name and renamed when complete; then its
+statistics go to `progress/<shard>.json`, which marks it finished. Run the same command
+again: finished shards are kept and their documents skipped (re-read, not re-tokenized);
+unfinished ones are rewritten. `prepare_plan.json` pins the parts, shard size and
+source, so a resume cannot mix two layouts.
+
+Output: the shards, `tokenizer/` (trained on the source per `config.data.tokenizer`, or
+copied from `data.tokenizer.path`; training on "prepared" loads it), and `manifest.json`:
+documents, segments, tokens, shards (in document order), skipped records by reason.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Sequence
+
+import ml_collections
+from absl import app, flags, logging
+
+from data_pipelines import records, sources
+from data_pipelines import tokenizer as tokenizer_lib
+
+PLAN_FILE = "prepare_plan.json"
+PROGRESS_DIR = "progress"
+TOKENIZER_DIR = "tokenizer"
+# One record per chunk: random access (grain) decompresses only the document it reads.
+WRITER_OPTIONS = "group_size:1,zstd:1"
+# Segments tokenized per call: large enough for the Rust batch, small enough for bounded memory.
+_SEGMENTS_PER_BATCH = 4096
+# Keys of config.data that decide which documents exist and how they split into segments.
+_PLAN_DATA_KEYS = (
+    "source", "path", "field", "tfds_name", "tfds_split", "tfds_data_dir", "segmenter", "max_line_bytes",
+)
+
+
+def shard_name(part: int, shard: int) -> str:
+    return f"part-{part:05d}-shard-{shard:05d}.array_record"
+
+
+def _write_json(path: str, value: dict) -> None:
+    """Writes atomically: a reader (or a resume) sees the old file or the new, never half."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _read_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _diff(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0)}
+
+
+class _ShardWriter:
+    """Writes one shard under a temporary name; `finish` renames it and records its stats."""
+
+    def __init__(self, out: str, part: int, shard: int):
+        from array_record.python.array_record_module import ArrayRecordWriter  # noqa: PLC0415
+
+        self.name = shard_name(part, shard)
+        self._out = out
+        self._tmp = os.path.join(out, f".{self.name}.tmp")
+        self._writer = ArrayRecordWriter(self._tmp, WRITER_OPTIONS)
+        self.documents = self.segments = self.tokens = 0
+
+    def write(self, document: list) -> None:
+        self._writer.write(records.encode_document(document))
+        self.documents += 1
+        self.segments += len(document)
+        self.tokens += sum(len(s) for s in document)
+
+    def finish(self, skipped: dict[str, int]) -> dict:
+        self._writer.close()
+        os.replace(self._tmp, os.path.join(self._out, self.name))
+        summary = {
+            "path": self.name,
+            "documents": self.documents,
+            "segments": self.segments,
+            "tokens": self.tokens,
+            "skipped": skipped,
+        }
+        _write_json(os.path.join(self._out, PROGRESS_DIR, self.name + ".json"), summary)
+        return summary
+
+
+def _finished_shards(out: str, part: int) -> list[dict]:
+    """The part's finished shards, a prefix 0, 1, ... of its shard numbers."""
+    finished = []
+    while os.path.exists(path := os.path.join(out, PROGRESS_DIR, shard_name(part, len(finished)) + ".json")):
+        finished.append(_read_json(path))
+    return finished
+
+
+def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_shard: int) -> dict:
+    """Tokenizes part `part` of `num_parts` into shards in `out`; resumes after finished shards.
+
+    Skipped records count toward the shard open when they are read; records between two
+    shards count toward the earlier one, and those after the last document toward the last
+    shard; a part with no document records them in its own progress file.
+
+    Returns the part's progress record: {"part", "shards": [summaries], "skipped"}.
+    """
+    data_cfg = ml_collections.ConfigDict(data_dict)
+    tokenizer = tokenizer_lib.load_tokenizer(os.path.join(out, TOKENIZER_DIR))
+    shards = _finished_shards(out, part)
+    start = sum(s["documents"] for s in shards)
+    stats = sources.SkipStats()
+    documents = sources.iter_documents(
+        data_cfg, shard_index=part, shard_count=num_parts, stats=stats, start=start
+    )
+    # Counts met while skipping finished documents belong to finished shards.
+    baseline = {} if start == 0 else None
+    writer = None
+    pending: list[list[str]] = []
+    pending_segments = 0
+
+    def flush():
+        nonlocal pending, pending_segments
+        if pending:
+            ids = iter(tokenizer.encode_ids([s for d in pending for s in d]))
+            for document in pending:
+                writer.write([next(ids) for _ in document])
+        pending, pending_segments = [], 0
+
+    for document in documents:
+        if baseline is None:
+            baseline = stats.as_dict()
+        if writer is not None and writer.documents + len(pending) == docs_per_shard:
+            flush()
+            now = stats.as_dict()
+            shards.append(writer.finish(_diff(now, baseline)))
+            baseline, writer = now, None
+        if writer is None:
+            writer = _ShardWriter(out, part, len(shards))
+        pending.append(document)
+        pending_segments += len(document)
+        if pending_segments >= _SEGMENTS_PER_BATCH:
+            flush()
+    part_skipped = {}
+    if writer is not None:
+        flush()
+        shards.append(writer.finish(_diff(stats.as_dict(), baseline)))
+    elif start == 0:
+        part_skipped = stats.as_dict()  # No document at all: nowhere else to count these.
+    progress = {"part": part, "shards": shards, "skipped": part_skipped}
+    _write_json(os.path.join(out, PROGRESS_DIR, f"part-{part:05d}.json"), progress)
+    return progress
+
+
+def _prepare_part_task(task: tuple) -> dict:
+    return prepare_part(*task)
+
+
+def _limit_threads() -> None:
+    # Worker processes already use every core between them; one Rust thread each.
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def _check_plan(out: str, plan: dict) -> None:
+    path = os.path.join(out, PLAN_FILE)
+    if os.path.exists(path):
+        existing = _read_json(path)
+        if existing != plan:
+            changed = sorted(k for k in set(plan) | set(existing) if plan.get(k) != existing.get(k))
+            raise ValueError(
+                f"{out} was prepared with other settings ({', '.join(changed)}: "
+                f"{[existing.get(k) for k in changed]} there, {[plan.get(k) for k in changed]} now); "
+                "resume with the same --num_parts/--docs_per_shard/config.data, or use a new --out"
+            )
+    else:
+        _write_json(path, plan)
+
+
+def prepare(
+    data_cfg: ml_collections.ConfigDict,
+    out: str,
+    *,
+    num_workers: int = 1,
+    docs_per_shard: int = 10_000,
+    num_parts: int = 0,
+) -> dict:
+    """Prepares (or resumes preparing) data_cfg's source into `out`; returns the manifest.
+
+    num_parts: 0 = as many as input files, at most 4 per worker and at least one per
+      worker (parts are the unit of parallelism and of file reading).
+    """
+    if data_cfg.source == "prepared":
+        raise ValueError("config.data.source='prepared' is already prepared; name the raw source")
+    if num_workers < 1 or docs_per_shard < 1 or num_parts < 0:
+        raise ValueError(
+            f"--num_workers={num_workers} and --docs_per_shard={docs_per_shard} must be >= 1, "
+            f"--num_parts={num_parts} >= 0"
+        )
+    files = sources.check_source(data_cfg)  # A missing path fails here, before any work.
+    if num_parts == 0:
+        num_parts = max(num_workers, min(len(files), 4 * num_workers)) if files else num_workers
+    os.makedirs(os.path.join(out, PROGRESS_DIR), exist_ok=True)
+    plan = {
+        "num_parts": num_parts,
+        "docs_per_shard": docs_per_shard,
+        "data": {k: data_cfg.get(k) for k in _PLAN_DATA_KEYS},
+    }
+    _check_plan(out, plan)
+    tokenizer = tokenizer_lib.prepare_tokenizer(data_cfg, os.path.join(out, TOKENIZER_DIR))
+
+    todo = [p for p in range(num_parts) if not os.path.exists(os.path.join(out, PROGRESS_DIR, f"part-{p:05d}.json"))]
+    logging.info("preparing %d of %d parts with %d worker(s) into %s", len(todo), num_parts, num_workers, out)
+    for stale in glob.glob(os.path.join(out, ".*.tmp")):
+        os.remove(stale)  # Shards a killed run left unfinished.
+    data_dict = data_cfg.to_dict()
+    tasks = [(out, data_dict, p, num_parts, docs_per_shard) for p in todo]
+    if num_workers == 1:
+        for task in tasks:
+            _prepare_part_task(task)
+    else:
+        # spawn: the parent's tokenizers thread pool must not be forked mid-use.
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(num_workers, initializer=_limit_threads) as pool:
+            for progress in pool.imap_unordered(_prepare_part_task, tasks):
+                logging.info("part %d done: %d shard(s)", progress["part"], len(progress["shards"]))
+    manifest = _manifest(out, num_parts, docs_per_shard, tokenizer, data_cfg)
+    _write_json(os.path.join(out, records.MANIFEST_FILE), manifest)
+    return manifest
+
+
+def _manifest(out: str, num_parts: int, docs_per_shard: int, tokenizer, data_cfg) -> dict:
+    shards, skipped = [], sources.SkipStats()
+    for part in range(num_parts):
+        progress = _read_json(os.path.join(out, PROGRESS_DIR, f"part-{part:05d}.json"))
+        skipped.merge(progress["skipped"])
+        for shard in progress["shards"]:
+            skipped.merge(shard["skipped"])
+            shards.append({k: shard[k] for k in ("path", "documents", "segments", "tokens")})
+    return {
+        "format": records.FORMAT,
+        "documents": sum(s["documents"] for s in shards),
+        "segments": sum(s["segments"] for s in shards),
+        "tokens": sum(s["tokens"] for s in shards),
+        "shards": shards,
+        "skipped": skipped.as_dict(),
+        "tokenizer": {
+            "dir": TOKENIZER_DIR,
+            "kind": tokenizer.kind,
+            "vocab_size": tokenizer.get_vocab_size(),
+        },
+        "source": {k: data_cfg.get(k) for k in _PLAN_DATA_KEYS},
+        "num_parts": num_parts,
+        "docs_per_shard": docs_per_shard,
+    }
+
+
+def _define_flags():
+    from ml_collections import config_flags  # noqa: PLC0415
+
+    config_flags.DEFINE_config_file("config", None, "Config file; its data block names the source.")
+    flags.DEFINE_string("out", None, "Output directory (shards, tokenizer/, manifest.json).")
+    flags.DEFINE_integer("num_workers", 1, "Worker processes; each tokenizes whole parts.")
+    flags.DEFINE_integer("docs_per_shard", 10_000, "Documents per ArrayRecord shard, at most.")
+    flags.DEFINE_integer("num_parts", 0, "Parts the source is cut into; 0 = from files and workers.")
+    flags.mark_flags_as_required(["config", "out"])
+    return flags.FLAGS
+
+
+def _run(argv: Sequence[str], flag_values) -> None:
+    del argv
+    started = time.perf_counter()
+    manifest = prepare(
+        flag_values.config.data,
+        flag_values.out,
+        num_workers=flag_values.num_workers,
+        docs_per_shard=flag_values.docs_per_shard,
+        num_parts=flag_values.num_parts,
+    )
+    logging.info(
+        "prepared %d documents, %d segments, %d tokens in %d shard(s) in %.1f s; %s",
+        manifest["documents"],
+        manifest["segments"],
+        manifest["tokens"],
+        len(manifest["shards"]),
+        time.perf_counter() - started,
+        sources.SkipStats(manifest["skipped"]).log_line(),
+    )
+
+
+def main() -> None:
+    """Console-script entry point (`bert-jax prepare ...`)."""
+    flag_values = _define_flags()
+    app.run(lambda argv: _run(argv, flag_values))
+
+
+if __name__ == "__main__":
+    main()
