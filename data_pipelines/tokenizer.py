@@ -17,7 +17,9 @@ Kinds and their special tokens (`SpecialIds` names them pad/unk/cls/sep/mask):
 
 `save(dir)` writes what Hugging Face `AutoTokenizer.from_pretrained(dir)` loads:
 wordpiece -> tokenizer.json + vocab.txt; bpe -> tokenizer.json + vocab.json + merges.txt;
-SentencePiece -> spiece.model; each with a tokenizer_config.json naming the class and specials.
+unigram -> spiece.model; sentencepiece_bpe -> spiece.model + tokenizer.json (AlbertTokenizer
+reads spiece.model as unigram only); each with a tokenizer_config.json naming the class
+and the specials.
 """
 
 from __future__ import annotations
@@ -264,8 +266,45 @@ class SentencePieceTokenizer(Tokenizer):
         os.makedirs(directory, exist_ok=True)
         with open(os.path.join(directory, SENTENCEPIECE_FILE), "wb") as f:
             f.write(self._proto)
-        # keep_accents: SentencePiece's own normalisation (in spiece.model) decides accents.
-        self._write_config(directory, {"do_lower_case": self.lowercase, "keep_accents": True})
+        if self.kind == "unigram":
+            # keep_accents: SentencePiece's own normalisation (in spiece.model) decides accents.
+            self._write_config(directory, {"do_lower_case": self.lowercase, "keep_accents": True})
+        else:
+            # transformers' AlbertTokenizer reads spiece.model as unigram only: give it the
+            # same BPE as a tokenizer.json for the generic fast class.
+            self._hf_bpe().save(os.path.join(directory, TOKENIZER_FILE))
+            self._write_config(directory, {"tokenizer_class": "PreTrainedTokenizerFast"})
+
+    def _hf_bpe(self) -> tokenizers.Tokenizer:
+        """This SentencePiece BPE as a `tokenizers` BPE: merges ranked by the merged piece's id.
+
+        SentencePiece numbers BPE pieces in merge order, so piece id is merge rank (the rule
+        transformers' SentencePieceExtractor applies).
+        """
+        from sentencepiece import sentencepiece_model_pb2  # noqa: PLC0415
+
+        model = sentencepiece_model_pb2.ModelProto.FromString(self._proto)
+        vocab = {p.piece: i for i, p in enumerate(model.pieces)}
+        specials = set(self.specials.all())
+        merges = sorted(
+            (vocab[piece], vocab[piece[:k]], vocab[piece[k:]], piece[:k], piece[k:])
+            for piece in vocab
+            if piece not in specials
+            for k in range(1, len(piece))
+            if piece[:k] in vocab and piece[k:] in vocab
+        )
+        hf = tokenizers.Tokenizer(
+            models.BPE(vocab, [(a, b) for *_, a, b in merges], unk_token=self.specials.unk, fuse_unk=True)
+        )
+        steps = [normalizers.Lowercase()] if self.lowercase else []
+        if model.normalizer_spec.precompiled_charsmap:
+            steps.append(normalizers.Precompiled(model.normalizer_spec.precompiled_charsmap))
+        hf.normalizer = normalizers.Sequence(steps)
+        hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        hf.decoder = tokenizers.decoders.Metaspace(replacement="▁", prepend_scheme="always")
+        hf.add_special_tokens(list(self.specials.all()))
+        add_pair_template(hf, self.specials)
+        return hf
 
 
 def special_ids(tokenizer) -> SpecialIds:
@@ -355,15 +394,15 @@ def add_pair_template(hf: tokenizers.Tokenizer, specials: SpecialTokens) -> None
 def load_tokenizer(path: str, lowercase: bool | None = None) -> Tokenizer:
     """Loads a tokenizer from a directory or a file (tokenizer.json, vocab.txt, *.model).
 
-    In a directory, tokenizer.json wins over a SentencePiece .model, which wins over
-    vocab.txt. `lowercase` applies where the files do not say (vocab.txt, a bare .model);
+    In a directory, a SentencePiece .model wins over tokenizer.json (saved beside it for
+    Hugging Face), which wins over vocab.txt. `lowercase` applies where the files do not say (vocab.txt, a bare .model);
     None means the file's tokenizer_config.json, else lowercase for vocab.txt (BERT uncased)
     and not for a .model.
     """
     if os.path.isdir(path):
         config = _read_config(path)
         models_found = sorted(glob.glob(os.path.join(path, "*.model")))
-        for candidate in (os.path.join(path, TOKENIZER_FILE), *models_found, os.path.join(path, VOCAB_FILE)):
+        for candidate in (*models_found, os.path.join(path, TOKENIZER_FILE), os.path.join(path, VOCAB_FILE)):
             if os.path.exists(candidate):
                 return _load_file(candidate, lowercase, config)
         raise FileNotFoundError(
