@@ -2,6 +2,7 @@
 
     bert-jax pretrain --config=configs/tiny.py --workdir=/tmp/bert_tiny
     bert-jax tokenizer --out=/tmp/tok --vocab_size=8192
+    bert-jax prepare --config=configs/tiny.py --out=/tmp/prepared --num_workers=2
     bert-jax export --workdir=/tmp/bert_tiny --out=/tmp/bert_tiny_hf
 """
 import importlib
@@ -10,6 +11,7 @@ import sys
 COMMANDS = {
     "pretrain": "bert_jax.pretrain",
     "tokenizer": "data_pipelines.tokenizer",
+    "prepare": "data_pipelines.prepare",
     "export": "bert_jax.export",
 }
 
