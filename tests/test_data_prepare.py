@@ -92,7 +92,7 @@ def test_prepare_writes_shards_and_a_manifest_that_decode_to_direct_tokenization
     assert_same_documents([table[i] for i in range(len(table))], decoded)
     # Training on the prepared source uses the tokenizer that made it.
     run_tokenizer = tokenizer_lib.prepare_tokenizer(prepared, str(tmp_path / "run_tok"))
-    assert run_tokenizer.get_vocab() == tokenizer.get_vocab()
+    assert run_tokenizer.hf.get_vocab() == tokenizer.hf.get_vocab()
 
 
 def test_resume_keeps_finished_shards_and_ends_with_the_same_manifest(tmp_path):

@@ -1,0 +1,273 @@
+"""The tokenizer object: one interface over `tokenizers` (WordPiece, byte-level BPE) and
+SentencePiece (unigram, BPE), with each kind's special tokens and Hugging Face files.
+
+tokenizer.py loads, trains (through tokenizer_training.py) and hands these out; import
+from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import sentencepiece as spm
+import tokenizers
+from tokenizers import models, normalizers, pre_tokenizers, processors
+
+KINDS = ("wordpiece", "bpe", "unigram", "sentencepiece_bpe")
+SENTENCEPIECE_KINDS = ("unigram", "sentencepiece_bpe")
+TOKENIZER_FILE = "tokenizer.json"
+VOCAB_FILE = "vocab.txt"
+SENTENCEPIECE_FILE = "spiece.model"
+CONFIG_FILE = "tokenizer_config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialTokens:
+    """The strings of the five special tokens, in SpecialIds' field order."""
+
+    pad: str
+    unk: str
+    cls: str
+    sep: str
+    mask: str
+
+    def all(self) -> tuple[str, ...]:
+        return (self.pad, self.unk, self.cls, self.sep, self.mask)
+
+
+DEFAULT_SPECIALS = {
+    "wordpiece": SpecialTokens("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"),
+    "bpe": SpecialTokens("<pad>", "<unk>", "<s>", "</s>", "<mask>"),
+    "unigram": SpecialTokens("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"),
+    "sentencepiece_bpe": SpecialTokens("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"),
+}
+
+# transformers class written into tokenizer_config.json, so AutoTokenizer picks the right one.
+_HF_CLASS = {
+    "wordpiece": "BertTokenizer",
+    "bpe": "RobertaTokenizer",
+    "unigram": "AlbertTokenizer",
+    "sentencepiece_bpe": "AlbertTokenizer",
+}
+
+
+class Tokenizer:
+    """What the data pipeline needs of any tokenizer kind; subclasses hold the library object."""
+
+    kind: str
+    specials: SpecialTokens
+
+    def get_vocab_size(self) -> int:
+        raise NotImplementedError
+
+    def token_to_id(self, token: str) -> int | None:
+        raise NotImplementedError
+
+    def id_to_token(self, index: int) -> str:
+        raise NotImplementedError
+
+    def encode_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Tokenizes each text without special tokens: one [num_tokens] int32 array per text."""
+        raise NotImplementedError
+
+    def word_start_flags(self) -> np.ndarray:
+        """[vocab_size] bool: True where a token begins a word (whole-word / span masking).
+
+        A WordPiece token begins a word unless it starts with `##`; a SentencePiece or
+        byte-level BPE token begins one when it starts with `▁` / `Ġ`. Specials count as
+        word starts, so a masked word never swallows them.
+        """
+        raise NotImplementedError
+
+    def save(self, directory: str) -> None:
+        raise NotImplementedError
+
+    def _config_json(self, extra: dict) -> dict:
+        return {
+            "tokenizer_class": _HF_CLASS[self.kind],
+            "pad_token": self.specials.pad,
+            "unk_token": self.specials.unk,
+            "cls_token": self.specials.cls,
+            "sep_token": self.specials.sep,
+            "mask_token": self.specials.mask,
+            "model_max_length": 512,
+            **extra,
+        }
+
+    def _write_config(self, directory: str, extra: dict) -> None:
+        with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
+            json.dump(self._config_json(extra), f, indent=2)
+
+
+class HfTokenizer(Tokenizer):
+    """A `tokenizers.Tokenizer` (WordPiece or byte-level BPE; also a loaded Unigram JSON)."""
+
+    def __init__(self, kind: str, hf: tokenizers.Tokenizer, specials: SpecialTokens):
+        self.kind = kind
+        self.hf = hf  # The library object, for pair encodings and decoding.
+        self.specials = specials
+
+    def get_vocab_size(self) -> int:
+        return self.hf.get_vocab_size()
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.hf.token_to_id(token)
+
+    def id_to_token(self, index: int) -> str:
+        return self.hf.id_to_token(index)
+
+    def encode_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        # encode_batch_fast skips offsets; the batch runs in parallel in Rust.
+        encodings = self.hf.encode_batch_fast(list(texts), add_special_tokens=False)
+        return [np.asarray(e.ids, np.int32) for e in encodings]
+
+    def word_start_flags(self) -> np.ndarray:
+        flags_ = np.zeros(self.get_vocab_size(), bool)
+        for token, index in self.hf.get_vocab().items():
+            if self.kind == "wordpiece":
+                flags_[index] = not token.startswith("##")
+            else:
+                flags_[index] = token.startswith(("Ġ", "▁"))
+        for token in self.specials.all():
+            if self.token_to_id(token) is not None:
+                flags_[self.token_to_id(token)] = True
+        return flags_
+
+    def save(self, directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        self.hf.save(os.path.join(directory, TOKENIZER_FILE))
+        if self.kind == "wordpiece":
+            vocab = self.hf.get_vocab()
+            by_id = sorted(vocab, key=vocab.get)
+            if [vocab[t] for t in by_id] != list(range(len(by_id))):
+                raise ValueError(f"tokenizer ids are not contiguous from 0; cannot write {VOCAB_FILE}")
+            with open(os.path.join(directory, VOCAB_FILE), "w", encoding="utf-8") as f:
+                f.writelines(token + "\n" for token in by_id)
+            lowercase = _has_lowercase(self.hf.normalizer)
+            self._write_config(directory, {"do_lower_case": lowercase})
+        elif self.kind == "bpe":
+            self.hf.model.save(directory)  # vocab.json + merges.txt, for the slow classes.
+            self._write_config(
+                directory,
+                {"add_prefix_space": True, "bos_token": self.specials.cls, "eos_token": self.specials.sep},
+            )
+        else:
+            self._write_config(directory, {"tokenizer_class": "PreTrainedTokenizerFast"})
+
+
+def _has_lowercase(normalizer) -> bool:
+    if normalizer is None:
+        return False
+    state = json.loads(normalizer.__getstate__())
+
+    def walk(node) -> bool:
+        if isinstance(node, dict):
+            if node.get("type") == "Lowercase" or node.get("lowercase") is True:
+                return True
+            return any(walk(v) for v in node.values())
+        if isinstance(node, list):
+            return any(walk(v) for v in node)
+        return False
+
+    return walk(state)
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A SentencePiece model (unigram or BPE), held as its serialized proto."""
+
+    def __init__(self, kind: str, model_proto: bytes, specials: SpecialTokens, lowercase: bool):
+        self.kind = kind
+        self.specials = specials
+        self.lowercase = lowercase  # Applied before the model's own normalisation, as HF does.
+        self._proto = model_proto
+        self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+
+    def __getstate__(self):  # The processor is a C++ object; rebuild it from the proto.
+        return {k: v for k, v in self.__dict__.items() if k != "_sp"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
+
+    def get_vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    def token_to_id(self, token: str) -> int | None:
+        index = self._sp.piece_to_id(token)
+        # piece_to_id answers unk's id for unknown pieces.
+        return None if index == self._sp.unk_id() and token != self._sp.id_to_piece(index) else index
+
+    def id_to_token(self, index: int) -> str:
+        return self._sp.id_to_piece(index)
+
+    def encode_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        texts = [t.lower() for t in texts] if self.lowercase else list(texts)
+        return [np.asarray(ids, np.int32) for ids in self._sp.encode(texts)]
+
+    def word_start_flags(self) -> np.ndarray:
+        sp = self._sp
+        return np.array(
+            [
+                sp.id_to_piece(i).startswith("▁") or sp.is_control(i) or sp.is_unknown(i)
+                for i in range(sp.get_piece_size())
+            ],
+            bool,
+        )
+
+    def save(self, directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, SENTENCEPIECE_FILE), "wb") as f:
+            f.write(self._proto)
+        if self.kind == "unigram":
+            # keep_accents: SentencePiece's own normalisation (in spiece.model) decides accents.
+            self._write_config(directory, {"do_lower_case": self.lowercase, "keep_accents": True})
+        else:
+            # transformers' AlbertTokenizer reads spiece.model as unigram only: give it the
+            # same BPE as a tokenizer.json for the generic fast class.
+            self._hf_bpe().save(os.path.join(directory, TOKENIZER_FILE))
+            self._write_config(directory, {"tokenizer_class": "PreTrainedTokenizerFast"})
+
+    def _hf_bpe(self) -> tokenizers.Tokenizer:
+        """This SentencePiece BPE as a `tokenizers` BPE: merges ranked by the merged piece's id.
+
+        SentencePiece numbers BPE pieces in merge order, so piece id is merge rank (the rule
+        transformers' SentencePieceExtractor applies).
+        """
+        from sentencepiece import sentencepiece_model_pb2  # noqa: PLC0415
+
+        model = sentencepiece_model_pb2.ModelProto.FromString(self._proto)
+        vocab = {p.piece: i for i, p in enumerate(model.pieces)}
+        specials = set(self.specials.all())
+        merges = sorted(
+            (vocab[piece], vocab[piece[:k]], vocab[piece[k:]], piece[:k], piece[k:])
+            for piece in vocab
+            if piece not in specials
+            for k in range(1, len(piece))
+            if piece[:k] in vocab and piece[k:] in vocab
+        )
+        hf = tokenizers.Tokenizer(
+            models.BPE(vocab, [(a, b) for *_, a, b in merges], unk_token=self.specials.unk, fuse_unk=True)
+        )
+        steps = [normalizers.Lowercase()] if self.lowercase else []
+        if model.normalizer_spec.precompiled_charsmap:
+            steps.append(normalizers.Precompiled(model.normalizer_spec.precompiled_charsmap))
+        hf.normalizer = normalizers.Sequence(steps)
+        hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        hf.decoder = tokenizers.decoders.Metaspace(replacement="▁", prepend_scheme="always")
+        hf.add_special_tokens(list(self.specials.all()))
+        add_pair_template(hf, self.specials)
+        return hf
+
+
+def add_pair_template(hf: tokenizers.Tokenizer, specials: SpecialTokens) -> None:
+    """[CLS] A [SEP] B [SEP], type ids 0 then 1, as BertTokenizer builds pairs."""
+    cls, sep = specials.cls, specials.sep
+    hf.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, hf.token_to_id(cls)), (sep, hf.token_to_id(sep))],
+    )
