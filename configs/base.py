@@ -53,9 +53,19 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.vocab_size = c.model.get_ref("vocab_size")
     c.data.max_seq_length = 128
     c.data.max_predictions_per_seq = 20
-    c.data.mask_rate = 0.15
+    c.data.mask_rate = 0.15  # share of non-special tokens predicted (15-40% are sensible)
     c.data.short_seq_prob = 0.1
     c.data.nsp_random_prob = 0.5
+    # Examples (data_pipelines/builders.py, packing.py): nsp (BERT) | sop (ALBERT) |
+    # full_sentences (RoBERTa) | doc_sentences | packed (several documents per row, segment_ids).
+    c.data.example_builder = "nsp"
+    c.data.nsp_reservoir_docs = 100  # NSP's random B comes from this many recent documents
+    # Masking (data_pipelines/masking.py): token (80/10/10) | whole_word | span (SpanBERT) | ngram (ALBERT).
+    c.data.masking = "token"
+    c.data.span_p = 0.2  # span: geometric length parameter
+    c.data.max_span_length = 10  # span: lengths (in words) truncated here
+    c.data.max_ngram = 3  # ngram: n in 1..max_ngram with p(n) ∝ 1/n
+    c.data.shuffle_window = 1024  # examples shuffled together after building (1 = off)
     c.data.eval_fraction = 0.05
     c.data.num_eval_batches = 4
     c.data.worker_count = 0

@@ -1,354 +1,244 @@
-"""The grain input pipeline for BERT pre-training (MLM + NSP) on a source held in memory.
+"""The grain input pipeline: source -> documents -> examples -> batches -> masks.
 
-Stages, each a function the streaming pipeline of a later issue can replace on its own:
+  sources (sources.py)        documents of this host's share: random access (embedded,
+                              tfds, prepared) shuffled globally, or streamed (text, jsonl,
+                              parquet); the split is a hash of the document's index
+                              (corpus.is_eval_document; for streams, its index in the shard)
+  stream.ExampleStream        tokenizes in groups (encode_ids) and runs the example builder
+                              (builders.py / packing.py) epoch after epoch, checkpointably
+  WindowShuffleIterDataset    shuffles examples within config.data.shuffle_window
+  batch                       per-host batches
+  MaskBatch                   dynamic masking (masking.py) of each batch, its rng drawn
+                              from (seed, host, batch index): fresh masks every epoch
+  prefetch                    a thread, or config.data.worker_count grain processes
 
-  source_documents(cfg)            -> documents (lists of sentence strings)
-  split_documents(..., split)      -> the train or the held-out eval documents
-  tokenize_documents(docs, tok)    -> documents as lists of token-id arrays
-  build_examples(cfg, tok, ...)    -> NSP sentence pairs, [N, L] arrays in memory
-  train_dataset(examples, ...)     -> per-host shard, shuffled each epoch, masked each
-                                      read, batched: a checkpointable grain IterDataset
-
-Randomness comes only from `seed` and positions: the shuffle from (seed, host, epoch),
-each mask from (seed, host, position of the example in the repeated stream). A restored
-iterator therefore yields exactly the batches the original would have.
+Randomness comes only from `seed` and positions, so a restored iterator yields exactly the
+batches the original would have. `batch_spec` describes a batch's keys for every builder.
 """
 
 from __future__ import annotations
 
 import collections
-import os
-from collections.abc import Iterable, Iterator, Sequence
+import functools
+from collections.abc import Iterable
 
 import grain
 import ml_collections
 import numpy as np
-import tokenizers
+from absl import logging
 
-from data_pipelines import corpus, masking, nsp
+from data_pipelines import builders, corpus, masking, sources, stream
 from data_pipelines import tokenizer as tokenizer_lib
 from data_pipelines.tokenizer import SpecialIds
 
-SOURCES = {"embedded": corpus.embedded_documents}
 SPLITS = ("train", "eval")
 
 
 def default_data_config() -> ml_collections.ConfigDict:
-    """The `config.data` block: the embedded corpus, BERT-base sequence settings."""
-    return ml_collections.ConfigDict(
-        {
-            "source": "embedded",  # One of SOURCES.
-            "vocab_size": 8192,
-            "max_seq_length": 128,
-            "max_predictions_per_seq": 20,
-            "mask_rate": 0.15,
-            "short_seq_prob": 0.1,
-            "nsp_random_prob": 0.5,
-            # Share of documents held out for eval, by hash. The embedded corpus has ~360
-            # documents; 0.05 holds out ~17 of them, ~120 examples.
-            "eval_fraction": 0.05,
-            "num_eval_batches": 4,  # At most; fewer if the eval split is smaller.
-            "worker_count": 0,  # 0: in-process; >0: grain worker processes.
-            "prefetch_buffer_size": 2,  # Batches read ahead (per worker if any).
-        }
-    )
+    """The `config.data` block of configs/base.py, with BERT-base sequence settings."""
+    from configs import base  # noqa: PLC0415 (configs import nothing from here)
+
+    return base.get_config().data.copy_and_resolve_references()
 
 
-def source_documents(cfg: ml_collections.ConfigDict) -> Iterator[list[str]]:
-    """Yields every document of cfg.source, in the source's fixed order."""
-    if cfg.source not in SOURCES:
-        raise ValueError(
-            f"config.data.source={cfg.source!r} is not a known source; known: {sorted(SOURCES)}"
-        )
-    return SOURCES[cfg.source]()
-
-
-def split_documents(
-    documents: Iterable[list[str]], split: str, eval_fraction: float
-) -> Iterator[list[str]]:
-    """Keeps the documents of one split: 'eval' are those `is_eval_document` holds out."""
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not one of {SPLITS}")
-    want_eval = split == "eval"
-    for index, document in enumerate(documents):
-        if corpus.is_eval_document(index, eval_fraction) == want_eval:
-            yield document
-
-
-def tokenize_documents(
-    documents: Iterable[list[str]],
-    tokenizer: tokenizers.Tokenizer,
-    segments_per_call: int = 4096,
-) -> Iterator[list[np.ndarray]]:
-    """Tokenizes documents segment by segment, without specials.
-
-    Segments of many documents go to `encode_batch` together (parallel, in Rust).
-
-    Yields:
-      One list per document: [num_tokens] int32 arrays, one per segment.
-    """
-    pending: list[list[str]] = []
-    pending_segments = 0
-    for document in documents:
-        pending.append(document)
-        pending_segments += len(document)
-        if pending_segments >= segments_per_call:
-            yield from _tokenize_group(pending, tokenizer)
-            pending, pending_segments = [], 0
-    yield from _tokenize_group(pending, tokenizer)
-
-
-def _tokenize_group(documents: list[list[str]], tokenizer: tokenizers.Tokenizer):
-    flat = [segment for document in documents for segment in document]
-    encodings = tokenizer.encode_batch(flat, add_special_tokens=False) if flat else []
-    ids = iter(np.asarray(e.ids, np.int32) for e in encodings)
-    for document in documents:
-        yield [next(ids) for _ in document]
-
-
-def prepare_tokenizer(cfg: ml_collections.ConfigDict, tokenizer_dir: str) -> tokenizers.Tokenizer:
-    """Loads the tokenizer in tokenizer_dir, or trains one on the train split and saves it.
-
-    `tokenizers`' WordPiece trainer breaks frequency ties in hash-map order, so two
-    trainings on the same text may differ in a few entries: a run therefore trains
-    once, saves, and every resume (or other host) loads the saved one.
-    """
-    if os.path.isdir(tokenizer_dir) and os.listdir(tokenizer_dir):
-        tokenizer = tokenizer_lib.load_tokenizer(tokenizer_dir)
-    else:
-        texts = (
-            " ".join(document)
-            for document in split_documents(source_documents(cfg), "train", cfg.eval_fraction)
-        )
-        tokenizer = tokenizer_lib.train_wordpiece(texts, cfg.vocab_size)
-        tokenizer_lib.save_tokenizer(tokenizer, tokenizer_dir)
-    tokenizer_lib.special_ids(tokenizer)  # Fails early, naming a missing special token.
-    return tokenizer
-
-
-def build_examples(
-    cfg: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer, *, split: str, seed: int
-) -> tuple[dict[str, np.ndarray], nsp.NspStats]:
-    """All NSP examples of one split, in memory (fine for the embedded corpus only).
-
-    Returns `nsp.build_nsp_examples`'s arrays: input_ids [N, L], token_type_ids [N, L],
-    next_sentence_label [N]; and what was skipped.
-    """
-    documents = split_documents(source_documents(cfg), split, cfg.eval_fraction)
-    return nsp.build_nsp_examples(
-        list(tokenize_documents(documents, tokenizer)),
-        special_ids=tokenizer_lib.special_ids(tokenizer),
-        max_seq_length=cfg.max_seq_length,
-        short_seq_prob=cfg.short_seq_prob,
-        nsp_random_prob=cfg.nsp_random_prob,
-        seed=seed,
-    )
-
-
-class ExampleTable(Sequence):
-    """Random access to in-memory example arrays: item i is a dict of row i of each array."""
-
-    def __init__(self, arrays: dict[str, np.ndarray]):
-        lengths = {name: len(array) for name, array in arrays.items()}
-        if len(set(lengths.values())) != 1:
-            raise ValueError(f"example arrays differ in length: {lengths}")
-        self._arrays = arrays
-        self._length = next(iter(lengths.values()))
-
-    def __len__(self) -> int:
-        return self._length
-
-    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-        return {name: array[index] for name, array in self._arrays.items()}
-
-
-class MlmFeatures(grain.transforms.RandomMap):
-    """Masks one NSP example and adds the model's other inputs.
-
-    Module-level (not a closure) so grain can pickle it into worker processes.
-    """
-
-    def __init__(
-        self, special_ids: SpecialIds, vocab_size: int, mask_rate: float, max_predictions: int
-    ):
-        self._special_ids = special_ids
-        self._vocab_size = vocab_size
-        self._mask_rate = mask_rate
-        self._max_predictions = max_predictions
-
-    def random_map(self, example: dict[str, np.ndarray], rng: np.random.Generator):
-        """example: input_ids [L], token_type_ids [L], next_sentence_label [] -> features."""
-        features = masking.mask_example(
-            example["input_ids"],
-            rng,
-            special_ids=self._special_ids,
-            vocab_size=self._vocab_size,
-            mask_rate=self._mask_rate,
-            max_predictions_per_seq=self._max_predictions,
-        )
-        features["token_type_ids"] = example["token_type_ids"].astype(np.int32)
-        real = example["input_ids"] != self._special_ids.pad
-        features["attention_mask"] = real.astype(np.int32)
-        features["next_sentence_label"] = np.int32(example["next_sentence_label"])
-        return features
-
-
-def _host_seed(seed: int, process_index: int, stream: int) -> int:
+def _host_seed(seed: int, process_index: int, stream_id: int) -> int:
     """A 32-bit seed per (run seed, host, use) so hosts and uses draw independent numbers."""
-    return int(np.random.SeedSequence([seed, process_index, stream]).generate_state(1)[0])
+    return int(np.random.SeedSequence([seed, process_index, stream_id]).generate_state(1)[0])
 
 
 def _check_host(process_index: int, process_count: int, per_host_batch_size: int) -> None:
     if not 0 <= process_index < process_count:
-        raise ValueError(
-            f"process_index={process_index} is not in [0, process_count={process_count})"
-        )
+        raise ValueError(f"process_index={process_index} is not in [0, process_count={process_count})")
     if per_host_batch_size <= 0:
         raise ValueError(f"per_host_batch_size={per_host_batch_size} must be positive")
 
 
-def train_dataset(
-    examples: dict[str, np.ndarray],
-    cfg: ml_collections.ConfigDict,
-    special_ids: SpecialIds,
-    *,
-    seed: int,
-    per_host_batch_size: int,
-    process_index: int = 0,
-    process_count: int = 1,
-) -> grain.IterDataset:
-    """This host's endless stream of masked training batches.
+def batch_spec(data_cfg: ml_collections.ConfigDict, batch_size: int) -> dict[str, tuple[tuple, type]]:
+    """name -> (shape, dtype) of every key of a batch; the one description of the layout.
 
-    The host keeps examples[process_index::process_count] (disjoint shares that cover
-    the data), reshuffles them every epoch, masks each read afresh, and batches
-    without crossing hosts. Batches may span an epoch boundary.
+    input_ids, token_type_ids, attention_mask [B, L] int32; masked_positions, masked_ids
+    [B, P] int32; masked_weights [B, P] float32; by builder next_sentence_label or
+    sentence_order_label [B] int32, or segment_ids and position_ids [B, L] int32.
+    """
+    if data_cfg.example_builder not in builders.EXAMPLE_KEYS:
+        raise ValueError(
+            f"config.data.example_builder={data_cfg.example_builder!r} is not one of {builders.BUILDERS}"
+        )
+    rows, preds = (batch_size, data_cfg.max_seq_length), (batch_size, data_cfg.max_predictions_per_seq)
+    spec = {
+        "input_ids": (rows, np.int32),
+        "token_type_ids": (rows, np.int32),
+        "attention_mask": (rows, np.int32),
+        "masked_positions": (preds, np.int32),
+        "masked_ids": (preds, np.int32),
+        "masked_weights": (preds, np.float32),
+    }
+    for key in builders.EXAMPLE_KEYS[data_cfg.example_builder]:
+        spec[key] = (rows if key in ("segment_ids", "position_ids") else (batch_size,), np.int32)
+    return spec
 
-    Yields:
-      input_ids, token_type_ids, attention_mask: [B, L] int32;
-      masked_positions, masked_ids: [B, P] int32; masked_weights: [B, P] float32;
-      next_sentence_label: [B] int32. B = per_host_batch_size, P = max_predictions_per_seq.
+
+def _split_indices(size: int, split: str, eval_fraction: float) -> np.ndarray:
+    want_eval = split == "eval"
+    return np.fromiter(
+        (i for i in range(size) if corpus.is_eval_document(i, eval_fraction) == want_eval), np.int64
+    )
+
+
+def _open_shard(cfg, stats, shard_index: int, shard_count: int, start: int):
+    return sources.iter_documents(
+        cfg, shard_index=shard_index, shard_count=shard_count, stats=stats, start=start
+    )
+
+
+def _keep_split(split: str, eval_fraction: float, position: int) -> bool:
+    return corpus.is_eval_document(position, eval_fraction) == (split == "eval")
+
+
+def document_feed(cfg, tokenizer, *, split: str, shuffle_seed: int | None, shard_index: int,
+                  shard_count: int, stats: sources.SkipStats):
+    """This share's documents of one split, as a stream.RandomAccessFeed or StreamingFeed."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not one of {SPLITS}")
+    if sources.is_random_access(cfg):
+        documents = sources.open_random_access(cfg, stats)
+        tokenize = None if cfg.source == "prepared" else tokenizer.encode_ids
+        return stream.RandomAccessFeed(
+            documents, _split_indices(len(documents), split, cfg.eval_fraction), tokenize,
+            shard_index=shard_index, shard_count=shard_count, shuffle_seed=shuffle_seed,
+        )
+    return stream.StreamingFeed(
+        functools.partial(_open_shard, cfg, stats),
+        functools.partial(_keep_split, split, cfg.eval_fraction),
+        tokenizer.encode_ids, shard_index=shard_index, shard_count=shard_count,
+    )
+
+
+class MaskBatch(grain.transforms.RandomMap):
+    """Masks a batch of examples and adds attention_mask; module-level so workers can pickle it."""
+
+    def __init__(self, masker: masking.Masker, extra_keys: tuple[str, ...]):
+        self._masker = masker
+        self._extra_keys = extra_keys
+
+    def random_map(self, batch: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """batch: input_ids, token_type_ids [B, L] (+ builder keys) -> the batch_spec layout."""
+        original = batch["input_ids"]
+        features = self._masker(original, rng)
+        features["attention_mask"] = (original != self._masker.special_ids.pad).astype(np.int32)
+        features["token_type_ids"] = batch["token_type_ids"].astype(np.int32)
+        for key in self._extra_keys:
+            features[key] = np.asarray(batch[key], np.int32)
+        return features
+
+
+def make_mask_batch(cfg, tokenizer) -> MaskBatch:
+    spec = masking.MaskingSpec.from_config(cfg)
+    word_starts = None if spec.mode == "token" else tokenizer.word_start_flags()
+    masker = masking.Masker(spec, tokenizer_lib.special_ids(tokenizer), word_starts)
+    return MaskBatch(masker, builders.EXAMPLE_KEYS[cfg.example_builder])
+
+
+def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, process_index: int = 0,
+                  process_count: int = 1) -> grain.IterDataset:
+    """This host's endless stream of masked training batches (layout: batch_spec).
+
+    The host reads only its share of the documents (disjoint shares that cover the
+    source), builds examples, shuffles them within a window, batches without crossing
+    hosts and masks each batch afresh. Batches may span an epoch boundary.
     """
     _check_host(process_index, process_count, per_host_batch_size)
-    shard = grain.MapDataset.source(ExampleTable(examples))[process_index::process_count]
-    if len(shard) == 0:
-        raise ValueError(
-            f"host {process_index} of {process_count} has no training examples "
-            f"(the split has {len(examples['input_ids'])})"
-        )
-    dataset = (
-        shard.shuffle(seed=_host_seed(seed, process_index, 0))
-        .repeat(None)  # Reseeds the shuffle each epoch.
-        .random_map(
-            MlmFeatures(special_ids, cfg.vocab_size, cfg.mask_rate, cfg.max_predictions_per_seq),
-            seed=_host_seed(seed, process_index, 1),
-        )
-        .batch(per_host_batch_size, drop_remainder=True)
+    batch_spec(cfg, per_host_batch_size)  # Fails now on an unknown builder.
+    special = tokenizer_lib.special_ids(tokenizer)
+    mask_batch = make_mask_batch(cfg, tokenizer)
+    feed = document_feed(
+        cfg, tokenizer, split="train", shuffle_seed=_host_seed(seed, process_index, 0),
+        shard_index=process_index, shard_count=process_count, stats=sources.SkipStats(),
     )
-    # Examples are in memory: reading threads would only contend for the GIL. One
-    # thread reads ahead so batches are ready while the accelerator steps.
-    read_options = grain.ReadOptions(
-        num_threads=1 if cfg.prefetch_buffer_size > 0 else 0,
-        prefetch_buffer_size=max(1, cfg.prefetch_buffer_size),
+    dataset = stream.ExampleStream(
+        feed, functools.partial(builders.make_builder, cfg, special), _host_seed(seed, process_index, 3)
     )
-    iter_dataset = dataset.to_iter_dataset(read_options)
+    if cfg.shuffle_window > 1:
+        dataset = grain.experimental.WindowShuffleIterDataset(
+            dataset, window_size=cfg.shuffle_window, seed=_host_seed(seed, process_index, 4)
+        )
+    dataset = dataset.batch(per_host_batch_size, drop_remainder=True)
+    dataset = dataset.random_map(mask_batch, seed=_host_seed(seed, process_index, 1))
     if cfg.worker_count > 0:
-        iter_dataset = iter_dataset.mp_prefetch(
+        return dataset.mp_prefetch(
             grain.MultiprocessingOptions(
-                num_workers=cfg.worker_count,
-                per_worker_buffer_size=max(1, cfg.prefetch_buffer_size),
+                num_workers=cfg.worker_count, per_worker_buffer_size=max(1, cfg.prefetch_buffer_size)
             )
         )
-    return iter_dataset
+    if cfg.prefetch_buffer_size > 0:
+        # One thread builds and masks batches while the accelerator steps.
+        return grain.experimental.ThreadPrefetchIterDataset(
+            dataset, prefetch_buffer_size=cfg.prefetch_buffer_size
+        )
+    return dataset
 
 
-def build_train_iterator(
-    cfg: ml_collections.ConfigDict,
-    tokenizer: tokenizers.Tokenizer,
-    *,
-    seed: int,
-    per_host_batch_size: int,
-    process_index: int = 0,
-    process_count: int = 1,
-) -> grain.DatasetIterator:
+def build_train_iterator(cfg, tokenizer, *, seed: int, per_host_batch_size: int, process_index: int = 0,
+                         process_count: int = 1) -> grain.DatasetIterator:
     """This host's training batch iterator; `get_state()`/`set_state()` resume it exactly.
 
-    Checkpoint it with orbax through `grain.checkpoint.CheckpointSave` /
-    `CheckpointRestore`. Batches as in `train_dataset`.
+    Checkpointed with orbax through grain.checkpoint (bert_jax/checkpoint/manager.py).
     """
-    examples, _ = build_examples(cfg, tokenizer, split="train", seed=seed)
-    dataset = train_dataset(
-        examples,
-        cfg,
-        tokenizer_lib.special_ids(tokenizer),
-        seed=seed,
-        per_host_batch_size=per_host_batch_size,
-        process_index=process_index,
-        process_count=process_count,
+    return iter(
+        train_dataset(
+            cfg, tokenizer, seed=seed, per_host_batch_size=per_host_batch_size,
+            process_index=process_index, process_count=process_count,
+        )
     )
-    return iter(dataset)
 
 
-def eval_batches(
-    examples: dict[str, np.ndarray],
-    cfg: ml_collections.ConfigDict,
-    special_ids: SpecialIds,
-    *,
-    seed: int,
-    per_host_batch_size: int,
-    process_index: int = 0,
-    process_count: int = 1,
-) -> list[dict[str, np.ndarray]]:
-    """This host's eval batches: fixed masks, unshuffled, at most cfg.num_eval_batches.
+def build_eval_batches(cfg, tokenizer, *, seed: int, per_host_batch_size: int, process_index: int = 0,
+                       process_count: int = 1) -> list[dict[str, np.ndarray]]:
+    """This host's batches of held-out documents: fixed masks, identical on every call.
 
-    Every host gets the same number of full batches (so collective eval steps match),
-    from its share examples[process_index::process_count]. Batch layout as in
-    `train_dataset`.
+    Random-access sources: the first held-out documents in source order, examples dealt
+    to hosts in turn, min(num_eval_batches, what the split holds) batches on every host.
+    Streams: each host reads its own shard's held-out documents and needs
+    num_eval_batches of them when there are several hosts (so all run the same count).
     """
     _check_host(process_index, process_count, per_host_batch_size)
-    total = len(examples["input_ids"])
-    num_batches = min(cfg.num_eval_batches, total // process_count // per_host_batch_size)
+    special = tokenizer_lib.special_ids(tokenizer)
+    random_access = sources.is_random_access(cfg)
+    shard = (0, 1) if random_access else (process_index, process_count)
+    feed = document_feed(cfg, tokenizer, split="eval", shuffle_seed=None, shard_index=shard[0],
+                         shard_count=shard[1], stats=sources.SkipStats())
+    readers = process_count if random_access else 1
+    wanted = cfg.num_eval_batches * per_host_batch_size * readers
+    builder = builders.make_builder(cfg, special)
+    eval_seed = _host_seed(seed, 0 if random_access else process_index, 2)
+    examples: list[dict] = []
+    for position, document in feed.open(0, 0):
+        examples += builder.add_document(document, np.random.default_rng([eval_seed, position]), position)
+        if len(examples) >= wanted:
+            break
+    else:
+        examples += builder.finish()
+    if random_access:
+        num_batches = min(cfg.num_eval_batches, len(examples) // process_count // per_host_batch_size)
+        examples = examples[process_index::process_count]
+    else:
+        num_batches = min(cfg.num_eval_batches, len(examples) // per_host_batch_size)
+        if process_count > 1 and num_batches < cfg.num_eval_batches:
+            num_batches = 0
     if num_batches == 0:
         raise ValueError(
-            f"the eval split has {total} examples, too few for one batch of "
-            f"{per_host_batch_size} per host on {process_count} host(s); raise "
-            f"config.data.eval_fraction (now {cfg.eval_fraction})"
+            f"the eval split gave {len(examples)} examples on host {process_index}, too few for "
+            f"config.data.num_eval_batches={cfg.num_eval_batches} batches of {per_host_batch_size}; "
+            f"raise config.data.eval_fraction (now {cfg.eval_fraction}) or lower num_eval_batches"
         )
-    shard = ExampleTable(examples)
-    to_features = MlmFeatures(
-        special_ids, cfg.vocab_size, cfg.mask_rate, cfg.max_predictions_per_seq
-    )
-    mask_seed = _host_seed(seed, process_index, 2)
+    mask_batch = make_mask_batch(cfg, tokenizer)
     batches = []
     for b in range(num_batches):
-        rows = []
-        for k in range(b * per_host_batch_size, (b + 1) * per_host_batch_size):
-            # The mask of eval example k depends on k alone: the same on every call.
-            rng = np.random.default_rng([mask_seed, k])
-            rows.append(to_features.random_map(shard[process_index + k * process_count], rng))
-        batches.append({name: np.stack([r[name] for r in rows]) for name in rows[0]})
+        rows = examples[b * per_host_batch_size : (b + 1) * per_host_batch_size]
+        stacked = {key: np.stack([row[key] for row in rows]) for key in rows[0]}
+        batches.append(mask_batch.random_map(stacked, np.random.default_rng([eval_seed, process_index, b])))
+    logging.info("eval split: %d batches per host; example building: %s", num_batches, builder.stats.as_dict())
     return batches
-
-
-def build_eval_batches(
-    cfg: ml_collections.ConfigDict,
-    tokenizer: tokenizers.Tokenizer,
-    *,
-    seed: int,
-    per_host_batch_size: int,
-    process_index: int = 0,
-    process_count: int = 1,
-) -> list[dict[str, np.ndarray]]:
-    """This host's batches of held-out documents, identical on every call (see eval_batches)."""
-    examples, _ = build_examples(cfg, tokenizer, split="eval", seed=seed)
-    return eval_batches(
-        examples,
-        cfg,
-        tokenizer_lib.special_ids(tokenizer),
-        seed=seed,
-        per_host_batch_size=per_host_batch_size,
-        process_index=process_index,
-        process_count=process_count,
-    )
 
 
 def most_frequent_token_accuracy(batches: Iterable[dict[str, np.ndarray]]) -> float:
@@ -366,3 +256,8 @@ def most_frequent_token_accuracy(batches: Iterable[dict[str, np.ndarray]]) -> fl
     if not counts:
         raise ValueError("the batches hold no masked positions (all masked_weights are 0)")
     return counts.most_common(1)[0][1] / sum(counts.values())
+
+
+def prepare_tokenizer(cfg, tokenizer_dir: str):
+    """The run's tokenizer (tokenizer.prepare_tokenizer); kept for the loop's call."""
+    return tokenizer_lib.prepare_tokenizer(cfg, tokenizer_dir)

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.parallel.mesh import logical_shardings
+from data_pipelines import pipeline
 
 
 @flax.struct.dataclass
@@ -20,18 +21,14 @@ class TrainState:
 
 
 def example_batch(data_cfg, batch_size: int) -> dict:
-    """A zero batch with the pipeline's keys and shapes, for `init` and ahead-of-time lowering."""
-    seq, preds = data_cfg.max_seq_length, data_cfg.max_predictions_per_seq
-    i32 = jnp.int32
-    return {
-        "input_ids": jnp.zeros((batch_size, seq), i32),
-        "token_type_ids": jnp.zeros((batch_size, seq), i32),
-        "attention_mask": jnp.ones((batch_size, seq), i32),
-        "masked_positions": jnp.zeros((batch_size, preds), i32),
-        "masked_ids": jnp.zeros((batch_size, preds), i32),
-        "masked_weights": jnp.zeros((batch_size, preds), jnp.float32),
-        "next_sentence_label": jnp.zeros((batch_size,), i32),
-    }
+    """A batch of zeros with the pipeline's keys, shapes and dtypes (pipeline.batch_spec).
+
+    For `init` and ahead-of-time lowering; attention_mask is ones so no row is all padding.
+    """
+    spec = pipeline.batch_spec(data_cfg, batch_size)
+    batch = {name: jnp.zeros(shape, dtype) for name, (shape, dtype) in spec.items()}
+    batch["attention_mask"] = jnp.ones_like(batch["attention_mask"])
+    return batch
 
 
 def make_init_fn(model, tx: optax.GradientTransformation, data_cfg, seed: int):

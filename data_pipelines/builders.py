@@ -1,0 +1,250 @@
+"""Documents -> training examples, one document at a time, for each `config.data.example_builder`.
+
+A builder consumes tokenized documents (a document is a list of int32 arrays, one per
+segment) and returns the finished examples each one completes. It holds only a bounded
+buffer: NSP's random B comes from a ring of the `nsp_reservoir_docs` most recent
+documents, never from the whole corpus, so any corpus streams through.
+
+  nsp             BERT sentence pairs, B random (label 1) or the true continuation (0)
+  sop             ALBERT sentence pairs from one document, swapped (label 1) or in order (0)
+  full_sentences  RoBERTa FULL-SENTENCES: contiguous text packed to max_seq_length,
+                  across documents with an extra [SEP] between them (packing.py)
+  doc_sentences   RoBERTa DOC-SENTENCES: the same, never across a document (packing.py)
+  packed          several whole documents per row, segment_ids 1, 2, ... and positions
+                  restarting per document, so attention stays in each document (packing.py)
+
+Example (one row, numpy): input_ids, token_type_ids [L] int32 (padding = special_ids.pad),
+plus next_sentence_label / sentence_order_label [] int32, or segment_ids, position_ids [L]
+int32 for "packed". `EXAMPLE_KEYS` lists each builder's extra keys; pipeline.batch_spec
+turns them into the batch layout.
+
+Exact resume: a builder's `carry()` (what it holds between documents: a partial row, a
+few hundred ids at most) is JSON-able and goes into the data iterator's checkpoint;
+NSP's ring is instead rebuilt by replaying the `lookback` documents before the resume
+point through `remember`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from data_pipelines.tokenizer import SpecialIds
+
+BUILDERS = ("nsp", "sop", "full_sentences", "doc_sentences", "packed")
+# Labels follow Hugging Face: 0 = B follows A / in order, 1 = random B / swapped.
+IS_NEXT, RANDOM_NEXT = 0, 1
+IN_ORDER, SWAPPED = 0, 1
+EXAMPLE_KEYS = {
+    "nsp": ("next_sentence_label",),
+    "sop": ("sentence_order_label",),
+    "full_sentences": (),
+    "doc_sentences": (),
+    "packed": ("segment_ids", "position_ids"),
+}
+
+Document = Sequence[np.ndarray]
+Example = dict[str, np.ndarray]
+
+
+@dataclasses.dataclass
+class BuildStats:
+    """What example building used, skipped and cut; logged by the pipeline."""
+
+    documents: int = 0
+    examples: int = 0
+    empty_documents: int = 0  # No non-empty segment: nothing to build from.
+    single_segment_documents: int = 0  # Pair builders: no boundary between A and B.
+    unpaired_segments: int = 0  # A run of one last segment drew a true next it lacks.
+    random_next_without_reservoir: int = 0  # NSP: label forced to 0, no other document yet.
+    truncated_tokens: int = 0  # Pair builders cut these to fit max_seq_length.
+    split_segments: int = 0  # Packing builders: segments longer than a row, split (not cut).
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def _nonempty(document: Document) -> list[np.ndarray]:
+    return [np.asarray(s, np.int32) for s in document if len(s)]
+
+
+def _truncate_pair(a, b, max_tokens: int, rng: np.random.Generator):
+    """Cuts tokens from the longer side, front or back at random, until A + B fit.
+
+    Both ends are cut (not only the back) so the model does not learn that inputs
+    always end at a sentence boundary (google-research/bert truncate_seq_pair).
+    """
+    start_a, end_a, start_b, end_b = 0, len(a), 0, len(b)
+    removed = 0
+    while (end_a - start_a) + (end_b - start_b) > max_tokens:
+        front = rng.random() < 0.5
+        if end_a - start_a > end_b - start_b:
+            start_a, end_a = (start_a + 1, end_a) if front else (start_a, end_a - 1)
+        else:
+            start_b, end_b = (start_b + 1, end_b) if front else (start_b, end_b - 1)
+        removed += 1
+    return a[start_a:end_a], b[start_b:end_b], removed
+
+
+class PairBuilder:
+    """BERT NSP or ALBERT SOP sentence pairs: [CLS] A [SEP] B [SEP] [PAD]...
+
+    From each document, runs of consecutive segments are accumulated up to a target
+    length (max_seq_length - 3, or with probability short_seq_prob a shorter random one)
+    and split at a random segment boundary into A and B (Devlin et al. 2019 §3.1,
+    Appendix A.2; google-research/bert create_pretraining_data.py).
+
+    NSP: with probability nsp_random_prob B is instead read from a random document of
+    the ring of recent ones (label 1), and the segments B would have held start the next
+    run. The label is drawn first, so labels are Bernoulli(nsp_random_prob) exactly.
+    SOP: B always follows A in the document; with probability 0.5 they are swapped
+    (Lan et al. 2020 §4.1).
+
+    A one-segment run takes B from the segments after it; if it is the document's last
+    segment it has none and is dropped (counted). Documents of one segment are skipped
+    (counted): they hold no pair.
+    """
+
+    def __init__(self, kind: str, data_cfg, special_ids: SpecialIds):
+        if data_cfg.max_seq_length < 5:
+            raise ValueError(
+                f"config.data.max_seq_length={data_cfg.max_seq_length} leaves no room for A and B"
+            )
+        self.kind = kind
+        self.special_ids = special_ids
+        self.max_seq_length = data_cfg.max_seq_length
+        self.short_seq_prob = data_cfg.short_seq_prob
+        self.random_prob = data_cfg.nsp_random_prob if kind == "nsp" else 0.0
+        self.lookback = data_cfg.nsp_reservoir_docs if kind == "nsp" else 0
+        self._ring: collections.deque = collections.deque(maxlen=max(1, self.lookback))
+        self.stats = BuildStats()
+
+    def carry(self) -> dict:
+        return {}
+
+    def set_carry(self, carry: dict) -> None:
+        del carry
+
+    def reset(self) -> None:
+        """Forgets the ring (at each epoch start, so a resumed epoch replays the same ring)."""
+        self._ring.clear()
+
+    def remember(self, document: Document, position: int) -> None:
+        """Adds a document to the ring without building from it (replay on resume)."""
+        if self.lookback:
+            segments = _nonempty(document)
+            if segments:
+                self._ring.append((position, segments))
+
+    def ring_start(self, position: int) -> int:
+        """Where a replay must start to rebuild the ring as it is before `position`."""
+        return self._ring[0][0] if self._ring else position
+
+    def finish(self) -> list[Example]:
+        return []
+
+    def _target(self, rng: np.random.Generator) -> int:
+        max_tokens = self.max_seq_length - 3
+        if rng.random() < self.short_seq_prob:
+            return int(rng.integers(2, max_tokens + 1))
+        return max_tokens
+
+    def _random_b(self, target: int, rng: np.random.Generator) -> np.ndarray:
+        """Segments of a random ring document, from a random start, up to target tokens."""
+        _, segments = self._ring[int(rng.integers(len(self._ring)))]
+        taken, count = [], 0
+        for segment in segments[int(rng.integers(len(segments))) :]:
+            taken.append(segment)
+            count += len(segment)
+            if count >= target:
+                break
+        return np.concatenate(taken)
+
+    def add_document(self, document: Document, rng: np.random.Generator, position: int = 0) -> list[Example]:
+        """The examples of one document; `position` (its place in the feed) tags the ring."""
+        self.stats.documents += 1
+        segments = _nonempty(document)
+        if not segments:
+            self.stats.empty_documents += 1
+            return []
+        if len(segments) == 1:
+            self.stats.single_segment_documents += 1
+            self.remember(segments, position)
+            return []
+        examples = [self._example(a, b, label) for a, b, label in self._pairs(segments, rng)]
+        self.remember(segments, position)
+        self.stats.examples += len(examples)
+        return examples
+
+    def _pairs(self, segments: list[np.ndarray], rng: np.random.Generator):
+        max_tokens = self.max_seq_length - 3
+        target = self._target(rng)
+        chunk: list[np.ndarray] = []
+        chunk_len, i = 0, 0
+        while i < len(segments):
+            chunk.append(segments[i])
+            chunk_len += len(segments[i])
+            if i == len(segments) - 1 or chunk_len >= target:
+                random_next = rng.random() < self.random_prob
+                if random_next and not self._ring:
+                    random_next = False
+                    self.stats.random_next_without_reservoir += 1
+                a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
+                a = np.concatenate(chunk[:a_end])
+                b = None
+                if random_next:
+                    b = self._random_b(max(1, target - len(a)), rng)
+                    i -= len(chunk) - a_end  # Unused segments start the next run.
+                elif len(chunk) >= 2:
+                    b = np.concatenate(chunk[a_end:])
+                elif i + 1 < len(segments):
+                    following = []
+                    while i + 1 < len(segments) and sum(map(len, following)) < max(1, target - len(a)):
+                        i += 1
+                        following.append(segments[i])
+                    b = np.concatenate(following)
+                else:
+                    self.stats.unpaired_segments += 1
+                if b is not None:
+                    a, b, removed = _truncate_pair(a, b, max_tokens, rng)
+                    self.stats.truncated_tokens += removed
+                    if self.kind == "sop":
+                        label = SWAPPED if rng.random() < 0.5 else IN_ORDER
+                        if label == SWAPPED:
+                            a, b = b, a
+                    else:
+                        label = RANDOM_NEXT if random_next else IS_NEXT
+                    yield a, b, label
+                chunk, chunk_len = [], 0
+                target = self._target(rng)
+            i += 1
+
+    def _example(self, a: np.ndarray, b: np.ndarray, label: int) -> Example:
+        sp, length = self.special_ids, self.max_seq_length
+        input_ids = np.full(length, sp.pad, np.int32)
+        token_type_ids = np.zeros(length, np.int32)
+        end_a = len(a) + 2
+        end = end_a + len(b) + 1
+        input_ids[0] = sp.cls
+        input_ids[1 : end_a - 1] = a
+        input_ids[end_a - 1] = sp.sep
+        input_ids[end_a : end - 1] = b
+        input_ids[end - 1] = sp.sep
+        token_type_ids[end_a:end] = 1
+        label_key = EXAMPLE_KEYS[self.kind][0]
+        return {"input_ids": input_ids, "token_type_ids": token_type_ids, label_key: np.int32(label)}
+
+
+def make_builder(data_cfg, special_ids: SpecialIds):
+    """The builder `config.data.example_builder` names; ValueError naming the key otherwise."""
+    from data_pipelines import packing  # noqa: PLC0415 (packing imports this module)
+
+    kind = data_cfg.example_builder
+    if kind in ("nsp", "sop"):
+        return PairBuilder(kind, data_cfg, special_ids)
+    if kind in ("full_sentences", "doc_sentences", "packed"):
+        return packing.PackingBuilder(kind, data_cfg, special_ids)
+    raise ValueError(f"config.data.example_builder={kind!r} is not one of {BUILDERS}")
