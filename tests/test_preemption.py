@@ -2,16 +2,18 @@
 import glob
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
-from test_pretrain import REPO, micro_config, micro_overrides, train_losses
+import pytest
+from test_pretrain import REPO, micro_config, micro_overrides, read_metrics, train_losses
 
 from bert_jax.train.loop import train_and_evaluate
-
 
 
 def test_sigterm_saves_a_restorable_checkpoint_and_exits_0(tmp_path):
@@ -68,3 +70,39 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, ca
     for step in range(5, 9):  # resumed from step 4: the same losses as the first time
         assert abs(again[step] - straight[step]) <= 1e-6, (step, again[step], straight[step])
     shutil.rmtree(os.path.join(workdir, "checkpoints", "8.corrupt"))
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_points_then_resume_gives_bit_identical_losses(tmp_path):
+    """5 trials: SIGKILL the run at a random moment (stepping, evaluating or saving), resume with the same command."""
+    flags = [*micro_overrides(), "--config.train.num_steps=60", "--config.train.eval_every_steps=20",
+             "--config.checkpoint.every_steps=5"]
+
+    def command(workdir):
+        return [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}", *flags]
+
+    reference = str(tmp_path / "reference")
+    subprocess.run(command(reference), cwd=REPO, check=True, capture_output=True, timeout=600)
+    expected = train_losses(reference)
+    assert [step for step, _ in expected] == list(range(1, 61))
+    run_seconds = sum(r["perf/step_time_s"] for r in read_metrics(reference) if "perf/step_time_s" in r)
+
+    workdir = str(tmp_path / "killed")
+    shutil.copytree(os.path.join(reference, "tokenizer"), os.path.join(workdir, "tokenizer"))
+    rng = random.Random(0)
+    kills = 0
+    for _ in range(5):
+        proc = subprocess.Popen(command(workdir), cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        for line in proc.stderr:  # absl logs to stderr; training begins after this line
+            if "starting at step" in line:
+                break
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe from filling
+        time.sleep(rng.uniform(0.0, 0.6 * run_seconds))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait(timeout=600)
+    assert kills >= 3, "the runs finished before most kills: raise num_steps"
+    subprocess.run(command(workdir), cwd=REPO, check=True, capture_output=True, timeout=600)
+    assert train_losses(workdir) == expected  # bit for bit
