@@ -135,8 +135,10 @@ def training_sample(
 ) -> Iterator[str]:
     """The train split's segments, in source order, until sample_bytes of UTF-8 text.
 
-    Held-out documents (corpus.is_eval_document on the document's index) are left out,
-    so the tokenizer never sees eval text.
+    Held-out documents (corpus.is_eval_document on the document's index in the whole
+    source) are left out: on one host exactly the pipeline's eval documents. (A
+    multi-host stream holds out by position within each host's share, so there the
+    sample may include a few of them.)
     """
     if sample_bytes <= 0:
         raise ValueError(f"config.data.tokenizer.sample_bytes={sample_bytes} must be positive")

@@ -148,6 +148,19 @@ def test_shards_are_disjoint_and_together_cover_the_source(tmp_path, num_files):
     assert all(shares)
 
 
+def test_one_parquet_file_is_shared_out_by_row_groups(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": [f"Doc {i}." for i in range(40)]}), tmp_path / "d.parquet", row_group_size=10)
+    cfg = data_cfg(source="parquet", path=str(tmp_path / "d.parquet"))
+    shares = [documents(cfg, shard_index=i, shard_count=3)[0] for i in range(3)]
+    # Row groups 0 and 3 to shard 0, 1 to shard 1, 2 to shard 2: whole groups, not every 3rd row.
+    assert [len(s) for s in shares] == [20, 10, 10]
+    assert sorted(d[0] for s in shares for d in s) == sorted(f"Doc {i}." for i in range(40))
+    assert shares[1][0] == ["Doc 10."]
+
+
 def test_fewer_files_than_shards_count_each_bad_record_once(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"Good.\n\xff bad\n\nMore.\n")
     cfg = data_cfg(source="text", path=str(tmp_path / "a.txt"))
