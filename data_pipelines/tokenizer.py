@@ -193,9 +193,11 @@ def _load_file(path: str, lowercase: bool | None, config: dict) -> Tokenizer:
 
 
 def has_tokenizer(directory: str) -> bool:
-    return os.path.isdir(directory) and any(
-        os.path.exists(os.path.join(directory, f)) for f in (TOKENIZER_FILE, VOCAB_FILE, SENTENCEPIECE_FILE)
-    ) or bool(glob.glob(os.path.join(directory, "*.model")))
+    """Whether directory holds files load_tokenizer reads (tokenizer.json, vocab.txt, *.model)."""
+    if not os.path.isdir(directory):
+        return False
+    named = any(os.path.exists(os.path.join(directory, f)) for f in (TOKENIZER_FILE, VOCAB_FILE))
+    return named or bool(glob.glob(os.path.join(directory, "*.model")))
 
 
 def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -> Tokenizer:
