@@ -46,44 +46,54 @@ class TensorSpec:
     part: str
 
 
+def add_tensor(specs: list, hf_name: str, path: str, layout: str, hf_shape, part: str = ENCODER) -> None:
+    specs.append(TensorSpec(hf_name, tuple(path.split("/")), layout, tuple(hf_shape), part))
+
+
+def add_norm(specs: list, hf_prefix: str, path: str, size: int, part: str = ENCODER) -> None:
+    add_tensor(specs, f"{hf_prefix}.weight", f"{path}/norm/scale", COPY, (size,), part)
+    add_tensor(specs, f"{hf_prefix}.bias", f"{path}/norm/bias", COPY, (size,), part)
+
+
+def add_dense(specs: list, hf_prefix: str, path: str, layout: str, hf_shape, part: str = ENCODER) -> None:
+    add_tensor(specs, f"{hf_prefix}.weight", f"{path}/kernel", layout, hf_shape, part)
+    bias_layout = HEADS_BIAS if layout == HEADS_IN else COPY
+    add_tensor(specs, f"{hf_prefix}.bias", f"{path}/bias", bias_layout, hf_shape[:1], part)
+
+
+def encoder_specs(model_cfg, prefix: str) -> list[TensorSpec]:
+    """The embeddings and layers of a BertEncoder (`encoder/...`) under HF's `{prefix}.` (bert, roberta)."""
+    h, i_size = model_cfg.hidden_size, model_cfg.intermediate_size
+    specs = []
+    emb = "encoder/embeddings"
+    add_tensor(specs, f"{prefix}.embeddings.word_embeddings.weight", f"{emb}/word/embedding", COPY,
+               (model_cfg.vocab_size, h))
+    add_tensor(specs, f"{prefix}.embeddings.position_embeddings.weight", f"{emb}/position/embedding", COPY,
+               (model_cfg.max_position_embeddings, h))
+    add_tensor(specs, f"{prefix}.embeddings.token_type_embeddings.weight", f"{emb}/token_type/embedding", COPY,
+               (model_cfg.type_vocab_size, h))
+    add_norm(specs, f"{prefix}.embeddings.LayerNorm", f"{emb}/norm", h)
+    for layer in range(model_cfg.num_layers):
+        hf, ours = f"{prefix}.encoder.layer.{layer}", f"encoder/stack/{SCANNED}_{layer}"
+        for name in ("query", "key", "value"):
+            add_dense(specs, f"{hf}.attention.self.{name}", f"{ours}/attention/{name}", HEADS_IN, (h, h))
+        add_dense(specs, f"{hf}.attention.output.dense", f"{ours}/attention/output", HEADS_OUT, (h, h))
+        add_norm(specs, f"{hf}.attention.output.LayerNorm", f"{ours}/attention_norm", h)
+        add_dense(specs, f"{hf}.intermediate.dense", f"{ours}/intermediate", LINEAR, (i_size, h))
+        add_dense(specs, f"{hf}.output.dense", f"{ours}/mlp_output", LINEAR, (h, i_size))
+        add_norm(specs, f"{hf}.output.LayerNorm", f"{ours}/mlp_norm", h)
+    return specs
+
+
 def tensor_specs(model_cfg) -> list[TensorSpec]:
     """Every tensor of a BertForPreTraining with `config.model`'s sizes, in Hugging Face order."""
-    h, v, i_size = model_cfg.hidden_size, model_cfg.vocab_size, model_cfg.intermediate_size
-    specs = []
-
-    def add(hf_name, path, layout, hf_shape, part=ENCODER):
-        specs.append(TensorSpec(hf_name, tuple(path.split("/")), layout, tuple(hf_shape), part))
-
-    def norm(hf_prefix, path, part=ENCODER):
-        add(f"{hf_prefix}.weight", f"{path}/norm/scale", COPY, (h,), part)
-        add(f"{hf_prefix}.bias", f"{path}/norm/bias", COPY, (h,), part)
-
-    def dense(hf_prefix, path, layout, hf_shape, part=ENCODER):
-        add(f"{hf_prefix}.weight", f"{path}/kernel", layout, hf_shape, part)
-        bias_layout = HEADS_BIAS if layout == HEADS_IN else COPY
-        add(f"{hf_prefix}.bias", f"{path}/bias", bias_layout, hf_shape[:1], part)
-
-    emb = "encoder/embeddings"
-    add("bert.embeddings.word_embeddings.weight", f"{emb}/word/embedding", COPY, (v, h))
-    add("bert.embeddings.position_embeddings.weight", f"{emb}/position/embedding", COPY,
-        (model_cfg.max_position_embeddings, h))
-    add("bert.embeddings.token_type_embeddings.weight", f"{emb}/token_type/embedding", COPY,
-        (model_cfg.type_vocab_size, h))
-    norm("bert.embeddings.LayerNorm", f"{emb}/norm")
-    for layer in range(model_cfg.num_layers):
-        hf, ours = f"bert.encoder.layer.{layer}", f"encoder/stack/{SCANNED}_{layer}"
-        for name in ("query", "key", "value"):
-            dense(f"{hf}.attention.self.{name}", f"{ours}/attention/{name}", HEADS_IN, (h, h))
-        dense(f"{hf}.attention.output.dense", f"{ours}/attention/output", HEADS_OUT, (h, h))
-        norm(f"{hf}.attention.output.LayerNorm", f"{ours}/attention_norm")
-        dense(f"{hf}.intermediate.dense", f"{ours}/intermediate", LINEAR, (i_size, h))
-        dense(f"{hf}.output.dense", f"{ours}/mlp_output", LINEAR, (h, i_size))
-        norm(f"{hf}.output.LayerNorm", f"{ours}/mlp_norm")
-    dense("bert.pooler.dense", "pooler", LINEAR, (h, h), HEAD)
-    dense("cls.predictions.transform.dense", "mlm_transform", LINEAR, (h, h), HEAD)
-    norm("cls.predictions.transform.LayerNorm", "mlm_norm", HEAD)
-    add("cls.predictions.bias", "mlm_output_bias", COPY, (v,), HEAD)
-    dense("cls.seq_relationship", "nsp", LINEAR, (2, h), HEAD)
+    h, v = model_cfg.hidden_size, model_cfg.vocab_size
+    specs = encoder_specs(model_cfg, "bert")
+    add_dense(specs, "bert.pooler.dense", "pooler", LINEAR, (h, h), HEAD)
+    add_dense(specs, "cls.predictions.transform.dense", "mlm_transform", LINEAR, (h, h), HEAD)
+    add_norm(specs, "cls.predictions.transform.LayerNorm", "mlm_norm", h, HEAD)
+    add_tensor(specs, "cls.predictions.bias", "mlm_output_bias", COPY, (v,), HEAD)
+    add_dense(specs, "cls.seq_relationship", "nsp", LINEAR, (2, h), HEAD)
     return specs
 
 
@@ -127,24 +137,25 @@ def _set(tree: dict, path: tuple[str, ...], value) -> None:
     tree[path[-1]] = value
 
 
-def _is_scanned(params: dict) -> bool:
-    return SCANNED in params["encoder"]["stack"]
-
-
-def params_to_hf(params: dict, model_cfg) -> dict[str, np.ndarray]:
-    """Our BertForPreTraining params (scanned or unrolled) -> HF state dict (float32, contiguous)."""
-    params = nn.meta.unbox(params)  # LogicallyPartitioned leaves straight from model.init
-    params = unstack_layers(params) if _is_scanned(params) else params
+def specs_to_hf(params: dict, specs: list[TensorSpec], tied: dict[str, str]) -> dict[str, np.ndarray]:
+    """Params (scanned or unrolled) -> HF state dict (float32, contiguous) by `specs`; `tied` HF names are
+    written as copies of the names they equal."""
+    params = unstack_layers(nn.meta.unbox(params))  # unbox: LogicallyPartitioned leaves straight from init
     state = {}
-    for spec in tensor_specs(model_cfg):
+    for spec in specs:
         array = _to_hf(np.asarray(_get(params, spec.path), np.float32), spec.layout)
         if array.shape != spec.hf_shape:
             raise ValueError(f"params/{'/'.join(spec.path)} gives {spec.hf_name} shape {array.shape}, "
                              f"expected {spec.hf_shape} from config.model")
         state[spec.hf_name] = np.ascontiguousarray(array)
-    for name, source in TIED_ON_EXPORT.items():
+    for name, source in tied.items():
         state[name] = state[source].copy()
     return state
+
+
+def params_to_hf(params: dict, model_cfg) -> dict[str, np.ndarray]:
+    """Our BertForPreTraining params (scanned or unrolled) -> HF state dict (float32, contiguous)."""
+    return specs_to_hf(params, tensor_specs(model_cfg), TIED_ON_EXPORT)
 
 
 def _normalise_hf_names(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -170,22 +181,18 @@ class ImportReport:
     unused: list[str]
 
 
-def hf_to_params(state: dict[str, np.ndarray], model_cfg, fallback_params: dict | None = None
-                 ) -> tuple[dict, ImportReport]:
-    """HF state dict -> our params, scanned if `model_cfg.scan_layers`.
+def specs_to_params(state: dict[str, np.ndarray], specs: list[TensorSpec], known: set[str], model_cfg,
+                    fallback_params: dict | None = None) -> tuple[dict, ImportReport]:
+    """HF state dict -> our params by `specs`, scanned if `model_cfg.scan_layers`; `known`: HF names that are
+    not in `specs` but are expected (tied copies, buffers), so not reported unused.
 
-    Head tensors (pooler, MLM, NSP) the checkpoint lacks come from `fallback_params`
-    (e.g. a fresh initialisation) when given; a missing encoder tensor, or any
-    missing tensor without a fallback, or a tensor of the wrong shape, is a ValueError
-    naming it.
+    Head tensors the checkpoint lacks come from `fallback_params` (e.g. a fresh
+    initialisation) when given; a missing encoder tensor, or any missing tensor without a
+    fallback, or a tensor of the wrong shape, is a ValueError naming it.
     """
-    state = _normalise_hf_names(state)
-    fallback = None
-    if fallback_params is not None:
-        fallback_params = nn.meta.unbox(fallback_params)
-        fallback = unstack_layers(fallback_params) if _is_scanned(fallback_params) else fallback_params
+    fallback = None if fallback_params is None else unstack_layers(nn.meta.unbox(fallback_params))
     params, kept, missing = {}, [], []
-    for spec in tensor_specs(model_cfg):
+    for spec in specs:
         if spec.hf_name not in state:
             if spec.part == HEAD and fallback is not None:
                 _set(params, spec.path, np.asarray(_get(fallback, spec.path)))
@@ -201,15 +208,21 @@ def hf_to_params(state: dict[str, np.ndarray], model_cfg, fallback_params: dict 
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ValueError(f"the Hugging Face checkpoint lacks {len(missing)} tensor(s) the model needs: {shown}")
-    known = {s.hf_name for s in tensor_specs(model_cfg)} | set(TIED_ON_EXPORT) | set(IGNORED_ON_IMPORT)
-    unused = sorted(set(state) - known)
+    unused = sorted(set(state) - {s.hf_name for s in specs} - known)
     if model_cfg.scan_layers:
         params = stack_layers(params)
     return params, ImportReport(kept_from_fallback=kept, unused=unused)
 
 
+def hf_to_params(state: dict[str, np.ndarray], model_cfg, fallback_params: dict | None = None
+                 ) -> tuple[dict, ImportReport]:
+    """HF BERT state dict -> our params, scanned if `model_cfg.scan_layers`; see `specs_to_params`."""
+    return specs_to_params(_normalise_hf_names(state), tensor_specs(model_cfg),
+                           set(TIED_ON_EXPORT) | set(IGNORED_ON_IMPORT), model_cfg, fallback_params)
+
+
 # config.model key -> Hugging Face BertConfig key; these must agree on import.
-_CONFIG_KEYS = {
+CONFIG_KEYS = {
     "vocab_size": "vocab_size",
     "hidden_size": "hidden_size",
     "num_layers": "num_hidden_layers",
@@ -223,7 +236,7 @@ _CONFIG_KEYS = {
 
 def hf_config(model_cfg, pad_token_id: int = 0) -> dict[str, Any]:
     """A Hugging Face config.json for `config.model` (exact erf GELU, absolute positions, post-LN)."""
-    out = {hf: model_cfg[ours] for ours, hf in _CONFIG_KEYS.items()}
+    out = {hf: model_cfg[ours] for ours, hf in CONFIG_KEYS.items()}
     out.update(
         model_type="bert",
         architectures=["BertForPreTraining"],
@@ -247,22 +260,27 @@ def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
     for key, want in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
         if hf_cfg.get(key, want) != want:
             raise ValueError(f"config.json {key}={hf_cfg[key]!r}: the BERT family here implements only {want!r}")
-    missing = [hf for hf in _CONFIG_KEYS.values() if hf not in hf_cfg and hf != "layer_norm_eps"]
+    missing = [hf for hf in CONFIG_KEYS.values() if hf not in hf_cfg and hf != "layer_norm_eps"]
     if missing:
         raise ValueError(f"config.json lacks {missing}")
-    return {ours: hf_cfg.get(hf, 1e-12) for ours, hf in _CONFIG_KEYS.items()}
+    return {ours: hf_cfg.get(hf, 1e-12) for ours, hf in CONFIG_KEYS.items()}
 
 
 def check_config_matches(hf_cfg: dict, model_cfg) -> None:
     """ValueError naming the first config.model key that disagrees with the HF config.json."""
-    for ours, value in model_config_from_hf(hf_cfg).items():
+    check_values_match(model_config_from_hf(hf_cfg), model_cfg, CONFIG_KEYS)
+
+
+def check_values_match(values: dict, model_cfg, hf_names: dict[str, str]) -> None:
+    """`values`: config.model key -> the value HF's config.json gives (named there `hf_names[key]`)."""
+    for ours, value in values.items():
         if ours == "layer_norm_eps":
             close = np.isclose(value, model_cfg[ours], rtol=1e-6, atol=0)
         else:
-            close = value == model_cfg[ours]
+            close = value == model_cfg.get(ours)
         if not close:
-            raise ValueError(f"config.model.{ours}={model_cfg[ours]!r} but the Hugging Face config.json says "
-                             f"{_CONFIG_KEYS[ours]}={value!r}; set --config.model.{ours}={value!r}")
+            raise ValueError(f"config.model.{ours}={model_cfg.get(ours)!r} but the Hugging Face config.json says "
+                             f"{hf_names[ours]}={value!r}; set --config.model.{ours}={value!r}")
 
 
 def hf_export(params: dict, model_cfg) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -102,6 +102,17 @@ def gather_positions(hidden: jax.Array, positions: jax.Array) -> jax.Array:
     return jnp.take_along_axis(hidden, positions[..., None], axis=1)
 
 
+def tied_mlm_logits(h: jax.Array, transform: nn.Module, activation, norm: nn.Module, word: Embed,
+                    bias: jax.Array, dtype) -> jax.Array:
+    """The MLM head BERT, RoBERTa and ALBERT share: norm(activation(transform(h))), then the tied decoder + bias.
+
+    h: [batch, predictions, hidden] (already gathered) -> float32 logits [batch, predictions, vocab].
+    """
+    h = norm(activation(transform(h)))
+    logits = word.attend(h) + bias.astype(dtype)
+    return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", None, "vocab"))
+
+
 class BertForPreTraining(nn.Module):
     """Encoder + MLM head (only at the masked positions) + NSP head on the pooled [CLS].
 
@@ -137,9 +148,8 @@ class BertForPreTraining(nn.Module):
             batch.get("position_ids"), batch.get("segment_ids"), deterministic,
         )
         h = gather_positions(hidden, batch["masked_positions"])
-        h = self.mlm_norm(gelu(self.mlm_transform(h)))
-        logits = self.encoder.embeddings.word.attend(h) + self.mlm_bias.astype(self.config.dtype)
-        logits = nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", None, "vocab"))
+        logits = tied_mlm_logits(h, self.mlm_transform, gelu, self.mlm_norm, self.encoder.embeddings.word,
+                                 self.mlm_bias, self.config.dtype)
         pooled = jnp.tanh(self.pooler(hidden[:, 0]))
         return {"mlm_logits": logits, "nsp_logits": self.nsp(pooled).astype(jnp.float32)}
 

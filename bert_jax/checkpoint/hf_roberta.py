@@ -1,0 +1,86 @@
+"""RoBERTa parameters <-> Hugging Face `RobertaForMaskedLM` state dicts and config.json.
+
+The encoder's tensors are BERT's under `roberta.`; the head is `lm_head` (dense,
+layer_norm, bias, decoder tied to the word embeddings). Pure functions on numpy arrays.
+"""
+from typing import Any
+
+from bert_jax.checkpoint import hf_bert
+from bert_jax.checkpoint.hf_bert import COPY, HEAD, LINEAR, ImportReport, TensorSpec
+
+PREFIX = "roberta"
+TIED_ON_EXPORT = {
+    "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
+    "lm_head.decoder.bias": "lm_head.bias",
+}
+IGNORED_ON_IMPORT = ("roberta.embeddings.position_ids", "roberta.embeddings.token_type_ids")
+
+CONFIG_KEYS = {**hf_bert.CONFIG_KEYS, "pad_token_id": "pad_token_id"}
+
+
+def tensor_specs(model_cfg) -> list[TensorSpec]:
+    """Every tensor of a RobertaForMaskedLM with `config.model`'s sizes."""
+    h = model_cfg.hidden_size
+    specs = hf_bert.encoder_specs(model_cfg, PREFIX)
+    hf_bert.add_dense(specs, "lm_head.dense", "mlm_transform", LINEAR, (h, h), HEAD)
+    hf_bert.add_norm(specs, "lm_head.layer_norm", "mlm_norm", h, HEAD)
+    hf_bert.add_tensor(specs, "lm_head.bias", "mlm_output_bias", COPY, (model_cfg.vocab_size,), HEAD)
+    return specs
+
+
+def params_to_hf(params: dict, model_cfg):
+    return hf_bert.specs_to_hf(params, tensor_specs(model_cfg), TIED_ON_EXPORT)
+
+
+def hf_to_params(state, model_cfg, fallback_params: dict | None = None) -> tuple[dict, ImportReport]:
+    """HF RobertaForMaskedLM (or RobertaModel: no `roberta.` prefix, no head) state dict -> our params."""
+    if not any(name.startswith(f"{PREFIX}.") for name in state):
+        state = {name if name.startswith("lm_head.") else f"{PREFIX}.{name}": array for name, array in state.items()}
+    return hf_bert.specs_to_params(state, tensor_specs(model_cfg), set(TIED_ON_EXPORT) | set(IGNORED_ON_IMPORT),
+                                   model_cfg, fallback_params)
+
+
+def hf_config(model_cfg) -> dict[str, Any]:
+    """A Hugging Face RoBERTa config.json for `config.model` (exact GELU, absolute positions offset by the pad id)."""
+    out = {hf: model_cfg[ours] for ours, hf in CONFIG_KEYS.items()}
+    out.update(
+        model_type="roberta",
+        architectures=["RobertaForMaskedLM"],
+        hidden_act="gelu",
+        hidden_dropout_prob=float(model_cfg.dropout_rate),
+        attention_probs_dropout_prob=float(model_cfg.attention_dropout_rate),
+        initializer_range=float(model_cfg.initializer_range),
+        position_embedding_type="absolute",
+        # Byte-level BPE's specials: <s>=0 <pad>=1 </s>=2 (data_pipelines.tokenizer); only pad matters here.
+        bos_token_id=0,
+        eos_token_id=2,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+    )
+    return out
+
+
+def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
+    """config.model values read from a Hugging Face RoBERTa config.json; ValueError naming what we cannot run."""
+    if hf_cfg.get("model_type") != "roberta":
+        raise ValueError(f"config.json model_type={hf_cfg.get('model_type')!r}: only 'roberta' can be imported "
+                         f"into config.model.family='roberta'")
+    for key, want in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
+        if hf_cfg.get(key, want) != want:
+            raise ValueError(f"config.json {key}={hf_cfg[key]!r}: the RoBERTa family here implements only {want!r}")
+    defaults = {"layer_norm_eps": 1e-5, "pad_token_id": 1}
+    missing = [hf for ours, hf in CONFIG_KEYS.items() if hf not in hf_cfg and ours not in defaults]
+    if missing:
+        raise ValueError(f"config.json lacks {missing}")
+    return {ours: hf_cfg.get(hf, defaults.get(ours)) for ours, hf in CONFIG_KEYS.items()}
+
+
+def hf_export(params: dict, model_cfg):
+    """The family hook: (HF state dict, HF config.json) for our params."""
+    return params_to_hf(params, model_cfg), hf_config(model_cfg)
+
+
+def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[dict, ImportReport]:
+    """The family hook: our params from an HF state dict, after checking its config fits `model_cfg`."""
+    hf_bert.check_values_match(model_config_from_hf(hf_cfg), model_cfg, CONFIG_KEYS)
+    return hf_to_params(state, model_cfg, fallback_params)

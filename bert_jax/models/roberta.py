@@ -1,0 +1,98 @@
+"""RoBERTa (Liu et al. 2019): BERT's encoder trained by MLM alone, one token type, fairseq positions.
+
+What differs from BERT, and why it matters for Hugging Face parity:
+- positions start at `pad_token_id + 1` (fairseq's `make_positions`): a real token at
+  index i of its sequence looks up row `pad_token_id + 1 + i`, padding looks up row
+  `pad_token_id`; hence 514 position rows for 512 tokens. Hugging Face derives them
+  from `input_ids != pad_token_id`; we derive them from `attention_mask`, which is the
+  same wherever padding is padding. Packed batches bring their own `position_ids`
+  (restarting at 0 per document); they are shifted by the same offset.
+- one token type (`type_vocab_size=1`): every token uses row 0, whatever the batch says.
+- no NSP and no pooler: the model is RobertaForMaskedLM's (encoder + `lm_head`).
+"""
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.models.bert import BertConfig, BertEncoder, gather_positions, tied_mlm_logits
+from bert_jax.models.layers import Dense, LayerNorm, gelu
+from bert_jax.models.registry import Family, register_family
+from bert_jax.objectives.pretraining import MLM_PRETRAINING
+
+
+@dataclasses.dataclass(frozen=True)
+class RobertaConfig(BertConfig):
+    vocab_size: int = 50265
+    max_position_embeddings: int = 514
+    type_vocab_size: int = 1
+    layer_norm_eps: float = 1e-5
+    # The tokenizer's <pad> id; positions are offset by it + 1 (byte-level BPE puts <pad> at 1).
+    pad_token_id: int = 1
+
+
+def roberta_position_ids(attention_mask: jax.Array, position_ids: jax.Array | None, pad_token_id: int) -> jax.Array:
+    """[batch, length] rows of the position table: pad_token_id + 1 + position for real tokens, pad_token_id
+    for padding. `position_ids` (packed batches) replaces the running count of real tokens."""
+    real = attention_mask.astype(jnp.int32)
+    if position_ids is None:
+        position_ids = jnp.cumsum(real, axis=1) - 1
+    return jnp.where(real > 0, position_ids + pad_token_id + 1, pad_token_id).astype(jnp.int32)
+
+
+class RobertaForMaskedLM(nn.Module):
+    """Encoder + the MLM head at the masked positions (dense, GELU, LayerNorm, tied decoder, bias).
+
+    The head's parameter names are BERT's (`mlm_transform`, `mlm_norm`, `mlm_output_bias`),
+    so tools written for one family's tree read the other's.
+    """
+
+    config: RobertaConfig
+
+    def setup(self):
+        cfg = self.config
+        self.encoder = BertEncoder(cfg)
+        self.mlm_transform = Dense(
+            (cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            kernel_init=nn.initializers.normal(cfg.initializer_range),
+        )
+        self.mlm_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype)
+        self.mlm_bias = self.param(
+            "mlm_output_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+            (cfg.vocab_size,), cfg.param_dtype,
+        )
+
+    def __call__(self, batch: dict, deterministic: bool = True) -> dict:
+        """batch: input_ids, attention_mask, masked_positions [batch, ...]; optional position_ids, segment_ids.
+
+        Returns mlm_logits [batch, predictions, vocab] (float32). `token_type_ids` is ignored.
+        """
+        cfg = self.config
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        positions = roberta_position_ids(attention_mask, batch.get("position_ids"), cfg.pad_token_id)
+        hidden = self.encoder(input_ids, attention_mask, jnp.zeros_like(input_ids), positions,
+                              batch.get("segment_ids"), deterministic)
+        h = gather_positions(hidden, batch["masked_positions"])
+        logits = tied_mlm_logits(h, self.mlm_transform, gelu, self.mlm_norm, self.encoder.embeddings.word,
+                                 self.mlm_bias, cfg.dtype)
+        return {"mlm_logits": logits}
+
+
+def _build_roberta(model_cfg) -> nn.Module:
+    return RobertaForMaskedLM(RobertaConfig.from_config(model_cfg))
+
+
+def _hf_export(params, model_cfg):
+    # Imported here: the converter imports bert_jax.models, which imports this file.
+    from bert_jax.checkpoint import hf_roberta
+    return hf_roberta.hf_export(params, model_cfg)
+
+
+def _hf_import(state, hf_cfg, model_cfg, fallback_params):
+    from bert_jax.checkpoint import hf_roberta
+    return hf_roberta.hf_import(state, hf_cfg, model_cfg, fallback_params)
+
+
+register_family(Family(name="roberta", build_model=_build_roberta, objective=MLM_PRETRAINING,
+                       hf_export=_hf_export, hf_import=_hf_import))

@@ -1,0 +1,23 @@
+"""ALBERT-large (Lan et al. 2020): 24 layers sharing one set of parameters, hidden 1024, 16 heads, MLP 4096,
+128-dim embeddings; 17.8M params (as AlbertForPreTraining).
+
+    python -m bert_jax.pretrain --config=configs/albert_large.py --workdir=gs://BUCKET/albert_large \
+        --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
+
+The paper's recipe (§4.1) is ALBERT-base's: batch 4096 x 512, LAMB lr 0.00176, 125K steps,
+SOP + n-gram masking; see configs/albert_base.py. `:tiny` is ALBERT-base's tiny variant.
+"""
+from configs import albert_base
+
+
+def get_config(arg: str | None = None):
+    c = albert_base.get_config()
+    c.model.hidden_size = 1024
+    c.model.num_layers = 24
+    c.model.num_heads = 16
+    c.model.intermediate_size = 4096
+    if arg == "tiny":
+        albert_base.shrink_to_tiny(c)
+    elif arg:
+        raise ValueError(f"--config=configs/albert_large.py:{arg}: the only variant is 'tiny'")
+    return c

@@ -1,0 +1,125 @@
+"""Hugging Face interop for RoBERTa: MLM logits parity with transformers (padding, packed positions, scan on
+and off), exact HF -> ours -> HF round trips, and import errors naming the culprit.
+
+Skipped cleanly without torch / transformers (pip install -e ".[test]" brings both).
+"""
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_batch, small_model_config
+from hf_parity import TOLERANCE, gathered, random_params
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from bert_jax.checkpoint import hf_folder, hf_roberta  # noqa: E402
+from bert_jax.models import get_family  # noqa: E402
+from bert_jax.models.roberta import roberta_position_ids  # noqa: E402
+
+PAD = 1
+
+
+def roberta_config(**overrides):
+    return small_model_config(family="roberta", type_vocab_size=1, max_position_embeddings=16 + PAD + 1,
+                              layer_norm_eps=1e-5, pad_token_id=PAD, **overrides)
+
+
+def roberta_batch(seed: int) -> dict:
+    """random_batch with RoBERTa's <pad> id where attention_mask is 0 (HF finds padding by id)."""
+    batch = random_batch(seed)
+    batch["input_ids"] = jnp.where(batch["attention_mask"] > 0, batch["input_ids"], PAD)
+    return batch
+
+
+def perturbed_params(model_cfg, seed: int = 0):
+    model = get_family("roberta").build_model(model_cfg)
+    return model, random_params(model, roberta_batch(0), seed)
+
+
+def exported_model(tmp_path, params, model_cfg):
+    state, hf_cfg = get_family("roberta").hf_export(params, model_cfg)
+    hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
+    return transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path)).eval()
+
+
+def test_position_ids_follow_hf_create_position_ids_from_input_ids():
+    batch = roberta_batch(0)
+    ours = roberta_position_ids(batch["attention_mask"], None, PAD)
+    ids = torch.tensor(np.asarray(batch["input_ids"]))
+    mask = ids.ne(PAD).int()
+    theirs = torch.cumsum(mask, dim=1) * mask + PAD  # transformers' create_position_ids_from_input_ids
+    np.testing.assert_array_equal(np.asarray(ours), theirs.numpy())
+
+
+@pytest.mark.parametrize("scan_layers", [True, False])
+def test_roberta_in_transformers_matches_our_mlm_logits_with_padding(tmp_path, scan_layers):
+    model_cfg = roberta_config(scan_layers=scan_layers)
+    model, params = perturbed_params(model_cfg)
+    batch = roberta_batch(1)
+    ours = np.asarray(model.apply({"params": params}, batch)["mlm_logits"])
+    hf_model = exported_model(tmp_path, params, model_cfg)
+    assert type(hf_model).__name__ == "RobertaForMaskedLM"
+    with torch.no_grad():
+        logits = hf_model(input_ids=torch.tensor(np.asarray(batch["input_ids"])),
+                          attention_mask=torch.tensor(np.asarray(batch["attention_mask"]))).logits.numpy()
+    theirs = gathered(logits, batch["masked_positions"])
+    diff = np.max(np.abs(theirs - ours))
+    print(f"RoBERTa scan_layers={scan_layers}: max |MLM logits diff| {diff:.2e}")
+    assert diff <= TOLERANCE
+
+
+def test_packed_position_ids_are_offset_like_hf_positions(tmp_path):
+    """A packed row's positions restart per document; ours shifts them by pad + 1 as HF's table expects."""
+    model_cfg = roberta_config()
+    model, params = perturbed_params(model_cfg)
+    batch = roberta_batch(2)
+    batch["attention_mask"] = jnp.ones_like(batch["attention_mask"])
+    batch["input_ids"] = jnp.where(batch["input_ids"] == PAD, 7, batch["input_ids"])
+    packed = np.concatenate([np.arange(6), np.arange(10)])[None].repeat(4, axis=0).astype(np.int32)
+    ours = np.asarray(model.apply({"params": params}, {**batch, "position_ids": jnp.asarray(packed)})["mlm_logits"])
+    plain = np.asarray(model.apply({"params": params}, batch)["mlm_logits"])
+    assert np.max(np.abs(ours - plain)) > 1e-3  # the positions are read, not ignored
+    hf_model = exported_model(tmp_path, params, model_cfg)
+    with torch.no_grad():
+        logits = hf_model(input_ids=torch.tensor(np.asarray(batch["input_ids"])),
+                          position_ids=torch.tensor(packed + PAD + 1)).logits.numpy()
+    theirs = gathered(logits, batch["masked_positions"])
+    assert np.max(np.abs(theirs - ours)) <= TOLERANCE
+
+
+@pytest.mark.parametrize("scan_layers", [True, False])
+def test_hf_roberta_to_ours_to_hf_round_trips_every_tensor_exactly(scan_layers):
+    model_cfg = roberta_config(scan_layers=scan_layers)
+    torch.manual_seed(0)
+    hf_model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(**hf_roberta.hf_config(model_cfg)))
+    original = {k: v.numpy() for k, v in hf_model.state_dict().items()}
+    params, report = hf_roberta.hf_to_params(original, model_cfg)
+    assert report.kept_from_fallback == [] and report.unused == []
+    again = hf_roberta.params_to_hf(params, model_cfg)
+    names = set(original) - set(hf_roberta.IGNORED_ON_IMPORT)
+    assert names == set(again)
+    for name in sorted(names):
+        np.testing.assert_array_equal(again[name], original[name], err_msg=name)
+
+
+def full_state(model_cfg):
+    rng = np.random.default_rng(0)
+    return {s.hf_name: rng.standard_normal(s.hf_shape).astype(np.float32)
+            for s in hf_roberta.tensor_specs(model_cfg)}
+
+
+def test_roberta_import_errors_name_the_tensor_or_config_key():
+    model_cfg = roberta_config()
+    state = full_state(model_cfg)
+    del state["roberta.encoder.layer.1.attention.self.value.bias"]
+    with pytest.raises(ValueError, match=r"lacks 1 tensor.*roberta\.encoder\.layer\.1\.attention\.self\.value\.bias"):
+        hf_roberta.hf_to_params(state, model_cfg)
+    state = full_state(model_cfg)
+    state["lm_head.dense.weight"] = np.zeros((32, 31), np.float32)
+    with pytest.raises(ValueError, match=r"lm_head\.dense\.weight has shape \(32, 31\)"):
+        hf_roberta.hf_to_params(state, model_cfg)
+    hf_cfg = hf_roberta.hf_config(model_cfg)
+    with pytest.raises(ValueError, match="model_type='bert'"):
+        get_family("roberta").hf_import(full_state(model_cfg), {**hf_cfg, "model_type": "bert"}, model_cfg, None)
+    with pytest.raises(ValueError, match=r"config\.model\.pad_token_id=1 .* pad_token_id=0"):
+        get_family("roberta").hf_import(full_state(model_cfg), {**hf_cfg, "pad_token_id": 0}, model_cfg, None)
