@@ -151,12 +151,14 @@ def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, proces
     batch_spec(cfg, per_host_batch_size)  # Fails now on an unknown builder.
     special = tokenizer_lib.special_ids(tokenizer)
     mask_batch = make_mask_batch(cfg, tokenizer)
+    source_stats = sources.SkipStats()
     feed = document_feed(
         cfg, tokenizer, split="train", shuffle_seed=_host_seed(seed, process_index, 0),
-        shard_index=process_index, shard_count=process_count, stats=sources.SkipStats(),
+        shard_index=process_index, shard_count=process_count, stats=source_stats,
     )
     dataset = stream.ExampleStream(
-        feed, functools.partial(builders.make_builder, cfg, special), _host_seed(seed, process_index, 3)
+        feed, functools.partial(builders.make_builder, cfg, special), _host_seed(seed, process_index, 3),
+        source_stats,
     )
     if cfg.shuffle_window > 1:
         dataset = grain.experimental.WindowShuffleIterDataset(

@@ -124,6 +124,8 @@ def file_documents(data_cfg, files: Iterable[str], stats: SkipStats) -> Iterator
                 yield from _jsonl_file_documents(path, data_cfg.field, segmenter, max_bytes, stats)
             else:
                 yield from _parquet_file_documents(path, data_cfg.field, segmenter, max_bytes, stats)
+        except GeneratorExit:  # Closed (at exit zlib may already be gone): nothing to count.
+            raise
         except (OSError, EOFError, zlib.error) as e:  # A truncated .gz, an unreadable file.
             log.warning("skipping the rest of unreadable file %s: %s", path, e)
             stats.skip("unreadable_file")
@@ -155,6 +157,8 @@ def _decoded_lines(path: str, max_bytes: int, stats: SkipStats) -> Iterator[str 
     """
     try:
         yield from _decoded_lines_unguarded(path, max_bytes, stats)
+    except GeneratorExit:
+        raise
     except (OSError, EOFError, zlib.error) as e:
         log.warning("skipping the rest of unreadable file %s: %s", path, e)
         stats.skip("unreadable_file")

@@ -26,10 +26,14 @@ from collections.abc import Callable, Iterator, Sequence
 
 import grain
 import numpy as np
+from absl import logging
 
 Document = list[np.ndarray]
 Tokenize = Callable[[list[str]], list[np.ndarray]]
 TOKENIZE_GROUP = 64  # Documents per encode_ids call: one parallel call in Rust for many.
+# Skip and build counts reach the log at each epoch's end and, for corpora whose epoch
+# outlasts the run, every this many documents.
+REPORT_EVERY_DOCUMENTS = 100_000
 
 
 def _tokenized(raw: Iterator[tuple[int, list]], tokenize: Tokenize | None) -> Iterator[tuple[int, Document]]:
@@ -132,13 +136,16 @@ class ExampleStream(grain.IterDataset):
       feed: a RandomAccessFeed or StreamingFeed.
       make_builder: () -> a fresh builder (builders.make_builder).
       seed: this host's seed; document d of epoch e is built with rng (seed, e, d).
+      source_stats: the SkipStats the feed's source counts into, reported with the
+        builder's counts in the log.
     """
 
-    def __init__(self, feed, make_builder: Callable, seed: int):
+    def __init__(self, feed, make_builder: Callable, seed: int, source_stats=None):
         super().__init__()
         self._feed = feed
         self._make_builder = make_builder
         self._seed = seed
+        self._source_stats = source_stats
 
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
         """grain's worker processes each take a slice: every count-th document of the share."""
@@ -147,7 +154,7 @@ class ExampleStream(grain.IterDataset):
         self._feed.set_slice(sl.start or 0, sl.step or 1)
 
     def __iter__(self) -> "ExampleIterator":
-        return ExampleIterator(self._feed, self._make_builder(), self._seed)
+        return ExampleIterator(self._feed, self._make_builder(), self._seed, self._source_stats)
 
     def __str__(self) -> str:
         return "ExampleStream"
@@ -156,12 +163,18 @@ class ExampleStream(grain.IterDataset):
 class ExampleIterator(grain.DatasetIterator):
     """Iterator of ExampleStream; see the module docstring for its state."""
 
-    def __init__(self, feed, builder, seed: int):
+    def __init__(self, feed, builder, seed: int, source_stats=None):
         super().__init__()
         self._feed = feed
         self.builder = builder
         self._seed = seed
+        self._source_stats = source_stats
         self._start_epoch(0)
+
+    def _report(self, when: str) -> None:
+        source = self._source_stats.log_line() if self._source_stats is not None else "not counted"
+        logging.info("training data, %s (counts since start): reading the source: %s; "
+                     "example building: %s", when, source, self.builder.stats.as_dict())
 
     def _start_epoch(self, epoch: int) -> None:
         self._epoch = epoch
@@ -194,9 +207,12 @@ class ExampleIterator(grain.DatasetIterator):
                         "the source yielded no documents for this host's share of the split; "
                         "check config.data.source/path and the number of hosts"
                     ) from None
+                self._report(f"epoch {self._epoch} done ({self._documents_this_epoch} documents)")
                 self._start_epoch(self._epoch + 1)
                 continue
             self._documents_this_epoch += 1
+            if self._documents_this_epoch % REPORT_EVERY_DOCUMENTS == 0:
+                self._report(f"epoch {self._epoch}, {self._documents_this_epoch} documents in")
             self._build(position, document)
         example = self._pending[self._emitted]
         self._emitted += 1

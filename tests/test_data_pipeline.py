@@ -196,3 +196,20 @@ def test_most_frequent_token_accuracy_weights_positions():
         {"masked_ids": np.array([[9, 5, 0, 0]]), "masked_weights": np.array([[1.0, 1, 0, 0]])},
     ]
     assert pipeline.most_frequent_token_accuracy(batches) == pytest.approx(2 / 5)
+
+
+def test_skipped_training_records_reach_the_log_with_their_reasons(jsonl_cfg, tokenizer, tmp_path, caplog):
+    good = open(jsonl_cfg.path, "rb").read().splitlines(keepends=True)[:12]
+    path = tmp_path / "with_bad.jsonl"
+    path.write_bytes(b"".join(good) + b'{"text": "\xff\xfe broken utf-8"}\n{"txt": "no text field"}\nnot json\n')
+    config = jsonl_cfg.copy_and_resolve_references()
+    config.path, config.prefetch_buffer_size = str(path), 0
+    config.example_builder = "full_sentences"
+    caplog.set_level("INFO", logger="absl")
+    iterator = _iterator(config, tokenizer)
+    while iterator.get_state()["parent"]["parent_window_start_state"]["epoch"] < 2:
+        next(iterator)
+    report = [r.getMessage() for r in caplog.records if "training data, epoch 0 done" in r.getMessage()]
+    assert len(report) == 1
+    for reason in ("invalid_utf8", "missing_field", "invalid_json"):
+        assert f"{reason}" in report[0], report[0]
