@@ -1,5 +1,8 @@
 """Checks that fail before any compilation, naming the config key at fault."""
+import jax
+
 from bert_jax.models import get_family
+from data_pipelines import pipeline
 
 
 def validate_config(config, num_processes: int = 1) -> None:
@@ -37,10 +40,33 @@ def validate_config(config, num_processes: int = 1) -> None:
             raise ValueError(f"config.train.{key}={t[key]} must be >= 1")
     if config.checkpoint.every_steps < 1:
         raise ValueError(f"config.checkpoint.every_steps={config.checkpoint.every_steps} must be >= 1")
+    _check_objective_fits_batches(config)
+
+
+def _check_objective_fits_batches(config) -> None:
+    """The family's objective must find its labels among the keys the example builder produces."""
+    spec = pipeline.batch_spec(config.data, 1)
+    batch = {key: jax.ShapeDtypeStruct(shape, dtype) for key, (shape, dtype) in spec.items()}
+    try:
+        jax.eval_shape(get_family(config.model.family).objective.weights, batch)
+    except KeyError as missing:
+        raise ValueError(
+            f"config.model.family={config.model.family!r} trains on batch key {missing}, which "
+            f"config.data.example_builder={config.data.example_builder!r} does not produce "
+            f"(its batches hold {sorted(spec)}); choose a builder that does"
+        ) from None
 
 
 def validate_mesh_fit(config, mesh) -> None:
-    """The micro-batch must split evenly over the devices that share the batch axis."""
+    """The micro-batch must split evenly over the devices that share the batch axis, heads over `tensor`."""
+    tensor = mesh.shape["tensor"]
+    heads = config.model.num_heads
+    if tensor > 1 and heads % tensor:
+        fits = max(t for t in range(1, tensor) if heads % t == 0 and mesh.size % t == 0)
+        raise ValueError(
+            f"config.model.num_heads={heads} does not split over the tensor axis of config.mesh.shape "
+            f"({tensor} devices); try --config.mesh.shape=(1,-1,{fits})"
+        )
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     micro = config.train.global_batch_size // config.train.grad_accum_steps
     if micro % shards:

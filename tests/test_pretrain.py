@@ -114,8 +114,9 @@ def run_pretrain(*args):
     [
         ("--config.train.learnin_rate=1e-3", "learnin_rate"),
         ("--config.train.num_steps=many", "num_steps"),
-        ("--config.model.family=gpt", "known families: bert"),
+        ("--config.model.family=gpt", "known families: albert, bert"),
         ("--config.model.num_heads=3", "num_heads=3 does not divide"),
+        ("--config.data.example_builder=full_sentences", "'next_sentence_label', which config.data.example_builder"),
     ],
 )
 def test_bad_override_fails_before_compiling_naming_the_key(tmp_path, override, culprit):
