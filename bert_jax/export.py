@@ -88,7 +88,8 @@ def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> 
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export; use --format=params")
     state, hf_cfg = family.hf_export(params, config.model)
     tokenizer_dir = os.path.join(workdir, "tokenizer")
-    hf_folder.write_hf_folder(out, state, hf_cfg, tokenizer_dir if os.path.isdir(tokenizer_dir) else None)
+    hf_folder.write_hf_folder(out, state, hf_cfg, tokenizer_dir if os.path.isdir(tokenizer_dir) else None,
+                              model_max_length=config.data.max_seq_length)
     return step
 
 

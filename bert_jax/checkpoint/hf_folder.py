@@ -12,11 +12,17 @@ import numpy as np
 
 SAFETENSORS_FILE = "model.safetensors"
 TORCH_FILE = "pytorch_model.bin"
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json")
+# What a tokenizer folder may hold (data_pipelines.tokenizer saves these): WordPiece vocab.txt,
+# byte-level BPE vocab.json + merges.txt, SentencePiece spiece.model, any kind's tokenizer.json,
+# and the tokenizer_config.json naming the transformers class and the special tokens.
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "vocab.json", "merges.txt", "spiece.model",
+                   "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_CONFIG = "tokenizer_config.json"
+SPECIAL_TOKEN_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "bos_token", "eos_token")
 
 
-def _tokenizer_config() -> dict:
-    # Our tokenizers (data_pipelines/tokenizer.py) are uncased WordPiece with BERT's specials.
+def _wordpiece_tokenizer_config() -> dict:
+    # A tokenizer folder with only vocab.txt (older runs): uncased WordPiece with BERT's specials.
     return {
         "tokenizer_class": "BertTokenizer",
         "do_lower_case": True,
@@ -26,8 +32,13 @@ def _tokenizer_config() -> dict:
     }
 
 
-def write_hf_folder(out_dir: str, state: dict[str, np.ndarray], hf_cfg: dict, tokenizer_dir: str | None) -> None:
-    """Writes config.json, model.safetensors (float32) and, from `tokenizer_dir`, the tokenizer files."""
+def write_hf_folder(out_dir: str, state: dict[str, np.ndarray], hf_cfg: dict, tokenizer_dir: str | None,
+                    model_max_length: int | None = None) -> None:
+    """Writes config.json, model.safetensors (float32) and, from `tokenizer_dir`, the tokenizer files.
+
+    The tokenizer's own tokenizer_config.json (its transformers class and special tokens)
+    goes along, with `model_max_length` (default: the model's max_position_embeddings).
+    """
     from safetensors.numpy import save_file
 
     os.makedirs(out_dir, exist_ok=True)
@@ -38,21 +49,26 @@ def write_hf_folder(out_dir: str, state: dict[str, np.ndarray], hf_cfg: dict, to
     if tokenizer_dir is None:
         return
     copied = copy_tokenizer_files(tokenizer_dir, out_dir)
-    if "vocab.txt" not in copied:
-        raise ValueError(f"{tokenizer_dir} has no vocab.txt; the exported folder needs it for BertTokenizer")
-    tok_cfg = _tokenizer_config()
-    model_max = hf_cfg.get("max_position_embeddings")
+    if TOKENIZER_CONFIG in copied:
+        with open(os.path.join(out_dir, TOKENIZER_CONFIG)) as f:
+            tok_cfg = json.load(f)
+    elif "vocab.txt" in copied:
+        tok_cfg = _wordpiece_tokenizer_config()
+    else:
+        raise ValueError(f"{tokenizer_dir} holds no tokenizer the exported folder can use: expected "
+                         f"{TOKENIZER_CONFIG} with the tokenizer's files, or a WordPiece vocab.txt")
+    model_max = model_max_length or hf_cfg.get("max_position_embeddings")
     if model_max:
         tok_cfg["model_max_length"] = model_max
-    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+    with open(os.path.join(out_dir, TOKENIZER_CONFIG), "w") as f:
         json.dump(tok_cfg, f, indent=2)
-    specials = {k: tok_cfg[k] for k in ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")}
+    specials = {k: tok_cfg[k] for k in SPECIAL_TOKEN_KEYS if k in tok_cfg}
     with open(os.path.join(out_dir, "special_tokens_map.json"), "w") as f:
         json.dump(specials, f, indent=2)
 
 
 def copy_tokenizer_files(src_dir: str, dst_dir: str) -> list[str]:
-    """Copies vocab.txt and tokenizer.json (those present) from src_dir; returns the names copied."""
+    """Copies the TOKENIZER_FILES present in src_dir; returns the names copied."""
     os.makedirs(dst_dir, exist_ok=True)
     copied = []
     for name in TOKENIZER_FILES:
