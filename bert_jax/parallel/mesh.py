@@ -1,7 +1,10 @@
 """Mesh construction and placement by logical axis names.
 
-The mesh has axes (data, fsdp, tensor); `config.mesh.logical_axis_rules` maps the
-model's logical names onto them. One device is simply the (1, 1, 1) mesh.
+The mesh has axes (data, fsdp, tensor). `config.mesh.shape` is the shape inside one
+slice (ICI), `config.mesh.dcn_shape` the shape across slices (DCN); the mesh is their
+elementwise product. `config.mesh.rules` picks a preset mapping the model's logical
+names onto mesh axes (see `RULE_PRESETS`), or "custom" for `config.mesh.logical_axis_rules`.
+One device is simply the (1, 1, 1) mesh.
 """
 import math
 from typing import Any
@@ -9,43 +12,145 @@ from typing import Any
 import flax.linen as nn
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
+# Every preset splits the batch over (data, fsdp): a device along either axis sees its
+# own examples. They differ in what they split of the parameters (and so of Adam's
+# moments, which follow the parameters):
+#   dp      nothing: every device holds the whole model.
+#   fsdp    the `embed` axis over `fsdp` (ZeRO-3 style: gathered per layer, grads reduce-scattered).
+#   tp      heads / mlp / vocab over `tensor` (Megatron style: activations split inside a layer).
+#   fsdp_tp both; with a mesh axis of size 1 a rule is a no-op, so this default also runs
+#           plain DP on (-1, 1, 1) and plain FSDP on (1, -1, 1).
+RULE_PRESETS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "dp": (
+        ("batch", ("data", "fsdp")), ("length", None), ("embed", None), ("heads", None),
+        ("kv", None), ("mlp", None), ("vocab", None), ("layers", None),
+    ),
+    "fsdp": (
+        ("batch", ("data", "fsdp")), ("length", None), ("embed", "fsdp"), ("heads", None),
+        ("kv", None), ("mlp", None), ("vocab", None), ("layers", None),
+    ),
+    "tp": (
+        ("batch", ("data", "fsdp")), ("length", None), ("embed", None), ("heads", "tensor"),
+        ("kv", None), ("mlp", "tensor"), ("vocab", "tensor"), ("layers", None),
+    ),
+    "fsdp_tp": (
+        ("batch", ("data", "fsdp")), ("length", None), ("embed", "fsdp"), ("heads", "tensor"),
+        ("kv", None), ("mlp", "tensor"), ("vocab", "tensor"), ("layers", None),
+    ),
+}
 
-def resolve_mesh_shape(shape, num_devices: int) -> tuple[int, ...]:
-    """Fills one -1 with the devices left over; fails naming config.mesh.shape otherwise."""
+
+def _as_shape(shape, key: str) -> tuple[int, ...]:
     shape = tuple(int(s) for s in shape)
     if len(shape) != len(MESH_AXES):
-        raise ValueError(f"config.mesh.shape={shape} must have {len(MESH_AXES)} entries {MESH_AXES}")
-    if shape.count(-1) > 1:
-        raise ValueError(f"config.mesh.shape={shape} has more than one -1")
-    known = math.prod(s for s in shape if s != -1)
-    if -1 in shape:
-        if num_devices % known:
-            raise ValueError(f"config.mesh.shape={shape}: {num_devices} devices do not divide by {known}")
-        shape = tuple(num_devices // known if s == -1 else s for s in shape)
-    if math.prod(shape) != num_devices:
-        raise ValueError(f"config.mesh.shape={shape} needs {math.prod(shape)} devices, but {num_devices} are present")
+        raise ValueError(f"config.mesh.{key}={shape} must have {len(MESH_AXES)} entries {MESH_AXES}")
     return shape
 
 
+def resolve_mesh_shape(shape, num_devices: int, key: str = "shape") -> tuple[int, ...]:
+    """Fills one -1 with the devices left over; fails naming config.mesh.<key> otherwise."""
+    shape = _as_shape(shape, key)
+    if shape.count(-1) > 1:
+        raise ValueError(f"config.mesh.{key}={shape} has more than one -1")
+    if any(s == 0 or s < -1 for s in shape):
+        raise ValueError(f"config.mesh.{key}={shape}: sizes must be positive (or one -1)")
+    known = math.prod(s for s in shape if s != -1)
+    if -1 in shape:
+        if num_devices % known:
+            raise ValueError(f"config.mesh.{key}={shape}: {num_devices} devices do not divide by {known}")
+        shape = tuple(num_devices // known if s == -1 else s for s in shape)
+    if math.prod(shape) != num_devices:
+        raise ValueError(
+            f"config.mesh.{key}={shape} needs {math.prod(shape)} devices, but {num_devices} are present; "
+            f"put -1 on one axis to use them all, e.g. --config.mesh.{key}=(-1,1,1)"
+        )
+    return shape
+
+
+def resolve_mesh_shapes(mesh_cfg, num_devices: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(ici_shape, dcn_shape): the DCN shape must be fully given; -1 in the ICI shape fills one slice."""
+    dcn = _as_shape(mesh_cfg.get("dcn_shape", (1, 1, 1)), "dcn_shape")
+    if any(s < 1 for s in dcn):
+        raise ValueError(f"config.mesh.dcn_shape={dcn}: sizes must be >= 1 (no -1 across slices)")
+    slices = math.prod(dcn)
+    if num_devices % slices:
+        raise ValueError(f"config.mesh.dcn_shape={dcn} asks for {slices} slices; {num_devices} devices do not divide")
+    return resolve_mesh_shape(mesh_cfg.shape, num_devices // slices), dcn
+
+
 def make_mesh(mesh_cfg, devices=None) -> Mesh:
+    """The (data, fsdp, tensor) mesh; with any DCN axis > 1, a hybrid mesh whose DCN axes cross slices.
+
+    Devices without a `slice_index` (CPU, GPU) count each process as a slice, so on
+    a GPU cluster `dcn_shape` puts the slow inter-node links on the chosen axis.
+    """
     devices = jax.devices() if devices is None else devices
-    shape = resolve_mesh_shape(mesh_cfg.shape, len(devices))
-    return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)
+    ici, dcn = resolve_mesh_shapes(mesh_cfg, len(devices))
+    if math.prod(dcn) > 1:
+        grid = mesh_utils.create_hybrid_device_mesh(
+            ici, dcn, devices, process_is_granule=not hasattr(devices[0], "slice_index"),
+            allow_split_physical_axes=True,
+        )
+    else:
+        grid = mesh_utils.create_device_mesh(ici, devices, allow_split_physical_axes=True)
+    return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
 
 
 def logical_axis_rules(mesh_cfg) -> tuple[tuple[str, Any], ...]:
-    return tuple((name, tuple(axes) if isinstance(axes, (list, tuple)) else axes)
-                 for name, axes in mesh_cfg.logical_axis_rules)
+    """The rules `config.mesh.rules` names; "custom" reads `config.mesh.logical_axis_rules`."""
+    preset = mesh_cfg.get("rules", "custom")
+    if preset == "custom":
+        rules = mesh_cfg["logical_axis_rules"]
+    elif preset in RULE_PRESETS:
+        rules = RULE_PRESETS[preset]
+    else:
+        raise ValueError(f"config.mesh.rules={preset!r}; expected one of {(*RULE_PRESETS, 'custom')}")
+    out = []
+    for name, axes in rules:
+        axes = tuple(axes) if isinstance(axes, (list, tuple)) else axes
+        for axis in axes if isinstance(axes, tuple) else (axes,):
+            if axis is not None and axis not in MESH_AXES:
+                raise ValueError(
+                    f"config.mesh.logical_axis_rules maps {name!r} to {axis!r}, which is no mesh axis {MESH_AXES}"
+                )
+        out.append((name, axes))
+    return tuple(out)
 
 
 def logical_shardings(boxed_tree: Any, mesh: Mesh, rules) -> Any:
     """NamedShardings for a tree whose leaves are boxed with logical names (unboxed leaves: replicated)."""
     specs = nn.get_partition_spec(boxed_tree)
     return nn.logical_to_mesh_sharding(specs, mesh, rules)
+
+
+def check_divisible(abstract_tree: Any, shardings: Any, config_hint: str) -> None:
+    """Fails naming the first leaf whose axis does not split evenly over its mesh axes.
+
+    jit rejects uneven shards with a traceback naming neither the parameter nor the
+    config key; this says both, and what to change.
+    """
+    leaves = jax.tree_util.tree_flatten_with_path(abstract_tree)[0]
+    for (path, leaf), sharding in zip(leaves, jax.tree.leaves(shardings)):
+        for dim, (size, axes) in enumerate(zip(leaf.shape, tuple(sharding.spec) + (None,) * leaf.ndim)):
+            axes = axes if isinstance(axes, tuple) else (axes,)
+            shards = math.prod(sharding.mesh.shape[a] for a in axes if a is not None)
+            if size % shards:
+                name = "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
+                raise ValueError(
+                    f"{name} has {size} entries on axis {dim}, which do not split over mesh axes {axes} "
+                    f"({shards} devices) of config.mesh.shape={tuple(sharding.mesh.shape.values())}. "
+                    f"{config_hint}"
+                )
+
+
+def shard_shape(global_shape: tuple[int, ...], sharding: NamedSharding) -> tuple[int, ...]:
+    """The per-device shape of an array with this sharding (axes divide evenly, see check_divisible)."""
+    return tuple(sharding.shard_shape(tuple(global_shape)))
 
 
 def batch_sharding(mesh: Mesh, rules) -> NamedSharding:

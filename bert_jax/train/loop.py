@@ -6,16 +6,19 @@ import flax.linen as nn
 import jax
 import numpy as np
 from absl import logging
+from jax.experimental import multihost_utils
 
 from bert_jax.checkpoint import hf_folder
 from bert_jax.checkpoint import manager as ckpt
 from bert_jax.config_validation import validate_config
+from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.train import perf
 from bert_jax.train.metrics_writer import MetricsWriter
 from bert_jax.train.preemption import PreemptionWatch
 from bert_jax.train.program import build_program
 from data_pipelines import pipeline
+from data_pipelines import tokenizer as tokenizer_lib
 
 
 class NonFiniteLossError(RuntimeError):
@@ -72,7 +75,8 @@ def _with_hf_params(state, program, model_cfg, hf_dir: str):
 
     The optimizer state is kept: it is the initial one (zero moments, step 0) either way.
     """
-    fresh = jax.device_get(state.params)
+    # Gathered, not device_get: under FSDP on several hosts no host holds every shard.
+    fresh = multihost_utils.process_allgather(state.params, tiled=True)
     params = hf_folder.import_params(program.family, model_cfg, hf_dir, fresh)
     params = jax.tree.map(lambda new, old: np.asarray(new, old.dtype), params, fresh)
     return state.replace(params=jax.device_put(params, program.state_shardings.params))
@@ -96,11 +100,24 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     init_from_hf = config.init_from_hf
     if init_from_hf:
         hf_folder.read_hf_config(init_from_hf)  # fails now, naming the path, if it is no HF folder
-    if init_from_hf and not (os.path.isdir(tokenizer_dir) and os.listdir(tokenizer_dir)):
-        # A fresh run starting from HF weights must use the tokenizer those weights were trained with.
-        if "vocab.txt" not in hf_folder.copy_tokenizer_files(init_from_hf, tokenizer_dir):
-            raise ValueError(f"config.init_from_hf={init_from_hf!r} has no vocab.txt to tokenize with")
-    tokenizer = pipeline.prepare_tokenizer(config.data, tokenizer_dir)
+    # Process 0 writes the tokenizer (copied or trained); the others wait, then load that one.
+    if jax.process_index() == 0:
+        if init_from_hf and not (os.path.isdir(tokenizer_dir) and os.listdir(tokenizer_dir)):
+            # A fresh run starting from HF weights must use the tokenizer those weights were trained with.
+            hf_folder.copy_tokenizer_files(init_from_hf, tokenizer_dir)
+            if not tokenizer_lib.has_tokenizer(tokenizer_dir):
+                raise ValueError(f"config.init_from_hf={init_from_hf!r} has no tokenizer (vocab.txt, tokenizer.json "
+                                 f"or spiece.model) to tokenize with")
+        tokenizer = tokenizer_lib.prepare_tokenizer(config.data, tokenizer_dir)
+    distributed.sync("tokenizer_written")
+    if jax.process_index() != 0:
+        tokenizer = tokenizer_lib.prepare_tokenizer(config.data, tokenizer_dir)
+    pad_token_id = config.model.get("pad_token_id")  # families that read it (RoBERTa's positions) must agree
+    if pad_token_id is not None and pad_token_id != tokenizer_lib.special_ids(tokenizer).pad:
+        raise ValueError(
+            f"config.model.pad_token_id={pad_token_id} but the tokenizer in {workdir}/tokenizer pads with id "
+            f"{tokenizer_lib.special_ids(tokenizer).pad}; set --config.model.pad_token_id to that id"
+        )
     if tokenizer.get_vocab_size() > config.model.vocab_size:
         raise ValueError(
             f"the tokenizer in {workdir}/tokenizer has {tokenizer.get_vocab_size()} tokens, more than "

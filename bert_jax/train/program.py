@@ -12,10 +12,17 @@ from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.config_validation import validate_mesh_fit
 from bert_jax.models import Family, get_family
-from bert_jax.parallel.mesh import batch_sharding, logical_axis_rules
+from bert_jax.parallel.mesh import batch_sharding, check_divisible, logical_axis_rules
 from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
 from bert_jax.train.state import TrainState, abstract_state_and_shardings, create_sharded_state, make_init_fn
 from bert_jax.train.step import make_eval_step, make_train_step
+
+
+_DIVISIBILITY_HINT = (
+    "Pick a config.mesh.shape whose tensor / fsdp sizes divide the model's sizes (e.g. a smaller "
+    "tensor axis), pad config.model.vocab_size to a multiple of the tensor axis, or choose "
+    "config.mesh.rules=fsdp / dp."
+)
 
 
 @dataclasses.dataclass
@@ -42,6 +49,7 @@ def build_program(config, mesh: Mesh) -> TrainProgram:
     tx = make_optimizer(config.train)
     init = make_init_fn(model, tx, config.data, config.seed)
     abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
+    check_divisible(abstract_state.params, shardings.params, _DIVISIBILITY_HINT)
     data_sharding = batch_sharding(mesh, rules)
     train_step = jax.jit(
         make_train_step(model, family.objective, tx, config.train.grad_accum_steps),

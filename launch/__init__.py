@@ -1,0 +1,1 @@
+"""Launchers: the same pretrain command on TPU VMs, SLURM clusters, local processes, and sweeps."""

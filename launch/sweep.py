@@ -1,0 +1,204 @@
+"""Sweeps: a base config and a grid (or list) of overrides -> one pre-training run per point.
+
+    python -m launch.sweep run --sweep=configs/sweeps/tiny_lr.py --sweep_dir=runs/tiny_lr
+    python -m launch.sweep summary --sweep_dir=runs/tiny_lr
+
+A sweep file is Python with `get_sweep()` returning a dict:
+    config     the base config file, e.g. "configs/tiny.py"
+    overrides  {key: value} applied to every point (optional)
+    grid       {key: [values]}: every combination is a point (optional)
+    points     [{key: value}]: explicit points, added after the grid (optional)
+Keys are config paths without the `config.` prefix ("train.learning_rate"). Each run's
+workdir is `<sweep_dir>/<name>`, the name built from the point's own overrides
+("learning_rate=0.001"), and `<sweep_dir>/sweep.json` records name -> overrides.
+`--executor=local` runs the points one after another here; `--executor=tpu` prints
+one `launch.tpu_vm all` command per point. `summary` writes summary.md, summary.csv
+and curves.png (train loss and eval loss of every run) into the sweep directory.
+"""
+import argparse
+import csv
+import importlib.util
+import itertools
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+SUMMARY_KEYS = ("train/loss", "train/mlm_accuracy", "eval/loss", "eval/mlm_accuracy", "perf/tokens_per_s")
+
+
+def load_sweep(path: str) -> dict:
+    spec = importlib.util.spec_from_file_location("sweep_file", path)
+    if spec is None:
+        raise FileNotFoundError(f"--sweep={path}: no such Python file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sweep = module.get_sweep()
+    if "config" not in sweep:
+        raise ValueError(f"--sweep={path}: get_sweep() must return a dict with 'config' (the base config file)")
+    unknown = set(sweep) - {"config", "overrides", "grid", "points"}
+    if unknown:
+        raise ValueError(f"--sweep={path}: unknown entries {sorted(unknown)}; expected config/overrides/grid/points")
+    return sweep
+
+
+def sweep_points(sweep: dict) -> list[dict]:
+    """The varying overrides of every point, grid combinations first, then explicit points."""
+    grid = sweep.get("grid", {})
+    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] if grid else []
+    points += [dict(p) for p in sweep.get("points", [])]
+    if not points:
+        raise ValueError("the sweep has no points: give `grid` or `points`")
+    return points
+
+
+def format_value(value) -> str:
+    if isinstance(value, (tuple, list)):
+        return "(" + ",".join(format_value(v) for v in value) + ")"
+    return str(value)
+
+
+def run_name(point: dict) -> str:
+    """'learning_rate=0.001,num_layers=4': the last part of each key, filesystem-safe."""
+    parts = [f"{key.split('.')[-1]}={format_value(value)}" for key, value in point.items()]
+    return re.sub(r"[^A-Za-z0-9=,._+-]", "_", ",".join(parts)) or "default"
+
+
+def override_flags(overrides: dict) -> list[str]:
+    return [f"--config.{key}={format_value(value)}" for key, value in overrides.items()]
+
+
+def plan_runs(sweep: dict, sweep_dir: str) -> list[dict]:
+    """One entry per point: name, workdir, overrides (common + the point's), argv of its pretrain command."""
+    runs, names = [], set()
+    for point in sweep_points(sweep):
+        name = run_name(point)
+        if name in names:
+            raise ValueError(f"two sweep points are both named {name!r}; make their overrides differ")
+        names.add(name)
+        overrides = {**sweep.get("overrides", {}), **point}
+        workdir = os.path.join(sweep_dir, name)
+        argv = [sys.executable, "-m", "bert_jax.pretrain", f"--config={sweep['config']}",
+                f"--workdir={workdir}", *override_flags(overrides)]
+        runs.append(dict(name=name, workdir=workdir, overrides=overrides, point=point, argv=argv))
+    return runs
+
+
+def tpu_commands(sweep: dict, runs: list[dict], args) -> list[list[str]]:
+    return [
+        [sys.executable, "-m", "launch.tpu_vm", "all", f"--name={args.tpu_name_prefix}-{i}", f"--zone={args.zone}",
+         f"--accelerator_type={args.accelerator_type}", f"--config={sweep['config']}",
+         f"--workdir={args.gcs_dir.rstrip('/')}/{run['name']}", "--",
+         *override_flags(run["overrides"])]
+        for i, run in enumerate(runs)
+    ]
+
+
+def run_sweep(args) -> int:
+    sweep = load_sweep(args.sweep)
+    runs = plan_runs(sweep, args.sweep_dir)
+    if args.executor == "tpu":
+        for cmd in tpu_commands(sweep, runs, args):
+            print(shlex.join(cmd))
+        return 0
+    if args.dry_run:
+        for run in runs:
+            print(shlex.join(run["argv"]))
+        return 0
+    os.makedirs(args.sweep_dir, exist_ok=True)
+    with open(os.path.join(args.sweep_dir, "sweep.json"), "w") as f:
+        json.dump({"config": sweep["config"], "runs": [{k: r[k] for k in ("name", "overrides", "point")} for r in runs]},
+                  f, indent=2, default=format_value)
+    failed = []
+    for i, run in enumerate(runs):
+        print(f"[sweep] {i + 1}/{len(runs)} {run['name']}: {shlex.join(run['argv'])}", flush=True)
+        if subprocess.run(run["argv"]).returncode:
+            failed.append(run["name"])
+    if failed:
+        print(f"[sweep] failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _read_metrics(workdir: str) -> list[dict]:
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def summarize(sweep_dir: str) -> list[dict]:
+    """Each run's final value of every SUMMARY_KEYS metric; writes summary.md, summary.csv, curves.png."""
+    with open(os.path.join(sweep_dir, "sweep.json")) as f:
+        runs = json.load(f)["runs"]
+    table, curves = [], {}
+    for run in runs:
+        rows = _read_metrics(os.path.join(sweep_dir, run["name"]))
+        final = {"run": run["name"], "step": max((r["step"] for r in rows), default=0)}
+        for key in SUMMARY_KEYS:
+            values = [r[key] for r in rows if key in r]
+            final[key] = values[-1] if values else None
+        table.append(final)
+        curves[run["name"]] = rows
+    columns = ["run", "step", *SUMMARY_KEYS]
+    with open(os.path.join(sweep_dir, "summary.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows(table)
+    cell = lambda v: "—" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in table]
+    with open(os.path.join(sweep_dir, "summary.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    _plot_curves(curves, os.path.join(sweep_dir, "curves.png"))
+    return table
+
+
+def _plot_curves(curves: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key in zip(axes, ("train/loss", "eval/loss")):
+        for name, rows in curves.items():
+            points = [(r["step"], r[key]) for r in rows if key in r]
+            if points:
+                ax.plot(*zip(*points), label=name, marker="o" if key.startswith("eval") else None)
+        ax.set_xlabel("step")
+        ax.set_ylabel(key)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run (or print) every point of a sweep file")
+    run.add_argument("--sweep", required=True, help="the sweep file, e.g. configs/sweeps/tiny_lr.py")
+    run.add_argument("--sweep_dir", required=True, help="one workdir per point is made under it")
+    run.add_argument("--executor", choices=("local", "tpu"), default="local")
+    run.add_argument("--dry_run", action="store_true", help="local: print the commands only")
+    run.add_argument("--tpu_name_prefix", default="sweep")
+    run.add_argument("--zone", default="us-central2-b")
+    run.add_argument("--accelerator_type", default="v4-8")
+    run.add_argument("--gcs_dir", default="gs://BUCKET/sweeps", help="tpu: workdirs go under it")
+    summary = sub.add_parser("summary", help="tabulate and plot the runs of a sweep directory")
+    summary.add_argument("--sweep_dir", required=True)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        sys.exit(run_sweep(args))
+    table = summarize(args.sweep_dir)
+    with open(os.path.join(args.sweep_dir, "summary.md")) as f:
+        print(f.read(), end="")
+    print(f"{len(table)} runs; wrote summary.md, summary.csv, curves.png in {args.sweep_dir}")
+
+
+if __name__ == "__main__":
+    main()

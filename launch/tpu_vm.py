@@ -1,0 +1,106 @@
+"""Cloud TPU VMs through `gcloud`: create, set up, run on every worker, stream logs, delete.
+
+    python -m launch.tpu_vm all --name=bert-large --zone=us-central2-b --accelerator_type=v4-32 \
+        --spot --config=configs/bert_large.py --workdir=gs://BUCKET/bert_large \
+        -- --config.mesh.shape='(1,-1,1)'
+
+Actions: create | setup | run | logs | delete | all (create, setup, run). `--dry_run`
+prints the exact commands instead of running them. A pod slice has one worker (host)
+per 4 chips on v4 (v4-32: 16 chips, 4 workers); the same command runs on every
+worker (`--worker=all`) and `jax.distributed` finds its peers from the TPU VM's
+metadata, so no coordinator is given. `--queued` asks for the slice through queued
+resources (the way to get spot capacity that is not free right now).
+"""
+import argparse
+import shlex
+import subprocess
+import sys
+
+ACTIONS = ("create", "setup", "run", "logs", "delete", "all")
+REMOTE_DIR = "bert_jax"
+LOG = "pretrain.log"
+
+
+def _gcloud(args, *rest: str) -> list[str]:
+    cmd = ["gcloud", "compute", "tpus", *rest, f"--zone={args.zone}"]
+    return cmd + ([f"--project={args.project}"] if args.project else [])
+
+
+def _ssh(args, remote: str, worker: str = "all") -> list[str]:
+    return _gcloud(args, "tpu-vm", "ssh", args.name) + [f"--worker={worker}", f"--command={remote}"]
+
+
+def pretrain_command(config: str, workdir: str, overrides: list[str]) -> str:
+    return shlex.join(["python3", "-m", "bert_jax.pretrain", f"--config={config}", f"--workdir={workdir}", *overrides])
+
+
+def commands(action: str, args) -> list[list[str]]:
+    """The gcloud invocations of one action, in order."""
+    if action == "all":
+        return [c for a in ("create", "setup", "run") for c in commands(a, args)]
+    if action == "create":
+        capacity = ["--spot"] if args.spot else ["--preemptible"] if args.preemptible else []
+        if args.queued:
+            return [_gcloud(args, "queued-resources", "create", args.name) + [
+                f"--node-id={args.name}", f"--accelerator-type={args.accelerator_type}",
+                f"--runtime-version={args.version}", *capacity]]
+        return [_gcloud(args, "tpu-vm", "create", args.name) + [
+            f"--accelerator-type={args.accelerator_type}", f"--version={args.version}", *capacity]]
+    if action == "setup":
+        setup = (f"rm -rf {REMOTE_DIR} && git clone --depth=1 --branch={args.branch} {args.repo_url} {REMOTE_DIR} && "
+                 f"cd {REMOTE_DIR} && pip install -U pip && pip install -e . 'jax[tpu]>=0.10,<0.11'")
+        return [_ssh(args, setup)]
+    if action == "run":
+        run = (f"cd {REMOTE_DIR} && nohup {pretrain_command(args.config, args.workdir, args.overrides)} "
+               f"> {LOG} 2>&1 &")
+        return [_ssh(args, run)]
+    if action == "logs":
+        return [_ssh(args, f"tail -n 100 -f {REMOTE_DIR}/{LOG}", worker="0")]
+    if action == "delete":
+        if args.queued:
+            return [_gcloud(args, "queued-resources", "delete", args.name) + ["--force", "--quiet"]]
+        return [_gcloud(args, "tpu-vm", "delete", args.name) + ["--quiet"]]
+    raise ValueError(f"unknown action {action!r}; expected one of {ACTIONS}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("action", choices=ACTIONS)
+    p.add_argument("--name", required=True, help="TPU VM (and queued resource) name")
+    p.add_argument("--zone", required=True)
+    p.add_argument("--project", default="")
+    p.add_argument("--accelerator_type", default="v4-32")
+    p.add_argument("--version", default="tpu-ubuntu2204-base", help="TPU VM runtime version")
+    capacity = p.add_mutually_exclusive_group()
+    capacity.add_argument("--spot", action="store_true")
+    capacity.add_argument("--preemptible", action="store_true")
+    p.add_argument("--queued", action="store_true", help="create through queued-resources")
+    p.add_argument("--repo_url", default="https://github.com/OWNER/bert_jax.git")
+    p.add_argument("--branch", default="main")
+    p.add_argument("--config", default="configs/bert_base.py")
+    p.add_argument("--workdir", default="", help="a gs:// path: every worker must see the same workdir")
+    p.add_argument("--dry_run", action="store_true", help="print the commands instead of running them")
+    p.epilog = "Everything after -- is passed to pretrain: --config.key=value overrides."
+    return p
+
+
+def parse_args(argv: list[str]):
+    """The launcher's flags, and in `.overrides` the pretrain flags that follow `--`."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser().parse_args(argv[:cut])
+    args.overrides = argv[cut + 1:]
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.action in ("run", "all") and not args.workdir:
+        sys.exit("launch.tpu_vm: --workdir is required to run (a gs:// path all workers share)")
+    for cmd in commands(args.action, args):
+        print(shlex.join(cmd), flush=True)
+        if not args.dry_run:
+            subprocess.run(cmd, check=True)
+
+
+if __name__ == "__main__":
+    main()
