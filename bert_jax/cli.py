@@ -4,6 +4,8 @@
     bert-jax tokenizer --out=/tmp/tok --vocab_size=8192
     bert-jax prepare --config=configs/tiny.py --out=/tmp/prepared --num_workers=2
     bert-jax export --workdir=/tmp/bert_tiny --out=/tmp/bert_tiny_hf
+    bert-jax plan --config=configs/bert_large.py --num_devices=16 --hbm_gib=32
+    bert-jax sweep run --sweep=configs/sweeps/tiny_lr.py --sweep_dir=runs/tiny_lr
 """
 import importlib
 import sys
@@ -13,6 +15,11 @@ COMMANDS = {
     "tokenizer": "data_pipelines.tokenizer",
     "prepare": "data_pipelines.prepare",
     "export": "bert_jax.export",
+    "plan": "bert_jax.plan",
+    "sweep": "launch.sweep",
+    "tpu-vm": "launch.tpu_vm",
+    "slurm": "launch.slurm",
+    "local": "launch.local",
 }
 
 
