@@ -51,7 +51,8 @@ _HF_CLASS = {
     "wordpiece": "BertTokenizer",
     "bpe": "RobertaTokenizer",
     "unigram": "AlbertTokenizer",
-    "sentencepiece_bpe": "AlbertTokenizer",
+    # AlbertTokenizer reads spiece.model as unigram only: the generic class reads tokenizer.json.
+    "sentencepiece_bpe": "PreTrainedTokenizerFast",
 }
 
 
@@ -155,7 +156,7 @@ class HfTokenizer(Tokenizer):
                 directory,
                 {"add_prefix_space": True, "bos_token": self.specials.cls, "eos_token": self.specials.sep},
             )
-        else:
+        else:  # A Unigram tokenizer.json loaded from elsewhere: the generic class reads it.
             self._write_config(directory, {"tokenizer_class": "PreTrainedTokenizerFast"})
 
 
@@ -226,10 +227,8 @@ class SentencePieceTokenizer(Tokenizer):
             # keep_accents: SentencePiece's own normalisation (in spiece.model) decides accents.
             self._write_config(directory, {"do_lower_case": self.lowercase, "keep_accents": True})
         else:
-            # transformers' AlbertTokenizer reads spiece.model as unigram only: give it the
-            # same BPE as a tokenizer.json for the generic fast class.
             self._hf_bpe().save(os.path.join(directory, TOKENIZER_FILE))
-            self._write_config(directory, {"tokenizer_class": "PreTrainedTokenizerFast"})
+            self._write_config(directory, {})
 
     def _hf_bpe(self) -> tokenizers.Tokenizer:
         """This SentencePiece BPE as a `tokenizers` BPE: merges ranked by the merged piece's id.
