@@ -115,8 +115,9 @@ def iter_documents(
         With at least shard_count files, shard i reads whole files i, i + n, ...; with
         fewer Parquet files, row groups i, i + n, ... if there are enough; otherwise
         every shard reads every file and keeps documents i, i + n, ... (and only shard 0
-        counts skipped records, so counts summed over shards stay right). The shares are
-        disjoint and together cover the source.
+        counts skipped records, so counts summed over shards stay right). Random-access
+        sources (embedded, tfds) give shard i items i, i + n, ... The shares are disjoint
+        and together cover the source.
       stats: counts skipped records by reason (see SkipStats).
       start: how many of this shard's documents to skip first, to resume a stream. The
         skipped documents are re-read and parsed (not tokenized): resuming costs a pass
@@ -146,12 +147,13 @@ def iter_documents(
         if shard_index == 0:
             stats.skip("empty_file", sum(1 for f in files if f not in {path for path, _ in row_groups}))
         documents = readers.parquet_documents(data_cfg, row_groups[shard_index::shard_count], stats)
+    elif data_cfg.source in FILE_SOURCES:
+        # Every shard reads every file; shard 0 alone counts what it skips.
+        counted = stats if shard_index == 0 else readers.DiscardStats()
+        every_document = readers.file_documents(data_cfg, files, counted)
+        documents = (d for i, d in enumerate(every_document) if i % shard_count == shard_index)
     else:
-        if data_cfg.source in FILE_SOURCES:
-            all_documents = readers.file_documents(data_cfg, files, stats if shard_index == 0 else readers.DiscardStats())
-        else:
-            all_documents = _random_access_documents(data_cfg, stats if shard_index == 0 else readers.DiscardStats())
-        documents = (d for i, d in enumerate(all_documents) if i % shard_count == shard_index)
+        documents = _random_access_documents(data_cfg, stats, shard_index, shard_count)
     return _skip(documents, start)
 
 
@@ -161,9 +163,10 @@ def _skip(documents: Iterator[list[str]], start: int) -> Iterator[list[str]]:
             yield document
 
 
-def _random_access_documents(data_cfg, stats: SkipStats) -> Iterator[list[str]]:
+def _random_access_documents(data_cfg, stats: SkipStats, shard_index: int, shard_count: int):
+    """Items shard_index, shard_index + shard_count, ... of the table; bad (empty) ones left out."""
     table = open_random_access(data_cfg, stats)
-    for index in range(len(table)):
+    for index in range(shard_index, len(table), shard_count):
         document = table[index]
         if document:
             yield document

@@ -122,6 +122,8 @@ def test_tfds_array_record_dataset_is_random_access_documents(tmp_path):
     assert sorted(table[i] for i in range(6)) == expected
     streamed, _ = documents(cfg)
     assert sorted(streamed) == expected
+    halves = [documents(cfg, shard_index=i, shard_count=2)[0] for i in range(2)]
+    assert [len(h) for h in halves] == [3, 3] and sorted(halves[0] + halves[1]) == expected
 
 
 def test_missing_tfds_dataset_is_named(tmp_path):
