@@ -123,3 +123,11 @@ def test_roberta_import_errors_name_the_tensor_or_config_key():
         get_family("roberta").hf_import(full_state(model_cfg), {**hf_cfg, "model_type": "bert"}, model_cfg, None)
     with pytest.raises(ValueError, match=r"config\.model\.pad_token_id=1 .* pad_token_id=0"):
         get_family("roberta").hf_import(full_state(model_cfg), {**hf_cfg, "pad_token_id": 0}, model_cfg, None)
+
+
+def test_a_position_table_without_room_for_the_offset_fails_naming_the_key():
+    import jax
+
+    model = get_family("roberta").build_model(roberta_config(max_position_embeddings=16))
+    with pytest.raises(ValueError, match=r"config\.model\.max_position_embeddings >= 18 .* it is 16"):
+        jax.eval_shape(lambda: model.init(jax.random.key(0), roberta_batch(0)))

@@ -70,6 +70,13 @@ class RobertaForMaskedLM(nn.Module):
         """
         cfg = self.config
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        if input_ids.shape[1] + cfg.pad_token_id + 1 > cfg.max_position_embeddings:
+            # Shapes are static: this fails at init, before any compilation, not as silently clamped positions.
+            raise ValueError(
+                f"sequences of {input_ids.shape[1]} tokens need config.model.max_position_embeddings >= "
+                f"{input_ids.shape[1] + cfg.pad_token_id + 1} (positions start at pad_token_id + 1 = "
+                f"{cfg.pad_token_id + 1}); it is {cfg.max_position_embeddings}"
+            )
         positions = roberta_position_ids(attention_mask, batch.get("position_ids"), cfg.pad_token_id)
         hidden = self.encoder(input_ids, attention_mask, jnp.zeros_like(input_ids), positions,
                               batch.get("segment_ids"), deterministic)

@@ -1,0 +1,102 @@
+"""RoBERTa and ALBERT end to end: the tiny configs pre-train (the loss falls), export to a Hugging Face folder
+that transformers loads (AutoModelForMaskedLM, AutoModel, AutoTokenizer) with our logits, and a run can
+start from that folder (`config.init_from_hf`).
+"""
+import os
+
+import jax
+import numpy as np
+import pytest
+
+import configs.albert_base
+import configs.roberta_base
+from bert_jax.export import export, load_workdir_config, restore_params
+from bert_jax.models import get_family
+from bert_jax.train.loop import train_and_evaluate
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from hf_parity import TOLERANCE  # noqa: E402
+from test_pretrain import train_losses  # noqa: E402
+
+CONFIGS = {"roberta": configs.roberta_base, "albert": configs.albert_base}
+STEPS = 40
+
+
+def micro_config(family: str):
+    """The family's `:tiny` config shrunk to seconds: the same code paths, a smaller model and batch."""
+    c = CONFIGS[family].get_config("tiny")
+    c.model.vocab_size = 1024
+    c.model.hidden_size = 32
+    c.model.intermediate_size = 64
+    c.model.scan_layers = True
+    c.data.max_predictions_per_seq = 10
+    c.data.num_eval_batches = 1
+    c.train.global_batch_size = 8
+    c.train.num_steps = STEPS
+    c.train.warmup_steps = 4
+    c.train.log_every_steps = 4
+    c.train.eval_every_steps = c.checkpoint.every_steps = STEPS
+    c.logging.plots = False
+    c.logging.peak_flops_per_device = 1e11  # skip the matmul measurement
+    return c
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def exported(request, tmp_path_factory):
+    """A micro pre-training run of the family, exported to a Hugging Face folder."""
+    family = request.param
+    workdir, out = tmp_path_factory.mktemp(f"{family}_run"), tmp_path_factory.mktemp(f"{family}_hf")
+    train_and_evaluate(micro_config(family), str(workdir))
+    export(str(workdir), str(out))
+    return family, str(workdir), str(out)
+
+
+def test_tiny_family_pretraining_lowers_the_loss(exported):
+    family, workdir, _ = exported
+    losses = [loss for _, loss in train_losses(workdir)]
+    print(f"{family}: train loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    assert np.isfinite(losses).all() and losses[-1] < losses[0] - 0.3
+
+
+def test_exported_family_run_fills_mask_in_transformers_with_our_logits(exported):
+    family, workdir, out = exported
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    model = transformers.AutoModelForMaskedLM.from_pretrained(out).eval()
+    transformers.AutoModel.from_pretrained(out)  # the bare encoder loads too
+    enc = tokenizer([f"the python {tokenizer.mask_token} is a list", "a dict maps keys"], padding=True,
+                    return_tensors="np")
+    assert tokenizer.mask_token_id in enc["input_ids"][0]
+    position = int(np.argmax(enc["input_ids"][0] == tokenizer.mask_token_id))
+    with torch.no_grad():
+        hf_logits = model(**{k: torch.tensor(v) for k, v in enc.items()}).logits.numpy()[:, position]
+
+    config = load_workdir_config(workdir)
+    params, _ = restore_params(workdir, config)
+    batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+             "token_type_ids": enc.get("token_type_ids", np.zeros_like(enc["input_ids"])),
+             "masked_positions": np.array([[position], [position]], np.int32)}
+    ours = get_family(family).build_model(config.model).apply({"params": params}, batch)
+    diff = np.max(np.abs(np.asarray(ours["mlm_logits"])[:, 0] - hf_logits))
+    filled = tokenizer.decode([int(np.argmax(hf_logits[0]))])
+    print(f"{family} export: {tokenizer.mask_token} -> {filled!r}; max |MLM logits diff| {diff:.2e}")
+    assert diff <= TOLERANCE
+
+
+@pytest.mark.slow
+def test_init_from_hf_starts_a_family_run_from_the_exported_weights(exported, tmp_path):
+    family, workdir, out = exported
+    c = micro_config(family)
+    c.init_from_hf = out
+    c.train.learning_rate, c.train.warmup_steps, c.train.num_steps = 0.0, 0, 1
+    c.train.eval_every_steps = c.checkpoint.every_steps = 1
+    train_and_evaluate(c, str(tmp_path))
+    config = load_workdir_config(str(tmp_path))
+    restarted, _ = restore_params(str(tmp_path), config)
+    trained, _ = restore_params(workdir, load_workdir_config(workdir))
+    # The tokenizer itself travels (tokenizer_config.json differs: export sets model_max_length).
+    for name in set(os.listdir(os.path.join(workdir, "tokenizer"))) - {"tokenizer_config.json"}:
+        with open(os.path.join(workdir, "tokenizer", name), "rb") as a, open(tmp_path / "tokenizer" / name, "rb") as b:
+            assert a.read() == b.read(), name
+    jax.tree.map(np.testing.assert_array_equal, restarted, trained)
