@@ -20,8 +20,10 @@ PAD = 1
 
 
 def roberta_config(**overrides):
-    return small_model_config(family="roberta", type_vocab_size=1, max_position_embeddings=16 + PAD + 1,
-                              layer_norm_eps=1e-5, pad_token_id=PAD, **overrides)
+    values = dict(family="roberta", type_vocab_size=1, max_position_embeddings=16 + PAD + 1, layer_norm_eps=1e-5,
+                  pad_token_id=PAD)
+    values.update(overrides)
+    return small_model_config(**values)
 
 
 def roberta_batch(seed: int) -> dict:
