@@ -112,7 +112,8 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     distributed.sync("tokenizer_written")
     if jax.process_index() != 0:
         tokenizer = tokenizer_lib.prepare_tokenizer(config.data, tokenizer_dir)
-    pad_token_id = config.model.get("pad_token_id")  # families that read it (RoBERTa's positions) must agree
+    # A model that reads pad_token_id (e.g. to offset positions) must agree with the tokenizer.
+    pad_token_id = config.model.get("pad_token_id")
     if pad_token_id is not None and pad_token_id != tokenizer_lib.special_ids(tokenizer).pad:
         raise ValueError(
             f"config.model.pad_token_id={pad_token_id} but the tokenizer in {workdir}/tokenizer pads with id "
