@@ -100,3 +100,12 @@ def test_init_from_hf_starts_a_family_run_from_the_exported_weights(exported, tm
         with open(os.path.join(workdir, "tokenizer", name), "rb") as a, open(tmp_path / "tokenizer" / name, "rb") as b:
             assert a.read() == b.read(), name
     jax.tree.map(np.testing.assert_array_equal, restarted, trained)
+
+
+def test_a_pad_id_the_tokenizer_does_not_use_fails_before_training(tmp_path):
+    """RoBERTa's positions hang on the pad id: a WordPiece tokenizer pads with 0, the config says 1."""
+    c = micro_config("roberta")
+    c.data.tokenizer.kind = "wordpiece"
+    with pytest.raises(ValueError, match=r"config\.model\.pad_token_id=1 .* pads with id 0"):
+        train_and_evaluate(c, str(tmp_path))
+    assert not os.path.exists(tmp_path / "checkpoints")
