@@ -102,3 +102,28 @@ def test_albert_import_errors_name_the_tensor_or_config_key():
         family.hf_import(full_state(model_cfg), {**hf_cfg, "num_hidden_groups": 1}, model_cfg, None)
     with pytest.raises(ValueError, match="inner_group_num=2"):
         family.hf_import(full_state(model_cfg), {**hf_cfg, "inner_group_num": 2}, model_cfg, None)
+
+
+@pytest.mark.slow  # four compilations of a gradient: ~2 min on a busy 2-core machine
+def test_shared_layer_gradients_agree_scanned_unrolled_and_rematerialised():
+    """A shared group's gradient sums over every layer that runs it, however the stack is compiled."""
+    import jax
+
+    batch = random_batch(2)
+    batch["sentence_order_label"] = batch["next_sentence_label"]
+    family = get_family("albert")
+    params = random_params(family.build_model(albert_config()), batch)
+
+    def grads(**overrides):
+        model = family.build_model(albert_config(**overrides))
+
+        def loss(p):
+            return family.objective.loss(family.objective.sums(model.apply({"params": p}, batch), batch),
+                                         family.objective.weights(batch))
+
+        return jax.jit(jax.grad(loss))(params)
+
+    reference = grads(scan_layers=False)
+    for overrides in (dict(scan_layers=True), dict(scan_layers=True, remat_policy="full"),
+                      dict(scan_layers=False, remat_policy="full")):
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), grads(**overrides), reference)
