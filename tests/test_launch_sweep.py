@@ -1,0 +1,76 @@
+"""A sweep file becomes one named run per point; `summary` tabulates and plots them."""
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+from launch import sweep
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+from test_pretrain import micro_config  # noqa: E402
+
+
+def test_grid_and_points_expand_to_named_runs(tmp_path):
+    spec = dict(config="configs/tiny.py", overrides={"train.num_steps": 10},
+                grid={"train.learning_rate": [1e-3, 2e-3], "model.num_layers": [1, 2]},
+                points=[{"mesh.shape": (1, -1, 1)}])
+    runs = sweep.plan_runs(spec, str(tmp_path))
+    assert [r["name"] for r in runs] == [
+        "learning_rate=0.001,num_layers=1", "learning_rate=0.001,num_layers=2",
+        "learning_rate=0.002,num_layers=1", "learning_rate=0.002,num_layers=2", "shape=_1,-1,1_",
+    ]
+    assert runs[0]["argv"][-3:] == ["--config.train.num_steps=10", "--config.train.learning_rate=0.001",
+                                    "--config.model.num_layers=1"]
+    assert runs[-1]["argv"][-1] == "--config.mesh.shape=(1,-1,1)"
+    assert runs[0]["workdir"] == os.path.join(str(tmp_path), "learning_rate=0.001,num_layers=1")
+
+
+def test_colliding_names_and_empty_sweeps_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="both named"):
+        sweep.plan_runs(dict(config="c", points=[{"a.lr": 1}, {"b.lr": 1}]), str(tmp_path))
+    with pytest.raises(ValueError, match="no points"):
+        sweep.plan_runs(dict(config="c"), str(tmp_path))
+
+
+def test_tpu_executor_prints_one_tpu_vm_command_per_point():
+    out = subprocess.run(
+        [sys.executable, "-m", "launch.sweep", "run", "--sweep=configs/sweeps/tiny_lr.py", "--sweep_dir=unused",
+         "--executor=tpu", "--gcs_dir=gs://b/sw"], cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    assert len(out) == 3
+    assert "-m launch.tpu_vm all --name=sweep-0" in out[0]
+    assert "--workdir=gs://b/sw/learning_rate=0.0005 -- --config.train.num_steps=300" in out[0]
+
+
+@pytest.mark.slow  # two pre-training runs, each training its tokenizer
+def test_two_point_sweep_runs_and_summarises(tmp_path):
+    base = micro_config()
+    overrides = {"model.vocab_size": base.model.vocab_size, "model.hidden_size": 32, "model.num_heads": 2,
+                 "model.intermediate_size": 64, "data.max_seq_length": 64, "data.max_predictions_per_seq": 10,
+                 "data.num_eval_batches": 1, "train.global_batch_size": 8, "train.num_steps": 3,
+                 "train.warmup_steps": 1, "train.log_every_steps": 1, "train.eval_every_steps": 3,
+                 "checkpoint.every_steps": 3, "logging.peak_flops_per_device": 1e11, "logging.tensorboard": False}
+    sweep_file = tmp_path / "two_lr.py"
+    sweep_file.write_text(
+        "def get_sweep():\n"
+        f"    return dict(config='configs/tiny.py', overrides={overrides!r},\n"
+        "                grid={'train.learning_rate': [1e-3, 1e-2]})\n"
+    )
+    sweep_dir = tmp_path / "sweep"
+    run = subprocess.run([sys.executable, "-m", "launch.sweep", "run", f"--sweep={sweep_file}",
+                          f"--sweep_dir={sweep_dir}"], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = subprocess.run([sys.executable, "-m", "launch.sweep", "summary", f"--sweep_dir={sweep_dir}"],
+                             cwd=REPO, capture_output=True, text=True)
+    assert summary.returncode == 0, summary.stderr[-3000:]
+    with open(sweep_dir / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["run"] for r in rows] == ["learning_rate=0.001", "learning_rate=0.01"]
+    assert all(r["step"] == "3" and float(r["eval/loss"]) > 0 for r in rows)
+    assert rows[0]["train/loss"] != rows[1]["train/loss"]  # the override reached the run
+    assert "| learning_rate=0.01 | 3 |" in (sweep_dir / "summary.md").read_text()
+    assert (sweep_dir / "curves.png").stat().st_size > 1000

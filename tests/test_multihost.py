@@ -1,0 +1,71 @@
+"""Multi-host runs on localhost: processes joined by jax.distributed through launch/local.py."""
+import io
+import json
+import os
+import re
+import sys
+import time
+
+import pytest
+
+from launch.local import run_local
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+from test_parallel_mesh import FAST_COMPILE, run_parallel_steps  # noqa: E402
+from test_pretrain import micro_overrides, read_metrics  # noqa: E402
+
+STEPS_SCRIPT = [sys.executable, os.path.join(REPO, "tests", "parallel_steps.py")]
+
+
+def results(output: str) -> dict:
+    line = next(line for line in output.splitlines() if line.startswith("[p0] RESULT "))
+    return json.loads(line[len("[p0] RESULT "):])
+
+
+@pytest.mark.slow  # ~90 s: three processes compile 8-device programs
+def test_two_processes_give_the_one_process_losses(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", FAST_COMPILE)  # as for the single-process run
+    single = run_parallel_steps(["--meshes=1,1,1", "--steps=3"])
+    out = io.StringIO()
+    status = run_local([*STEPS_SCRIPT, "--meshes=8,1,1;2,2,2", "--steps=3"], num_processes=2,
+                       devices_per_process=4, out=out, timeout_s=600)
+    assert status == 0, out.getvalue()[-3000:]
+    two = results(out.getvalue())
+    assert (two["process_count"], two["device_count"]) == (2, 8)
+    for mesh in ("(8, 1, 1)", "(2, 2, 2)"):
+        assert two["runs"][mesh]["losses"] == pytest.approx(single["runs"]["(1, 1, 1)"]["losses"], abs=1e-5)
+
+
+def test_a_dead_process_stops_its_peers_with_an_error():
+    """Process 1 exits after joining; process 0, waiting in a collective, fails within the heartbeat timeout (5 s)."""
+    out = io.StringIO()
+    start = time.monotonic()
+    status = run_local([*STEPS_SCRIPT, "--die_process=1"], num_processes=2, out=out, grace_s=60, timeout_s=120)
+    elapsed = time.monotonic() - start
+    log = out.getvalue()
+    assert status != 0 and "[launch.local] killing" not in log, log[-3000:]  # p0 stopped on its own
+    assert "process 1 dies now" in log
+    assert re.search(r"\[p0\] .*(heartbeat|unavailable|UNAVAILABLE|DEADLINE|disconnected|barrier)", log, re.I), log[-3000:]
+    assert elapsed < 60
+
+
+@pytest.mark.slow
+def test_pretrain_on_two_processes_checkpoints_collectively_and_logs_once(tmp_path):
+    workdir = str(tmp_path / "run")
+    out = io.StringIO()
+    command = [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
+               *micro_overrides()]
+    status = run_local(command, num_processes=2, devices_per_process=1, out=out, timeout_s=900)
+    assert status == 0, out.getvalue()[-4000:]
+    steps = [r["step"] for r in read_metrics(workdir) if "train/loss" in r]
+    assert steps == sorted(set(steps)) and steps[-1] == 8  # one writer: no step logged twice
+    saved = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
+    assert saved == [4, 8]
+    data_files = [f for f in os.listdir(os.path.join(workdir, "checkpoints", "8", "data")) if f.endswith(".json")]
+    assert sorted(data_files) == ["process_0-of-2.json", "process_1-of-2.json"]  # each host's iterator
+    # Resuming on two processes continues from the collective checkpoint.
+    status = run_local(command + ["--config.train.num_steps=10"], num_processes=2, out=out, timeout_s=900)
+    assert status == 0, out.getvalue()[-4000:]
+    assert "starting at step 8 of 10" in out.getvalue()
