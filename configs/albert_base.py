@@ -12,9 +12,14 @@ n-gram masking (n <= 3, p(n) ∝ 1/n), sequences of 512 (10% shorter), 20 predic
 sequence, batch 4096, LAMB at lr 0.00176 for 125K steps (3125 warmup), no dropout (v2).
 At batch 4096 x 512 this needs a pod slice (the paper used TPU v3-64 to v3-512).
 
-Tiny variant, pre-trains on a laptop CPU in about a minute on the embedded corpus:
+Tiny variant: 400 steps on the embedded corpus, a SentencePiece unigram of 2048 pieces
+trained first; about a minute on a quiet 2-core CPU (3m25s measured on a busy one):
 
     python -m bert_jax.pretrain --config=configs/albert_base.py:tiny --workdir=runs/albert_tiny
+
+The train loss (MLM + SOP) falls from ~7.9 (step 50) to ~6.7; eval MLM accuracy ~0.054 vs
+the always-most-frequent-token floor of ~0.049, SOP still at chance (loss ~0.69). It
+exercises every code path of the family, export included; it is not meant to learn much.
 """
 from configs import base
 
@@ -70,9 +75,9 @@ def shrink_to_tiny(c) -> None:
     c.data.max_predictions_per_seq = 10
     c.train.optimizer = "adamw"  # LAMB's layer-wise trust ratio pays off at large batches only
     c.train.global_batch_size = 16
-    c.train.num_steps = 150
+    c.train.num_steps = 400
     c.train.learning_rate = 2e-3
-    c.train.warmup_steps = 15
-    c.train.log_every_steps = 10
-    c.train.eval_every_steps = 50
-    c.checkpoint.every_steps = 50
+    c.train.warmup_steps = 40
+    c.train.log_every_steps = 50
+    c.train.eval_every_steps = 200
+    c.checkpoint.every_steps = 200

@@ -13,10 +13,14 @@ dropout 0.1, FULL-SENTENCES inputs (no NSP), masks drawn afresh every time a seq
 seen. At 8K x 512 this needs a pod slice (e.g. v4-128); on fewer chips keep the
 global batch with --config.train.grad_accum_steps.
 
-Tiny variant, pre-trains on a laptop CPU in about a minute on the embedded corpus (MLM
-loss falls from ~7.6 to ~6):
+Tiny variant: 400 steps on the embedded corpus, a byte-level BPE of 2048 tokens trained
+first; about a minute on a quiet 2-core CPU (1m50s measured on a busy one):
 
     python -m bert_jax.pretrain --config=configs/roberta_base.py:tiny --workdir=runs/roberta_tiny
+
+The train loss falls from ~7.6 (step 10) to ~6.3 (eval 6.2); MLM accuracy stays near the
+always-most-frequent-token floor (~0.04). It exercises every code path of the family,
+export included; it is not meant to learn much.
 """
 from configs import base
 
@@ -67,9 +71,9 @@ def shrink_to_tiny(c) -> None:
     c.data.max_seq_length = 64
     c.data.max_predictions_per_seq = 10
     c.train.global_batch_size = 16
-    c.train.num_steps = 150
+    c.train.num_steps = 400
     c.train.learning_rate = 2e-3
-    c.train.warmup_steps = 15
-    c.train.log_every_steps = 10
-    c.train.eval_every_steps = 50
-    c.checkpoint.every_steps = 50
+    c.train.warmup_steps = 40
+    c.train.log_every_steps = 50
+    c.train.eval_every_steps = 200
+    c.checkpoint.every_steps = 200
