@@ -9,8 +9,9 @@ import ml_collections
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
-    # A Hugging Face BERT folder (config.json, model.safetensors, vocab.txt) to start from instead
-    # of a random init, e.g. a BertModel-only checkpoint (its missing MLM/NSP heads stay random).
+    # A Hugging Face folder of config.model.family's kind (config.json, model.safetensors, tokenizer
+    # files) to start from instead of a random init, e.g. a BertModel-only checkpoint (its missing
+    # MLM/NSP heads stay random), a RobertaForMaskedLM or an AlbertForPreTraining folder.
     # Used only when the workdir holds no checkpoint; its tokenizer replaces training one.
     c.init_from_hf = ""
 
