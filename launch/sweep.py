@@ -88,7 +88,7 @@ def plan_runs(sweep: dict, sweep_dir: str) -> list[dict]:
 
 def tpu_commands(sweep: dict, runs: list[dict], args) -> list[list[str]]:
     return [
-        [sys.executable, "-m", "launch.tpu_vm", "all", f"--name={args.tpu_name_prefix}-{i}", f"--zone={args.zone}",
+        ["python", "-m", "launch.tpu_vm", "all", f"--name={args.tpu_name_prefix}-{i}", f"--zone={args.zone}",
          f"--accelerator_type={args.accelerator_type}", f"--config={sweep['config']}",
          f"--workdir={args.gcs_dir.rstrip('/')}/{run['name']}", "--",
          *override_flags(run["overrides"])]

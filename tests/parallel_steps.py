@@ -33,7 +33,7 @@ from bert_jax.parallel.mesh import global_batch, make_mesh  # noqa: E402
 from bert_jax.train.program import build_program  # noqa: E402
 
 
-def tiny_config(mesh_shape, rules: str) -> ml_collections.ConfigDict:
+def tiny_config(mesh_shape, rules: str, dcn_shape=(1, 1, 1)) -> ml_collections.ConfigDict:
     """2 layers, hidden 64, 4 heads, seq 32, fp32: the smallest model every mesh below can split."""
     c = configs.tiny.get_config()
     c.model.update(vocab_size=128, hidden_size=64, num_heads=4, intermediate_size=128, max_position_embeddings=32,
@@ -41,6 +41,7 @@ def tiny_config(mesh_shape, rules: str) -> ml_collections.ConfigDict:
     c.data.update(max_seq_length=32, max_predictions_per_seq=6)
     c.train.update(global_batch_size=16, warmup_steps=1, learning_rate=1e-3)
     c.mesh.shape = tuple(mesh_shape)
+    c.mesh.dcn_shape = tuple(dcn_shape)
     c.mesh.rules = rules
     return c
 
@@ -97,9 +98,14 @@ def initial_state(config):
     an 8-device compile of `init` per mesh.
     """
     config = ml_collections.ConfigDict(config.to_dict())
-    config.mesh.shape = (1, 1, 1)
+    config.mesh.shape = config.mesh.dcn_shape = (1, 1, 1)
     program = build_program(config, make_mesh(config.mesh, jax.local_devices()[:1]))
     return jax.device_get(program.init())
+
+
+def _devices(mesh_cfg) -> list:
+    """The first devices, as many as the mesh needs (all of them but for the 1-device baseline)."""
+    return jax.devices()[: math.prod(mesh_cfg.shape) * math.prod(mesh_cfg.dcn_shape)]
 
 
 def run(config, batches: list[dict], state, save=None, program=None):
@@ -108,7 +114,7 @@ def run(config, batches: list[dict], state, save=None, program=None):
     save: (step, manager): checkpoint the state after that many steps.
     program: the config's program when already built (its compiled step is reused).
     """
-    program = program or build_program(config, make_mesh(config.mesh, jax.devices()[: math.prod(config.mesh.shape)]))
+    program = program or build_program(config, make_mesh(config.mesh, _devices(config.mesh)))
     state = jax.device_put(state, program.state_shardings)
     losses = []
     with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
@@ -132,6 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--meshes", default="1,1,1;8,1,1")
     parser.add_argument("--rules", default="fsdp_tp")
+    parser.add_argument("--dcn_shape", default="1,1,1", help="across processes (slices), for every mesh")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--checkpoint_dir", default="")
     parser.add_argument("--save_at", type=int, default=3)
@@ -159,15 +166,16 @@ def main() -> None:
         return
 
     meshes = [tuple(int(s) for s in m.split(",")) for m in args.meshes.split(";")]
+    dcn = tuple(int(s) for s in args.dcn_shape.split(","))
     out = {"process_count": jax.process_count(), "device_count": jax.device_count(), "runs": {}}
-    batches = make_batches(tiny_config(meshes[0], args.rules), args.steps)
-    start = initial_state(tiny_config(meshes[0], args.rules))
+    batches = make_batches(tiny_config(meshes[0], args.rules, dcn), args.steps)
+    start = initial_state(tiny_config(meshes[0], args.rules, dcn))
     manager = ckpt.make_manager(args.checkpoint_dir, configs.tiny.get_config().checkpoint) if args.checkpoint_dir else None
     programs = {}
     for shape in meshes:
         # The last mesh saves its state after --save_at steps; the others restore it below.
         save = (args.save_at, manager) if manager is not None and shape == meshes[-1] else None
-        losses, state, programs[shape] = run(tiny_config(shape, args.rules), batches, start, save)
+        losses, state, programs[shape] = run(tiny_config(shape, args.rules, dcn), batches, start, save)
         out["runs"][str(shape)] = {"losses": losses, "shard_shapes": shard_shapes(state),
                                    "mesh": dict(programs[shape].mesh.shape)}
     if manager is not None:
@@ -181,7 +189,7 @@ def main() -> None:
                 leaf.sharding.is_equivalent_to(want, leaf.ndim)
                 for leaf, want in zip(jax.tree.leaves(restored), jax.tree.leaves(program.state_shardings))
             )
-            losses, _, _ = run(tiny_config(shape, args.rules), batches[args.save_at:], restored,
+            losses, _, _ = run(tiny_config(shape, args.rules, dcn), batches[args.save_at:], restored,
                                program=program)
             out["resumed"][str(shape)] = {"losses": losses, "data_step": position.step, "placed_by_new_mesh": placed}
         manager.close()

@@ -36,6 +36,14 @@ def test_two_processes_give_the_one_process_losses(monkeypatch):
     assert (two["process_count"], two["device_count"]) == (2, 8)
     for mesh in ("(8, 1, 1)", "(2, 2, 2)"):
         assert two["runs"][mesh]["losses"] == pytest.approx(single["runs"]["(1, 1, 1)"]["losses"], abs=1e-5)
+    # A hybrid mesh: each process counts as a slice, the data axis crosses them (mesh (2,1,1) x (1,2,2)).
+    out = io.StringIO()
+    status = run_local([*STEPS_SCRIPT, "--meshes=1,2,2", "--dcn_shape=2,1,1", "--steps=3"], num_processes=2,
+                       devices_per_process=4, out=out, timeout_s=600)
+    assert status == 0, out.getvalue()[-3000:]
+    hybrid = results(out.getvalue())["runs"]["(1, 2, 2)"]
+    assert hybrid["mesh"] == {"data": 2, "fsdp": 2, "tensor": 2}
+    assert hybrid["losses"] == pytest.approx(single["runs"]["(1, 1, 1)"]["losses"], abs=1e-5)
 
 
 def test_a_dead_process_stops_its_peers_with_an_error():

@@ -86,15 +86,15 @@ def resolve_mesh_shapes(mesh_cfg, num_devices: int) -> tuple[tuple[int, ...], tu
 def make_mesh(mesh_cfg, devices=None) -> Mesh:
     """The (data, fsdp, tensor) mesh; with any DCN axis > 1, a hybrid mesh whose DCN axes cross slices.
 
-    Devices without a `slice_index` (CPU, GPU) count each process as a slice, so on
-    a GPU cluster `dcn_shape` puts the slow inter-node links on the chosen axis.
+    Devices that all sit in one slice (GPUs, CPUs, one TPU slice) count each process
+    as a slice instead, so `dcn_shape` puts the links between hosts on the chosen axis.
     """
     devices = jax.devices() if devices is None else devices
     ici, dcn = resolve_mesh_shapes(mesh_cfg, len(devices))
     if math.prod(dcn) > 1:
+        one_slice = len({getattr(d, "slice_index", 0) for d in devices}) == 1
         grid = mesh_utils.create_hybrid_device_mesh(
-            ici, dcn, devices, process_is_granule=not hasattr(devices[0], "slice_index"),
-            allow_split_physical_axes=True,
+            ici, dcn, devices, process_is_granule=one_slice, allow_split_physical_axes=True,
         )
     else:
         grid = mesh_utils.create_device_mesh(ici, devices, allow_split_physical_axes=True)
