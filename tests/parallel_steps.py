@@ -11,11 +11,13 @@ the data pipeline does. `--checkpoint_dir` also saves the state of the last mesh
 after `--save_at` steps, restores it under the meshes between the first and the last,
 and trains on from there.
 `--die_process=I`: process I exits right after joining, to test that its peers stop.
+`--preempt_process=I`: process I gets SIGTERM; every process must stop at the same step.
 """
 import argparse
 import json
 import math
 import os
+import signal
 import sys
 import time
 
@@ -30,6 +32,7 @@ import configs.tiny  # noqa: E402
 from bert_jax.checkpoint import manager as ckpt  # noqa: E402
 from bert_jax.parallel import distributed  # noqa: E402
 from bert_jax.parallel.mesh import global_batch, make_mesh  # noqa: E402
+from bert_jax.train.preemption import PreemptionWatch  # noqa: E402
 from bert_jax.train.program import build_program  # noqa: E402
 
 
@@ -143,6 +146,7 @@ def main() -> None:
     parser.add_argument("--checkpoint_dir", default="")
     parser.add_argument("--save_at", type=int, default=3)
     parser.add_argument("--die_process", type=int, default=-1)
+    parser.add_argument("--preempt_process", type=int, default=-1, help="gets SIGTERM at step 3")
     parser.add_argument("--config.distributed.coordinator_address", dest="coordinator", default="")
     parser.add_argument("--config.distributed.num_processes", dest="num_processes", type=int, default=1)
     parser.add_argument("--config.distributed.process_id", dest="process_id", type=int, default=0)
@@ -165,6 +169,16 @@ def main() -> None:
             print(f"survivor stopped after {time.monotonic() - start:.1f} s", flush=True)
         return
 
+    if args.preempt_process >= 0:
+        with PreemptionWatch() as watch:
+            for step in range(1, 1000):
+                distributed.sync(f"step_{step}")  # stands in for a train step's collectives
+                if step == 3 and jax.process_index() == args.preempt_process:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                if watch.should_stop(step):
+                    print(f"process {jax.process_index()} stops at step {step}", flush=True)
+                    return
+                time.sleep(0.1)
     meshes = [tuple(int(s) for s in m.split(",")) for m in args.meshes.split(";")]
     dcn = tuple(int(s) for s in args.dcn_shape.split(","))
     out = {"process_count": jax.process_count(), "device_count": jax.device_count(), "runs": {}}

@@ -59,6 +59,15 @@ def test_a_dead_process_stops_its_peers_with_an_error():
     assert elapsed < 60
 
 
+def test_sigterm_on_one_host_stops_every_host_at_the_same_step():
+    out = io.StringIO()
+    status = run_local([*STEPS_SCRIPT, "--preempt_process=1"], num_processes=2, out=out, grace_s=30, timeout_s=120)
+    log = out.getvalue()
+    assert status == 0, log[-3000:]
+    stops = sorted(re.findall(r"\[p(\d)\] process \d stops at step (\d+)", log))
+    assert len(stops) == 2 and stops[0][1] == stops[1][1] and int(stops[0][1]) >= 3, log[-3000:]
+
+
 @pytest.mark.slow
 def test_pretrain_on_two_processes_checkpoints_collectively_and_logs_once(tmp_path):
     workdir = str(tmp_path / "run")

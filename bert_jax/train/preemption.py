@@ -20,7 +20,10 @@ class PreemptionWatch:
         self._previous = None
 
     def __enter__(self) -> "PreemptionWatch":
-        if threading.current_thread() is threading.main_thread():
+        # With several processes, JAX's own notifier catches SIGTERM and the sync point
+        # below stops every host at the same step; a handler here would replace JAX's
+        # and stop the signalled host alone, leaving the others in a collective save.
+        if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         return self
 
