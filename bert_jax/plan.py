@@ -155,6 +155,9 @@ def format_plan(plan: Plan, hbm_gib: float = 0.0, max_rows: int = 0) -> str:
 
 def use_simulated_devices(num_devices: int) -> None:
     """Gives JAX `num_devices` CPU devices; must run before JAX initialises its backend."""
+    # An XLA_FLAGS device count would contradict jax_num_cpu_devices: this flag decides.
+    xla_flags = os.environ.get("XLA_FLAGS", "").split()
+    os.environ["XLA_FLAGS"] = " ".join(f for f in xla_flags if "xla_force_host_platform_device_count" not in f)
     os.environ["JAX_PLATFORMS"] = "cpu"
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", num_devices)
