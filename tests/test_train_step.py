@@ -17,7 +17,7 @@ def train_config(**overrides):
     return ml_collections.ConfigDict(cfg)
 
 
-DATA = ml_collections.ConfigDict(dict(max_seq_length=16, max_predictions_per_seq=5))
+DATA = ml_collections.ConfigDict(dict(max_seq_length=16, max_predictions_per_seq=5, example_builder="nsp"))
 
 
 def setup(model_overrides=None, **train_overrides):
