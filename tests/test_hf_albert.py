@@ -127,3 +127,19 @@ def test_shared_layer_gradients_agree_scanned_unrolled_and_rematerialised():
     for overrides in (dict(scan_layers=True), dict(scan_layers=True, remat_policy="full"),
                       dict(scan_layers=False, remat_policy="full")):
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), grads(**overrides), reference)
+
+
+def test_an_albert_model_checkpoint_imports_its_encoder_and_keeps_fallback_heads():
+    """AlbertModel folders (no `albert.` prefix, no MLM/SOP heads) import; the heads come from the fallback."""
+    model_cfg = albert_config()
+    torch.manual_seed(0)
+    bare = transformers.AlbertModel(transformers.AlbertConfig(**hf_albert.hf_config(model_cfg)))
+    state = {k: v.numpy() for k, v in bare.state_dict().items()}
+    assert not any(k.startswith("albert.") for k in state)
+    fallback, _ = hf_albert.hf_to_params(full_state(model_cfg), model_cfg)
+    params, report = hf_albert.hf_to_params(state, model_cfg, fallback_params=fallback)
+    assert sorted(report.kept_from_fallback) == sorted(
+        s.hf_name for s in hf_albert.tensor_specs(model_cfg) if s.hf_name.startswith(("predictions.", "sop_classifier.")))
+    np.testing.assert_array_equal(params["encoder"]["stack"]["group_1"]["intermediate"]["kernel"],
+                                  state["encoder.albert_layer_groups.1.albert_layers.0.ffn.weight"].T)
+    np.testing.assert_array_equal(params["sop"]["kernel"], fallback["sop"]["kernel"])

@@ -133,3 +133,18 @@ def test_a_position_table_without_room_for_the_offset_fails_naming_the_key():
     model = get_family("roberta").build_model(roberta_config(max_position_embeddings=16))
     with pytest.raises(ValueError, match=r"config\.model\.max_position_embeddings >= 18 .* it is 16"):
         jax.eval_shape(lambda: model.init(jax.random.key(0), roberta_batch(0)))
+
+
+def test_a_roberta_model_checkpoint_imports_its_encoder_and_reports_the_unused_pooler():
+    """RobertaModel folders (no `roberta.` prefix, a pooler, no lm_head) import; the head comes from the fallback."""
+    model_cfg = roberta_config()
+    torch.manual_seed(0)
+    bare = transformers.RobertaModel(transformers.RobertaConfig(**hf_roberta.hf_config(model_cfg)))
+    state = {k: v.numpy() for k, v in bare.state_dict().items()}
+    fallback, _ = hf_roberta.hf_to_params(full_state(model_cfg), model_cfg)
+    params, report = hf_roberta.hf_to_params(state, model_cfg, fallback_params=fallback)
+    assert sorted(report.kept_from_fallback) == sorted(
+        s.hf_name for s in hf_roberta.tensor_specs(model_cfg) if s.hf_name.startswith("lm_head."))
+    assert report.unused == ["roberta.pooler.dense.bias", "roberta.pooler.dense.weight"]
+    np.testing.assert_array_equal(params["encoder"]["embeddings"]["position"]["embedding"],
+                                  state["embeddings.position_embeddings.weight"])
