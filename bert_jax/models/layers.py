@@ -100,7 +100,12 @@ class Embed(nn.Module):
         )
 
     def __call__(self, ids: jax.Array) -> jax.Array:
-        return jnp.take(self.embedding, ids, axis=0).astype(self.dtype)
+        # The table's embed axis is gathered first (FSDP's per-use all-gather, as for
+        # every weight): a lookup into an embed-sharded table makes XLA replicate its
+        # [batch, length, embed] output to re-split it by batch ("involuntary full
+        # rematerialization" under meshes with data and fsdp > 1).
+        table = nn.with_logical_constraint(self.embedding, (self.axes[0], None))
+        return jnp.take(table, ids, axis=0).astype(self.dtype)
 
     def attend(self, x: jax.Array) -> jax.Array:
         """x: [..., features] -> [..., num_embeddings] scores against every row."""
