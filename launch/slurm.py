@@ -17,6 +17,8 @@ import string
 import subprocess
 import sys
 
+from launch import parse_with_overrides
+
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slurm.sbatch")
 
 
@@ -57,11 +59,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str]):
-    """The launcher's flags, and in `.overrides` the pretrain flags that follow `--`."""
-    cut = argv.index("--") if "--" in argv else len(argv)
-    args = parser().parse_args(argv[:cut])
-    args.overrides = argv[cut + 1:]
-    return args
+    return parse_with_overrides(parser(), argv)
 
 
 def main(argv=None) -> None:

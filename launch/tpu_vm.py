@@ -16,6 +16,8 @@ import shlex
 import subprocess
 import sys
 
+from launch import parse_with_overrides
+
 ACTIONS = ("create", "setup", "run", "logs", "delete", "all")
 REMOTE_DIR = "bert_jax"
 LOG = "pretrain.log"
@@ -85,11 +87,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str]):
-    """The launcher's flags, and in `.overrides` the pretrain flags that follow `--`."""
-    cut = argv.index("--") if "--" in argv else len(argv)
-    args = parser().parse_args(argv[:cut])
-    args.overrides = argv[cut + 1:]
-    return args
+    return parse_with_overrides(parser(), argv)
 
 
 def main(argv=None) -> None:
