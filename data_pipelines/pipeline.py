@@ -29,7 +29,6 @@ from absl import logging
 
 from data_pipelines import builders, corpus, masking, sources, stream
 from data_pipelines import tokenizer as tokenizer_lib
-from data_pipelines.tokenizer import SpecialIds
 
 SPLITS = ("train", "eval")
 

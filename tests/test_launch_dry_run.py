@@ -64,7 +64,7 @@ def test_slurm_script_runs_one_task_per_gpu_with_auto_initialisation():
 def test_local_gives_each_process_its_id_and_the_coordinator():
     cmds = local.process_commands(["python", "-m", "bert_jax.pretrain"], 2, 4321)
     assert [c[-3:] for c in cmds] == [
-        [f"--config.distributed.coordinator_address=127.0.0.1:4321", "--config.distributed.num_processes=2",
+        ["--config.distributed.coordinator_address=127.0.0.1:4321", "--config.distributed.num_processes=2",
          f"--config.distributed.process_id={i}"] for i in range(2)
     ]
     env = local.process_env(4, {"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_dump_to=/x"})

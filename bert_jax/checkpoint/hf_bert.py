@@ -252,18 +252,32 @@ def hf_config(model_cfg, pad_token_id: int = 0) -> dict[str, Any]:
     return out
 
 
-def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
-    """config.model values read from a Hugging Face BERT config.json; ValueError naming what we cannot run."""
-    if hf_cfg.get("model_type") != "bert":
-        raise ValueError(f"config.json model_type={hf_cfg.get('model_type')!r}: only 'bert' can be imported "
-                         f"into config.model.family='bert'")
-    for key, want in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
-        if hf_cfg.get(key, want) != want:
-            raise ValueError(f"config.json {key}={hf_cfg[key]!r}: the BERT family here implements only {want!r}")
-    missing = [hf for hf in CONFIG_KEYS.values() if hf not in hf_cfg and hf != "layer_norm_eps"]
+def read_config_values(hf_cfg: dict, *, model_type: str, family: str, keys: dict[str, str],
+                       defaults: dict[str, Any], implemented: dict[str, tuple]) -> dict[str, Any]:
+    """config.model values from a Hugging Face config.json, for any family; ValueError naming what we cannot run.
+
+    keys: config.model key -> its name in config.json; defaults: values for the keys that
+    config.json may omit (transformers' own defaults); implemented: config.json key -> the
+    values this family implements, the first being transformers' default.
+    """
+    if hf_cfg.get("model_type") != model_type:
+        raise ValueError(f"config.json model_type={hf_cfg.get('model_type')!r}: only {model_type!r} can be "
+                         f"imported into config.model.family={family!r}")
+    for key, allowed in implemented.items():
+        if hf_cfg.get(key, allowed[0]) not in allowed:
+            raise ValueError(f"config.json {key}={hf_cfg[key]!r}: the {family} family here implements only "
+                             f"{', '.join(map(repr, allowed))}")
+    missing = [hf for ours, hf in keys.items() if hf not in hf_cfg and ours not in defaults]
     if missing:
         raise ValueError(f"config.json lacks {missing}")
-    return {ours: hf_cfg.get(hf, 1e-12) for ours, hf in CONFIG_KEYS.items()}
+    return {ours: hf_cfg.get(hf, defaults.get(ours)) for ours, hf in keys.items()}
+
+
+def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
+    """config.model values read from a Hugging Face BERT config.json."""
+    return read_config_values(hf_cfg, model_type="bert", family="bert", keys=CONFIG_KEYS,
+                              defaults={"layer_norm_eps": 1e-12},
+                              implemented={"hidden_act": ("gelu",), "position_embedding_type": ("absolute",)})
 
 
 def check_config_matches(hf_cfg: dict, model_cfg) -> None:

@@ -61,18 +61,12 @@ def hf_config(model_cfg) -> dict[str, Any]:
 
 
 def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
-    """config.model values read from a Hugging Face RoBERTa config.json; ValueError naming what we cannot run."""
-    if hf_cfg.get("model_type") != "roberta":
-        raise ValueError(f"config.json model_type={hf_cfg.get('model_type')!r}: only 'roberta' can be imported "
-                         f"into config.model.family='roberta'")
-    for key, want in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
-        if hf_cfg.get(key, want) != want:
-            raise ValueError(f"config.json {key}={hf_cfg[key]!r}: the RoBERTa family here implements only {want!r}")
-    defaults = {"layer_norm_eps": 1e-5, "pad_token_id": 1}
-    missing = [hf for ours, hf in CONFIG_KEYS.items() if hf not in hf_cfg and ours not in defaults]
-    if missing:
-        raise ValueError(f"config.json lacks {missing}")
-    return {ours: hf_cfg.get(hf, defaults.get(ours)) for ours, hf in CONFIG_KEYS.items()}
+    """config.model values read from a Hugging Face RoBERTa config.json."""
+    return hf_bert.read_config_values(
+        hf_cfg, model_type="roberta", family="roberta", keys=CONFIG_KEYS,
+        defaults={"layer_norm_eps": 1e-5, "pad_token_id": 1},
+        implemented={"hidden_act": ("gelu",), "position_embedding_type": ("absolute",)},
+    )
 
 
 def hf_export(params: dict, model_cfg):

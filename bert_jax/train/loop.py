@@ -1,5 +1,4 @@
 """The one train loop: every family runs through it, and it never asks which family it runs."""
-import json
 import os
 
 import flax.linen as nn
