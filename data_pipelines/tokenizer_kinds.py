@@ -7,6 +7,7 @@ from there.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import json
 import os
@@ -56,25 +57,29 @@ _HF_CLASS = {
 }
 
 
-class Tokenizer:
+class Tokenizer(abc.ABC):
     """What the data pipeline needs of any tokenizer kind; subclasses hold the library object."""
 
     kind: str
     specials: SpecialTokens
 
+    @abc.abstractmethod
     def get_vocab_size(self) -> int:
-        raise NotImplementedError
+        """Ids run from 0 to this, exclusive."""
 
+    @abc.abstractmethod
     def token_to_id(self, token: str) -> int | None:
-        raise NotImplementedError
+        """None for a token the vocabulary lacks."""
 
+    @abc.abstractmethod
     def id_to_token(self, index: int) -> str:
-        raise NotImplementedError
+        """The vocabulary entry of `index`."""
 
+    @abc.abstractmethod
     def encode_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Tokenizes each text without special tokens: one [num_tokens] int32 array per text."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def word_start_flags(self) -> np.ndarray:
         """[vocab_size] bool: True where a token begins a word (whole-word / span masking).
 
@@ -82,10 +87,10 @@ class Tokenizer:
         byte-level BPE token begins one when it starts with `▁` / `Ġ`. Specials count as
         word starts, so a masked word never swallows them.
         """
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def save(self, directory: str) -> None:
-        raise NotImplementedError
+        """Writes the files transformers' AutoTokenizer loads, with tokenizer_config.json."""
 
     def _config_json(self, extra: dict) -> dict:
         return {
