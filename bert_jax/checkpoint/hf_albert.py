@@ -8,7 +8,7 @@ from typing import Any
 
 from bert_jax.checkpoint import hf_bert
 from bert_jax.checkpoint.hf_bert import COPY, HEAD, HEADS_IN, HEADS_OUT, LINEAR, ImportReport, TensorSpec
-from bert_jax.models.albert import ACTIVATIONS
+from bert_jax.models.layers import ACTIVATIONS
 
 TIED_ON_EXPORT = {
     "predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
@@ -69,24 +69,12 @@ def hf_to_params(state, model_cfg, fallback_params: dict | None = None) -> tuple
 
 def hf_config(model_cfg) -> dict[str, Any]:
     """A Hugging Face ALBERT config.json for `config.model`."""
-    out = {hf: model_cfg[ours] for ours, hf in CONFIG_KEYS.items()}
-    out.update(
-        model_type="albert",
-        architectures=["AlbertForPreTraining"],
-        inner_group_num=1,
-        hidden_dropout_prob=float(model_cfg.dropout_rate),
-        attention_probs_dropout_prob=float(model_cfg.attention_dropout_rate),
-        classifier_dropout_prob=float(model_cfg.dropout_rate),
-        initializer_range=float(model_cfg.initializer_range),
-        position_embedding_type="absolute",
-        # SentencePiece specials as ALBERT orders them: <pad>=0 <unk>=1 [CLS]=2 [SEP]=3.
-        pad_token_id=int(model_cfg.get("pad_token_id", 0)),
-        bos_token_id=2,
-        eos_token_id=3,
-        tie_word_embeddings=True,
-        torch_dtype="float32",
+    # SentencePiece specials as ALBERT orders them: <pad>=0 <unk>=1 [CLS]=2 [SEP]=3.
+    return hf_bert.config_json(
+        model_cfg, CONFIG_KEYS, model_type="albert", architectures=["AlbertForPreTraining"], inner_group_num=1,
+        classifier_dropout_prob=float(model_cfg.dropout_rate), pad_token_id=int(model_cfg.get("pad_token_id", 0)),
+        bos_token_id=2, eos_token_id=3,
     )
-    return out
 
 
 def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:

@@ -234,22 +234,25 @@ CONFIG_KEYS = {
 }
 
 
-def hf_config(model_cfg, pad_token_id: int = 0) -> dict[str, Any]:
-    """A Hugging Face config.json for `config.model` (exact erf GELU, absolute positions, post-LN)."""
-    out = {hf: model_cfg[ours] for ours, hf in CONFIG_KEYS.items()}
+def config_json(model_cfg, keys: dict[str, str], **fields) -> dict[str, Any]:
+    """A config.json for any family: the sizes `keys` names (ours -> HF), what every family shares, and `fields`."""
+    out = {hf: model_cfg[ours] for ours, hf in keys.items()}
     out.update(
-        model_type="bert",
-        architectures=["BertForPreTraining"],
-        hidden_act="gelu",
         hidden_dropout_prob=float(model_cfg.dropout_rate),
         attention_probs_dropout_prob=float(model_cfg.attention_dropout_rate),
         initializer_range=float(model_cfg.initializer_range),
         position_embedding_type="absolute",
-        pad_token_id=pad_token_id,
         tie_word_embeddings=True,
         torch_dtype="float32",
+        **fields,
     )
     return out
+
+
+def hf_config(model_cfg, pad_token_id: int = 0) -> dict[str, Any]:
+    """A Hugging Face config.json for `config.model` (exact erf GELU, absolute positions, post-LN)."""
+    return config_json(model_cfg, CONFIG_KEYS, model_type="bert", architectures=["BertForPreTraining"],
+                       hidden_act="gelu", pad_token_id=pad_token_id)
 
 
 def read_config_values(hf_cfg: dict, *, model_type: str, family: str, keys: dict[str, str],

@@ -42,22 +42,9 @@ def hf_to_params(state, model_cfg, fallback_params: dict | None = None) -> tuple
 
 def hf_config(model_cfg) -> dict[str, Any]:
     """A Hugging Face RoBERTa config.json for `config.model` (exact GELU, absolute positions offset by the pad id)."""
-    out = {hf: model_cfg[ours] for ours, hf in CONFIG_KEYS.items()}
-    out.update(
-        model_type="roberta",
-        architectures=["RobertaForMaskedLM"],
-        hidden_act="gelu",
-        hidden_dropout_prob=float(model_cfg.dropout_rate),
-        attention_probs_dropout_prob=float(model_cfg.attention_dropout_rate),
-        initializer_range=float(model_cfg.initializer_range),
-        position_embedding_type="absolute",
-        # Byte-level BPE's specials: <s>=0 <pad>=1 </s>=2 (data_pipelines.tokenizer); only pad matters here.
-        bos_token_id=0,
-        eos_token_id=2,
-        tie_word_embeddings=True,
-        torch_dtype="float32",
-    )
-    return out
+    # Byte-level BPE's specials: <s>=0 <pad>=1 </s>=2 (data_pipelines.tokenizer); only pad matters here.
+    return hf_bert.config_json(model_cfg, CONFIG_KEYS, model_type="roberta", architectures=["RobertaForMaskedLM"],
+                               hidden_act="gelu", bos_token_id=0, eos_token_id=2)
 
 
 def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:

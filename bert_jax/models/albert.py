@@ -21,16 +21,10 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.bert import BertConfig, gather_positions, tied_mlm_logits
-from bert_jax.models.layers import Dense, Embed, LayerNorm
+from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm
 from bert_jax.models.registry import Family, register_family
-from bert_jax.models.transformer import REMAT_POLICIES, SelfAttention, attention_bias
+from bert_jax.models.transformer import REMAT_POLICIES, TransformerLayer, attention_bias
 from bert_jax.objectives.pretraining import ALBERT_PRETRAINING
-
-ACTIVATIONS = {
-    "gelu": lambda x: nn.gelu(x, approximate=False),
-    "gelu_new": lambda x: nn.gelu(x, approximate=True),
-}
-
 
 @dataclasses.dataclass(frozen=True)
 class AlbertConfig(BertConfig):
@@ -41,8 +35,6 @@ class AlbertConfig(BertConfig):
     pad_token_id: int = 0
 
     def __post_init__(self):
-        if self.hidden_act not in ACTIVATIONS:
-            raise ValueError(f"config.model.hidden_act={self.hidden_act!r}; expected one of {sorted(ACTIVATIONS)}")
         if not 1 <= self.num_hidden_groups <= self.num_layers:
             raise ValueError(f"config.model.num_hidden_groups={self.num_hidden_groups} must be in "
                              f"[1, config.model.num_layers={self.num_layers}]")
@@ -75,30 +67,6 @@ class AlbertEmbeddings(nn.Module):
         return self.dropout(self.norm(x), deterministic=deterministic)
 
 
-class AlbertLayer(nn.Module):
-    """Post-LN layer with the configured activation (Hugging Face's AlbertLayer, same maths as BERT's)."""
-
-    config: AlbertConfig
-
-    @nn.compact
-    def __call__(self, x: jax.Array, bias: jax.Array, deterministic: bool):
-        cfg = self.config
-        dropout = nn.Dropout(cfg.dropout_rate)
-        dense = lambda shape_in, shape_out, axes, name: Dense(  # noqa: E731
-            shape_in, shape_out, axes, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-            kernel_init=nn.initializers.normal(cfg.initializer_range), name=name,
-        )
-        h = SelfAttention(cfg, name="attention")(x, bias, deterministic)
-        x = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, name="attention_norm")(
-            x + dropout(h, deterministic=deterministic))
-        h = dense((cfg.hidden_size,), (cfg.intermediate_size,), ("embed", "mlp"), "intermediate")(x)
-        h = nn.with_logical_constraint(ACTIVATIONS[cfg.hidden_act](h), ("batch", "length", "mlp"))
-        h = dense((cfg.intermediate_size,), (cfg.hidden_size,), ("mlp", "embed"), "mlp_output")(h)
-        x = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, name="mlp_norm")(
-            x + dropout(h, deterministic=deterministic))
-        return nn.with_logical_constraint(x, ("batch", "length", "embed")), None
-
-
 class SharedLayerStack(nn.Module):
     """`num_layers` layers drawn from `num_hidden_groups` parameter groups (`group_0`, ...)."""
 
@@ -107,7 +75,7 @@ class SharedLayerStack(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, bias: jax.Array, deterministic: bool) -> jax.Array:
         cfg = self.config
-        layer = AlbertLayer
+        layer = TransformerLayer  # BERT's layer: Hugging Face's AlbertLayer is the same maths
         if cfg.remat_policy != "none":
             layer = nn.remat(layer, policy=REMAT_POLICIES[cfg.remat_policy], prevent_cse=not cfg.scan_layers,
                              static_argnums=(3,))

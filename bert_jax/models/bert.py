@@ -6,7 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models.layers import Dense, Embed, LayerNorm, gelu
+from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm, gelu
 from bert_jax.models.registry import Family, register_family
 from bert_jax.models.transformer import REMAT_POLICIES, TransformerStack, attention_bias
 from bert_jax.objectives.pretraining import BERT_PRETRAINING
@@ -29,6 +29,7 @@ class BertConfig:
     attention_dropout_rate: float = 0.1
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
+    hidden_act: str = "gelu"  # a key of layers.ACTIVATIONS
     scan_layers: bool = True
     remat_policy: str = "none"
     dtype: Any = jnp.float32
@@ -44,6 +45,10 @@ class BertConfig:
                 if values[key] not in DTYPES:
                     raise ValueError(f"config.model.{key}={values[key]!r}; expected one of {sorted(DTYPES)}")
                 values[key] = DTYPES[values[key]]
+        if values.get("hidden_act", "gelu") not in ACTIVATIONS:
+            raise ValueError(
+                f"config.model.hidden_act={values['hidden_act']!r}; expected one of {sorted(ACTIVATIONS)}"
+            )
         if values.get("remat_policy", "none") not in REMAT_POLICIES:
             raise ValueError(
                 f"config.model.remat_policy={values['remat_policy']!r}; expected one of {sorted(REMAT_POLICIES)}"

@@ -115,3 +115,8 @@ class Embed(nn.Module):
 def gelu(x: jax.Array) -> jax.Array:
     """The exact (erf) GELU of the original BERT, so exported weights match Hugging Face's `gelu`."""
     return nn.gelu(x, approximate=False)
+
+
+# config.model.hidden_act -> function, named as Hugging Face names them ("gelu_new": the tanh
+# approximation, ALBERT v2's default).
+ACTIVATIONS = {"gelu": gelu, "gelu_new": lambda x: nn.gelu(x, approximate=True)}

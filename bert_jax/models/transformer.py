@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models.layers import Dense, LayerNorm, gelu
+from bert_jax.models.layers import ACTIVATIONS, Dense, LayerNorm
 
 REMAT_POLICIES = {
     "none": None,
@@ -63,7 +63,7 @@ class SelfAttention(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    """Post-LN: x = LN(x + Attn(x)); x = LN(x + MLP(x)), as in Devlin et al. 2019."""
+    """Post-LN: x = LN(x + Attn(x)); x = LN(x + MLP(x)), as in Devlin et al. 2019 (MLP activation: hidden_act)."""
 
     config: Any
 
@@ -80,7 +80,7 @@ class TransformerLayer(nn.Module):
             dtype=cfg.dtype, param_dtype=cfg.param_dtype,
             kernel_init=nn.initializers.normal(cfg.initializer_range), name="intermediate",
         )(x)
-        h = nn.with_logical_constraint(gelu(h), ("batch", "length", "mlp"))
+        h = nn.with_logical_constraint(ACTIVATIONS[cfg.hidden_act](h), ("batch", "length", "mlp"))
         h = Dense(
             (cfg.intermediate_size,), (cfg.hidden_size,), ("mlp", "embed"),
             dtype=cfg.dtype, param_dtype=cfg.param_dtype,
