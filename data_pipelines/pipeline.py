@@ -257,8 +257,3 @@ def most_frequent_token_accuracy(batches: Iterable[dict[str, np.ndarray]]) -> fl
     if not counts:
         raise ValueError("the batches hold no masked positions (all masked_weights are 0)")
     return counts.most_common(1)[0][1] / sum(counts.values())
-
-
-def prepare_tokenizer(cfg, tokenizer_dir: str):
-    """The run's tokenizer (tokenizer.prepare_tokenizer); kept for the loop's call."""
-    return tokenizer_lib.prepare_tokenizer(cfg, tokenizer_dir)

@@ -24,7 +24,7 @@ def cfg():
 
 @pytest.fixture(scope="module")
 def tokenizer(cfg, tmp_path_factory):
-    return pipeline.prepare_tokenizer(cfg, str(tmp_path_factory.mktemp("tokenizer")))
+    return tokenizer_lib.prepare_tokenizer(cfg, str(tmp_path_factory.mktemp("tokenizer")))
 
 
 @pytest.fixture(scope="module")

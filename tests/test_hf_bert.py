@@ -23,7 +23,6 @@ from bert_jax.export import export, load_workdir_config, restore_params  # noqa:
 from bert_jax.models import get_family  # noqa: E402
 from bert_jax.models.bert import BertConfig, BertEncoder  # noqa: E402
 from bert_jax.train.loop import train_and_evaluate  # noqa: E402
-from data_pipelines import pipeline  # noqa: E402
 from data_pipelines import tokenizer as tokenizer_lib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,7 +133,7 @@ def hf_source(tmp_path_factory):
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     model.save_pretrained(out)
-    tokenizer_lib.save_tokenizer(pipeline.prepare_tokenizer(c.data, os.path.join(out, "tok")), out)
+    tokenizer_lib.save_tokenizer(tokenizer_lib.prepare_tokenizer(c.data, os.path.join(out, "tok")), out)
     return out
 
 
