@@ -1,19 +1,21 @@
 """Plans a run for hardware you do not have: compiles the train step ahead of time for N devices.
 
+    python -m bert_jax.plan --config=configs/bert_large.py --num_devices=1 --target=h100
     python -m bert_jax.plan --config=configs/bert_large.py --num_devices=16 \
-        --config.mesh.shape='(1,-1,1)' --hbm_gib=32
+        --config.mesh.shape='(1,-1,1)' --target=tpu_v4
 
 JAX is given N simulated CPU devices before it starts; the train step that
 `bert_jax.train.program.build_program` makes (the one that trains) is lowered from
-abstract shapes (no parameter is ever allocated) and compiled. Printed per device:
-parameter and optimizer-state bytes (from each leaf's sharding), the compiler's
-temporaries (`compiled.memory_analysis()`), FLOPs per step (`cost_analysis()`) next to
-the formula in bert_jax/train/perf.py, the sharding of every parameter, and whether
-it fits in --hbm_gib.
+abstract shapes (no parameter is ever allocated) and compiled by the XLA CPU compiler.
+Printed per device: parameter and optimizer-state bytes (from each leaf's sharding),
+the compiler's temporaries (`compiled.memory_analysis()`), FLOPs per step
+(`cost_analysis()`) next to the formula in bert_jax/train/perf.py, the sharding of
+every parameter, and with --target (or --hbm_gib) whether it fits.
 
-The CPU compiler's temporaries approximate a TPU's or GPU's: it fuses and schedules
-differently, and it may keep bf16 intermediates in float32. Parameter and optimizer
-bytes are exact.
+Parameter and optimizer bytes are exact. Temporaries are the CPU compiler's schedule:
+an accelerator's compiler fuses and schedules differently, and its peak was measured
+at 0.64x to more than 1.29x this figure (bert_jax/memory_fit.py). The fit is judged
+over that whole band: "fits with margin", "uncertain" or "does not fit".
 """
 import dataclasses
 import math
@@ -25,6 +27,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
+from bert_jax import memory_fit
 from bert_jax.config_validation import validate_config
 from bert_jax.parallel.mesh import make_mesh
 from bert_jax.train import perf
@@ -33,7 +36,8 @@ from bert_jax.train.state import example_batch
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file.", lock_config=True)
 _NUM_DEVICES = flags.DEFINE_integer("num_devices", 8, "Simulated devices to compile for (e.g. 16 for a v4-32).")
-_HBM_GIB = flags.DEFINE_float("hbm_gib", 0.0, "Memory of one device in GiB; 0 = do not judge the fit.")
+_TARGET = flags.DEFINE_enum("target", "", ["", *memory_fit.TARGETS], "Device kind to judge the fit on.")
+_HBM_GIB = flags.DEFINE_float("hbm_gib", 0.0, "Memory of one device in GiB; 0 = the target's (or no verdict).")
 _MAX_ROWS = flags.DEFINE_integer("max_param_rows", 0, "Print at most this many parameter rows; 0 = all.")
 flags.mark_flags_as_required(["config"])
 
@@ -63,13 +67,12 @@ class Plan:
     compiled_flops: float  # per device, from cost_analysis (includes remat recomputation)
     formula_flops: float  # whole step, from bert_jax/train/perf.py
     compile_s: float
+    compiler: str  # e.g. "cpu": the XLA backend whose figures these are
+    compiler_version: str
     scan_layers: bool
     params: list[ParamRow]
 
-    @property
-    def peak_bytes(self) -> int:
-        """What one device holds at the step's peak: inputs, outputs not aliased to inputs, temporaries."""
-        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+    peak_bytes: int  # per device: arguments + outputs - aliased + temporaries
 
 
 def _path(path) -> str:
@@ -115,17 +118,22 @@ def make_plan(config) -> Plan:
         compiled_flops=float(cost.get("flops", float("nan"))),
         formula_flops=perf.train_flops_per_step(state.params, config.model, config.data,
                                                 config.train.global_batch_size),
-        compile_s=compile_s, scan_layers=bool(config.model.scan_layers), params=rows,
+        peak_bytes=memory_fit.compiled_peak_bytes(memory), compile_s=compile_s,
+        compiler=mesh.devices.flat[0].platform, compiler_version=f"jax {jax.__version__}", scan_layers=bool(config.model.scan_layers), params=rows,
     )
 
 
-def format_plan(plan: Plan, hbm_gib: float = 0.0, max_rows: int = 0) -> str:
-    """The Markdown report `bert_jax.plan` prints."""
+def format_plan(plan: Plan, target: str = "", hbm_gib: float = 0.0, max_rows: int = 0) -> str:
+    """The Markdown report `bert_jax.plan` prints; a fit verdict when a target or hbm_gib is given."""
     gib = lambda b: f"{b / GIB:.3f}"  # noqa: E731
     mesh = ", ".join(f"{k}={v}" for k, v in plan.mesh_shape.items())
     lines = [
         f"mesh ({mesh}) = {plan.num_devices} devices; {plan.param_count:,} parameters; "
         f"compiled in {plan.compile_s:.1f} s",
+        "",
+        f"Memory and FLOPs below come from the XLA {plan.compiler.upper()} compiler ({plan.compiler_version}) "
+        f"compiling for {plan.num_devices} simulated {plan.compiler.upper()} device(s): parameter and optimizer "
+        "bytes are exact, temporaries are this compiler's schedule and differ on accelerators.",
         "",
         "| per device | GiB |",
         "|---|---|",
@@ -142,9 +150,14 @@ def format_plan(plan: Plan, hbm_gib: float = 0.0, max_rows: int = 0) -> str:
         "the compiled count adds rematerialisation, optimizer and softmax/norm work"
         + ("; with scan_layers XLA counts the scanned layer once, not once per layer)" if plan.scan_layers else ")"),
     ]
-    if hbm_gib > 0:
-        verdict = "fits" if plan.peak_bytes <= hbm_gib * GIB else "DOES NOT FIT"
-        lines.append(f"\n{verdict} in {hbm_gib:g} GiB per device ({100 * plan.peak_bytes / (hbm_gib * GIB):.0f}% used)")
+    kind, usable_gib = memory_fit.resolve_target(target, hbm_gib)
+    if usable_gib > 0:
+        fit = memory_fit.judge(plan.peak_bytes, usable_gib, kind, planned_on=plan.compiler)
+        device = kind.name if kind else "an unknown device kind"
+        if kind and kind.compiler == "gpu":
+            device += (f" ({hbm_gib or kind.hbm_gib:g} GiB, of which JAX lets a program use "
+                       f"{memory_fit.gpu_memory_fraction():.0%}, XLA_PYTHON_CLIENT_MEM_FRACTION)")
+        lines.append(f"\n**{fit.verdict}** on {device}: {fit.explanation}")
     rows = plan.params if max_rows <= 0 else plan.params[:max_rows]
     lines += ["", "| parameter | global shape | partition spec | per-device shape | dtype |", "|---|---|---|---|---|"]
     lines += [f"| {r.path} | {r.global_shape} | {r.spec} | {r.shard_shape} | {r.dtype} |" for r in rows]
@@ -167,7 +180,7 @@ def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     use_simulated_devices(_NUM_DEVICES.value)
-    print(format_plan(make_plan(_CONFIG.value), _HBM_GIB.value, _MAX_ROWS.value))
+    print(format_plan(make_plan(_CONFIG.value), _TARGET.value, _HBM_GIB.value, _MAX_ROWS.value))
 
 
 def main() -> None:

@@ -1,10 +1,13 @@
-"""The planner compiles the real train step for N simulated devices and counts bytes exactly."""
+"""The planner compiles the real train step for N simulated devices, counts bytes exactly, and judges
+the fit on an accelerator with the margin measured against real devices."""
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+
+from bert_jax import memory_fit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,7 +29,7 @@ device_bytes = lambda tree: sum(x.addressable_shards[0].data.nbytes for x in jax
 out = dict(param_count=p.param_count, param_bytes=p.param_bytes, opt_state_bytes=p.opt_state_bytes,
            real_param_bytes=device_bytes(state.params), real_opt_state_bytes=device_bytes(state.opt_state),
            temp_bytes=p.temp_bytes, compiled_flops=p.compiled_flops, formula_flops=p.formula_flops,
-           report=plan.format_plan(p, hbm_gib=1e-4))
+           report=plan.format_plan(p, hbm_gib=1e-4), h100_report=plan.format_plan(p, target="h100"))
 print("RESULT " + json.dumps(out))
 """
 
@@ -59,6 +62,55 @@ def test_report_has_memory_flops_fit_and_every_parameter(plan):
     # softmax work, so it is compared with the formula loosely.
     assert 0.2 * plan["formula_flops"] < plan["compiled_flops"] * 8 < 3 * plan["formula_flops"]
     report = plan["report"]
-    assert "DOES NOT FIT in 0.0001 GiB" in report
+    assert "**does not fit** on an unknown device kind" in report
     assert "| encoder/stack/layers/attention/query/kernel | (2, 64, 4, 16) | (None, 'fsdp', 'tensor', None) | " \
            "(2, 8, 4, 16) | float32 |" in report
+
+
+def test_report_names_its_compiler_and_judges_an_accelerator_with_a_band(plan):
+    report = plan["h100_report"]
+    assert "come from the XLA CPU compiler (jax " in report
+    assert "**fits with margin** on NVIDIA H100 80GB" in report
+    assert f"{memory_fit.GPU_MARGIN.low:.2f}x to {memory_fit.GPU_MARGIN.high:.2f}x this planner's" in report
+
+
+GIB = memory_fit.GIB
+H100 = memory_fit.TARGETS["h100"]
+
+
+def test_gpu_verdict_spans_the_measured_margin():
+    low, high = memory_fit.GPU_MARGIN.low, memory_fit.GPU_MARGIN.high
+    usable = 60.0
+    assert memory_fit.judge(usable / high * GIB * 0.99, usable, H100).verdict == "fits with margin"
+    assert memory_fit.judge(usable / high * GIB * 1.01, usable, H100).verdict == "uncertain"
+    assert memory_fit.judge(usable / low * GIB * 0.99, usable, H100).verdict == "uncertain"
+    assert memory_fit.judge(usable / low * GIB * 1.01, usable, H100).verdict == "does not fit"
+
+
+def test_the_step_that_ran_out_of_memory_on_an_h100_is_not_judged_to_fit():
+    # BERT-large at seq 128, batch 256, remat none: 112.8 GiB planned on the CPU, out of memory on the H100.
+    _, usable = memory_fit.resolve_target("h100", 0.0)
+    assert memory_fit.judge(112.8 * GIB, usable, H100).verdict != "fits with margin"
+
+
+def test_gpu_targets_count_only_the_memory_jax_lets_a_program_use(monkeypatch):
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    assert memory_fit.resolve_target("h100", 0.0) == (H100, 60.0)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9")
+    assert memory_fit.resolve_target("h100", 40.0) == (H100, 36.0)
+    assert memory_fit.resolve_target("tpu_v4", 0.0)[1] == 32.0
+
+
+def test_unmeasured_kinds_use_the_widest_band_and_say_so():
+    fit = memory_fit.judge(10 * GIB, 32.0, memory_fit.TARGETS["tpu_v4"])
+    assert fit.margin == memory_fit.WIDEST_MARGIN
+    assert "not measured for the XLA TPU compiler" in fit.explanation
+    own = memory_fit.judge(10 * GIB, 32.0, memory_fit.TARGETS["tpu_v4"], planned_on="tpu")
+    assert (own.low_bytes, own.high_bytes) == (10 * GIB, 10 * GIB)
+
+
+def test_bad_target_or_memory_names_the_flag():
+    with pytest.raises(ValueError, match="--target='h1000' is unknown; known targets: h100"):
+        memory_fit.resolve_target("h1000", 0.0)
+    with pytest.raises(ValueError, match="--hbm_gib=-1"):
+        memory_fit.resolve_target("h100", -1.0)

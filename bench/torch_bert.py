@@ -1,0 +1,125 @@
+"""The Hugging Face PyTorch side of bench/accelerator_throughput.py: what a plain HF script trains.
+
+`BertForMaskedLM` from a random `BertConfig` of the same shape (nothing is downloaded),
+SDPA attention, `torch.optim.AdamW` (fused on CUDA), gradient clipping at the config's
+norm, bf16 autocast on accelerators, eager or `torch.compile`d. Its MLM head scores every
+position, as `BertForMaskedLM` does with `labels` of -100 on unmasked tokens; bert_jax
+gathers the masked positions first. Both sides are charged the same FLOP formula.
+"""
+import time
+
+import numpy as np
+import torch
+import transformers
+
+GIB = 1024**3
+
+
+def torch_device(jax_platform: str) -> torch.device:
+    """The device torch shares with JAX: cuda:0 when JAX runs on a GPU, else the CPU."""
+    if jax_platform == "gpu":
+        if not torch.cuda.is_available():
+            raise RuntimeError("JAX runs on a GPU but torch sees no CUDA device; install a CUDA build of torch")
+        return torch.device("cuda", 0)
+    return torch.device("cpu")
+
+
+def bert_config(model_cfg) -> transformers.BertConfig:
+    return transformers.BertConfig(
+        vocab_size=model_cfg.vocab_size, hidden_size=model_cfg.hidden_size, num_hidden_layers=model_cfg.num_layers,
+        num_attention_heads=model_cfg.num_heads, intermediate_size=model_cfg.intermediate_size,
+        max_position_embeddings=model_cfg.max_position_embeddings, type_vocab_size=model_cfg.type_vocab_size,
+        hidden_dropout_prob=model_cfg.dropout_rate, attention_probs_dropout_prob=model_cfg.attention_dropout_rate,
+        layer_norm_eps=model_cfg.layer_norm_eps, attn_implementation="sdpa",
+    )
+
+
+def mlm_labels(batch: dict) -> np.ndarray:
+    """[B, S] int64: the original id at each masked position with weight 1, -100 elsewhere."""
+    labels = np.full(batch["input_ids"].shape, -100, np.int64)
+    rows, slots = np.nonzero(batch["masked_weights"] > 0)
+    labels[rows, batch["masked_positions"][rows, slots]] = batch["masked_ids"][rows, slots]
+    return labels
+
+
+class TorchBertSide:
+    """One HF model + optimizer on one device; `train_steps` / `forward_steps` return seconds per step."""
+
+    def __init__(self, name: str, config, batch: dict, device: torch.device, autocast_bf16: bool,
+                 compile_mode: str | None):
+        self.name = name
+        self.device = device
+        torch.manual_seed(0)
+        self.model = transformers.BertForMaskedLM(bert_config(config.model)).to(device)
+        t = config.train
+        self.max_grad_norm = t.max_grad_norm
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=t.learning_rate, betas=(t.b1, t.b2), eps=t.eps,
+            weight_decay=t.weight_decay, fused=device.type == "cuda",
+        )
+        self.forward = self.model if compile_mode is None else torch.compile(self.model, mode=compile_mode)
+        self.inputs = {
+            "input_ids": torch.as_tensor(batch["input_ids"], dtype=torch.long, device=device),
+            "attention_mask": torch.as_tensor(batch["attention_mask"], dtype=torch.long, device=device),
+            "token_type_ids": torch.as_tensor(batch["token_type_ids"], dtype=torch.long, device=device),
+        }
+        self.labels = torch.as_tensor(mlm_labels(batch), device=device)
+        self.autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=autocast_bf16)
+        self.first_train_s = self.first_forward_s = float("nan")  # eager: warm-up; compile: tracing + codegen
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _train_step(self) -> torch.Tensor:
+        self.model.train()
+        with torch.autocast(**self.autocast):
+            loss = self.forward(**self.inputs, labels=self.labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def _forward_step(self) -> torch.Tensor:
+        self.model.eval()
+        with torch.no_grad(), torch.autocast(**self.autocast):
+            return self.forward(**self.inputs, labels=self.labels).loss
+
+    def _timed(self, fn, steps: int) -> float:
+        self._sync()
+        start = time.perf_counter()
+        for _ in range(steps):
+            loss = fn()
+        loss.item()  # Waits for the last step, like the JAX side's block_until_ready.
+        self._sync()
+        return (time.perf_counter() - start) / steps
+
+    def warm_up(self, steps: int) -> None:
+        """Runs (and for torch.compile, compiles) both programs; the first call of each is timed apart."""
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.first_train_s = self._timed(self._train_step, 1)
+        self.first_forward_s = self._timed(self._forward_step, 1)
+        self._timed(self._train_step, steps)
+        self._timed(self._forward_step, steps)
+
+    def train_steps(self, steps: int) -> float:
+        return self._timed(self._train_step, steps)
+
+    def forward_steps(self, steps: int) -> float:
+        return self._timed(self._forward_step, steps)
+
+    def peak_bytes(self) -> tuple[float, str]:
+        if self.device.type == "cuda":
+            return float(torch.cuda.max_memory_allocated(self.device)), "torch.cuda.max_memory_allocated"
+        return float("nan"), "n/a on CPU"
+
+    def release_cache(self) -> None:
+        """Hands torch's cached blocks back to the driver, so JAX's next round can allocate them."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def close(self) -> None:
+        del self.model, self.forward, self.optimizer, self.inputs, self.labels
+        self.release_cache()
