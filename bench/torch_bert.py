@@ -21,6 +21,9 @@ def torch_device(jax_platform: str) -> torch.device:
         if not torch.cuda.is_available():
             raise RuntimeError("JAX runs on a GPU but torch sees no CUDA device; install a CUDA build of torch")
         return torch.device("cuda", 0)
+    if jax_platform != "cpu":
+        raise RuntimeError(f"the PyTorch sides run on CUDA or the CPU, not beside JAX on {jax_platform}; "
+                           "pass --sides=bert_jax")
     return torch.device("cpu")
 
 

@@ -119,7 +119,8 @@ def make_plan(config) -> Plan:
         formula_flops=perf.train_flops_per_step(state.params, config.model, config.data,
                                                 config.train.global_batch_size),
         peak_bytes=memory_fit.compiled_peak_bytes(memory), compile_s=compile_s,
-        compiler=mesh.devices.flat[0].platform, compiler_version=f"jax {jax.__version__}", scan_layers=bool(config.model.scan_layers), params=rows,
+        compiler=mesh.devices.flat[0].platform, compiler_version=f"jax {jax.__version__}",
+        scan_layers=bool(config.model.scan_layers), params=rows,
     )
 
 
