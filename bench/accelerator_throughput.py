@@ -4,7 +4,8 @@
 
 On a GPU it runs base (128, 256), large (512, 32) and large (128, 256) in bf16; on a CPU
 mini (128, 16), base (128, 8) and large (128, 4) in float32. Any shape is
-`model:seq:batch` with model one of mini, base, large:
+`model:seq:batch` with model one of mini, base, large. On 2 busy CPU cores mini alone,
+all sides, took 10 minutes (4 of them torch.compile's first, cold compile):
 
     python bench/accelerator_throughput.py --shapes=large:512:32 --sides=bert_jax,hf_compile
     python bench/accelerator_throughput.py --shapes=large:128:2 --sides=bert_jax \
@@ -20,7 +21,9 @@ median over rounds. The sides:
               of time, so its compile seconds are timed apart
   hf_eager    transformers.BertForMaskedLM, random init, SDPA, AdamW (fused on CUDA),
               bf16 autocast on accelerators (bench/torch_bert.py)
-  hf_compile  the same model under torch.compile; its "compile s" is the first step
+  hf_compile  the same model under torch.compile
+              (for both HF sides "compile s" is the first train step: tracing and code
+              generation under torch.compile, a warm-up in eager)
 
 Printed per shape and side: tokens/s, step time, train step / eval forward, MFU,
 peak memory, compile seconds, and bert_jax's ratio to each HF side. MFU counts the
