@@ -5,12 +5,13 @@ data-iterator position, so a resumed run continues with the identical batches.
 """
 import json
 import logging
-import os
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from grain import checkpoint as grain_checkpoint
+
+from bert_jax.storage import paths
 
 
 class _IteratorSnapshot:
@@ -128,11 +129,11 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
         except IncompatibleCheckpointError:
             raise
         except Exception as error:  # noqa: BLE001  (any read failure means: try an older one)
-            bad = os.path.join(str(manager.directory), str(step))
+            bad = paths.path(manager.directory) / str(step)
             logging.warning("checkpoint %s cannot be read (%s: %.300s); falling back to an older one",
                             bad, type(error).__name__, error)
-            if jax.process_index() == 0 and os.path.isdir(bad):
-                os.rename(bad, f"{bad}.corrupt")
+            if jax.process_index() == 0 and bad.is_dir():
+                bad.rename(bad.parent / f"{bad.name}.corrupt")  # in a bucket: a copy, then a delete
             manager.reload()
             continue
         logging.info("restored checkpoint step %d from %s", step, manager.directory)

@@ -100,11 +100,17 @@ def _check_local_writable(workdir: str) -> None:
 
 
 def check_readable(url: str, what: str) -> None:
-    """That `url` (a file, or a folder/prefix) exists and its first bytes can be read. `what` names the config key."""
+    """That `url` (a file, a folder, or a glob's folder) exists and can be read. `what` names the config key.
+
+    Whether a glob matches anything is sources.resolve_files' check; this one makes sure the
+    listing it does will not hang on credentials or a missing bucket.
+    """
     if not paths.is_remote(url):
         return  # local inputs keep their own, earlier checks (sources.resolve_files, ...)
     _check_credentials(url)
-    target = paths.path(url)
+    parts = url.split("/")
+    wildcard = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), None)
+    target = paths.path("/".join(parts[:wildcard]) if wildcard is not None else url)
 
     def read_head():
         if target.is_dir():
