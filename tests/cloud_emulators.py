@@ -105,3 +105,82 @@ def s3():
     server.stop()
     for k, v in saved.items():
         os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+class FaultyProxy:
+    """An HTTP proxy in front of an emulator that refuses what a test tells it to.
+
+    `deny(method, path_part)` answers 403 to matching requests (a read-only bucket, an
+    object one may not read); `down = True` drops every connection unanswered (the
+    network gone). Everything else is forwarded as is.
+    """
+
+    def __init__(self, upstream: str):
+        import http.client
+        import http.server
+        import threading
+        import urllib.parse
+
+        self.rules: list[tuple[str, str]] = []
+        self.down = False
+        target = urllib.parse.urlparse(upstream)
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.down:
+                    self.close_connection = True
+                    return
+                if any(self.command == m and part in urllib.parse.unquote(self.path) for m, part in proxy.rules):
+                    message = b'{"error": {"code": 403, "message": "denied by the test"}}'
+                    self.send_response(403)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(message)))
+                    self.end_headers()
+                    self.wfile.write(message)
+                    return
+                upstream_conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                upstream_conn.request(self.command, self.path, body=body, headers=headers)
+                response = upstream_conn.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                for k, v in response.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                upstream_conn.close()
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def deny(self, method: str, path_part: str) -> None:
+        self.rules.append((method, path_part))
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@pytest.fixture
+def gcs_via_proxy(gcs, monkeypatch):
+    """This test's gs:// traffic (gcsfs and TensorStore) goes through a FaultyProxy in front of the emulator."""
+    import gcsfs
+
+    proxy = FaultyProxy(os.environ["STORAGE_EMULATOR_HOST"])
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    monkeypatch.setenv("TENSORSTORE_GCS_HTTP_URL", proxy.url)
+    gcsfs.GCSFileSystem.clear_instance_cache()  # instances keep the endpoint they were made with
+    yield gcs, proxy
+    proxy.close()
+    gcsfs.GCSFileSystem.clear_instance_cache()

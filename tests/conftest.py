@@ -38,4 +38,4 @@ def batch():
     return random_batch(0)
 
 
-from cloud_emulators import gcs, s3  # noqa: E402,F401  (session fixtures: emulated gs:// and s3:// buckets)
+from cloud_emulators import gcs, gcs_via_proxy, s3  # noqa: E402,F401  (emulated gs:// and s3:// buckets)
