@@ -119,6 +119,8 @@ def _walk_files(root: str) -> list[tuple[str, str]]:
     One listing per folder; in a bucket, one per prefix.
     """
     files, folders = [], [(paths.path(root), "")]
+    if not folders[0][0].is_dir():
+        return []
     while folders:
         folder, relative = folders.pop()
         for entry in folder.iterdir():

@@ -69,7 +69,7 @@ def local_copy(remote: str | os.PathLike) -> str:
         return str(remote)
     remote = path(remote)
     key = hashlib.sha256(str(remote).encode()).hexdigest()[:16]
-    root = epath.Path(os.environ.get(CACHE_ENV) or os.path.join(tempfile.gettempdir(), "bert_jax_cache"))
+    root = epath.Path(os.environ.get(CACHE_ENV) or epath.Path(tempfile.gettempdir()) / "bert_jax_cache")
     local = root / key / remote.name
     size = remote.stat().length
     if local.exists() and local.stat().length == size:
