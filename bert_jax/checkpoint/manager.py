@@ -46,15 +46,19 @@ class CheckpointSaveError(RuntimeError):
 
 
 def _save_failed(manager: ocp.CheckpointManager, error: Exception) -> CheckpointSaveError:
-    # orbax writes into `<step>.orbax-checkpoint-tmp` and renames on commit, so a failed
-    # save leaves only a temporary folder that `all_steps` (and resume) never considers.
-    manager.reload()
-    steps = sorted(manager.all_steps())
-    resume = (f"run the same command to resume from step {steps[-1]}" if steps
-              else "no checkpoint was committed yet")
+    # orbax writes into `<step>.orbax-checkpoint-tmp` and renames on commit (in a bucket: its
+    # commit marker), so a failed save leaves only a temporary that `all_steps` and resume skip.
+    try:
+        manager.reload()
+        steps = sorted(manager.all_steps())
+        resume = (f"run the same command to resume from step {steps[-1]}" if steps
+                  else "no checkpoint was committed yet")
+    except Exception:  # noqa: BLE001  (the store may still be unreachable: say what we can)
+        steps, resume = "(not listable: the store does not answer)", "run the same command to resume"
     return CheckpointSaveError(
         f"saving a checkpoint in {manager.directory} failed ({type(error).__name__}: {error}). "
-        f"The committed checkpoints {steps} are intact: fix the cause (e.g. free disk space) and {resume}."
+        f"The committed checkpoints {steps} are intact: fix the cause (e.g. free disk space, "
+        f"a bucket that is unreachable) and {resume}."
     )
 
 

@@ -81,6 +81,7 @@ def _with_hf_params(state, program, model_cfg, hf_dir: str):
 
 def _check_storage(config, workdir: str) -> None:
     """Before anything is built: the workdir is writable and bucket inputs readable, or a StorageError says why."""
+    preflight.check_checkpoint_store(workdir)
     preflight.check_writable(workdir, jax.process_index())
     for key, url in (("config.data.path", config.data.get("path", "")),
                      ("config.data.tokenizer.path", (config.data.get("tokenizer") or {}).get("path", "")),
