@@ -49,6 +49,7 @@ def _config(corpus_glob: str, tokenizer: str, steps: int, every: int):
     c = configs.tiny.get_config()
     c.data.source, c.data.path, c.data.tokenizer.path = "text", corpus_glob, tokenizer
     c.train.num_steps, c.train.log_every_steps, c.train.eval_every_steps = steps, 1, 10 * steps
+    c.train.warmup_steps = min(c.train.warmup_steps, steps)
     c.checkpoint.every_steps = every
     c.logging.plots = False
     c.logging.peak_flops_per_device = 1e11

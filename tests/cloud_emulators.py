@@ -138,8 +138,18 @@ class FaultyProxy:
             def log_message(self, *args):
                 pass
 
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+                    return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                chunks = []
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+                self.rfile.readline()  # the blank line after the last chunk
+                return b"".join(chunks)
+
             def _forward(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = self._body()
                 if proxy.down:
                     self.close_connection = True
                     return
@@ -152,7 +162,8 @@ class FaultyProxy:
                     self.wfile.write(message)
                     return
                 upstream_conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "connection", "transfer-encoding", "content-length")}
                 upstream_conn.request(self.command, self.path, body=body, headers=headers)
                 response = upstream_conn.getresponse()
                 data = response.read()

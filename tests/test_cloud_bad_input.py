@@ -84,3 +84,33 @@ def test_a_half_written_metrics_line_is_dropped_with_a_warning_and_the_file_rewr
     assert "line 4 is not a complete JSON row" in caplog.text
     if where == "local":
         assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # no temporary left behind
+
+
+@pytest.mark.slow  # gcsfs retries the dropped connection for about a minute before the save fails
+def test_a_bucket_dropping_mid_save_fails_the_save_and_keeps_the_previous_checkpoint(gcs_via_proxy):
+    import grain
+    import numpy as np
+
+    from bert_jax.checkpoint import manager as ckpt
+
+    def batches():
+        return iter(grain.MapDataset.range(10).to_iter_dataset())
+
+    gcs, proxy = gcs_via_proxy
+    directory = f"{gcs.new()}/run/checkpoints"
+    cfg = ml_collections.ConfigDict(dict(max_to_keep=3, async_save=True))
+    manager = ckpt.make_manager(directory, cfg)
+    ckpt.save(manager, 1, {"w": np.arange(8.0)}, batches())
+    ckpt.wait_until_finished(manager)
+    proxy.down = True
+    with pytest.raises(ckpt.CheckpointSaveError, match="saving a checkpoint in gs://.* failed"):
+        ckpt.save(manager, 2, {"w": np.arange(8.0) + 2}, batches())
+        ckpt.wait_until_finished(manager)
+    proxy.down = False
+    again = ckpt.make_manager(directory, cfg)
+    assert again.all_steps() == [1]
+    restored = ckpt.restore_latest(again, {"w": np.zeros(8)}, batches())
+    np.testing.assert_array_equal(restored["w"], np.arange(8.0))
+    ckpt.save(again, 3, {"w": np.arange(8.0) + 3}, batches())
+    ckpt.wait_until_finished(again)
+    assert again.all_steps() == [1, 3]
