@@ -226,7 +226,8 @@ def prepare(
     files = sources.check_source(data_cfg)  # A missing path fails here, before any work.
     if num_parts == 0:
         num_parts = max(num_workers, min(len(files), 4 * num_workers)) if files else num_workers
-    (paths.path(out) / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
+    if not paths.is_remote(out):  # (a bucket has no folders; gcsfs's mkdir would create a missing bucket)
+        (paths.path(out) / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
     plan = {
         "num_parts": num_parts,
         "docs_per_shard": docs_per_shard,

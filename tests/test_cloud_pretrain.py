@@ -178,3 +178,28 @@ def test_export_to_a_bucket_and_init_from_hf_from_it_give_the_trained_logits(gs_
     logits = [np.asarray(model.apply({"params": p}, batch, deterministic=True)["mlm_logits"]) for p in (trained, imported)]
     np.testing.assert_array_equal(logits[0], logits[1])
     assert hf_folder.read_hf_config(out)["model_type"] == "bert"
+
+
+@pytest.mark.slow
+def test_two_processes_share_one_gs_workdir_and_resume_together(gcs):
+    import io
+
+    from launch.local import run_local
+
+    workdir = f"{gcs.new()}/run"
+    out = io.StringIO()
+    command = [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
+               *micro_overrides()]
+    status = run_local(command, num_processes=2, devices_per_process=1, out=out, timeout_s=900)
+    assert status == 0, out.getvalue()[-4000:]
+    steps = [step for step, _ in losses(workdir)]
+    assert steps == list(range(1, 9))  # process 0 alone writes metrics: no step twice
+    checkpoints = paths.path(workdir) / "checkpoints"
+    assert sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) == [4, 8]
+    assert sorted(p.name for p in (checkpoints / "8" / "data").iterdir() if p.name.endswith(".json")) == \
+        ["process_0-of-2.json", "process_1-of-2.json"]  # each process wrote its own iterator state
+    status = run_local(command + ["--config.train.num_steps=10"], num_processes=2, devices_per_process=1, out=out,
+                       timeout_s=900)
+    assert status == 0, out.getvalue()[-4000:]
+    assert "starting at step 8 of 10" in out.getvalue()
+    assert [step for step, _ in losses(workdir)] == list(range(1, 11))

@@ -41,12 +41,13 @@ def write_atomically(target: str | os.PathLike, data: str | bytes) -> None:
     Locally through a temporary sibling and a rename; in a bucket an upload is already atomic.
     """
     target = path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     mode = "wb" if isinstance(data, bytes) else "w"
     if is_remote(target):
+        # No mkdir: a bucket has no folders, and gcsfs's mkdir would create a missing bucket.
         with target.open(mode) as f:
             f.write(data)
         return
+    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp"
     with tmp.open(mode) as f:
         f.write(data)

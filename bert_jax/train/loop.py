@@ -100,7 +100,8 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     _check_storage(config, workdir)
     program = build_program(config, make_mesh(config.mesh))
     objective = program.family.objective
-    paths.path(workdir).mkdir(parents=True, exist_ok=True)
+    if not paths.is_remote(workdir):  # (a bucket has no folders to make)
+        paths.path(workdir).mkdir(parents=True, exist_ok=True)
     _write_config(config, workdir)
     t_cfg = config.train
     last_step = t_cfg.num_steps if stop_at_step is None else min(stop_at_step, t_cfg.num_steps)
