@@ -97,7 +97,7 @@ def main(argv):
         print(f"difference: {100 * (statistics.median(with_ckpt) / step_s - 1):+.1f}%")
 
         tokenizer = tokenizer_lib.load_tokenizer(tokenizer_dir)
-        for name, glob in (("gs://", gs_corpus), ("local", local_corpus), ("gs://", gs_corpus), ("local", local_corpus)):
+        for name, glob in [("gs://", gs_corpus), ("local", local_corpus)] * 2:
             cfg = _config(glob, tokenizer_dir, STEPS.value, STEPS.value)
             batches = pipeline.build_train_iterator(cfg.data, tokenizer, seed=0, per_host_batch_size=32)
             next(batches)  # start-up (listing, first reads) is not throughput

@@ -125,7 +125,8 @@ def test_sigkill_then_the_same_command_resumes_from_the_bucket_bit_for_bit(gcs, 
     bucket = gcs.new()
     tokenizer = share_tokenizer(local_run, f"{bucket}/tokenizer")
     corpus_glob = write_corpus(bucket)
-    longer = ["--config.train.num_steps=16", "--config.train.eval_every_steps=8", f"--config.data.tokenizer.path={tokenizer}"]
+    longer = ["--config.train.num_steps=16", "--config.train.eval_every_steps=8",
+              f"--config.data.tokenizer.path={tokenizer}"]
     pretrain(f"{bucket}/reference", corpus_glob, xla_cache, *longer)
     expected = losses(f"{bucket}/reference")
     assert [step for step, _ in expected] == list(range(1, 17))
@@ -175,7 +176,8 @@ def test_export_to_a_bucket_and_init_from_hf_from_it_give_the_trained_logits(gs_
     enc = tokenizer("the python [MASK] is a list", return_tensors="np")
     batch = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
     batch["masked_positions"] = np.array([[int(np.argmax(enc["input_ids"][0] == tokenizer.mask_token_id))]], np.int32)
-    logits = [np.asarray(model.apply({"params": p}, batch, deterministic=True)["mlm_logits"]) for p in (trained, imported)]
+    logits = [np.asarray(model.apply({"params": p}, batch, deterministic=True)["mlm_logits"])
+              for p in (trained, imported)]
     np.testing.assert_array_equal(logits[0], logits[1])
     assert hf_folder.read_hf_config(out)["model_type"] == "bert"
 

@@ -39,7 +39,8 @@ def _hint(url: str) -> str:
 def _fail(url: str, operation: str, cause: BaseException | str) -> StorageError:
     if isinstance(cause, FileNotFoundError) and paths.is_remote(url):
         bucket = "/".join(str(url).split("/")[:3])
-        reason = f"not found: check that the bucket {bucket} exists, is visible to these credentials, and holds the path"
+        reason = (f"not found: check that the bucket {bucket} exists, is visible to these credentials, "
+                  f"and holds the path")
     elif isinstance(cause, PermissionError) or any(w in str(cause) for w in ("Forbidden", "AccessDenied", " 403")):
         reason = f"permission denied: {str(cause)[:300]}"
     elif isinstance(cause, BaseException):

@@ -25,7 +25,8 @@ class NonFiniteLossError(RuntimeError):
 
 def _write_config(config, workdir: str) -> None:
     if jax.process_index() == 0:
-        paths.write_atomically(paths.path(workdir) / "config.json", config.to_json_best_effort(indent=2, sort_keys=True))
+        text = config.to_json_best_effort(indent=2, sort_keys=True)
+        paths.write_atomically(paths.path(workdir) / "config.json", text)
 
 
 def _nonfinite_steps(pending: list, nan_policy: str) -> list[int]:

@@ -12,7 +12,7 @@ from bert_jax.storage import paths
 
 
 def read_rows(path) -> list[dict]:
-    """The rows of a metrics.jsonl; a line a crash left half-written (or any unparsable one) is dropped, with a warning."""
+    """The rows of a metrics.jsonl; a line a crash left half-written (or any unparsable one) is dropped, warned."""
     path = paths.path(path)
     if not path.exists():
         return []
