@@ -7,8 +7,6 @@
 `--format=params` writes OUT/params (orbax, params only) and OUT/config.json, for JAX users.
 """
 import json
-import os
-import shutil
 
 import jax
 import ml_collections
@@ -19,6 +17,7 @@ from bert_jax.checkpoint import hf_folder
 from bert_jax.checkpoint import manager as ckpt
 from bert_jax.log_filter import log_info_quietly
 from bert_jax.parallel.mesh import make_mesh
+from bert_jax.storage import paths, preflight
 from bert_jax.train.program import build_program
 
 FORMATS = ("hf", "params")
@@ -35,11 +34,10 @@ def _tuples(value):
 
 def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
     """The run's config, rebuilt from DIR/config.json (ml_collections' `to_json_best_effort` output)."""
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
+    path = paths.path(workdir) / "config.json"
+    if not path.exists():
         raise ValueError(f"{path} does not exist: --workdir must be a pre-training run's directory")
-    with open(path) as f:
-        return ml_collections.ConfigDict(_tuples(json.load(f)))
+    return ml_collections.ConfigDict(_tuples(json.loads(path.read_text())))
 
 
 def restore_params(workdir: str, config, step: int | None = None) -> tuple[dict, int]:
@@ -53,8 +51,8 @@ def restore_params(workdir: str, config, step: int | None = None) -> tuple[dict,
     config.train.grad_accum_steps = 1
     config.train.global_batch_size = 1
     program = build_program(config, make_mesh(config.mesh, jax.devices()[:1]))
-    directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-    if not os.path.isdir(directory):
+    directory = paths.absolute(paths.path(workdir) / "checkpoints")
+    if not paths.path(directory).is_dir():
         raise ValueError(f"{directory} holds no checkpoint")
     manager = ckpt.make_manager(directory, config.checkpoint)
     steps = manager.all_steps()
@@ -75,11 +73,11 @@ def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> 
     config = load_workdir_config(workdir)
     params, step = restore_params(workdir, config, step)
     if fmt == "params":
-        os.makedirs(out, exist_ok=True)
+        preflight.check_checkpoint_store(out)
         checkpointer = ocp.StandardCheckpointer()
-        checkpointer.save(os.path.join(os.path.abspath(out), "params"), params, force=True)
+        checkpointer.save(paths.absolute(paths.path(out) / "params"), params, force=True)
         checkpointer.wait_until_finished()
-        shutil.copyfile(os.path.join(workdir, "config.json"), os.path.join(out, "config.json"))
+        paths.copy_file(paths.path(workdir) / "config.json", paths.path(out) / "config.json")
         return step
     from bert_jax.models import get_family
 
@@ -87,8 +85,8 @@ def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> 
     if family.hf_export is None:
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export; use --format=params")
     state, hf_cfg = family.hf_export(params, config.model)
-    tokenizer_dir = os.path.join(workdir, "tokenizer")
-    hf_folder.write_hf_folder(out, state, hf_cfg, tokenizer_dir if os.path.isdir(tokenizer_dir) else None,
+    tokenizer_dir = paths.path(workdir) / "tokenizer"
+    hf_folder.write_hf_folder(out, state, hf_cfg, str(tokenizer_dir) if tokenizer_dir.is_dir() else None,
                               model_max_length=config.data.max_seq_length)
     return step
 

@@ -14,6 +14,8 @@ read, tokenize in batches, write shards of `--docs_per_shard` documents
 worker holds one batch of documents and one open shard, so memory does not grow with the
 corpus.
 
+`--out` may be a bucket (gs://, s3://): shards are written locally and uploaded whole.
+
 Resume. A shard is written under a temporary name and renamed when complete; then its
 statistics go to `progress/<shard>.json`, which marks it finished. Run the same command
 again: finished shards are kept and their documents skipped (re-read, not re-tokenized);
@@ -27,16 +29,17 @@ documents, segments, tokens, shards (in document order), skipped records by reas
 
 from __future__ import annotations
 
-import glob
 import json
 import multiprocessing
 import os
+import tempfile
 import time
 from collections.abc import Sequence
 
 import ml_collections
 from absl import app, flags, logging
 
+from bert_jax.storage import paths
 from data_pipelines import records, sources
 from data_pipelines import tokenizer as tokenizer_lib
 
@@ -57,17 +60,13 @@ def shard_name(part: int, shard: int) -> str:
     return f"part-{part:05d}-shard-{shard:05d}.array_record"
 
 
-def _write_json(path: str, value: dict) -> None:
+def _write_json(path, value: dict) -> None:
     """Writes atomically: a reader (or a resume) sees the old file or the new, never half."""
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    paths.write_atomically(path, json.dumps(value, indent=2, sort_keys=True))
 
 
-def _read_json(path: str) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+def _read_json(path) -> dict:
+    return json.loads(paths.path(path).read_text(encoding="utf-8"))
 
 
 def _diff(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
@@ -75,15 +74,20 @@ def _diff(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 
 
 class _ShardWriter:
-    """Writes one shard under a temporary name; `finish` renames it and records its stats."""
+    """Writes one shard under a temporary name; `finish` renames (or uploads) it and records its stats.
+
+    ArrayRecord writes only local files: for an `out` in a bucket the temporary is local
+    and `finish` uploads it whole, one object.
+    """
 
     def __init__(self, out: str, part: int, shard: int):
         from array_record.python.array_record_module import ArrayRecordWriter  # noqa: PLC0415
 
         self.name = shard_name(part, shard)
-        self._out = out
-        self._tmp = os.path.join(out, f".{self.name}.tmp")
-        self._writer = ArrayRecordWriter(self._tmp, WRITER_OPTIONS)
+        self._out = paths.path(out)
+        local = paths.path(tempfile.gettempdir()) if paths.is_remote(out) else self._out
+        self._tmp = local / f".{self.name}.{os.getpid()}.tmp"
+        self._writer = ArrayRecordWriter(str(self._tmp), WRITER_OPTIONS)
         self.documents = self.segments = self.tokens = 0
 
     def write(self, document: list) -> None:
@@ -94,7 +98,11 @@ class _ShardWriter:
 
     def finish(self, skipped: dict[str, int]) -> dict:
         self._writer.close()
-        os.replace(self._tmp, os.path.join(self._out, self.name))
+        if paths.is_remote(self._out):
+            paths.copy_file(self._tmp, self._out / self.name)
+            self._tmp.unlink()
+        else:
+            self._tmp.replace(self._out / self.name)
         summary = {
             "path": self.name,
             "documents": self.documents,
@@ -102,14 +110,14 @@ class _ShardWriter:
             "tokens": self.tokens,
             "skipped": skipped,
         }
-        _write_json(os.path.join(self._out, PROGRESS_DIR, self.name + ".json"), summary)
+        _write_json(self._out / PROGRESS_DIR / f"{self.name}.json", summary)
         return summary
 
 
 def _finished_shards(out: str, part: int) -> list[dict]:
     """The part's finished shards, a prefix 0, 1, ... of its shard numbers."""
     finished = []
-    while os.path.exists(path := os.path.join(out, PROGRESS_DIR, shard_name(part, len(finished)) + ".json")):
+    while (path := paths.path(out) / PROGRESS_DIR / f"{shard_name(part, len(finished))}.json").exists():
         finished.append(_read_json(path))
     return finished
 
@@ -124,7 +132,7 @@ def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_
     Returns the part's progress record: {"part", "shards": [summaries], "skipped"}.
     """
     data_cfg = ml_collections.ConfigDict(data_dict)
-    tokenizer = tokenizer_lib.load_tokenizer(os.path.join(out, TOKENIZER_DIR))
+    tokenizer = tokenizer_lib.load_tokenizer(str(paths.path(out) / TOKENIZER_DIR))
     shards = _finished_shards(out, part)
     start = sum(s["documents"] for s in shards)
     stats = sources.SkipStats()
@@ -166,7 +174,7 @@ def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_
     elif start == 0:
         part_skipped = stats.as_dict()  # No document at all: nowhere else to count these.
     progress = {"part": part, "shards": shards, "skipped": part_skipped}
-    _write_json(os.path.join(out, PROGRESS_DIR, f"part-{part:05d}.json"), progress)
+    _write_json(paths.path(out) / PROGRESS_DIR / f"part-{part:05d}.json", progress)
     return progress
 
 
@@ -181,8 +189,8 @@ def _limit_threads() -> None:
 
 
 def _check_plan(out: str, plan: dict) -> None:
-    path = os.path.join(out, PLAN_FILE)
-    if os.path.exists(path):
+    path = paths.path(out) / PLAN_FILE
+    if path.exists():
         existing = _read_json(path)
         if existing != plan:
             changed = sorted(k for k in set(plan) | set(existing) if plan.get(k) != existing.get(k))
@@ -218,19 +226,21 @@ def prepare(
     files = sources.check_source(data_cfg)  # A missing path fails here, before any work.
     if num_parts == 0:
         num_parts = max(num_workers, min(len(files), 4 * num_workers)) if files else num_workers
-    os.makedirs(os.path.join(out, PROGRESS_DIR), exist_ok=True)
+    if not paths.is_remote(out):  # (a bucket has no folders; gcsfs's mkdir would create a missing bucket)
+        (paths.path(out) / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
     plan = {
         "num_parts": num_parts,
         "docs_per_shard": docs_per_shard,
         "data": {k: data_cfg.get(k) for k in _PLAN_DATA_KEYS},
     }
     _check_plan(out, plan)
-    tokenizer = tokenizer_lib.prepare_tokenizer(data_cfg, os.path.join(out, TOKENIZER_DIR))
+    tokenizer = tokenizer_lib.prepare_tokenizer(data_cfg, str(paths.path(out) / TOKENIZER_DIR))
 
-    todo = [p for p in range(num_parts) if not os.path.exists(os.path.join(out, PROGRESS_DIR, f"part-{p:05d}.json"))]
+    todo = [p for p in range(num_parts) if not (paths.path(out) / PROGRESS_DIR / f"part-{p:05d}.json").exists()]
     logging.info("preparing %d of %d parts with %d worker(s) into %s", len(todo), num_parts, num_workers, out)
-    for stale in glob.glob(os.path.join(out, ".*.tmp")):
-        os.remove(stale)  # Shards a killed run left unfinished.
+    if not paths.is_remote(out):  # (in a bucket, unfinished shards never leave local disk)
+        for stale in paths.path(out).glob(".*.tmp"):
+            stale.unlink()  # Shards a killed run left unfinished.
     data_dict = data_cfg.to_dict()
     tasks = [(out, data_dict, p, num_parts, docs_per_shard) for p in todo]
     if num_workers == 1:
@@ -243,14 +253,14 @@ def prepare(
             for progress in pool.imap_unordered(_prepare_part_task, tasks):
                 logging.info("part %d done: %d shard(s)", progress["part"], len(progress["shards"]))
     manifest = _manifest(out, num_parts, docs_per_shard, tokenizer, data_cfg)
-    _write_json(os.path.join(out, records.MANIFEST_FILE), manifest)
+    _write_json(paths.path(out) / records.MANIFEST_FILE, manifest)
     return manifest
 
 
 def _manifest(out: str, num_parts: int, docs_per_shard: int, tokenizer, data_cfg) -> dict:
     shards, skipped = [], sources.SkipStats()
     for part in range(num_parts):
-        progress = _read_json(os.path.join(out, PROGRESS_DIR, f"part-{part:05d}.json"))
+        progress = _read_json(paths.path(out) / PROGRESS_DIR / f"part-{part:05d}.json")
         skipped.merge(progress["skipped"])
         for shard in progress["shards"]:
             skipped.merge(shard["skipped"])

@@ -10,6 +10,7 @@ truncated: it is skipped and counted. sources.py picks the files and the shard.
 from __future__ import annotations
 
 import collections
+import contextlib
 import gzip
 import json
 import logging as std_logging
@@ -18,6 +19,7 @@ import threading
 import zlib
 from collections.abc import Iterable, Iterator
 
+from bert_jax.storage import paths
 from data_pipelines import segmenters
 
 # C0 control characters other than tab, newline, vertical tab, form feed, carriage return;
@@ -131,8 +133,15 @@ def file_documents(data_cfg, files: Iterable[str], stats: SkipStats) -> Iterator
             stats.skip("unreadable_file")
 
 
+@contextlib.contextmanager
 def _open_binary(path: str):
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    """A file or bucket object, streamed (gcsfs/s3fs read ahead in blocks), gunzipped on the fly."""
+    with paths.path(path).open("rb") as f:
+        if not path.endswith(".gz"):
+            yield f
+            return
+        with gzip.GzipFile(fileobj=f, mode="rb") as unzipped:
+            yield unzipped
 
 
 def _bounded_lines(f, max_bytes: int, stats: SkipStats) -> Iterator[bytes]:
@@ -244,7 +253,8 @@ def check_parquet_columns(files: list[str], field: str) -> None:
 
     for path in files:
         try:
-            names = pq.read_schema(path).names
+            with paths.path(path).open("rb") as f:
+                names = pq.read_schema(f).names
         except Exception as e:  # pyarrow raises ArrowInvalid for a file that is not Parquet.
             raise ValueError(f"config.data.path: {path} is not a readable Parquet file: {e}") from e
         if field not in names:
@@ -259,7 +269,8 @@ def parquet_row_groups(files: list[str]) -> list[tuple[str, int]]:
 
     groups = []
     for path in files:
-        metadata = pq.read_metadata(path)
+        with paths.path(path).open("rb") as f:
+            metadata = pq.read_metadata(f)
         groups.extend((path, g) for g in range(metadata.num_row_groups) if metadata.row_group(g).num_rows)
     return groups
 
@@ -279,7 +290,11 @@ def _parquet_file_documents(
 ):
     import pyarrow.parquet as pq  # noqa: PLC0415
 
-    parquet = pq.ParquetFile(path)
+    with paths.path(path).open("rb") as f:
+        yield from _parquet_documents_of(pq.ParquetFile(f), field, segmenter, max_bytes, stats, row_groups)
+
+
+def _parquet_documents_of(parquet, field: str, segmenter: str, max_bytes: int, stats: SkipStats, row_groups):
     if parquet.metadata.num_rows == 0:
         stats.skip("empty_file")
         return

@@ -13,10 +13,11 @@ document its global index), totals, skipped records by reason and the tokenizer
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 
 import numpy as np
+
+from bert_jax.storage import paths
 
 MANIFEST_FILE = "manifest.json"
 FORMAT = "bert_jax.prepared.v1"
@@ -57,14 +58,13 @@ def decode_document(record: bytes) -> list[np.ndarray]:
 
 def read_manifest(directory: str) -> dict:
     """The manifest of a prepared directory; names config.data.path when it is not one."""
-    path = os.path.join(directory, MANIFEST_FILE)
-    if not os.path.exists(path):
+    path = paths.path(directory) / MANIFEST_FILE
+    if not path.exists():
         raise FileNotFoundError(
             f"config.data.path={directory!r} holds no {MANIFEST_FILE}: not a finished "
             "`python -m data_pipelines.prepare` output (run or resume prepare first)"
         )
-    with open(path, encoding="utf-8") as f:
-        manifest = json.load(f)
+    manifest = json.loads(path.read_text(encoding="utf-8"))
     if manifest.get("format") != FORMAT:
         raise ValueError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
     return manifest
@@ -74,15 +74,17 @@ class PreparedDocuments(Sequence):
     """Random access over a prepared directory's shards: item i is tokenized document i.
 
     Documents are numbered shard by shard in the manifest's order. Reading goes through
-    grain's ArrayRecordDataSource, which pickles into worker processes.
+    grain's ArrayRecordDataSource, which pickles into worker processes. ArrayRecord reads
+    only local files: shards in a bucket are first copied to a local cache (logged,
+    see storage.paths.local_copy) and read from there.
     """
 
     def __init__(self, directory: str):
         import grain  # noqa: PLC0415 (slow import; only readers of shards need it)
 
         manifest = read_manifest(directory)
-        paths = [os.path.join(directory, s["path"]) for s in manifest["shards"] if s["documents"]]
-        self._source = grain.sources.ArrayRecordDataSource(paths) if paths else []
+        shards = [paths.local_copy(paths.path(directory) / s["path"]) for s in manifest["shards"] if s["documents"]]
+        self._source = grain.sources.ArrayRecordDataSource(shards) if shards else []
         self._length = manifest["documents"]
         if len(self._source) != self._length:
             raise ValueError(

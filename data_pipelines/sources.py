@@ -26,12 +26,12 @@ opened: a missing path, a glob matching nothing, a missing Parquet column.
 
 from __future__ import annotations
 
-import glob
-import os
+import re
 from collections.abc import Iterator, Sequence
 
 import ml_collections
 
+from bert_jax.storage import paths
 from data_pipelines import corpus, readers, segmenters
 from data_pipelines.readers import SkipStats  # noqa: F401 (part of this module's API)
 
@@ -52,29 +52,85 @@ def _check_source_name(data_cfg: ml_collections.ConfigDict) -> None:
 
 
 def resolve_files(data_cfg: ml_collections.ConfigDict) -> list[str]:
-    """The sorted files `data.path` names (file, directory, or glob); fails if there are none.
+    """The sorted files `data.path` names (file, directory, or glob; local, gs:// or s3://); fails if there are none.
 
-    A directory is read recursively, leaving out hidden files (`.name`).
+    A directory is read recursively, leaving out hidden files and folders (`.name`). A glob
+    may hold `*`, `?`, `[...]` and `**` (any depth): `gs://b/corpus/**/*.txt.gz`.
     """
-    path = data_cfg.get("path", "")
-    if not path:
+    value = data_cfg.get("path", "")
+    if not value:
         raise ValueError(f"config.data.path is empty; source {data_cfg.source!r} needs files to read")
-    if os.path.isfile(path):
-        return [path]
-    if os.path.isdir(path):
-        files = []
-        for directory, subdirs, names in os.walk(path):
-            subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
-            files.extend(os.path.join(directory, n) for n in names if not n.startswith("."))
+    if _has_wildcard(value):
+        root, pattern = _split_glob(value)
+        files = [f for relative, f in _walk_files(root) if pattern.fullmatch(relative)]
         if not files:
-            raise FileNotFoundError(f"config.data.path={path!r} is a directory with no files")
-        return sorted(files)
-    if glob.has_magic(path):
-        files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f))
-        if not files:
-            raise FileNotFoundError(f"config.data.path={path!r}: the glob matches no files")
+            raise FileNotFoundError(f"config.data.path={value!r}: the glob matches no files")
         return files
-    raise FileNotFoundError(f"config.data.path={path!r} does not exist")
+    path = paths.path(value)
+    if path.is_file():
+        return [value]
+    if path.is_dir():
+        files = [f for _, f in _walk_files(value)]
+        if not files:
+            raise FileNotFoundError(f"config.data.path={value!r} is a directory with no files")
+        return files
+    raise FileNotFoundError(f"config.data.path={value!r} does not exist")
+
+
+def _has_wildcard(value: str) -> bool:
+    return any(c in value for c in "*?[")
+
+
+def _split_glob(value: str) -> tuple[str, re.Pattern]:
+    """'gs://b/c/**/*.txt' -> ('gs://b/c', the pattern of the paths below it)."""
+    parts = value.split("/")
+    first = next(i for i, part in enumerate(parts) if _has_wildcard(part))
+    return "/".join(parts[:first]) or ".", re.compile(_glob_regex("/".join(parts[first:])))
+
+
+def _glob_regex(pattern: str) -> str:
+    """glob -> regex over '/'-separated paths: `**/` any folders (or none), `*` and `?` within one name."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]+/)*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and (end := pattern.find("]", i + 1)) > i:
+            out.append("[" + pattern[i + 1:end].replace("!", "^", 1) + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return "".join(out)
+
+
+def _walk_files(root: str) -> list[tuple[str, str]]:
+    """(path relative to root, path) of every file below `root`, sorted, hidden ones left out.
+
+    One listing per folder; in a bucket, one per prefix.
+    """
+    files, folders = [], [(paths.path(root), "")]
+    if not folders[0][0].is_dir():
+        return []
+    while folders:
+        folder, relative = folders.pop()
+        for entry in folder.iterdir():
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                folders.append((entry, f"{relative}{entry.name}/"))
+            else:
+                files.append((f"{relative}{entry.name}", str(entry)))
+    return sorted(files)
 
 
 def check_source(data_cfg: ml_collections.ConfigDict) -> list[str]:

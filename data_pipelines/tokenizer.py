@@ -25,10 +25,7 @@ and the specials.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
-import os
-import shutil
 import time
 from collections.abc import Iterable, Sequence
 
@@ -37,6 +34,7 @@ import tokenizers
 from absl import app, flags, logging
 from tokenizers import models, normalizers, pre_tokenizers
 
+from bert_jax.storage import paths
 from data_pipelines.tokenizer_kinds import (  # noqa: F401 (the module's public names)
     CONFIG_FILE,
     DEFAULT_SPECIALS,
@@ -104,11 +102,8 @@ def parse_specials(kind: str, names: str | Sequence[str] = "") -> SpecialTokens:
 
 
 def _read_config(directory: str) -> dict:
-    path = os.path.join(directory, CONFIG_FILE)
-    if not os.path.exists(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    path = paths.path(directory) / CONFIG_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _specials_from_config(kind: str, config: dict) -> SpecialTokens:
@@ -126,13 +121,13 @@ def _hf_kind(hf: tokenizers.Tokenizer) -> str:
 def bert_wordpiece(vocab: dict[str, int] | str, lowercase: bool = True) -> tokenizers.Tokenizer:
     """BERT's pipeline (normaliser, splitter, [CLS] A [SEP] B [SEP] template) on a WordPiece vocab.
 
-    vocab: token -> id, or a vocab.txt path.
+    vocab: token -> id, or a vocab.txt path (local or in a bucket).
     """
     specials = DEFAULT_SPECIALS["wordpiece"]
     if isinstance(vocab, str):
-        model = models.WordPiece.from_file(vocab, unk_token=specials.unk)
-    else:
-        model = models.WordPiece(vocab, unk_token=specials.unk)
+        # As WordPiece.from_file reads it (line i is id i, trailing blanks trimmed), from any path.
+        vocab = {line.rstrip(): i for i, line in enumerate(paths.path(vocab).read_text(encoding="utf-8").splitlines())}
+    model = models.WordPiece(vocab, unk_token=specials.unk)
     hf = tokenizers.Tokenizer(model)
     hf.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
     hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -149,32 +144,32 @@ def load_tokenizer(path: str, lowercase: bool | None = None) -> Tokenizer:
     None means the file's tokenizer_config.json, else lowercase for vocab.txt (BERT uncased)
     and not for a .model.
     """
-    if os.path.isdir(path):
+    folder = paths.path(path)
+    if folder.is_dir():
         config = _read_config(path)
-        models_found = sorted(glob.glob(os.path.join(path, "*.model")))
-        for candidate in (*models_found, os.path.join(path, TOKENIZER_FILE), os.path.join(path, VOCAB_FILE)):
-            if os.path.exists(candidate):
+        models_found = sorted(str(m) for m in folder.glob("*.model"))
+        for candidate in (*models_found, str(folder / TOKENIZER_FILE), str(folder / VOCAB_FILE)):
+            if paths.path(candidate).exists():
                 return _load_file(candidate, lowercase, config)
         raise FileNotFoundError(
             f"{path} holds neither {TOKENIZER_FILE} nor {VOCAB_FILE} nor a SentencePiece .model "
             "(config.data.tokenizer.path)"
         )
-    if not os.path.exists(path):
+    if not folder.exists():
         raise FileNotFoundError(f"config.data.tokenizer.path={path!r} does not exist")
-    return _load_file(path, lowercase, _read_config(os.path.dirname(path) or "."))
+    return _load_file(path, lowercase, _read_config(str(folder.parent)))
 
 
 def _load_file(path: str, lowercase: bool | None, config: dict) -> Tokenizer:
-    name = os.path.basename(path)
+    name = paths.path(path).name
     if name.endswith(".json"):
-        hf = tokenizers.Tokenizer.from_file(path)
+        hf = tokenizers.Tokenizer.from_str(paths.path(path).read_text(encoding="utf-8"))
         kind = _hf_kind(hf)
         if not kind:
             raise ValueError(f"{path}: unsupported tokenizers model; need WordPiece, BPE or Unigram")
         return HfTokenizer(kind, hf, _specials_from_config(kind, config))
     if name.endswith(".model"):
-        with open(path, "rb") as f:
-            proto = f.read()
+        proto = paths.path(path).read_bytes()
         from sentencepiece import sentencepiece_model_pb2  # noqa: PLC0415 (protobuf; only here)
 
         model = sentencepiece_model_pb2.ModelProto.FromString(proto)
@@ -194,10 +189,11 @@ def _load_file(path: str, lowercase: bool | None, config: dict) -> Tokenizer:
 
 def has_tokenizer(directory: str) -> bool:
     """Whether directory holds files load_tokenizer reads (tokenizer.json, vocab.txt, *.model)."""
-    if not os.path.isdir(directory):
+    folder = paths.path(directory)
+    if not folder.is_dir():
         return False
-    named = any(os.path.exists(os.path.join(directory, f)) for f in (TOKENIZER_FILE, VOCAB_FILE))
-    return named or bool(glob.glob(os.path.join(directory, "*.model")))
+    named = any((folder / f).exists() for f in (TOKENIZER_FILE, VOCAB_FILE))
+    return named or any(folder.glob("*.model"))
 
 
 def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -> Tokenizer:
@@ -217,7 +213,7 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
             from data_pipelines import records  # noqa: PLC0415 (imports array_record)
 
             records.read_manifest(data_cfg.path)  # Names config.data.path if it is not prepared.
-            tokenizer = load_tokenizer(os.path.join(data_cfg.path, "tokenizer"))
+            tokenizer = load_tokenizer(str(paths.path(data_cfg.path) / "tokenizer"))
         elif tok_cfg.get("path", ""):
             tokenizer = load_tokenizer(tok_cfg.path, tok_cfg.get("lowercase", None))
         else:
@@ -225,7 +221,7 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
 
             tokenizer = tokenizer_training.train_from_config(data_cfg)
         tokenizer.save(tokenizer_dir)
-        if os.path.isdir(tokenizer_dir):
+        if paths.path(tokenizer_dir).is_dir():
             # Saved files are what resumes and other hosts load: use them from the start.
             tokenizer = load_tokenizer(tokenizer_dir)
     special_ids(tokenizer)  # Fails early, naming a missing special token.
@@ -234,9 +230,8 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
 
 def copy_tokenizer(src_dir: str, dst_dir: str) -> None:
     """Copies a saved tokenizer's files (prepare puts one next to its shards)."""
-    os.makedirs(dst_dir, exist_ok=True)
-    for name in os.listdir(src_dir):
-        shutil.copy2(os.path.join(src_dir, name), os.path.join(dst_dir, name))
+    for src in paths.path(src_dir).iterdir():
+        paths.copy_file(src, paths.path(dst_dir) / src.name)
 
 
 def _define_flags():

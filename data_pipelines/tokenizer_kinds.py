@@ -10,13 +10,15 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
-import os
+import tempfile
 from collections.abc import Sequence
 
 import numpy as np
 import sentencepiece as spm
 import tokenizers
 from tokenizers import models, normalizers, pre_tokenizers, processors
+
+from bert_jax.storage import paths
 
 KINDS = ("wordpiece", "bpe", "unigram", "sentencepiece_bpe")
 SENTENCEPIECE_KINDS = ("unigram", "sentencepiece_bpe")
@@ -105,8 +107,7 @@ class Tokenizer(abc.ABC):
         }
 
     def _write_config(self, directory: str, extra: dict) -> None:
-        with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
-            json.dump(self._config_json(extra), f, indent=2)
+        paths.write_atomically(paths.path(directory) / CONFIG_FILE, json.dumps(self._config_json(extra), indent=2))
 
 
 class HfTokenizer(Tokenizer):
@@ -144,19 +145,19 @@ class HfTokenizer(Tokenizer):
         return flags_
 
     def save(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
-        self.hf.save(os.path.join(directory, TOKENIZER_FILE))
+        paths.write_atomically(paths.path(directory) / TOKENIZER_FILE, self.hf.to_str(pretty=True))
         if self.kind == "wordpiece":
             vocab = self.hf.get_vocab()
             by_id = sorted(vocab, key=vocab.get)
             if [vocab[t] for t in by_id] != list(range(len(by_id))):
                 raise ValueError(f"tokenizer ids are not contiguous from 0; cannot write {VOCAB_FILE}")
-            with open(os.path.join(directory, VOCAB_FILE), "w", encoding="utf-8") as f:
-                f.writelines(token + "\n" for token in by_id)
+            paths.write_atomically(paths.path(directory) / VOCAB_FILE, "".join(token + "\n" for token in by_id))
             lowercase = _has_lowercase(self.hf.normalizer)
             self._write_config(directory, {"do_lower_case": lowercase})
         elif self.kind == "bpe":
-            self.hf.model.save(directory)  # vocab.json + merges.txt, for the slow classes.
+            with tempfile.TemporaryDirectory() as local:  # the model writes only to local disk
+                for saved in self.hf.model.save(local):  # vocab.json + merges.txt, for the slow classes.
+                    paths.copy_file(saved, paths.path(directory) / paths.path(saved).name)
             self._write_config(
                 directory,
                 {"add_prefix_space": True, "bos_token": self.specials.cls, "eos_token": self.specials.sep},
@@ -225,14 +226,12 @@ class SentencePieceTokenizer(Tokenizer):
         )
 
     def save(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, SENTENCEPIECE_FILE), "wb") as f:
-            f.write(self._proto)
+        paths.write_atomically(paths.path(directory) / SENTENCEPIECE_FILE, self._proto)
         if self.kind == "unigram":
             # keep_accents: SentencePiece's own normalisation (in spiece.model) decides accents.
             self._write_config(directory, {"do_lower_case": self.lowercase, "keep_accents": True})
         else:
-            self._hf_bpe().save(os.path.join(directory, TOKENIZER_FILE))
+            paths.write_atomically(paths.path(directory) / TOKENIZER_FILE, self._hf_bpe().to_str(pretty=True))
             self._write_config(directory, {})
 
     def _hf_bpe(self) -> tokenizers.Tokenizer:

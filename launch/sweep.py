@@ -19,12 +19,15 @@ import argparse
 import csv
 import importlib.util
 import itertools
+import io
 import json
-import os
 import re
 import shlex
 import subprocess
 import sys
+
+from bert_jax.storage import paths
+from bert_jax.train.metrics_file import read_rows
 
 SUMMARY_KEYS = ("train/loss", "train/mlm_accuracy", "eval/loss", "eval/mlm_accuracy", "perf/tokens_per_s")
 
@@ -79,7 +82,7 @@ def plan_runs(sweep: dict, sweep_dir: str) -> list[dict]:
             raise ValueError(f"two sweep points are both named {name!r}; make their overrides differ")
         names.add(name)
         overrides = {**sweep.get("overrides", {}), **point}
-        workdir = os.path.join(sweep_dir, name)
+        workdir = str(paths.path(sweep_dir) / name)
         argv = [sys.executable, "-m", "bert_jax.pretrain", f"--config={sweep['config']}",
                 f"--workdir={workdir}", *override_flags(overrides)]
         runs.append(dict(name=name, workdir=workdir, overrides=overrides, point=point, argv=argv))
@@ -107,10 +110,9 @@ def run_sweep(args) -> int:
         for run in runs:
             print(shlex.join(run["argv"]))
         return 0
-    os.makedirs(args.sweep_dir, exist_ok=True)
-    with open(os.path.join(args.sweep_dir, "sweep.json"), "w") as f:
-        json.dump({"config": sweep["config"], "runs": [{k: r[k] for k in ("name", "overrides", "point")} for r in runs]},
-                  f, indent=2, default=format_value)
+    record = {"config": sweep["config"], "runs": [{k: r[k] for k in ("name", "overrides", "point")} for r in runs]}
+    paths.write_atomically(paths.path(args.sweep_dir) / "sweep.json",
+                           json.dumps(record, indent=2, default=format_value))
     failed = []
     for i, run in enumerate(runs):
         print(f"[sweep] {i + 1}/{len(runs)} {run['name']}: {shlex.join(run['argv'])}", flush=True)
@@ -121,21 +123,13 @@ def run_sweep(args) -> int:
     return 1 if failed else 0
 
 
-def _read_metrics(workdir: str) -> list[dict]:
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def summarize(sweep_dir: str) -> list[dict]:
     """Each run's final value of every SUMMARY_KEYS metric; writes summary.md, summary.csv, curves.png."""
-    with open(os.path.join(sweep_dir, "sweep.json")) as f:
-        runs = json.load(f)["runs"]
+    sweep_dir = paths.path(sweep_dir)
+    runs = json.loads((sweep_dir / "sweep.json").read_text())["runs"]
     table, curves = [], {}
     for run in runs:
-        rows = _read_metrics(os.path.join(sweep_dir, run["name"]))
+        rows = read_rows(sweep_dir / run["name"] / "metrics.jsonl")
         final = {"run": run["name"], "step": max((r["step"] for r in rows), default=0)}
         for key in SUMMARY_KEYS:
             values = [r[key] for r in rows if key in r]
@@ -143,20 +137,20 @@ def summarize(sweep_dir: str) -> list[dict]:
         table.append(final)
         curves[run["name"]] = rows
     columns = ["run", "step", *SUMMARY_KEYS]
-    with open(os.path.join(sweep_dir, "summary.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, columns)
-        writer.writeheader()
-        writer.writerows(table)
+    csv_text = io.StringIO(newline="")
+    writer = csv.DictWriter(csv_text, columns)
+    writer.writeheader()
+    writer.writerows(table)
+    paths.write_atomically(sweep_dir / "summary.csv", csv_text.getvalue())
     cell = lambda v: "—" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in table]
-    with open(os.path.join(sweep_dir, "summary.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    _plot_curves(curves, os.path.join(sweep_dir, "curves.png"))
+    paths.write_atomically(sweep_dir / "summary.md", "\n".join(lines) + "\n")
+    _plot_curves(curves, sweep_dir / "curves.png")
     return table
 
 
-def _plot_curves(curves: dict, path: str) -> None:
+def _plot_curves(curves: dict, path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -173,8 +167,10 @@ def _plot_curves(curves: dict, path: str) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
+    paths.write_atomically(path, png.getvalue())
 
 
 def main(argv=None) -> None:
@@ -195,8 +191,7 @@ def main(argv=None) -> None:
     if args.command == "run":
         sys.exit(run_sweep(args))
     table = summarize(args.sweep_dir)
-    with open(os.path.join(args.sweep_dir, "summary.md")) as f:
-        print(f.read(), end="")
+    print((paths.path(args.sweep_dir) / "summary.md").read_text(), end="")
     print(f"{len(table)} runs; wrote summary.md, summary.csv, curves.png in {args.sweep_dir}")
 
 

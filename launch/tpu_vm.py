@@ -92,8 +92,10 @@ def parse_args(argv: list[str]):
 
 def main(argv=None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.action in ("run", "all") and not args.workdir:
-        sys.exit("launch.tpu_vm: --workdir is required to run (a gs:// path all workers share)")
+    if args.action in ("run", "all") and not args.workdir.startswith(("gs://", "s3://")):
+        # A local path would be a different disk on every worker, and gone with a preempted VM.
+        sys.exit(f"launch.tpu_vm: --workdir={args.workdir!r}: give a gs:// path (all workers share it, and it "
+                 f"outlives the VM), e.g. --workdir=gs://BUCKET/runs/NAME")
     for cmd in commands(args.action, args):
         print(shlex.join(cmd), flush=True)
         if not args.dry_run:

@@ -36,3 +36,6 @@ def random_batch(seed: int, batch: int = 4, length: int = 16, predictions: int =
 @pytest.fixture
 def batch():
     return random_batch(0)
+
+
+from cloud_emulators import gcs, gcs_via_proxy, s3  # noqa: E402,F401  (emulated gs:// and s3:// buckets)

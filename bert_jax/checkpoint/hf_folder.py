@@ -2,13 +2,16 @@
 
 Family-agnostic: the tensor names come from the family's `hf_export` / `hf_import`
 hooks (bert_jax.models.registry); this file only moves them to and from disk.
-Weights are written with safetensors' numpy API, so exporting needs no torch.
+Weights are written with safetensors' numpy API, so exporting needs no torch. A folder may
+be local or in a bucket (gs://, s3://): every file is read and written whole through
+bert_jax.storage.paths.
 """
+import io
 import json
-import os
-import shutil
 
 import numpy as np
+
+from bert_jax.storage import paths
 
 SAFETENSORS_FILE = "model.safetensors"
 TORCH_FILE = "pytorch_model.bin"
@@ -39,19 +42,17 @@ def write_hf_folder(out_dir: str, state: dict[str, np.ndarray], hf_cfg: dict, to
     The tokenizer's own tokenizer_config.json (its transformers class and special tokens)
     goes along, with `model_max_length` (default: the model's max_position_embeddings).
     """
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(hf_cfg, f, indent=2, sort_keys=True)
+    out = paths.path(out_dir)
+    paths.write_atomically(out / "config.json", json.dumps(hf_cfg, indent=2, sort_keys=True))
     tensors = {name: np.ascontiguousarray(array, dtype=np.float32) for name, array in state.items()}
-    save_file(tensors, os.path.join(out_dir, SAFETENSORS_FILE), metadata={"format": "pt"})
+    paths.write_atomically(out / SAFETENSORS_FILE, save(tensors, metadata={"format": "pt"}))
     if tokenizer_dir is None:
         return
     copied = copy_tokenizer_files(tokenizer_dir, out_dir)
     if TOKENIZER_CONFIG in copied:
-        with open(os.path.join(out_dir, TOKENIZER_CONFIG)) as f:
-            tok_cfg = json.load(f)
+        tok_cfg = json.loads((out / TOKENIZER_CONFIG).read_text())
     elif "vocab.txt" in copied:
         tok_cfg = _wordpiece_tokenizer_config()
     else:
@@ -60,47 +61,42 @@ def write_hf_folder(out_dir: str, state: dict[str, np.ndarray], hf_cfg: dict, to
     model_max = model_max_length or hf_cfg.get("max_position_embeddings")
     if model_max:
         tok_cfg["model_max_length"] = model_max
-    with open(os.path.join(out_dir, TOKENIZER_CONFIG), "w") as f:
-        json.dump(tok_cfg, f, indent=2)
+    paths.write_atomically(out / TOKENIZER_CONFIG, json.dumps(tok_cfg, indent=2))
     specials = {k: tok_cfg[k] for k in SPECIAL_TOKEN_KEYS if k in tok_cfg}
-    with open(os.path.join(out_dir, "special_tokens_map.json"), "w") as f:
-        json.dump(specials, f, indent=2)
+    paths.write_atomically(out / "special_tokens_map.json", json.dumps(specials, indent=2))
 
 
 def copy_tokenizer_files(src_dir: str, dst_dir: str) -> list[str]:
     """Copies the TOKENIZER_FILES present in src_dir; returns the names copied."""
-    os.makedirs(dst_dir, exist_ok=True)
-    copied = []
-    for name in TOKENIZER_FILES:
-        if os.path.exists(os.path.join(src_dir, name)):
-            shutil.copyfile(os.path.join(src_dir, name), os.path.join(dst_dir, name))
-            copied.append(name)
+    src, dst = paths.path(src_dir), paths.path(dst_dir)
+    copied = [name for name in TOKENIZER_FILES if (src / name).exists()]
+    for name in copied:
+        paths.copy_file(src / name, dst / name)
     return copied
 
 
 def read_hf_config(hf_dir: str) -> dict:
-    path = os.path.join(hf_dir, "config.json")
-    if not os.path.exists(path):
+    path = paths.path(hf_dir) / "config.json"
+    if not path.exists():
         raise ValueError(f"{hf_dir} is not a Hugging Face model folder: it has no config.json")
-    with open(path) as f:
-        return json.load(f)
+    return json.loads(path.read_text())
 
 
 def read_hf_state(hf_dir: str) -> dict[str, np.ndarray]:
     """The folder's weights as numpy arrays, from model.safetensors (or pytorch_model.bin, which needs torch)."""
-    safetensors_path = os.path.join(hf_dir, SAFETENSORS_FILE)
-    if os.path.exists(safetensors_path):
-        from safetensors.numpy import load_file
+    safetensors_path = paths.path(hf_dir) / SAFETENSORS_FILE
+    if safetensors_path.exists():
+        from safetensors.numpy import load
 
-        return load_file(safetensors_path)
-    torch_path = os.path.join(hf_dir, TORCH_FILE)
-    if os.path.exists(torch_path):
+        return load(safetensors_path.read_bytes())
+    torch_path = paths.path(hf_dir) / TORCH_FILE
+    if torch_path.exists():
         try:
             import torch
         except ImportError as e:
             raise ValueError(f"{torch_path} is a torch pickle and needs torch installed; or convert it to "
                              f"{SAFETENSORS_FILE}") from e
-        state = torch.load(torch_path, map_location="cpu", weights_only=True)
+        state = torch.load(io.BytesIO(torch_path.read_bytes()), map_location="cpu", weights_only=True)
         return {name: tensor.float().numpy() if tensor.is_floating_point() else tensor.numpy()
                 for name, tensor in state.items()}
     raise ValueError(f"{hf_dir} holds neither {SAFETENSORS_FILE} nor {TORCH_FILE} (sharded checkpoints are "

@@ -5,12 +5,13 @@ data-iterator position, so a resumed run continues with the identical batches.
 """
 import json
 import logging
-import os
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from grain import checkpoint as grain_checkpoint
+
+from bert_jax.storage import paths
 
 
 class _IteratorSnapshot:
@@ -45,15 +46,19 @@ class CheckpointSaveError(RuntimeError):
 
 
 def _save_failed(manager: ocp.CheckpointManager, error: Exception) -> CheckpointSaveError:
-    # orbax writes into `<step>.orbax-checkpoint-tmp` and renames on commit, so a failed
-    # save leaves only a temporary folder that `all_steps` (and resume) never considers.
-    manager.reload()
-    steps = sorted(manager.all_steps())
-    resume = (f"run the same command to resume from step {steps[-1]}" if steps
-              else "no checkpoint was committed yet")
+    # orbax writes into `<step>.orbax-checkpoint-tmp` and renames on commit (in a bucket: its
+    # commit marker), so a failed save leaves only a temporary that `all_steps` and resume skip.
+    try:
+        manager.reload()
+        steps = sorted(manager.all_steps())
+        resume = (f"run the same command to resume from step {steps[-1]}" if steps
+                  else "no checkpoint was committed yet")
+    except Exception:  # noqa: BLE001  (the store may still be unreachable: say what we can)
+        steps, resume = "(not listable: the store does not answer)", "run the same command to resume"
     return CheckpointSaveError(
         f"saving a checkpoint in {manager.directory} failed ({type(error).__name__}: {error}). "
-        f"The committed checkpoints {steps} are intact: fix the cause (e.g. free disk space) and {resume}."
+        f"The committed checkpoints {steps} are intact: fix the cause (e.g. free disk space, "
+        f"a bucket that is unreachable) and {resume}."
     )
 
 
@@ -128,11 +133,11 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
         except IncompatibleCheckpointError:
             raise
         except Exception as error:  # noqa: BLE001  (any read failure means: try an older one)
-            bad = os.path.join(str(manager.directory), str(step))
+            bad = paths.path(manager.directory) / str(step)
             logging.warning("checkpoint %s cannot be read (%s: %.300s); falling back to an older one",
                             bad, type(error).__name__, error)
-            if jax.process_index() == 0 and os.path.isdir(bad):
-                os.rename(bad, f"{bad}.corrupt")
+            if jax.process_index() == 0 and bad.is_dir():
+                bad.rename(bad.parent / f"{bad.name}.corrupt")  # in a bucket: a copy, then a delete
             manager.reload()
             continue
         logging.info("restored checkpoint step %d from %s", step, manager.directory)

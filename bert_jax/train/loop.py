@@ -1,6 +1,4 @@
 """The one train loop: every family runs through it, and it never asks which family it runs."""
-import os
-
 import flax.linen as nn
 import jax
 import numpy as np
@@ -12,6 +10,7 @@ from bert_jax.checkpoint import manager as ckpt
 from bert_jax.config_validation import validate_config
 from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import global_batch, make_mesh
+from bert_jax.storage import paths, preflight
 from bert_jax.train import perf
 from bert_jax.train.metrics_writer import MetricsWriter
 from bert_jax.train.preemption import PreemptionWatch
@@ -26,8 +25,8 @@ class NonFiniteLossError(RuntimeError):
 
 def _write_config(config, workdir: str) -> None:
     if jax.process_index() == 0:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+        text = config.to_json_best_effort(indent=2, sort_keys=True)
+        paths.write_atomically(paths.path(workdir) / "config.json", text)
 
 
 def _nonfinite_steps(pending: list, nan_policy: str) -> list[int]:
@@ -81,6 +80,17 @@ def _with_hf_params(state, program, model_cfg, hf_dir: str):
     return state.replace(params=jax.device_put(params, program.state_shardings.params))
 
 
+def _check_storage(config, workdir: str) -> None:
+    """Before anything is built: the workdir is writable and bucket inputs readable, or a StorageError says why."""
+    preflight.check_checkpoint_store(workdir)
+    preflight.check_writable(workdir, jax.process_index())
+    for key, url in (("config.data.path", config.data.get("path", "")),
+                     ("config.data.tokenizer.path", (config.data.get("tokenizer") or {}).get("path", "")),
+                     ("config.init_from_hf", config.get("init_from_hf", ""))):
+        if url and paths.is_remote(url):
+            preflight.check_readable(url, key)
+
+
 def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) -> dict:
     """Pre-trains per `config` in `workdir`, resuming from its newest checkpoint.
 
@@ -88,20 +98,22 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     which is how tests interrupt a run. Returns the last logged metrics.
     """
     validate_config(config, jax.process_count())
+    _check_storage(config, workdir)
     program = build_program(config, make_mesh(config.mesh))
     objective = program.family.objective
-    os.makedirs(workdir, exist_ok=True)
+    if not paths.is_remote(workdir):  # (a bucket has no folders to make)
+        paths.path(workdir).mkdir(parents=True, exist_ok=True)
     _write_config(config, workdir)
     t_cfg = config.train
     last_step = t_cfg.num_steps if stop_at_step is None else min(stop_at_step, t_cfg.num_steps)
 
-    tokenizer_dir = os.path.join(workdir, "tokenizer")
+    tokenizer_dir = str(paths.path(workdir) / "tokenizer")
     init_from_hf = config.init_from_hf
     if init_from_hf:
         hf_folder.read_hf_config(init_from_hf)  # fails now, naming the path, if it is no HF folder
     # Process 0 writes the tokenizer (copied or trained); the others wait, then load that one.
     if jax.process_index() == 0:
-        if init_from_hf and not (os.path.isdir(tokenizer_dir) and os.listdir(tokenizer_dir)):
+        if init_from_hf and not tokenizer_lib.has_tokenizer(tokenizer_dir):
             # A fresh run starting from HF weights must use the tokenizer those weights were trained with.
             hf_folder.copy_tokenizer_files(init_from_hf, tokenizer_dir)
             if not tokenizer_lib.has_tokenizer(tokenizer_dir):
@@ -133,7 +145,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     )
     baseline = pipeline.most_frequent_token_accuracy(eval_host_batches)
 
-    manager = ckpt.make_manager(os.path.join(os.path.abspath(workdir), "checkpoints"), config.checkpoint)
+    manager = ckpt.make_manager(paths.absolute(paths.path(workdir) / "checkpoints"), config.checkpoint)
     state = ckpt.restore_latest(manager, program.abstract_state, train_iter)
     if state is None:
         state = program.init()
@@ -186,6 +198,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
                 if step % config.checkpoint.every_steps == 0 or is_last or preempted:
                     _nonfinite_steps(pending, t_cfg.nan_policy)  # a NaN step stops the run before it is saved
                     ckpt.save(manager, step, state, train_iter)
+                    writer.sync()  # a bucket gets the metrics up to this step (see metrics_writer.py)
                 if preempted:
                     logging.warning("preempted: checkpoint of step %d saved; run the same command to resume", step)
                     break

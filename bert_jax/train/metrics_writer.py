@@ -1,36 +1,48 @@
-"""Where metrics go: DIR/metrics.jsonl, TensorBoard, wandb and DIR/plots/. Process 0 only."""
+"""Where metrics go: DIR/metrics.jsonl, TensorBoard, wandb and DIR/plots/. Process 0 only.
+
+DIR may be a bucket, which has no append and no rename. The choice: metrics.jsonl and the
+TensorBoard events are written to a local staging folder (the workdir itself when it is
+local) and uploaded whole, each as one object, by `sync()`, which the loop calls after
+every checkpoint save and at the end. An upload is atomic, so after a kill the bucket
+holds the rows up to the last checkpoint, which are the steps a resume does not re-run;
+the re-run steps are logged again. Plots are rewritten whole at each eval.
+"""
 import json
-import os
+import tempfile
 from typing import Any
 
 import jax
+from absl import logging
+
+from bert_jax.storage import paths
+from bert_jax.train.metrics_file import as_text, read_rows, truncate_metrics
 
 WANDB_MODES = ("disabled", "offline", "online")
-
-
-def truncate_metrics(path: str, last_step: int) -> None:
-    """Drops rows past `last_step`: after a resume those steps are run again and logged anew."""
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        rows = [line for line in f if line.strip() and json.loads(line)["step"] <= last_step]
-    with open(path, "w") as f:
-        f.writelines(rows)
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
 
 
 class MetricsWriter:
     def __init__(self, workdir: str, config, resume_step: int):
         self.active = jax.process_index() == 0
-        self.path = os.path.join(workdir, "metrics.jsonl")
-        self.plots_dir = os.path.join(workdir, "plots") if config.logging.plots else None
+        self.workdir = paths.path(workdir)
+        self.remote = paths.is_remote(workdir)
+        self.plots_dir = self.workdir / "plots" if config.logging.plots else None
         self.tb = self.wandb_run = None
         if not self.active:
             return
-        truncate_metrics(self.path, resume_step)
+        rows = truncate_metrics(self.workdir / METRICS_FILE, resume_step)
+        # Local staging for a bucket workdir: appends and TensorBoard's event files need a file system.
+        self.staging = paths.path(tempfile.mkdtemp(prefix="bert_jax_metrics_")) if self.remote else self.workdir
+        self.path = self.staging / METRICS_FILE
+        if self.remote:
+            self.path.write_text(as_text(rows))
+            logging.info("metrics and TensorBoard events are staged in %s and uploaded to %s at each checkpoint",
+                         self.staging, workdir)
         if config.logging.tensorboard:
             from tensorboardX import SummaryWriter
 
-            self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+            self.tb = SummaryWriter(str(self.staging / TENSORBOARD_DIR))
         mode = config.logging.wandb_mode
         if mode not in WANDB_MODES:
             raise ValueError(f"config.logging.wandb_mode={mode!r}; expected one of {WANDB_MODES}")
@@ -39,7 +51,7 @@ class MetricsWriter:
 
             self.wandb_run = wandb.init(
                 project=config.logging.wandb_project, name=config.logging.wandb_run_name or None,
-                dir=workdir, mode=mode, config=config.to_dict(), resume="allow",
+                dir=str(self.staging), mode=mode, config=config.to_dict(), resume="allow",
                 id=config.logging.wandb_run_name or None,
             )
 
@@ -47,7 +59,7 @@ class MetricsWriter:
         if not self.active:
             return
         row = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
-        with open(self.path, "a") as f:
+        with self.path.open("a") as f:  # the local file (staging for a bucket)
             f.write(json.dumps(row) + "\n")
         if self.tb is not None:
             for k, v in metrics.items():
@@ -56,18 +68,29 @@ class MetricsWriter:
         if self.wandb_run is not None:
             self.wandb_run.log(dict(metrics), step=int(step))
 
+    def sync(self) -> None:
+        """Uploads metrics.jsonl and the TensorBoard event files, each whole, to a bucket workdir."""
+        if not (self.active and self.remote):
+            return
+        paths.copy_file(self.path, self.workdir / METRICS_FILE)
+        local_tb = self.staging / TENSORBOARD_DIR
+        if self.tb is not None and local_tb.exists():
+            self.tb.flush()
+            for events in local_tb.iterdir():
+                paths.copy_file(events, self.workdir / TENSORBOARD_DIR / events.name)
+
     def plot(self) -> None:
         """Learning curves of every train/ and eval/ key, one PNG each, from metrics.jsonl."""
-        if not (self.active and self.plots_dir and os.path.exists(self.path)):
+        if not (self.active and self.plots_dir and self.path.exists()):
             return
+        import io
+
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        with open(self.path) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        os.makedirs(self.plots_dir, exist_ok=True)
+        rows = read_rows(self.path)
         for name in ("loss", "mlm_accuracy"):
             fig, ax = plt.subplots(figsize=(6, 4))
             for split in ("train", "eval"):
@@ -80,11 +103,16 @@ class MetricsWriter:
             ax.legend()
             ax.grid(alpha=0.3)
             fig.tight_layout()
-            fig.savefig(os.path.join(self.plots_dir, f"{name}.png"), dpi=100)
+            png = io.BytesIO()
+            fig.savefig(png, format="png", dpi=100)
             plt.close(fig)
+            paths.write_atomically(self.plots_dir / f"{name}.png", png.getvalue())
 
     def close(self) -> None:
+        self.sync()
         if self.tb is not None:
             self.tb.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
+        if self.active and self.remote:
+            self.staging.rmtree()
