@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -35,6 +36,7 @@ from collections.abc import Iterable, Sequence
 import ml_collections
 import tokenizers
 from absl import app, flags, logging
+from etils import epath
 from tokenizers import models, normalizers, pre_tokenizers
 
 from data_pipelines.tokenizer_kinds import (  # noqa: F401 (the module's public names)
@@ -51,6 +53,9 @@ from data_pipelines.tokenizer_kinds import (  # noqa: F401 (the module's public 
     Tokenizer,
     add_pair_template,
 )
+
+# What a trained tokenizer was trained on (tokenizer_training.SampleRecord), beside its files.
+SAMPLE_FILE = "sample.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +93,25 @@ def save_tokenizer(tokenizer: Tokenizer, out_dir: str) -> None:
     tokenizer.save(out_dir)
 
 
+def tokenizer_hash(directory: str) -> str:
+    """sha256 over a saved tokenizer's files (names and bytes, by name), its sample record left out.
+
+    Equal hashes mean the same vocabulary, ids and settings; two runs that tokenized with
+    tokenizers of equal hash saw the same token ids.
+    """
+    digest = hashlib.sha256()
+    files = sorted(p for p in epath.Path(directory).iterdir() if p.is_file() and p.name != SAMPLE_FILE)
+    if not files:
+        raise FileNotFoundError(f"{directory} holds no tokenizer files to hash")
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def write_sample_record(directory: str, record: dict) -> None:
+    epath.Path(directory, SAMPLE_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
 def parse_specials(kind: str, names: str | Sequence[str] = "") -> SpecialTokens:
     """Kind's default specials, or five comma-separated names in pad,unk,cls,sep,mask order."""
     if kind not in KINDS:
@@ -123,12 +147,14 @@ def _hf_kind(hf: tokenizers.Tokenizer) -> str:
     return {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}.get(model, "")
 
 
-def bert_wordpiece(vocab: dict[str, int] | str, lowercase: bool = True) -> tokenizers.Tokenizer:
+def bert_wordpiece(
+    vocab: dict[str, int] | str, lowercase: bool = True, specials: SpecialTokens | None = None
+) -> tokenizers.Tokenizer:
     """BERT's pipeline (normaliser, splitter, [CLS] A [SEP] B [SEP] template) on a WordPiece vocab.
 
-    vocab: token -> id, or a vocab.txt path.
+    vocab: token -> id, or a vocab.txt path. specials: BERT's unless given.
     """
-    specials = DEFAULT_SPECIALS["wordpiece"]
+    specials = specials or DEFAULT_SPECIALS["wordpiece"]
     if isinstance(vocab, str):
         model = models.WordPiece.from_file(vocab, unk_token=specials.unk)
     else:
@@ -137,7 +163,8 @@ def bert_wordpiece(vocab: dict[str, int] | str, lowercase: bool = True) -> token
     hf.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
     hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     hf.decoder = tokenizers.decoders.WordPiece(prefix="##")
-    add_pair_template(hf, specials)
+    if hf.token_to_id(specials.cls) is not None and hf.token_to_id(specials.sep) is not None:
+        add_pair_template(hf, specials)  # A vocabulary still to be trained has no [CLS] yet.
     return hf
 
 
@@ -204,12 +231,12 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
     """The run's tokenizer, saved in tokenizer_dir: loaded if there, else obtained and saved.
 
     Obtained, in order: from the prepared shards' own tokenizer (source "prepared"), from
-    `data.tokenizer.path`, or trained on a `sample_bytes`-capped sample of the train split.
-    Trainers break frequency ties in hash-map order, so two trainings on the same text may
-    differ in a few entries: a run therefore trains once, saves, and every resume (or
-    other host) loads the saved one.
+    `data.tokenizer.path`, or trained on a `sample_bytes`-capped sample of the train split
+    (deterministic: tokenizer_training.py), with the sample's record in SAMPLE_FILE. Training
+    costs time, so a run trains once and every resume (or other host) loads the saved files.
     """
     tok_cfg = data_cfg.get("tokenizer") or ml_collections.ConfigDict()
+    sample_record = None
     if has_tokenizer(tokenizer_dir):
         tokenizer = load_tokenizer(tokenizer_dir)
     else:
@@ -220,11 +247,17 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
             tokenizer = load_tokenizer(os.path.join(data_cfg.path, "tokenizer"))
         elif tok_cfg.get("path", ""):
             tokenizer = load_tokenizer(tok_cfg.path, tok_cfg.get("lowercase", None))
+            record = epath.Path(tok_cfg.path, SAMPLE_FILE)
+            if record.exists():  # A shared (sweep) tokenizer's record goes with it.
+                sample_record = json.loads(record.read_text())
         else:
             from data_pipelines import tokenizer_training  # noqa: PLC0415 (imports the sources)
 
-            tokenizer = tokenizer_training.train_from_config(data_cfg)
+            tokenizer, record = tokenizer_training.train_from_config(data_cfg)
+            sample_record = record.to_json()
         tokenizer.save(tokenizer_dir)
+        if sample_record:
+            write_sample_record(tokenizer_dir, sample_record)
         if os.path.isdir(tokenizer_dir):
             # Saved files are what resumes and other hosts load: use them from the start.
             tokenizer = load_tokenizer(tokenizer_dir)
@@ -258,8 +291,9 @@ def _run(argv: Sequence[str], flag_values) -> None:
     from data_pipelines import corpus, tokenizer_training  # noqa: PLC0415
 
     start = time.perf_counter()
+    record = None
     if flag_values.config is not None:
-        tokenizer = tokenizer_training.train_from_config(flag_values.config.data)
+        tokenizer, record = tokenizer_training.train_from_config(flag_values.config.data)
     else:
         texts: Iterable[str] = (
             " ".join(document)
@@ -270,12 +304,15 @@ def _run(argv: Sequence[str], flag_values) -> None:
             texts, flag_values.vocab_size, flag_values.min_frequency
         )
     tokenizer.save(flag_values.out)
+    if record is not None:
+        write_sample_record(flag_values.out, record.to_json())
     logging.info(
-        "Trained a %d-token %s tokenizer in %.1f s; wrote %s",
+        "Trained a %d-token %s tokenizer in %.1f s; wrote %s (sha256 %s)",
         tokenizer.get_vocab_size(),
         tokenizer.kind,
         time.perf_counter() - start,
         flag_values.out,
+        tokenizer_hash(flag_values.out),
     )
 
 
