@@ -119,12 +119,15 @@ def plan_runs(sweep: dict, sweep_dir: str) -> list[dict]:
     A point that trains a tokenizer also gets `tokenizer` (the shared folder, also passed as
     data.tokenizer.path) and `tokenizer_argv` (the command that trains it).
     """
-    runs, names = [], set()
-    for point in sweep_points(sweep):
+    points, names = sweep_points(sweep), set()
+    for point in points:
         name = run_name(point)
         if name in names:
             raise ValueError(f"two sweep points are both named {name!r}; make their overrides differ")
         names.add(name)
+    runs = []
+    for point in points:
+        name = run_name(point)
         overrides = {**sweep.get("overrides", {}), **point}
         run = dict(name=name, workdir=os.path.join(sweep_dir, name), point=point, tokenizer=None)
         settings = tokenizer_settings(resolved_config(sweep["config"], overrides))
