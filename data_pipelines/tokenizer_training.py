@@ -23,10 +23,10 @@ process, under any PYTHONHASHSEED, RAYON_NUM_THREADS or core count. What each tr
                      model. The thread count is fixed (_SENTENCEPIECE_THREADS), not the core
                      count, and the trainer's random seed is set. Its own order is kept:
                      specials, then pieces by score, ties broken by the piece's text.
-Integer counting (`tokenizers`) gives the same result on any CPU. SentencePiece's unigram
-scores are floats (log, digamma): the same wheel gave the same file on every machine measured,
-but another build of the library on another CPU may round differently. A run that must not
-depend on that trains once and passes the files (`data.tokenizer.path`), as sweeps do.
+`tokenizers` counts in integers, so its result cannot depend on the CPU. SentencePiece's
+statistics are floats (log, digamma): another build of the library, or a CPU that rounds
+differently, may give another model; this was not measured on a second machine. A run that
+must not depend on that trains once and passes the files (`data.tokenizer.path`), as sweeps do.
 """
 
 from __future__ import annotations
