@@ -236,7 +236,7 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
     costs time, so a run trains once and every resume (or other host) loads the saved files.
     """
     tok_cfg = data_cfg.get("tokenizer") or ml_collections.ConfigDict()
-    sample_record = None
+    sample_record = source_dir = None
     if has_tokenizer(tokenizer_dir):
         tokenizer = load_tokenizer(tokenizer_dir)
     else:
@@ -244,17 +244,19 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
             from data_pipelines import records  # noqa: PLC0415 (imports array_record)
 
             records.read_manifest(data_cfg.path)  # Names config.data.path if it is not prepared.
-            tokenizer = load_tokenizer(os.path.join(data_cfg.path, "tokenizer"))
+            source_dir = os.path.join(data_cfg.path, "tokenizer")
+            tokenizer = load_tokenizer(source_dir)
         elif tok_cfg.get("path", ""):
+            source_dir = tok_cfg.path
             tokenizer = load_tokenizer(tok_cfg.path, tok_cfg.get("lowercase", None))
-            record = epath.Path(tok_cfg.path, SAMPLE_FILE)
-            if record.exists():  # A shared (sweep) tokenizer's record goes with it.
-                sample_record = json.loads(record.read_text())
         else:
             from data_pipelines import tokenizer_training  # noqa: PLC0415 (imports the sources)
 
             tokenizer, record = tokenizer_training.train_from_config(data_cfg)
             sample_record = record.to_json()
+        if source_dir and epath.Path(source_dir, SAMPLE_FILE).exists():
+            # A given tokenizer's record goes with it (a sweep's shared one, prepare's).
+            sample_record = json.loads(epath.Path(source_dir, SAMPLE_FILE).read_text())
         tokenizer.save(tokenizer_dir)
         if sample_record:
             write_sample_record(tokenizer_dir, sample_record)

@@ -1,5 +1,6 @@
 """A sweep file becomes one named run per point; `summary` tabulates and plots them."""
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -100,3 +101,18 @@ def test_three_learning_rates_train_one_tokenizer_and_the_summary_shows_its_hash
     assert "| learning_rate=0.01 | 3 |" in summary_md
     assert f"1 tokenizer(s) (sha256 of tokenizer/):\n- `{sha256}` (wordpiece): learning_rate=0.001, " in summary_md
     assert (sweep_dir / "curves.png").stat().st_size > 1000
+
+
+def test_summary_names_each_runs_tokenizer_and_says_there_is_one_per_kind(tmp_path):
+    used = {"lr=1": ("a" * 64, "wordpiece"), "lr=2": ("a" * 64, "wordpiece"), "kind=unigram": ("b" * 64, "unigram")}
+    for name, (sha256, kind) in used.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(
+            {"data": {"tokenizer": {"kind": kind}}, "run_identity": {"tokenizer_sha256": sha256}}))
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps({"step": 1, "train/loss": 7.0}) + "\n")
+    (tmp_path / "sweep.json").write_text(json.dumps({"runs": [{"name": name} for name in used]}))
+    table = sweep.summarize(str(tmp_path))
+    assert [row["tokenizer"] for row in table] == ["a" * 12, "a" * 12, "b" * 12]
+    summary_md = (tmp_path / "summary.md").read_text()
+    assert "2 tokenizer(s), one per kind (unigram, wordpiece)" in summary_md
+    assert f"- `{'a' * 64}` (wordpiece): lr=1, lr=2\n- `{'b' * 64}` (unigram): kind=unigram" in summary_md

@@ -7,7 +7,7 @@ import jax
 import pytest
 
 from bert_jax.train.loop import train_and_evaluate
-from bert_jax.train.run_identity import DataChangedError
+from bert_jax.train.run_identity import DataChangedError, check_resume
 from data_pipelines import tokenizer as tokenizer_lib
 from tests.test_data_tokenizer import sample_lines
 from tests.test_pretrain import micro_config, read_metrics
@@ -80,3 +80,12 @@ def test_resume_on_a_changed_corpus_file_stops_before_its_first_step_naming_the_
         assert [r["step"] for r in read_metrics(workdir) if "train/loss" in r] == [1, 2, 3, 4, 5]
     finally:
         corpus_file.write_text(original)
+
+
+def test_a_changed_tokenizer_stops_a_resume_naming_its_folder():
+    before = {"tokenizer_sha256": "a" * 64, "data": {"source": "embedded"}, "packages": {}, "git_commit": None}
+    after = {**before, "tokenizer_sha256": "b" * 64}
+    with pytest.raises(DataChangedError, match="the tokenizer in runs/x/tokenizer changed"):
+        check_resume(before, after, "runs/x", allow_data_change=False)
+    check_resume(before, after, "runs/x", allow_data_change=True)  # logs, goes on
+    check_resume(None, after, "runs/x", allow_data_change=False)  # a fresh run has nothing to compare
