@@ -109,7 +109,7 @@ def test_summary_names_each_runs_tokenizer_and_says_there_is_one_per_kind(tmp_pa
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(
             {"data": {"tokenizer": {"kind": kind}}, "run_identity": {"tokenizer_sha256": sha256}}))
-        (tmp_path / name / "metrics.jsonl").write_text(json.dumps({"step": 1, "train/loss": 7.0}) + "\n")
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps({"step": 1, "train/loss": 7.0, "eval/loss": 7.0}) + "\n")
     (tmp_path / "sweep.json").write_text(json.dumps({"runs": [{"name": name} for name in used]}))
     table = sweep.summarize(str(tmp_path))
     assert [row["tokenizer"] for row in table] == ["a" * 12, "a" * 12, "b" * 12]
