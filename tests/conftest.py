@@ -41,17 +41,23 @@ def batch():
 
 
 @pytest.fixture(scope="session")
-def xla_compile_cache(tmp_path_factory):
-    """XLA's persistent compilation cache for the session: runs of one config compile once.
+def xla_cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("xla_cache"))
 
-    Tests that run the same config (test_pretrain's micro runs, test_reproducibility's) load the
-    first run's compiled programs instead of compiling again. Only compiled programs are shared
-    (XLA's CPU compiler is deterministic); every run still builds its data, initialises and steps.
+
+@pytest.fixture(scope="module")
+def xla_compile_cache(xla_cache_dir):
+    """XLA's persistent compilation cache, for one module, in a folder the whole session shares.
+
+    Modules that run the same config (test_pretrain's micro runs, test_checkpoint_faults',
+    test_reproducibility's) load the first run's compiled programs instead of compiling again.
+    Only compiled programs are shared (XLA's CPU compiler is deterministic): every run still
+    builds its data, initialises and steps. Other modules compile as before.
     """
     options = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
                "jax_persistent_cache_min_entry_size_bytes")
     saved = {name: getattr(jax.config, name) for name in options}
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
+    jax.config.update("jax_compilation_cache_dir", xla_cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     compilation_cache.reset_cache()  # Re-reads the options above, even after earlier compiles.
