@@ -23,10 +23,13 @@ process, under any PYTHONHASHSEED, RAYON_NUM_THREADS or core count. What each tr
                      model. The thread count is fixed (_SENTENCEPIECE_THREADS), not the core
                      count, and the trainer's random seed is set. Its own order is kept:
                      specials, then pieces by score, ties broken by the piece's text.
-`tokenizers` counts in integers, so its result cannot depend on the CPU. SentencePiece's
-statistics are floats (log, digamma): another build of the library, or a CPU that rounds
-differently, may give another model; this was not measured on a second machine. A run that
-must not depend on that trains once and passes the files (`data.tokenizer.path`), as sweeps do.
+Every trainer stops at vocab_size in its (now fixed) order, so ties at the vocabulary's edge
+are cut the same way every time (by pair ids for `tokenizers`' merges; by SentencePiece's own
+sort for its pieces). `tokenizers` counts in integers, so its result cannot depend on the CPU.
+SentencePiece's statistics are floats (log, digamma): another build of the library, or a CPU
+that rounds differently, may give another model; this was not measured on a second machine.
+A run that must not depend on that trains once and passes the files (`data.tokenizer.path`),
+as sweeps do.
 """
 
 from __future__ import annotations
