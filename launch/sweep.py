@@ -151,7 +151,7 @@ def shared_tokenizers(runs: list[dict]) -> dict[str, list[str]]:
 
 def tpu_commands(sweep: dict, runs: list[dict], args) -> list[list[str]]:
     """The shared tokenizers' training commands (run them first, once), then one TPU command per point."""
-    tokenizers = [[*("python", "-m", "data_pipelines.tokenizer"), *argv[3:]] for argv in shared_tokenizers(runs).values()]
+    tokenizers = [["python", "-m", "data_pipelines.tokenizer", *argv[3:]] for argv in shared_tokenizers(runs).values()]
     return tokenizers + [
         ["python", "-m", "launch.tpu_vm", "all", f"--name={args.tpu_name_prefix}-{i}", f"--zone={args.zone}",
          f"--accelerator_type={args.accelerator_type}", f"--config={sweep['config']}",
@@ -176,7 +176,7 @@ def train_shared_tokenizers(runs: list[dict]) -> None:
 def run_sweep(args) -> int:
     sweep = load_sweep(args.sweep)
     if args.executor == "tpu":
-        runs = plan_runs(sweep, f"{args.gcs_dir.rstrip('/')}")
+        runs = plan_runs(sweep, args.gcs_dir.rstrip("/"))
         for cmd in tpu_commands(sweep, runs, args):
             print(shlex.join(cmd))
         return 0
@@ -244,9 +244,9 @@ def summarize(sweep_dir: str) -> list[dict]:
     cell = lambda v: "—" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in table]
-    kinds = {kind for _, kind in tokenizers}
-    lines += ["", f"{len(tokenizers)} tokenizer(s)" + (f", one per kind ({', '.join(sorted(kinds))})"
-                                                        if len(kinds) > 1 else "") + " (sha256 of tokenizer/):"]
+    kinds = sorted({kind for _, kind in tokenizers})
+    per_kind = f", one per kind ({', '.join(kinds)})" if len(tokenizers) == len(kinds) > 1 else ""
+    lines += ["", f"{len(tokenizers)} tokenizer(s){per_kind} (sha256 of tokenizer/):"]
     lines += [f"- `{sha256}` ({kind}): {', '.join(names)}" for (sha256, kind), names in tokenizers.items()]
     with open(os.path.join(sweep_dir, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
