@@ -8,6 +8,7 @@ from ml_collections import config_flags
 
 from bert_jax.log_filter import log_info_quietly
 from bert_jax.parallel import distributed
+from bert_jax.train import determinism
 from bert_jax.train.loop import train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file.", lock_config=True)
@@ -19,6 +20,7 @@ def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_info_quietly()
+    determinism.set_xla_flags(_CONFIG.value)  # before JAX starts its backend
     distributed.initialize(_CONFIG.value.distributed)  # before anything touches a device
     train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 

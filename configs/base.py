@@ -14,6 +14,12 @@ def get_config() -> ml_collections.ConfigDict:
     # MLM/NSP heads stay random), a RobertaForMaskedLM or an AlbertForPreTraining folder.
     # Used only when the workdir holds no checkpoint; its tokenizer replaces training one.
     c.init_from_hf = ""
+    # A resume whose tokenizer or data changed since the run started stops, naming what changed
+    # (bert_jax/train/run_identity.py); True goes on anyway and logs it.
+    c.allow_data_change = False
+    # GPU only: XLA's --xla_gpu_deterministic_ops (no autotuning, no atomics), so that the same
+    # command gives the same losses on a GPU too, at a cost in speed (bench/deterministic_ops_cost.py).
+    c.deterministic_gpu_ops = False
 
     c.model = ml_collections.ConfigDict()
     c.model.family = "bert"

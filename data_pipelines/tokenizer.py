@@ -25,6 +25,7 @@ and the specials.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import Iterable, Sequence
@@ -32,6 +33,7 @@ from collections.abc import Iterable, Sequence
 import ml_collections
 import tokenizers
 from absl import app, flags, logging
+from etils import epath
 from tokenizers import models, normalizers, pre_tokenizers
 
 from bert_jax.storage import paths
@@ -49,6 +51,9 @@ from data_pipelines.tokenizer_kinds import (  # noqa: F401 (the module's public 
     Tokenizer,
     add_pair_template,
 )
+
+# What a trained tokenizer was trained on (tokenizer_training.SampleRecord), beside its files.
+SAMPLE_FILE = "sample.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +91,25 @@ def save_tokenizer(tokenizer: Tokenizer, out_dir: str) -> None:
     tokenizer.save(out_dir)
 
 
+def tokenizer_hash(directory: str) -> str:
+    """sha256 over a saved tokenizer's files (names and bytes, by name), its sample record left out.
+
+    Equal hashes mean the same vocabulary, ids and settings; two runs that tokenized with
+    tokenizers of equal hash saw the same token ids.
+    """
+    digest = hashlib.sha256()
+    files = sorted(p for p in epath.Path(directory).iterdir() if p.is_file() and p.name != SAMPLE_FILE)
+    if not files:
+        raise FileNotFoundError(f"{directory} holds no tokenizer files to hash")
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def write_sample_record(directory: str, record: dict) -> None:
+    epath.Path(directory, SAMPLE_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
 def parse_specials(kind: str, names: str | Sequence[str] = "") -> SpecialTokens:
     """Kind's default specials, or five comma-separated names in pad,unk,cls,sep,mask order."""
     if kind not in KINDS:
@@ -118,12 +142,14 @@ def _hf_kind(hf: tokenizers.Tokenizer) -> str:
     return {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}.get(model, "")
 
 
-def bert_wordpiece(vocab: dict[str, int] | str, lowercase: bool = True) -> tokenizers.Tokenizer:
+def bert_wordpiece(
+    vocab: dict[str, int] | str, lowercase: bool = True, specials: SpecialTokens | None = None
+) -> tokenizers.Tokenizer:
     """BERT's pipeline (normaliser, splitter, [CLS] A [SEP] B [SEP] template) on a WordPiece vocab.
 
-    vocab: token -> id, or a vocab.txt path (local or in a bucket).
+    vocab: token -> id, or a vocab.txt path (local or in a bucket). specials: BERT's unless given.
     """
-    specials = DEFAULT_SPECIALS["wordpiece"]
+    specials = specials or DEFAULT_SPECIALS["wordpiece"]
     if isinstance(vocab, str):
         # As WordPiece.from_file reads it (line i is id i, trailing blanks trimmed), from any path.
         vocab = {line.rstrip(): i for i, line in enumerate(paths.path(vocab).read_text(encoding="utf-8").splitlines())}
@@ -132,7 +158,8 @@ def bert_wordpiece(vocab: dict[str, int] | str, lowercase: bool = True) -> token
     hf.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
     hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     hf.decoder = tokenizers.decoders.WordPiece(prefix="##")
-    add_pair_template(hf, specials)
+    if hf.token_to_id(specials.cls) is not None and hf.token_to_id(specials.sep) is not None:
+        add_pair_template(hf, specials)  # A vocabulary still to be trained has no [CLS] yet.
     return hf
 
 
@@ -200,12 +227,12 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
     """The run's tokenizer, saved in tokenizer_dir: loaded if there, else obtained and saved.
 
     Obtained, in order: from the prepared shards' own tokenizer (source "prepared"), from
-    `data.tokenizer.path`, or trained on a `sample_bytes`-capped sample of the train split.
-    Trainers break frequency ties in hash-map order, so two trainings on the same text may
-    differ in a few entries: a run therefore trains once, saves, and every resume (or
-    other host) loads the saved one.
+    `data.tokenizer.path`, or trained on a `sample_bytes`-capped sample of the train split
+    (deterministic: tokenizer_training.py), with the sample's record in SAMPLE_FILE. Training
+    costs time, so a run trains once and every resume (or other host) loads the saved files.
     """
     tok_cfg = data_cfg.get("tokenizer") or ml_collections.ConfigDict()
+    sample_record = source_dir = None
     if has_tokenizer(tokenizer_dir):
         tokenizer = load_tokenizer(tokenizer_dir)
     else:
@@ -213,14 +240,22 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
             from data_pipelines import records  # noqa: PLC0415 (imports array_record)
 
             records.read_manifest(data_cfg.path)  # Names config.data.path if it is not prepared.
-            tokenizer = load_tokenizer(str(paths.path(data_cfg.path) / "tokenizer"))
+            source_dir = str(paths.path(data_cfg.path) / "tokenizer")
+            tokenizer = load_tokenizer(source_dir)
         elif tok_cfg.get("path", ""):
+            source_dir = tok_cfg.path
             tokenizer = load_tokenizer(tok_cfg.path, tok_cfg.get("lowercase", None))
         else:
             from data_pipelines import tokenizer_training  # noqa: PLC0415 (imports the sources)
 
-            tokenizer = tokenizer_training.train_from_config(data_cfg)
+            tokenizer, record = tokenizer_training.train_from_config(data_cfg)
+            sample_record = record.to_json()
+        if source_dir and epath.Path(source_dir, SAMPLE_FILE).exists():
+            # A given tokenizer's record goes with it (a sweep's shared one, prepare's).
+            sample_record = json.loads(epath.Path(source_dir, SAMPLE_FILE).read_text())
         tokenizer.save(tokenizer_dir)
+        if sample_record:
+            write_sample_record(tokenizer_dir, sample_record)
         if paths.path(tokenizer_dir).is_dir():
             # Saved files are what resumes and other hosts load: use them from the start.
             tokenizer = load_tokenizer(tokenizer_dir)
@@ -253,8 +288,9 @@ def _run(argv: Sequence[str], flag_values) -> None:
     from data_pipelines import corpus, tokenizer_training  # noqa: PLC0415
 
     start = time.perf_counter()
+    record = None
     if flag_values.config is not None:
-        tokenizer = tokenizer_training.train_from_config(flag_values.config.data)
+        tokenizer, record = tokenizer_training.train_from_config(flag_values.config.data)
     else:
         texts: Iterable[str] = (
             " ".join(document)
@@ -265,12 +301,15 @@ def _run(argv: Sequence[str], flag_values) -> None:
             texts, flag_values.vocab_size, flag_values.min_frequency
         )
     tokenizer.save(flag_values.out)
+    if record is not None:
+        write_sample_record(flag_values.out, record.to_json())
     logging.info(
-        "Trained a %d-token %s tokenizer in %.1f s; wrote %s",
+        "Trained a %d-token %s tokenizer in %.1f s; wrote %s (sha256 %s)",
         tokenizer.get_vocab_size(),
         tokenizer.kind,
         time.perf_counter() - start,
         flag_values.out,
+        tokenizer_hash(flag_values.out),
     )
 
 

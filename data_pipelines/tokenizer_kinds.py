@@ -232,7 +232,8 @@ class SentencePieceTokenizer(Tokenizer):
             self._write_config(directory, {"do_lower_case": self.lowercase, "keep_accents": True})
         else:
             paths.write_atomically(paths.path(directory) / TOKENIZER_FILE, self._hf_bpe().to_str(pretty=True))
-            self._write_config(directory, {})
+            # Saying do_lower_case lets a reload rebuild the same tokenizer.json (same hash).
+            self._write_config(directory, {"do_lower_case": self.lowercase})
 
     def _hf_bpe(self) -> tokenizers.Tokenizer:
         """This SentencePiece BPE as a `tokenizers` BPE: merges ranked by the merged piece's id.

@@ -1,18 +1,42 @@
 """Training tokenizers on a streamed, size-capped sample of a source's training documents.
 
-    train_from_config(data_cfg)   -> the kind `data.tokenizer.kind` names, trained on at most
-                                     `data.tokenizer.sample_bytes` of the train split's text
+    train_from_config(data_cfg)   -> (the kind `data.tokenizer.kind` names, trained on at most
+                                     `data.tokenizer.sample_bytes` of the train split's text;
+                                     the sample's record: bytes, segments, sha256)
 
 WordPiece and byte-level BPE train with `tokenizers` from an iterator; SentencePiece
 (unigram, BPE) trains with `sentencepiece` from an iterator of segments, writing the model
-to memory. Only the sample is ever held (SentencePiece keeps its sentences; `tokenizers`
-keeps word counts), so the source's size does not matter.
+to memory. Only the sample is ever held (SentencePiece and WordPiece keep its segments;
+byte-level BPE keeps word counts), so the source's size does not matter.
+
+Every kind is deterministic: the same sample and settings give byte-identical files in any
+process, under any PYTHONHASHSEED, RAYON_NUM_THREADS or core count. What each trainer needed:
+  wordpiece          `tokenizers` numbers the `##c` continuation pieces in the order its
+                     word-count hash map yields them (a random order per process), and BPE
+                     breaks count ties by piece id; so the merges, and at the vocabulary's edge
+                     the pieces, differed run to run. We give the trainer every `##c` up front,
+                     sorted, then renumber canonically (see train_wordpiece).
+  bpe                already deterministic: its 256 byte symbols are numbered in byte order
+                     before any word is read, and ties are broken by those ids.
+  unigram,           SentencePiece splits its sentences among `num_threads` threads and sums
+  sentencepiece_bpe  their float statistics per thread: a different thread count gives another
+                     model. The thread count is fixed (_SENTENCEPIECE_THREADS), not the core
+                     count, and the trainer's random seed is set. Its own order is kept:
+                     specials, then pieces by score, ties broken by the piece's text.
+Every trainer stops at vocab_size in its (now fixed) order, so ties at the vocabulary's edge
+are cut the same way every time (by pair ids for `tokenizers`' merges; by SentencePiece's own
+sort for its pieces). `tokenizers` counts in integers, so its result cannot depend on the CPU.
+SentencePiece's statistics are floats (log, digamma): another build of the library, or a CPU
+that rounds differently, may give another model; this was not measured on a second machine.
+A run that must not depend on that trains once and passes the files (`data.tokenizer.path`),
+as sweeps do.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import io
-import os
 from collections.abc import Iterable, Iterator
 
 import ml_collections
@@ -27,6 +51,61 @@ from data_pipelines.tokenizer import SpecialTokens
 
 # SentencePiece skips sentences longer than this (its own default is 4192 bytes).
 _MAX_SENTENCE_BYTES = 16_384
+# SentencePiece's result depends on its thread count (per-thread float sums), so it is fixed
+# here rather than taken from the machine; 16 threads on 2 cores cost nothing measurable.
+_SENTENCEPIECE_THREADS = 16
+_SENTENCEPIECE_SEED = 0
+
+# The `config.data` keys that decide a trained tokenizer: the source, how documents split into
+# segments, which documents are held out, and the tokenizer block. train_from_config reads only
+# these (it trains from `training_settings`), so two configs with equal settings train equal
+# tokenizers and may share one (launch/sweep.py).
+TRAINING_KEYS = ("source", "path", "field", "tfds_name", "tfds_split", "tfds_data_dir", "segmenter",
+                 "max_line_bytes", "eval_fraction", "vocab_size")
+TOKENIZER_KEYS = ("kind", "sample_bytes", "lowercase", "min_frequency", "special_tokens")
+
+
+def training_settings(data_cfg: ml_collections.ConfigDict) -> dict:
+    """The settings a trained tokenizer is a function of (TRAINING_KEYS, TOKENIZER_KEYS), as plain values."""
+    tok_cfg = data_cfg.tokenizer
+    settings = {key: data_cfg.get(key) for key in TRAINING_KEYS if key in data_cfg}
+    settings["tokenizer"] = {key: tok_cfg.get(key) for key in TOKENIZER_KEYS if key in tok_cfg}
+    return settings
+
+
+@dataclasses.dataclass
+class SampleRecord:
+    """What a tokenizer was trained on, so a later run can tell it is looking at the same input.
+
+    sha256 is over the segments' UTF-8 bytes, each followed by a newline, in sample order.
+    """
+
+    bytes: int = 0
+    segments: int = 0
+    sha256: str = ""
+    vocab_size_asked: int = 0
+    vocab_size: int = 0
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class _RecordedSample:
+    """Iterates the sample once, counting and hashing what the trainer is given."""
+
+    def __init__(self, texts: Iterable[str], record: SampleRecord):
+        self._texts = texts
+        self._record = record
+        self._digest = hashlib.sha256()
+
+    def __iter__(self) -> Iterator[str]:
+        for text in self._texts:
+            data = text.encode("utf-8")
+            self._digest.update(data + b"\n")
+            self._record.bytes += len(data)
+            self._record.segments += 1
+            yield text
+        self._record.sha256 = self._digest.hexdigest()
 
 
 def train_wordpiece(
@@ -37,21 +116,55 @@ def train_wordpiece(
     lowercase: bool = True,
     specials: SpecialTokens | None = None,
 ) -> tokenizer_lib.HfTokenizer:
-    """BERT WordPiece (BertNormalizer, BertPreTokenizer); specials get ids 0..4 in pad..mask order."""
+    """BERT WordPiece (BertNormalizer, BertPreTokenizer), deterministic; specials get ids 0..4.
+
+    Ids in canonical order: the specials (pad..mask), the single characters by code point, the
+    `##c` continuation characters by code point, then the learned pieces in merge order (by
+    count, ties broken by the ids of the pair merged, which are canonical too).
+
+    `tokenizers` would number each `##c` when it first meets it in its word-count hash map,
+    whose order changes with every process, and break count ties by those ids. So the trainer
+    gets every `##c` the sample can hold up front, in sorted order (as extra special tokens,
+    which are only seeds of its vocabulary and not kept as specials). Such a `##c` is found
+    per distinct character of the sample, by normalising and pre-tokenizing it inside a word;
+    one that only ever stands alone (a one-letter word) is kept as an unused entry. The
+    texts are held in memory for this second look (bounded by the sample's size).
+    """
     specials = specials or tokenizer_lib.DEFAULT_SPECIALS["wordpiece"]
-    hf = tokenizers.Tokenizer(models.WordPiece(unk_token=specials.unk))
-    hf.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
-    hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    hf.decoder = decoders.WordPiece(prefix="##")
+    texts = list(texts)
+    hf = tokenizer_lib.bert_wordpiece({specials.unk: 0}, lowercase, specials)
+    seeds = sorted(_continuation_pieces(hf, texts))
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
-        special_tokens=list(specials.all()),
+        special_tokens=[*specials.all(), *seeds],
         show_progress=False,
     )
     hf.train_from_iterator(texts, trainer=trainer)
-    tokenizer_lib.add_pair_template(hf, specials)
-    return tokenizer_lib.HfTokenizer("wordpiece", hf, specials)
+    vocab = hf.get_vocab()
+    first_learned = len(specials.all()) + len(seeds) + sum(
+        1 for token in vocab if len(token) == 1 and token not in specials.all()
+    )
+    base = sorted((t for t, i in vocab.items() if len(specials.all()) <= i < first_learned),
+                  key=lambda t: (t.startswith("##"), t))
+    learned = sorted((t for t, i in vocab.items() if i >= first_learned), key=vocab.get)
+    canonical = [*specials.all(), *base, *learned]
+    trained = tokenizer_lib.bert_wordpiece({t: i for i, t in enumerate(canonical)}, lowercase, specials)
+    trained.add_special_tokens(list(specials.all()))
+    return tokenizer_lib.HfTokenizer("wordpiece", trained, specials)
+
+
+def _continuation_pieces(hf: tokenizers.Tokenizer, texts: list[str]) -> set[str]:
+    """`##c` for every character c that the sample's text can put after a word's first letter."""
+    characters = set()
+    for text in texts:
+        characters.update(text)
+    pieces = set()
+    for character in characters:
+        words = hf.pre_tokenizer.pre_tokenize_str(hf.normalizer.normalize_str(f"a{character}a"))
+        if len(words) == 1:  # Inside a word: "a", the character's normal form, "a".
+            pieces.update("##" + c for c in words[0][0][1:-1])
+    return pieces
 
 
 def train_byte_bpe(
@@ -108,6 +221,7 @@ def train_sentencepiece(
         raise ValueError(f"kind={kind!r} is not a SentencePiece kind {tokenizer_lib.SENTENCEPIECE_KINDS}")
     specials = specials or tokenizer_lib.DEFAULT_SPECIALS[kind]
     model = io.BytesIO()
+    spm.set_random_generator_seed(_SENTENCEPIECE_SEED)  # Sampling and shuffles, if any apply.
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts),
         model_writer=model,
@@ -124,7 +238,7 @@ def train_sentencepiece(
         normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
         character_coverage=0.9995,
         max_sentence_length=_MAX_SENTENCE_BYTES,
-        num_threads=max(1, os.cpu_count() or 1),
+        num_threads=_SENTENCEPIECE_THREADS,
         minloglevel=2,
     )
     return tokenizer_lib.SentencePieceTokenizer(kind, model.getvalue(), specials, lowercase)
@@ -153,13 +267,20 @@ def training_sample(
                 return
 
 
-def train_from_config(data_cfg: ml_collections.ConfigDict) -> tokenizer_lib.Tokenizer:
-    """Trains `data.tokenizer.kind` with `data.vocab_size` tokens on the source's sample."""
+def train_from_config(data_cfg: ml_collections.ConfigDict) -> tuple[tokenizer_lib.Tokenizer, SampleRecord]:
+    """Trains `data.tokenizer.kind` with `data.vocab_size` tokens on the source's sample.
+
+    Reads only `training_settings(data_cfg)`. Returns the tokenizer and its sample's record.
+    A sample too small for the vocabulary gives a smaller one, with a warning naming both
+    sizes (config.model.vocab_size stays as set: the extra embedding rows go unused).
+    """
+    data_cfg = ml_collections.ConfigDict(training_settings(data_cfg))
     tok_cfg = data_cfg.tokenizer
     kind = tok_cfg.kind
     specials = tokenizer_lib.parse_specials(kind, tok_cfg.get("special_tokens", ""))
     stats = sources.SkipStats()
-    texts = training_sample(data_cfg, tok_cfg.sample_bytes, stats)
+    record = SampleRecord(vocab_size_asked=data_cfg.vocab_size)
+    texts = _RecordedSample(training_sample(data_cfg, tok_cfg.sample_bytes, stats), record)
     min_frequency = tok_cfg.get("min_frequency", 2)
     if kind == "wordpiece":
         tokenizer = train_wordpiece(
@@ -175,4 +296,14 @@ def train_from_config(data_cfg: ml_collections.ConfigDict) -> tokenizer_lib.Toke
         )
     if stats.total():
         logging.info("tokenizer sample: %s", stats.log_line())
-    return tokenizer
+    record.vocab_size = tokenizer.get_vocab_size()
+    if record.vocab_size < record.vocab_size_asked:
+        logging.warning(
+            "config.data.vocab_size=%d but the %s tokenizer trained on %d bytes of sample "
+            "(config.data.tokenizer.sample_bytes=%d) has only %d tokens: the sample holds too "
+            "few distinct pieces. Ids %d..%d stay unused. Give a larger sample (more text, or a "
+            "larger sample_bytes) or a smaller config.model.vocab_size.",
+            record.vocab_size_asked, kind, record.bytes, tok_cfg.sample_bytes, record.vocab_size,
+            record.vocab_size, record.vocab_size_asked - 1,
+        )
+    return tokenizer, record

@@ -14,9 +14,20 @@ workdir is `<sweep_dir>/<name>`, the name built from the point's own overrides
 `--executor=local` runs the points one after another here; `--executor=tpu` prints
 one `launch.tpu_vm all` command per point. `summary` writes summary.md, summary.csv
 and curves.png (train loss and eval loss of every run) into the sweep directory.
+
+Points share their tokenizer. Points whose data and tokenizer settings are equal
+(tokenizer_training.training_settings) get one, trained once into
+`<sweep_dir>/tokenizers/<kind>-<hash of the settings>` before any point starts, and passed
+to each as `data.tokenizer.path`: otherwise every point would train its own, and a
+learning-rate sweep would also sweep the vocabulary (points may run at once on different
+hosts, so they cannot train it lazily). A point that changes a tokenizer setting (its kind,
+vocab_size, the data...) gets its own. Points that do not train one (a given
+`data.tokenizer.path`, prepared shards, `init_from_hf`) keep theirs. summary.md names the
+tokenizer (its sha256) each run used.
 """
 import argparse
 import csv
+import hashlib
 import importlib.util
 import itertools
 import io
@@ -73,24 +84,76 @@ def override_flags(overrides: dict) -> list[str]:
     return [f"--config.{key}={format_value(value)}" for key, value in overrides.items()]
 
 
+def resolved_config(config_file: str, overrides: dict):
+    """The config a point runs with: `get_config()` of config_file ("path.py" or "path.py:arg") plus overrides."""
+    path, _, arg = config_file.partition(":")
+    spec = importlib.util.spec_from_file_location("sweep_config", path)
+    if spec is None or not paths.path(path).exists():
+        raise FileNotFoundError(f"the sweep's config {config_file!r}: no such Python file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config(arg) if arg else module.get_config()
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        if leaf not in node:
+            raise KeyError(f"sweep override {key!r}: config {config_file} has no such key")
+        node[leaf] = value
+    return config
+
+
+def tokenizer_settings(config) -> dict | None:
+    """The settings a point's trained tokenizer is a function of; None when the point trains none."""
+    from data_pipelines import tokenizer_training  # noqa: PLC0415 (imports the tokenizer libraries)
+
+    data = config.data
+    if config.get("init_from_hf", "") or data.source == "prepared" or data.tokenizer.get("path", ""):
+        return None
+    return tokenizer_training.training_settings(data)
+
+
 def plan_runs(sweep: dict, sweep_dir: str) -> list[dict]:
-    """One entry per point: name, workdir, overrides (common + the point's), argv of its pretrain command."""
-    runs, names = [], set()
-    for point in sweep_points(sweep):
+    """One entry per point: name, workdir, overrides (common + the point's), argv of its pretrain command.
+
+    A point that trains a tokenizer also gets `tokenizer` (the shared folder, also passed as
+    data.tokenizer.path) and `tokenizer_argv` (the command that trains it).
+    """
+    points, names = sweep_points(sweep), set()
+    for point in points:
         name = run_name(point)
         if name in names:
             raise ValueError(f"two sweep points are both named {name!r}; make their overrides differ")
         names.add(name)
+    runs = []
+    for point in points:
+        name = run_name(point)
         overrides = {**sweep.get("overrides", {}), **point}
-        workdir = str(paths.path(sweep_dir) / name)
-        argv = [sys.executable, "-m", "bert_jax.pretrain", f"--config={sweep['config']}",
-                f"--workdir={workdir}", *override_flags(overrides)]
-        runs.append(dict(name=name, workdir=workdir, overrides=overrides, point=point, argv=argv))
+        run = dict(name=name, workdir=str(paths.path(sweep_dir) / name), point=point, tokenizer=None)
+        settings = tokenizer_settings(resolved_config(sweep["config"], overrides))
+        if settings is not None:
+            digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+            run["tokenizer"] = str(paths.path(sweep_dir) / "tokenizers" / f"{settings['tokenizer']['kind']}-{digest}")
+            run["tokenizer_argv"] = [sys.executable, "-m", "data_pipelines.tokenizer", f"--config={sweep['config']}",
+                                     f"--out={run['tokenizer']}", *override_flags(overrides)]
+            overrides = {**overrides, "data.tokenizer.path": run["tokenizer"]}
+        run["overrides"] = overrides
+        run["argv"] = [sys.executable, "-m", "bert_jax.pretrain", f"--config={sweep['config']}",
+                       f"--workdir={run['workdir']}", *override_flags(overrides)]
+        runs.append(run)
     return runs
 
 
+def shared_tokenizers(runs: list[dict]) -> dict[str, list[str]]:
+    """Each shared tokenizer folder -> the argv that trains it (one per distinct setting)."""
+    return {run["tokenizer"]: run["tokenizer_argv"] for run in runs if run["tokenizer"]}
+
+
 def tpu_commands(sweep: dict, runs: list[dict], args) -> list[list[str]]:
-    return [
+    """The shared tokenizers' training commands (run them first, once), then one TPU command per point."""
+    tokenizers = [["python", "-m", "data_pipelines.tokenizer", *argv[3:]] for argv in shared_tokenizers(runs).values()]
+    return tokenizers + [
         ["python", "-m", "launch.tpu_vm", "all", f"--name={args.tpu_name_prefix}-{i}", f"--zone={args.zone}",
          f"--accelerator_type={args.accelerator_type}", f"--config={sweep['config']}",
          f"--workdir={args.gcs_dir.rstrip('/')}/{run['name']}", "--",
@@ -99,20 +162,35 @@ def tpu_commands(sweep: dict, runs: list[dict], args) -> list[list[str]]:
     ]
 
 
+def train_shared_tokenizers(runs: list[dict]) -> None:
+    """Trains each shared tokenizer the sweep lacks; one already there (a re-run sweep) is kept."""
+    from data_pipelines import tokenizer as tokenizer_lib  # noqa: PLC0415
+
+    for directory, argv in shared_tokenizers(runs).items():
+        if tokenizer_lib.has_tokenizer(directory):
+            print(f"[sweep] tokenizer {directory} is there: kept", flush=True)
+            continue
+        print(f"[sweep] training the shared tokenizer {directory}: {shlex.join(argv)}", flush=True)
+        subprocess.run(argv, check=True)
+
+
 def run_sweep(args) -> int:
     sweep = load_sweep(args.sweep)
-    runs = plan_runs(sweep, args.sweep_dir)
     if args.executor == "tpu":
+        runs = plan_runs(sweep, args.gcs_dir.rstrip("/"))
         for cmd in tpu_commands(sweep, runs, args):
             print(shlex.join(cmd))
         return 0
+    runs = plan_runs(sweep, args.sweep_dir)
     if args.dry_run:
-        for run in runs:
-            print(shlex.join(run["argv"]))
+        for argv in [*shared_tokenizers(runs).values(), *(run["argv"] for run in runs)]:
+            print(shlex.join(argv))
         return 0
-    record = {"config": sweep["config"], "runs": [{k: r[k] for k in ("name", "overrides", "point")} for r in runs]}
+    record = {"config": sweep["config"],
+              "runs": [{k: r[k] for k in ("name", "overrides", "point", "tokenizer")} for r in runs]}
     paths.write_atomically(paths.path(args.sweep_dir) / "sweep.json",
                            json.dumps(record, indent=2, default=format_value))
+    train_shared_tokenizers(runs)
     failed = []
     for i, run in enumerate(runs):
         print(f"[sweep] {i + 1}/{len(runs)} {run['name']}: {shlex.join(run['argv'])}", flush=True)
@@ -123,20 +201,34 @@ def run_sweep(args) -> int:
     return 1 if failed else 0
 
 
+def _tokenizer_used(workdir) -> tuple[str | None, str | None]:
+    """(sha256, kind) of the tokenizer a run used, from its config.json's run identity."""
+    path = paths.path(workdir) / "config.json"
+    if not path.exists():
+        return None, None
+    config = json.loads(path.read_text())
+    return config.get("run_identity", {}).get("tokenizer_sha256"), config["data"]["tokenizer"]["kind"]
+
+
 def summarize(sweep_dir: str) -> list[dict]:
-    """Each run's final value of every SUMMARY_KEYS metric; writes summary.md, summary.csv, curves.png."""
+    """Each run's final value of every SUMMARY_KEYS metric and its tokenizer; writes summary.md, summary.csv, curves.png."""
     sweep_dir = paths.path(sweep_dir)
     runs = json.loads((sweep_dir / "sweep.json").read_text())["runs"]
-    table, curves = [], {}
+    table, curves, tokenizers = [], {}, {}
     for run in runs:
-        rows = read_rows(sweep_dir / run["name"] / "metrics.jsonl")
+        workdir = sweep_dir / run["name"]
+        rows = read_rows(workdir / "metrics.jsonl")
         final = {"run": run["name"], "step": max((r["step"] for r in rows), default=0)}
         for key in SUMMARY_KEYS:
             values = [r[key] for r in rows if key in r]
             final[key] = values[-1] if values else None
+        sha256, kind = _tokenizer_used(workdir)
+        final["tokenizer"] = sha256[:12] if sha256 else None
+        if sha256:
+            tokenizers.setdefault((sha256, kind), []).append(run["name"])
         table.append(final)
         curves[run["name"]] = rows
-    columns = ["run", "step", *SUMMARY_KEYS]
+    columns = ["run", "step", *SUMMARY_KEYS, "tokenizer"]
     csv_text = io.StringIO(newline="")
     writer = csv.DictWriter(csv_text, columns)
     writer.writeheader()
@@ -145,6 +237,10 @@ def summarize(sweep_dir: str) -> list[dict]:
     cell = lambda v: "—" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in table]
+    kinds = sorted({kind for _, kind in tokenizers})
+    per_kind = f", one per kind ({', '.join(kinds)})" if len(tokenizers) == len(kinds) > 1 else ""
+    lines += ["", f"{len(tokenizers)} tokenizer(s){per_kind} (sha256 of tokenizer/):"]
+    lines += [f"- `{sha256}` ({kind}): {', '.join(names)}" for (sha256, kind), names in tokenizers.items()]
     paths.write_atomically(sweep_dir / "summary.md", "\n".join(lines) + "\n")
     _plot_curves(curves, sweep_dir / "curves.png")
     return table

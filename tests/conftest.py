@@ -1,8 +1,10 @@
 """Shared fixtures: a model small enough to compile in seconds on 2 CPU cores."""
+import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+from jax.experimental.compilation_cache import compilation_cache
 
 
 def small_model_config(**overrides) -> ml_collections.ConfigDict:
@@ -36,6 +38,33 @@ def random_batch(seed: int, batch: int = 4, length: int = 16, predictions: int =
 @pytest.fixture
 def batch():
     return random_batch(0)
+
+
+@pytest.fixture(scope="session")
+def xla_cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("xla_cache"))
+
+
+@pytest.fixture(scope="module")
+def xla_compile_cache(xla_cache_dir):
+    """XLA's persistent compilation cache, for one module, in a folder the whole session shares.
+
+    Modules that run the same config (test_pretrain's micro runs, test_checkpoint_faults',
+    test_reproducibility's) load the first run's compiled programs instead of compiling again.
+    Only compiled programs are shared (XLA's CPU compiler is deterministic): every run still
+    builds its data, initialises and steps. Other modules compile as before.
+    """
+    options = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+               "jax_persistent_cache_min_entry_size_bytes")
+    saved = {name: getattr(jax.config, name) for name in options}
+    jax.config.update("jax_compilation_cache_dir", xla_cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    compilation_cache.reset_cache()  # Re-reads the options above, even after earlier compiles.
+    yield
+    for name, value in saved.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()
 
 
 from cloud_emulators import gcs, gcs_via_proxy, s3  # noqa: E402,F401  (emulated gs:// and s3:// buckets)

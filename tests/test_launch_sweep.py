@@ -1,11 +1,13 @@
 """A sweep file becomes one named run per point; `summary` tabulates and plots them."""
 import csv
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
+from data_pipelines import tokenizer as tokenizer_lib
 from launch import sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,9 +25,9 @@ def test_grid_and_points_expand_to_named_runs(tmp_path):
         "learning_rate=0.001,num_layers=1", "learning_rate=0.001,num_layers=2",
         "learning_rate=0.002,num_layers=1", "learning_rate=0.002,num_layers=2", "shape=_1,-1,1_",
     ]
-    assert runs[0]["argv"][-3:] == ["--config.train.num_steps=10", "--config.train.learning_rate=0.001",
-                                    "--config.model.num_layers=1"]
-    assert runs[-1]["argv"][-1] == "--config.mesh.shape=(1,-1,1)"
+    assert runs[0]["argv"][-4:-1] == ["--config.train.num_steps=10", "--config.train.learning_rate=0.001",
+                                      "--config.model.num_layers=1"]
+    assert runs[-1]["argv"][-2] == "--config.mesh.shape=(1,-1,1)"
     assert runs[0]["workdir"] == os.path.join(str(tmp_path), "learning_rate=0.001,num_layers=1")
 
 
@@ -36,18 +38,37 @@ def test_colliding_names_and_empty_sweeps_are_refused(tmp_path):
         sweep.plan_runs(dict(config="c"), str(tmp_path))
 
 
-def test_tpu_executor_prints_one_tpu_vm_command_per_point():
+def test_tpu_executor_prints_the_shared_tokenizer_then_one_tpu_vm_command_per_point():
     out = subprocess.run(
         [sys.executable, "-m", "launch.sweep", "run", "--sweep=configs/sweeps/tiny_lr.py", "--sweep_dir=unused",
          "--executor=tpu", "--gcs_dir=gs://b/sw"], cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout.splitlines()
-    assert len(out) == 3
-    assert "-m launch.tpu_vm all --name=sweep-0" in out[0]
-    assert "--workdir=gs://b/sw/learning_rate=0.0005 -- --config.train.num_steps=300" in out[0]
+    assert len(out) == 4
+    assert out[0].startswith("python -m data_pipelines.tokenizer --config=configs/tiny.py --out=gs://b/sw/tokenizers/")
+    tokenizer = out[0].split("--out=")[1].split()[0]
+    assert "-m launch.tpu_vm all --name=sweep-0" in out[1]
+    assert "--workdir=gs://b/sw/learning_rate=0.0005 -- --config.train.num_steps=300" in out[1]
+    assert all(line.endswith(f"--config.data.tokenizer.path={tokenizer}") for line in out[1:])
 
 
-@pytest.mark.slow  # two pre-training runs, each training its tokenizer
-def test_two_point_sweep_runs_and_summarises(tmp_path):
+def test_points_share_a_tokenizer_unless_they_change_a_tokenizer_setting(tmp_path):
+    spec = dict(config="configs/tiny.py", grid={"train.learning_rate": [1e-3, 2e-3, 5e-3]},
+                points=[{"data.tokenizer.kind": "unigram"}, {"data.tokenizer.kind": "unigram", "seed": 1},
+                        {"model.vocab_size": 4096}, {"data.tokenizer.path": "/given/tok"}])
+    runs = sweep.plan_runs(spec, str(tmp_path))
+    tokenizers = [run["tokenizer"] for run in runs]
+    wordpiece = tokenizers[0]
+    assert wordpiece.startswith(str(tmp_path / "tokenizers" / "wordpiece-"))
+    assert tokenizers[:3] == [wordpiece] * 3  # the learning rate leaves the tokenizer alone
+    assert tokenizers[3] == tokenizers[4] and tokenizers[3].startswith(str(tmp_path / "tokenizers" / "unigram-"))
+    assert tokenizers[5] not in (wordpiece, tokenizers[3])  # another vocabulary size, another tokenizer
+    assert tokenizers[6] is None and runs[6]["overrides"]["data.tokenizer.path"] == "/given/tok"
+    assert runs[0]["argv"][-1] == f"--config.data.tokenizer.path={wordpiece}"
+    assert len(sweep.shared_tokenizers(runs)) == 3
+
+
+@pytest.mark.slow  # a tokenizer and three pre-training runs, in subprocesses
+def test_three_learning_rates_train_one_tokenizer_and_the_summary_shows_its_hash(tmp_path):
     base = micro_config()
     overrides = {"model.vocab_size": base.model.vocab_size, "model.hidden_size": 32, "model.num_heads": 2,
                  "model.intermediate_size": 64, "data.max_seq_length": 64, "data.max_predictions_per_seq": 10,
@@ -58,7 +79,7 @@ def test_two_point_sweep_runs_and_summarises(tmp_path):
     sweep_file.write_text(
         "def get_sweep():\n"
         f"    return dict(config='configs/tiny.py', overrides={overrides!r},\n"
-        "                grid={'train.learning_rate': [1e-3, 1e-2]})\n"
+        "                grid={'train.learning_rate': [1e-3, 1e-2, 3e-2]})\n"
     )
     sweep_dir = tmp_path / "sweep"
     run = subprocess.run([sys.executable, "-m", "launch.sweep", "run", f"--sweep={sweep_file}",
@@ -69,8 +90,29 @@ def test_two_point_sweep_runs_and_summarises(tmp_path):
     assert summary.returncode == 0, summary.stderr[-3000:]
     with open(sweep_dir / "summary.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [r["run"] for r in rows] == ["learning_rate=0.001", "learning_rate=0.01"]
+    assert [r["run"] for r in rows] == ["learning_rate=0.001", "learning_rate=0.01", "learning_rate=0.03"]
     assert all(r["step"] == "3" and float(r["eval/loss"]) > 0 for r in rows)
-    assert rows[0]["train/loss"] != rows[1]["train/loss"]  # the override reached the run
-    assert "| learning_rate=0.01 | 3 |" in (sweep_dir / "summary.md").read_text()
+    assert len({r["train/loss"] for r in rows}) == 3  # the override reached each run
+    (trained,) = (sweep_dir / "tokenizers").iterdir()  # one tokenizer, trained once
+    assert run.stdout.count("training the shared tokenizer") == 1
+    sha256 = tokenizer_lib.tokenizer_hash(str(trained))
+    assert {r["tokenizer"] for r in rows} == {sha256[:12]}
+    summary_md = (sweep_dir / "summary.md").read_text()
+    assert "| learning_rate=0.01 | 3 |" in summary_md
+    assert f"1 tokenizer(s) (sha256 of tokenizer/):\n- `{sha256}` (wordpiece): learning_rate=0.001, " in summary_md
     assert (sweep_dir / "curves.png").stat().st_size > 1000
+
+
+def test_summary_names_each_runs_tokenizer_and_says_there_is_one_per_kind(tmp_path):
+    used = {"lr=1": ("a" * 64, "wordpiece"), "lr=2": ("a" * 64, "wordpiece"), "kind=unigram": ("b" * 64, "unigram")}
+    for name, (sha256, kind) in used.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(
+            {"data": {"tokenizer": {"kind": kind}}, "run_identity": {"tokenizer_sha256": sha256}}))
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps({"step": 1, "train/loss": 7.0, "eval/loss": 7.0}) + "\n")
+    (tmp_path / "sweep.json").write_text(json.dumps({"runs": [{"name": name} for name in used]}))
+    table = sweep.summarize(str(tmp_path))
+    assert [row["tokenizer"] for row in table] == ["a" * 12, "a" * 12, "b" * 12]
+    summary_md = (tmp_path / "summary.md").read_text()
+    assert "2 tokenizer(s), one per kind (unigram, wordpiece)" in summary_md
+    assert f"- `{'a' * 64}` (wordpiece): lr=1, lr=2\n- `{'b' * 64}` (unigram): kind=unigram" in summary_md

@@ -1,4 +1,6 @@
 """The one train loop: every family runs through it, and it never asks which family it runs."""
+import json
+
 import flax.linen as nn
 import jax
 import numpy as np
@@ -11,7 +13,7 @@ from bert_jax.config_validation import validate_config
 from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.storage import paths, preflight
-from bert_jax.train import perf
+from bert_jax.train import determinism, perf, run_identity
 from bert_jax.train.metrics_writer import MetricsWriter
 from bert_jax.train.preemption import PreemptionWatch
 from bert_jax.train.program import build_program
@@ -23,10 +25,11 @@ class NonFiniteLossError(RuntimeError):
     pass
 
 
-def _write_config(config, workdir: str) -> None:
+def _write_config(config, workdir: str, identity: dict) -> None:
     if jax.process_index() == 0:
-        text = config.to_json_best_effort(indent=2, sort_keys=True)
-        paths.write_atomically(paths.path(workdir) / "config.json", text)
+        resolved = json.loads(config.to_json_best_effort())
+        resolved[run_identity.IDENTITY_KEY] = identity
+        paths.write_atomically(paths.path(workdir) / "config.json", json.dumps(resolved, indent=2, sort_keys=True))
 
 
 def _nonfinite_steps(pending: list, nan_policy: str) -> list[int]:
@@ -101,9 +104,11 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     _check_storage(config, workdir)
     program = build_program(config, make_mesh(config.mesh))
     objective = program.family.objective
+    determinism.check_xla_flags(config)
     if not paths.is_remote(workdir):  # (a bucket has no folders to make)
         paths.path(workdir).mkdir(parents=True, exist_ok=True)
-    _write_config(config, workdir)
+    # Read before process 0 rewrites it below (after every process passed the tokenizer sync).
+    previous_identity = run_identity.previous_identity(workdir)
     t_cfg = config.train
     last_step = t_cfg.num_steps if stop_at_step is None else min(stop_at_step, t_cfg.num_steps)
 
@@ -123,6 +128,9 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     distributed.sync("tokenizer_written")
     if jax.process_index() != 0:
         tokenizer = tokenizer_lib.prepare_tokenizer(config.data, tokenizer_dir)
+    identity = run_identity.run_identity(config.data, tokenizer_dir)
+    run_identity.check_resume(previous_identity, identity, workdir, config.get("allow_data_change", False))
+    _write_config(config, workdir, identity)
     # A model that reads pad_token_id (e.g. to offset positions) must agree with the tokenizer.
     pad_token_id = config.model.get("pad_token_id")
     if pad_token_id is not None and pad_token_id != tokenizer_lib.special_ids(tokenizer).pad:
