@@ -3,8 +3,6 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-TOLERANCE = 1e-4  # max abs, float32
-
 
 def random_params(model, batch: dict, seed: int = 0, scale: float = 0.2) -> dict:
     """Params of `model`'s shapes, drawn without running init (eval_shape: no compilation on 2 CPU cores).

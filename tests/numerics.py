@@ -22,7 +22,8 @@ import numpy as np
 # these tests' small models (hidden 32-64, 16-32 tokens, vocab 97-128). Measured on AMD EPYC: remat
 # gradients 4e-7, scan vs unrolled logits 2e-7, 8-device vs 1-device losses 3e-7, accumulated gradients
 # 2e-7. What these comparisons exist to catch moves results by 1e-3 or more: a dropout mask redrawn on
-# recomputation, a micro-batch weighted as a whole batch, a remat residual kept in bfloat16 (1e-3, tests/test_numerics.py).
+# recomputation, a micro-batch weighted as a whole batch, a remat residual kept in bfloat16 (1e-3, see
+# tests/test_numerics.py).
 REORDERED = 1e-5
 
 # transformers runs the same maths in PyTorch's kernels: another GELU/erf, another LayerNorm variance, another
@@ -72,11 +73,15 @@ def leaf_errors(actual, desired) -> list[tuple[str, float, str]]:
     return errors
 
 
+def relative_error(actual, desired) -> float:
+    """The largest max|actual - desired| / scale over the leaves (see `leaf_errors`): what `assert_close` bounds."""
+    return max((ratio for _, ratio, _ in leaf_errors(actual, desired)), default=0.0)
+
+
 def assert_close(actual, desired, rtol: float, err_msg: str = "") -> float:
     """Asserts max|actual - desired| <= rtol * max|desired| for every leaf of two pytrees (see `leaf_errors`).
 
-    Returns the largest relative error, for tests that print it. On failure, lists the leaves past rtol with
-    their worst element.
+    Returns the relative error. On failure, lists the leaves past rtol with their worst element.
     """
     errors = leaf_errors(actual, desired)
     failed = [detail for _, ratio, detail in errors if not ratio <= rtol]
