@@ -1,8 +1,13 @@
 """Shared fixtures: a model small enough to compile in seconds on 2 CPU cores."""
+import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+
+# One CPU device in this process, whatever XLA_FLAGS the shell exported: a forced device count would turn the
+# configs' mesh (-1, 1, 1) into data parallelism. Multi-device tests start processes with their own count.
+jax.config.update("jax_num_cpu_devices", 1)
 
 
 def small_model_config(**overrides) -> ml_collections.ConfigDict:
