@@ -11,7 +11,7 @@ def random_params(model, batch: dict, seed: int = 0, scale: float = 0.2) -> dict
     init constant (scale 1, bias 0) behind which a mixed-up tensor could hide. At scale 0.2
     activations are large enough that using GELU's tanh approximation on one side and the
     exact GELU on the other moves the logits by 3e-4 to 6e-4 of their largest, 15-30x
-    numerics.TRANSFORMERS (at 0.05: 1e-5 to 6e-5, within reach of rounding).
+    numerics.TRANSFORMERS (at 0.05 only 1e-5 to 6e-5: too close to the bound to be caught).
     """
     shapes = nn.meta.unbox(jax.eval_shape(lambda: model.init(jax.random.key(0), batch)["params"]))
     rng = np.random.default_rng(seed)
