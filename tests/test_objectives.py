@@ -1,6 +1,5 @@
 import jax.numpy as jnp
 import numpy as np
-
 from numerics import REORDERED, assert_close
 
 from bert_jax.objectives.mlm import mlm_sums, mlm_weights
