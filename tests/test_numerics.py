@@ -31,14 +31,16 @@ def test_a_small_element_is_measured_against_its_tensor_not_itself():
         assert_close(moved, desired, REORDERED)
 
 
-def test_each_leaf_is_held_to_its_own_scale_down_to_the_noise_floor():
-    big, small = np.ones(8, np.float32), np.full(8, 1e-2, np.float32)
-    noise = np.full(8, 1e-11, np.float32)  # e.g. an attention key bias gradient: zero in exact arithmetic
+def test_each_leaf_is_held_to_its_own_scale_and_noise_must_stay_noise():
+    big, small = np.ones(8, np.float32), np.full(8, 4e-5, np.float32)  # like query kernel vs embedding grads
+    noise = np.full(8, 1e-8, np.float32)  # like an attention key bias gradient: zero in exact arithmetic
+    assert NOISE_FLOOR < 4e-5 and 1e-8 < NOISE_FLOOR
     desired = {"big": big, "small": small, "noise": noise}
     assert_close({"big": big, "small": small, "noise": -noise}, desired, REORDERED)  # noise redrawn: fine
-    with pytest.raises(AssertionError, match="small"):  # 1e-4 of a leaf at 1e-2 of the tree is caught
+    with pytest.raises(AssertionError, match="small"):  # 1e-4 of a leaf at 4e-5 of the tree is caught
         assert_close({"big": big, "small": small * (1 + 1e-4), "noise": noise}, desired, REORDERED)
-    assert NOISE_FLOOR * 1.0 < 1e-2  # the small leaf above is measured against itself
+    with pytest.raises(AssertionError, match="noise"):  # a leaf that should cancel but does not is caught
+        assert_close({"big": big, "small": small, "noise": noise + 1e-4}, desired, REORDERED)
     with pytest.raises(AssertionError, match="step"):  # integers are exact
         assert_close({"step": np.int32(4), "x": big}, {"step": np.int32(5), "x": big}, REORDERED)
 
