@@ -3,7 +3,7 @@
 The suite compares three kinds of results:
 
 - the same program on the same inputs (a resumed run, a checkpoint, a converter's round trip): these are
-  equal bit for bit on any machine, so they are compared with `==` / `np.testing.assert_array_equal`;
+  equal bit for bit on whatever machine runs both, so they are compared with `==` / `assert_array_equal`;
 - the same maths in another order (remat, scan vs unrolled, sharded vs one device, gradient accumulation):
   `assert_close(actual, desired, REORDERED)`;
 - another framework (transformers on torch): `assert_close(ours, theirs, TRANSFORMERS)`.
