@@ -6,6 +6,10 @@ import numpy as np
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
+# One CPU device in this process, whatever XLA_FLAGS the shell exported: a forced device count would turn the
+# configs' mesh (-1, 1, 1) into data parallelism. Multi-device tests start processes with their own count.
+jax.config.update("jax_num_cpu_devices", 1)
+
 
 def small_model_config(**overrides) -> ml_collections.ConfigDict:
     cfg = dict(

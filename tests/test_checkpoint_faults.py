@@ -39,4 +39,4 @@ def test_disk_full_during_a_save_leaves_earlier_checkpoints_usable(straight_run,
     resumed = dict(train_losses(workdir))
     assert sorted(resumed) == list(range(1, 9))
     for step in range(5, 9):
-        assert resumed[step] == pytest.approx(straight[step], abs=1e-6), step
+        assert resumed[step] == straight[step], step  # resume is exact: the same program on the restored state

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 from conftest import random_batch, small_model_config
+from numerics import TRANSFORMERS, relative_error
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -26,7 +27,6 @@ from bert_jax.train.loop import train_and_evaluate  # noqa: E402
 from data_pipelines import tokenizer as tokenizer_lib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOLERANCE = 1e-4  # max abs, float32
 
 
 def init_params(model_cfg, seed: int = 0, noise: float = 0.05):
@@ -64,10 +64,10 @@ def test_bert_in_transformers_matches_our_mlm_and_nsp_logits(tmp_path, scan_laye
     with torch.no_grad():
         out = hf_model(**hf_inputs(batch))
     mlm = gathered(out.prediction_logits.numpy(), batch["masked_positions"])
-    mlm_diff = np.max(np.abs(mlm - np.asarray(ours["mlm_logits"])))
-    nsp_diff = np.max(np.abs(out.seq_relationship_logits.numpy() - np.asarray(ours["nsp_logits"])))
-    print(f"scan_layers={scan_layers}: max |MLM logits diff| {mlm_diff:.2e}, max |NSP logits diff| {nsp_diff:.2e}")
-    assert mlm_diff <= TOLERANCE and nsp_diff <= TOLERANCE
+    mlm_diff = relative_error(np.asarray(ours["mlm_logits"]), mlm)
+    nsp_diff = relative_error(np.asarray(ours["nsp_logits"]), out.seq_relationship_logits.numpy())
+    print(f"scan_layers={scan_layers}: relative error MLM logits {mlm_diff:.2e}, NSP logits {nsp_diff:.2e}")
+    assert mlm_diff <= TRANSFORMERS and nsp_diff <= TRANSFORMERS
 
 
 @pytest.mark.parametrize("scan_layers", [True, False])
@@ -114,9 +114,9 @@ def test_imported_minilm_hidden_states_match_transformers():
     ours = BertEncoder(BertConfig.from_config(model_cfg)).apply(
         {"params": params["encoder"]}, enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
     real = enc["attention_mask"].astype(bool)
-    diff = np.max(np.abs(np.asarray(ours)[real] - hf_hidden[real]))
-    print(f"MiniLM last hidden states: max |diff| {diff:.2e} (values up to {np.max(np.abs(hf_hidden)):.1f})")
-    assert diff <= TOLERANCE
+    diff = relative_error(np.asarray(ours)[real], hf_hidden[real])
+    print(f"MiniLM last hidden states: relative error {diff:.2e} (values up to {np.max(np.abs(hf_hidden)):.1f})")
+    assert diff <= TRANSFORMERS
 
 
 @pytest.fixture(scope="module")
@@ -193,9 +193,9 @@ def test_exported_run_fills_mask_in_transformers_with_our_logits(exported_run):
     batch = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
     batch["masked_positions"] = np.array([[position]], np.int32)
     ours = get_family("bert").build_model(config.model).apply({"params": params}, batch, deterministic=True)
-    diff = np.max(np.abs(np.asarray(ours["mlm_logits"])[0, 0] - hf_logits))
-    print(f"exported run: [MASK] -> {filled!r}; max |MLM logits diff| {diff:.2e}")
-    assert diff <= TOLERANCE
+    diff = relative_error(np.asarray(ours["mlm_logits"])[0, 0], hf_logits)
+    print(f"exported run: [MASK] -> {filled!r}; relative error of MLM logits {diff:.2e}")
+    assert diff <= TRANSFORMERS
 
 
 def test_params_export_restores_the_trained_params(exported_run, tmp_path):

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import random_batch, small_model_config
+from numerics import REORDERED, assert_close
 
 from bert_jax.models import get_family, known_families
 from bert_jax.models.bert import BertConfig, BertEncoder
@@ -31,7 +32,8 @@ def test_padding_never_changes_real_token_outputs(batch):
     noisy = jnp.where(batch["attention_mask"] == 1, batch["input_ids"], 42)
     hidden2 = encoder.apply(variables, noisy, batch["attention_mask"], batch["token_type_ids"])
     real = np.asarray(batch["attention_mask"], bool)
-    np.testing.assert_allclose(np.asarray(hidden)[real], np.asarray(hidden2)[real], atol=1e-5)
+    # Exact: the same program, and padded keys get probability exactly 0 (bias finfo.min), adding nothing.
+    np.testing.assert_array_equal(np.asarray(hidden)[real], np.asarray(hidden2)[real])
     assert not np.allclose(np.asarray(hidden)[~real], np.asarray(hidden2)[~real])
 
 
@@ -45,11 +47,11 @@ def test_packed_attention_never_crosses_documents(batch):
     run = lambda x: encoder.apply(variables, x, mask, None, positions, segment_ids)  # noqa: E731
     changed = ids.at[:, 10:].set(3)  # edit only the second document
     a, b = np.asarray(run(ids)), np.asarray(run(changed))
-    np.testing.assert_allclose(a[:, :7], b[:, :7], atol=1e-6)
+    np.testing.assert_array_equal(a[:, :7], b[:, :7])  # the same program: the other document weighs exactly 0
     assert not np.allclose(a[:, 7:], b[:, 7:])
     # The first document alone, unpacked, gives the same states: nothing leaks in.
     alone = encoder.apply(variables, ids[:, :7], mask[:, :7])
-    np.testing.assert_allclose(a[:, :7], np.asarray(alone), atol=1e-5)
+    assert_close(a[:, :7], np.asarray(alone), REORDERED)  # 7 keys instead of 16: sums in another order
 
 
 def test_scanned_and_unrolled_layers_compute_the_same_function(batch):
@@ -59,7 +61,7 @@ def test_scanned_and_unrolled_layers_compute_the_same_function(batch):
     assert "layers_1" in flat["encoder"]["stack"] and "layers" not in flat["encoder"]["stack"]
     a = scanned.apply({"params": params}, batch)["mlm_logits"]
     b = unrolled.apply({"params": flat}, batch)["mlm_logits"]
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+    assert_close(np.asarray(a), np.asarray(b), REORDERED)  # one loop body vs two inlined layers: other fusions
     jax.tree.map(np.testing.assert_array_equal, stack_layers(flat), params)
 
 
@@ -72,7 +74,8 @@ def test_remat_changes_memory_not_results(batch, policy, scan):
         return jnp.sum(model.apply({"params": p}, batch)["mlm_logits"] ** 2)
 
     g1, g2 = jax.grad(lambda p: loss(plain, p))(params), jax.grad(lambda p: loss(remat, p))(params)
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6), g1, g2)
+    # The recomputed backward sums in another order: per-leaf error relative to the leaf's magnitude (issue 11).
+    assert_close(g2, g1, REORDERED)
 
 
 def test_bf16_compute_keeps_fp32_params(batch):

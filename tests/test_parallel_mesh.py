@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from numerics import REORDERED, assert_close
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MESHES = ["(1, 1, 1)", "(8, 1, 1)", "(1, 8, 1)", "(1, 2, 4)", "(2, 2, 2)"]
@@ -41,7 +42,8 @@ def test_every_mesh_gives_the_single_device_losses(mesh_runs):
     single = mesh_runs["runs"]["(1, 1, 1)"]["losses"]
     assert len(single) == STEPS and single[0] > single[-1]  # it trains
     for mesh in MESHES[1:]:
-        assert mesh_runs["runs"][mesh]["losses"] == pytest.approx(single, abs=1e-5), mesh
+        # Sharded sums and all-reduces add in another order than one device does.
+        assert_close(mesh_runs["runs"][mesh]["losses"], single, REORDERED, mesh)
 
 
 def test_params_are_split_as_the_rules_say(mesh_runs):
@@ -65,4 +67,4 @@ def test_checkpoint_written_under_one_mesh_resumes_under_another(mesh_runs):
         resumed = mesh_runs["resumed"][mesh]
         assert resumed["placed_by_new_mesh"], mesh
         assert resumed["data_step"] == SAVE_AT
-        assert resumed["losses"] == pytest.approx(single[SAVE_AT:], abs=1e-5), mesh
+        assert_close(resumed["losses"], single[SAVE_AT:], REORDERED, mesh)  # trained under other meshes

@@ -3,6 +3,7 @@ import jax
 import ml_collections
 import numpy as np
 from conftest import random_batch, small_model_config
+from numerics import REORDERED, assert_close
 
 from bert_jax.models import get_family
 from bert_jax.train.optimizer import decay_mask, learning_rate_schedule, make_optimizer
@@ -47,9 +48,11 @@ def test_gradient_accumulation_gives_the_one_shot_update():
     batch["masked_weights"] = batch["masked_weights"].at[::2, 2:].set(0.0)
     one, m1 = jax.jit(make_train_step(model, objective, tx, 1))(state, batch)
     four, m4 = jax.jit(make_train_step(model, objective, tx, 4))(state, batch)
-    np.testing.assert_allclose(m1["loss"], m4["loss"], rtol=1e-6)
-    np.testing.assert_allclose(m1["grad_norm"], m4["grad_norm"], rtol=1e-5)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), one.params, four.params)
+    # Four partial sums added in another order: relative to magnitude.
+    assert_close([m4["loss"], m4["grad_norm"]], [m1["loss"], m1["grad_norm"]], REORDERED)
+    # Adam's moments hold the accumulated gradient (mu = 0.1 g, nu = 0.001 g^2). The params cannot tell: the
+    # warm-up's learning rate is 0 at step 0, and Adam's first step is ~lr * sign(g) whatever g's size.
+    assert_close(four.opt_state, one.opt_state, REORDERED)
 
 
 def test_nan_loss_leaves_the_state_untouched():
@@ -64,6 +67,7 @@ def test_nan_loss_leaves_the_state_untouched():
 
 def test_schedule_warms_up_then_decays_linearly_to_zero():
     s = learning_rate_schedule(train_config(learning_rate=1e-3, warmup_steps=10, num_steps=110))
+    # A few float32 operations on values <= 1e-3 round by < 1e-10: 1e-9 is 1e-6 of the peak on any machine.
     np.testing.assert_allclose([s(0), s(5), s(10), s(60), s(110)], [0, 5e-4, 1e-3, 5e-4, 0], atol=1e-9)
 
 
