@@ -48,8 +48,8 @@ softmax_saving_probs_in.defvjp(_softmax_fwd, _softmax_bwd)
 def allowed_keys(segments: jax.Array, window: int | None) -> jax.Array:
     """[batch, 1, q, k] bool: same segment, and within `window` positions when one is given.
 
-    Built from [batch, length] ids inside the attention, so XLA fuses it into the softmax's
-    select: no [batch, heads, q, k] mask or bias is ever stored or copied per head.
+    Built from [batch, length] ids inside the attention: no [batch, heads, q, k] mask or bias is
+    ever stored or copied per head.
     """
     allowed = segments[:, None, :, None] == segments[:, None, None, :]
     if window is not None:
@@ -66,7 +66,11 @@ def xla_attention(q, k, v, segments, window: int | None, probs_dropout: Callable
     """
     scale = 1.0 / np.sqrt(q.shape[-1])
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
-    logits = jnp.where(allowed_keys(segments, window), logits, jnp.finfo(jnp.float32).min)
+    # An additive [batch, 1, q, k] bias, broadcast over heads inside the softmax's fusion. A select
+    # against a scalar instead made XLA hoist that scalar's broadcast out of the layer scan as a
+    # float32 [batch, heads, q, k] tensor (seen in the compiled CPU step).
+    bias = jnp.where(allowed_keys(segments, window), 0.0, jnp.finfo(jnp.float32).min)
+    logits = logits + bias
     probs = softmax_saving_probs_in(logits, q.dtype)
     if probs_dropout is not None:
         probs = probs_dropout(probs)
