@@ -20,8 +20,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models.bert import BertConfig, gather_positions, tied_mlm_logits
 from bert_jax.models.attention import AttentionMask, attention_mask_from_batch
+from bert_jax.models.bert import BertConfig, gather_positions, tied_mlm_logits
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm
 from bert_jax.models.registry import Family, register_family
 from bert_jax.models.transformer import REMAT_POLICIES, TransformerLayer
