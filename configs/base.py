@@ -32,7 +32,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.layer_norm_eps = 1e-12
     c.model.initializer_range = 0.02
     c.model.scan_layers = True
-    c.model.remat_policy = "none"  # none | full | dots | dots_no_batch | qkv_attention_mlp (transformer.py)
+    c.model.remat_policy = "none"  # none | full | dots | dots_no_batch
     # Attention kernel (bert_jax/models/attention.py): auto | xla | cudnn | splash. auto: splash on
     # TPU, cudnn on NVIDIA GPUs (bf16), xla otherwise or when attention dropout is on; the one line
     # logged at start-up names the kernel and why.

@@ -20,7 +20,7 @@ H100 it was the policy that fit the paper's batch (seq 128, batch 256) and the f
 (measured 2026-11-22). With the default fused attention (cudnn / splash) `dots` keeps no
 [batch, heads, q, k] tensor, so seq 512 at batch 64 keeps as much as seq 128 at batch 256. With
 attention dropout on (xla attention) `dots` also keeps the float32 attention logits: use
-`--config.model.remat_policy=qkv_attention_mlp` (or `full`) at seq 512 then.
+`--config.model.remat_policy=dots_no_batch` (or `full`) at seq 512 then.
 """
 from configs import base
 

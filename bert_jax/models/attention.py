@@ -20,7 +20,6 @@ from typing import Any
 import flax.linen as nn
 import flax.struct
 import jax
-from jax.ad_checkpoint import checkpoint_name
 import jax.numpy as jnp
 
 from bert_jax.models import attention_kernels as kernels
@@ -115,11 +114,7 @@ def attention_mask_from_batch(attention_mask: jax.Array, segment_ids: jax.Array 
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention: query/key/value projections, the chosen kernel, the output projection.
-
-    q, k, v and the kernel's output are tagged with jax.ad_checkpoint names ("query", "key",
-    "value", "attention_out") for named remat policies (transformer.REMAT_POLICIES).
-    """
+    """Multi-head self-attention: query/key/value projections, the chosen kernel, the output projection."""
 
     config: Any  # a model dataclass: num_heads, hidden_size, attention_impl (resolved), ...
     window: int | None = None  # attend to at most `window` tokens either side (None: all)
@@ -135,8 +130,7 @@ class SelfAttention(nn.Module):
             kernel_init=nn.initializers.normal(cfg.initializer_range), name=name,
         )
         axes = ("batch", "length", "heads", "kv")
-        q, k, v = (checkpoint_name(nn.with_logical_constraint(dense(n)(x), axes), n)
-                   for n in ("query", "key", "value"))
+        q, k, v = (nn.with_logical_constraint(dense(name)(x), axes) for name in ("query", "key", "value"))
         impl = cfg.attention_impl
         if impl == "xla":
             dropout = None
@@ -150,7 +144,7 @@ class SelfAttention(nn.Module):
         else:
             raise ValueError(f"attention_impl={impl!r} reached the module unresolved; build models through "
                              "the family registry (it resolves 'auto')")
-        context = checkpoint_name(nn.with_logical_constraint(context, axes), "attention_out")
+        context = nn.with_logical_constraint(context, axes)
         return Dense(
             (heads, head_dim), (cfg.hidden_size,), ("heads", "kv", "embed"),
             dtype=cfg.dtype, param_dtype=cfg.param_dtype,

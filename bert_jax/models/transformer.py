@@ -8,7 +8,6 @@ from typing import Any
 
 import flax.linen as nn
 import jax
-from jax.ad_checkpoint import checkpoint_name
 
 from bert_jax.models.attention import AttentionMask, SelfAttention
 from bert_jax.models.layers import ACTIVATIONS, Dense, LayerNorm
@@ -18,11 +17,6 @@ REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.dots_saveable,
     "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-    # Saves the attention's inputs and output and the MLP's widest matmul output (names set by
-    # checkpoint_name in attention.py and below): the backward recomputes LayerNorms, GELU, dropout
-    # and the narrow projections, never the attention kernel's inputs or the 4H-wide matmul.
-    "qkv_attention_mlp": jax.checkpoint_policies.save_only_these_names(
-        "query", "key", "value", "attention_out", "mlp_in"),
 }
 
 
@@ -44,8 +38,7 @@ class TransformerLayer(nn.Module):
             dtype=cfg.dtype, param_dtype=cfg.param_dtype,
             kernel_init=nn.initializers.normal(cfg.initializer_range), name="intermediate",
         )(x)
-        h = checkpoint_name(nn.with_logical_constraint(h, ("batch", "length", "mlp")), "mlp_in")
-        h = ACTIVATIONS[cfg.hidden_act](h)
+        h = nn.with_logical_constraint(ACTIVATIONS[cfg.hidden_act](h), ("batch", "length", "mlp"))
         h = Dense(
             (cfg.intermediate_size,), (cfg.hidden_size,), ("mlp", "embed"),
             dtype=cfg.dtype, param_dtype=cfg.param_dtype,
