@@ -45,11 +45,11 @@ def platform_name() -> str:
 def choose_kernel(model_cfg, platform: str | None = None) -> KernelChoice:
     """Resolves `config.model.attention_impl` for `platform`, or fails naming the key and the platform.
 
-    Called when the model is built, before anything compiles. `model_cfg` is `config.model`
-    (or a model dataclass): attention_impl, attention_dropout_rate, splash_interpret, dtype,
-    hidden_size, num_heads.
+    Called by config validation and when the model is built, before anything compiles.
+    `model_cfg` is `config.model`: attention_impl, attention_dropout_rate, splash_interpret,
+    dtype, hidden_size, num_heads.
     """
-    get = model_cfg.get if hasattr(model_cfg, "get") else lambda key, default: getattr(model_cfg, key, default)
+    get = model_cfg.get
     impl = get("attention_impl", "auto")
     dropout = float(get("attention_dropout_rate", 0.0))
     interpret = bool(get("splash_interpret", False))
