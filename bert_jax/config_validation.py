@@ -2,12 +2,14 @@
 import jax
 
 from bert_jax.models import get_family
+from bert_jax.models.attention import choose_kernel
 from data_pipelines import pipeline
 
 
 def validate_config(config, num_processes: int = 1) -> None:
     m, d, t = config.model, config.data, config.train
     get_family(m.family)  # unknown family: lists the known ones
+    choose_kernel(m)  # an attention kernel this platform cannot run, or that cannot apply the dropout
     if m.hidden_size % m.num_heads:
         raise ValueError(
             f"config.model.num_heads={m.num_heads} does not divide config.model.hidden_size={m.hidden_size}"

@@ -5,7 +5,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bert_jax.models.transformer import attention_bias
+from bert_jax.models.attention import attention_mask_from_batch
+from bert_jax.models.attention_kernels import allowed_keys
 from data_pipelines import builders
 from data_pipelines.tokenizer import SpecialIds
 
@@ -169,8 +170,8 @@ def test_packed_attention_never_crosses_documents_and_positions_restart():
     ids, segments, positions = batch["input_ids"], batch["segment_ids"], batch["position_ids"]
     assert segments.max() >= 3  # Rows really hold several documents.
     attention_mask = (ids != SPECIALS.pad).astype(np.int32)
-    bias = np.asarray(attention_bias(jnp.asarray(attention_mask), jnp.asarray(segments), jnp.float32))
-    allowed = bias[:, 0] == 0  # [B, query, key]
+    mask = attention_mask_from_batch(jnp.asarray(attention_mask), jnp.asarray(segments))
+    allowed = np.asarray(allowed_keys(mask.segments, None))[:, 0]  # [B, query, key]
     doc = np.vectorize(lambda t: where.get(int(t), -1))(ids)
     for row in range(len(ids)):
         real = np.flatnonzero(segments[row] > 0)

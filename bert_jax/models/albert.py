@@ -20,10 +20,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.models.attention import AttentionMask, attention_mask_from_batch
 from bert_jax.models.bert import BertConfig, gather_positions, tied_mlm_logits
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm
 from bert_jax.models.registry import Family, register_family
-from bert_jax.models.transformer import REMAT_POLICIES, TransformerLayer, attention_bias
+from bert_jax.models.transformer import REMAT_POLICIES, TransformerLayer
 from bert_jax.objectives.pretraining import ALBERT_PRETRAINING
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +74,7 @@ class SharedLayerStack(nn.Module):
     config: AlbertConfig
 
     @nn.compact
-    def __call__(self, x: jax.Array, bias: jax.Array, deterministic: bool) -> jax.Array:
+    def __call__(self, x: jax.Array, mask: AttentionMask, deterministic: bool) -> jax.Array:
         cfg = self.config
         layer = TransformerLayer  # BERT's layer: Hugging Face's AlbertLayer is the same maths
         if cfg.remat_policy != "none":
@@ -84,11 +85,11 @@ class SharedLayerStack(nn.Module):
                 # Parameters broadcast (not stacked): every repeat reads the group's one copy.
                 scanned = nn.scan(layer, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
                                   in_axes=(nn.broadcast, nn.broadcast), length=repeats)
-                x, _ = scanned(cfg, name=f"group_{group}")(x, bias, deterministic)
+                x, _ = scanned(cfg, name=f"group_{group}")(x, mask, deterministic)
             else:
                 shared = layer(cfg, name=f"group_{group}")
                 for _ in range(repeats):
-                    x, _ = shared(x, bias, deterministic)
+                    x, _ = shared(x, mask, deterministic)
         return x
 
 
@@ -115,8 +116,7 @@ class AlbertEncoder(nn.Module):
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
         x = self.embedding_hidden_mapping_in(self.embeddings(input_ids, token_type_ids, position_ids, deterministic))
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
-        bias = attention_bias(attention_mask, segment_ids, self.config.dtype)
-        return self.stack(x, bias, deterministic)
+        return self.stack(x, attention_mask_from_batch(attention_mask, segment_ids), deterministic)
 
 
 class AlbertForPreTraining(nn.Module):

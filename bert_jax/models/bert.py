@@ -6,9 +6,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.models.attention import attention_mask_from_batch, choose_kernel
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm, gelu
 from bert_jax.models.registry import Family, register_family
-from bert_jax.models.transformer import REMAT_POLICIES, TransformerStack, attention_bias
+from bert_jax.models.transformer import REMAT_POLICIES, TransformerStack
 from bert_jax.objectives.pretraining import BERT_PRETRAINING
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -26,12 +27,15 @@ class BertConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     dropout_rate: float = 0.1
-    attention_dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.0
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     hidden_act: str = "gelu"  # a key of layers.ACTIVATIONS
     scan_layers: bool = True
     remat_policy: str = "none"
+    # A kernel of models.attention: xla | cudnn | splash; from_config resolves "auto" for this platform.
+    attention_impl: str = "xla"
+    splash_interpret: bool = False
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 
@@ -53,6 +57,9 @@ class BertConfig:
             raise ValueError(
                 f"config.model.remat_policy={values['remat_policy']!r}; expected one of {sorted(REMAT_POLICIES)}"
             )
+        # Resolved here, as the model is built and before anything compiles: a kernel this platform
+        # cannot run (or that cannot apply the configured dropout) fails naming the key.
+        values["attention_impl"] = choose_kernel(model_cfg).impl
         return cls(**values)
 
 
@@ -98,8 +105,7 @@ class BertEncoder(nn.Module):
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
         x = self.embeddings(input_ids, token_type_ids, position_ids, deterministic)
-        bias = attention_bias(attention_mask, segment_ids, self.config.dtype)
-        return self.stack(x, bias, deterministic)
+        return self.stack(x, attention_mask_from_batch(attention_mask, segment_ids), deterministic)
 
 
 def gather_positions(hidden: jax.Array, positions: jax.Array) -> jax.Array:

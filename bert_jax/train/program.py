@@ -8,9 +8,11 @@ from typing import Any, Callable
 
 import flax.linen as nn
 import jax
+from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.config_validation import validate_mesh_fit
+from bert_jax.models.attention import choose_kernel
 from bert_jax.models import Family, get_family
 from bert_jax.parallel.mesh import batch_sharding, check_divisible, logical_axis_rules
 from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
@@ -45,7 +47,9 @@ def build_program(config, mesh: Mesh) -> TrainProgram:
     validate_mesh_fit(config, mesh)
     family = get_family(config.model.family)
     rules = logical_axis_rules(config.mesh)
-    model = family.build_model(config.model)
+    model = family.build_model(config.model)  # resolves config.model.attention_impl, or fails naming it
+    kernel = choose_kernel(config.model)
+    logging.info("attention kernel: %s (%s)", kernel.impl, kernel.reason)
     tx = make_optimizer(config.train)
     init = make_init_fn(model, tx, config.data, config.seed)
     abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)

@@ -38,19 +38,23 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
     def train_step(state: TrainState, batch: dict):
         weights = objective.weights(batch)
         step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-        micro = split_microbatches(batch, grad_accum_steps)
+        if grad_accum_steps == 1:
+            # No scan and no zero-filled gradient buffer: the gradients are the step's own.
+            grads, sums = grad_fn(state.params, batch, jax.random.fold_in(step_key, 0), weights)
+        else:
+            micro = split_microbatches(batch, grad_accum_steps)
 
-        def accumulate(carry, inputs):
-            grads, sums = carry
-            index, mb = inputs
-            g, s = grad_fn(state.params, mb, jax.random.fold_in(step_key, index), weights)
-            return (jax.tree.map(jnp.add, grads, g), jax.tree.map(jnp.add, sums, s)), None
+            def accumulate(carry, inputs):
+                grads, sums = carry
+                index, mb = inputs
+                g, s = grad_fn(state.params, mb, jax.random.fold_in(step_key, index), weights)
+                return (jax.tree.map(jnp.add, grads, g), jax.tree.map(jnp.add, sums, s)), None
 
-        zeros_grads = jax.tree.map(jnp.zeros_like, state.params)
-        zeros_sums = jax.tree.map(jnp.zeros_like, weights)
-        (grads, sums), _ = jax.lax.scan(
-            accumulate, (zeros_grads, zeros_sums), (jnp.arange(grad_accum_steps), micro)
-        )
+            zeros_grads = jax.tree.map(jnp.zeros_like, state.params)
+            zeros_sums = jax.tree.map(jnp.zeros_like, weights)
+            (grads, sums), _ = jax.lax.scan(
+                accumulate, (zeros_grads, zeros_sums), (jnp.arange(grad_accum_steps), micro)
+            )
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = objective.metrics(sums, weights)

@@ -1,0 +1,152 @@
+"""Self-attention for every family, with its kernel chosen by `config.model.attention_impl`.
+
+    auto    the fastest kernel the platform, the mask and the dropout allow (the default):
+            TPU -> splash, NVIDIA GPU -> cudnn (bf16/fp16 compute, head_dim a multiple of 8 up
+            to 128), otherwise xla; attention dropout > 0 -> xla, the only kernel that applies it.
+    xla     our einsum + float32 softmax: the reference the others are tested against.
+    cudnn   jax.nn.dot_product_attention(implementation="cudnn"): NVIDIA's fused flash kernel.
+    splash  the TPU Pallas splash kernel (jax.experimental.pallas.ops.tpu.splash_attention).
+            Off TPU it runs only in Pallas interpret mode, with config.model.splash_interpret=True:
+            slow, for tests of the kernel on a CPU.
+
+Masks (all kernels): padding, packed `segment_ids` (block-diagonal: attention never crosses
+documents) and a sliding window (`window` tokens either side). What a kernel cannot apply fails
+before compiling, naming the config key: cudnn takes no bidirectional window in jax 0.10, and
+neither cudnn nor splash drops attention probabilities.
+"""
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from bert_jax.models import attention_kernels as kernels
+from bert_jax.models.layers import Dense
+
+ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelChoice:
+    impl: str  # xla | cudnn | splash
+    reason: str
+
+
+def platform_name() -> str:
+    """'tpu', 'gpu' (NVIDIA, cuDNN) or the backend's name ('cpu', 'rocm', ...)."""
+    backend = jax.default_backend()
+    if backend == "gpu" and "cuda" not in jax.devices()[0].client.platform_version.lower():
+        return "rocm"
+    return backend
+
+
+def choose_kernel(model_cfg, platform: str | None = None) -> KernelChoice:
+    """Resolves `config.model.attention_impl` for `platform`, or fails naming the key and the platform.
+
+    Called by config validation and when the model is built, before anything compiles.
+    `model_cfg` is `config.model`: attention_impl, attention_dropout_rate, splash_interpret,
+    dtype, hidden_size, num_heads.
+    """
+    get = model_cfg.get
+    impl = get("attention_impl", "auto")
+    dropout = float(get("attention_dropout_rate", 0.0))
+    interpret = bool(get("splash_interpret", False))
+    dtype = jnp.dtype(get("dtype", "float32"))
+    head_dim = get("hidden_size", 64) // get("num_heads", 1)
+    platform = platform or platform_name()
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"config.model.attention_impl={impl!r}; expected one of {', '.join(ATTENTION_IMPLS)}")
+    cudnn_fits = dtype in (jnp.bfloat16, jnp.float16) and head_dim % 8 == 0 and head_dim <= 128
+    if impl == "auto":
+        if dropout > 0:
+            return KernelChoice("xla", f"config.model.attention_dropout_rate={dropout} needs the xla kernel: "
+                                       "fused kernels cannot drop attention probabilities")
+        if platform == "tpu":
+            return KernelChoice("splash", "TPU: Pallas splash attention")
+        if platform == "gpu" and cudnn_fits:
+            return KernelChoice("cudnn", "NVIDIA GPU: cuDNN flash attention")
+        if platform == "gpu":
+            return KernelChoice("xla", f"cuDNN needs bf16/fp16 compute and head_dim a multiple of 8 up to 128 "
+                                       f"(config.model.dtype={dtype.name}, head_dim={head_dim})")
+        return KernelChoice("xla", f"no fused kernel on platform {platform!r}")
+    if impl == "cudnn":
+        if platform != "gpu":
+            raise ValueError(f"config.model.attention_impl='cudnn' needs an NVIDIA GPU with cuDNN; this platform "
+                             f"is {platform!r}. Use attention_impl='auto' or 'xla'.")
+        if not cudnn_fits:
+            raise ValueError(f"config.model.attention_impl='cudnn' needs config.model.dtype bfloat16 or float16 and "
+                             f"head_dim a multiple of 8 up to 128; got {dtype.name}, head_dim={head_dim}")
+    if impl == "splash" and platform != "tpu" and not interpret:
+        raise ValueError(
+            f"config.model.attention_impl='splash' is a TPU kernel; this platform is {platform!r}. Use "
+            "attention_impl='auto' or 'xla', or set config.model.splash_interpret=True to run it in Pallas "
+            "interpret mode (slow: for tests)."
+        )
+    if impl in ("cudnn", "splash") and dropout > 0:
+        raise ValueError(
+            f"config.model.attention_impl={impl!r} cannot apply config.model.attention_dropout_rate={dropout}: "
+            "the fused kernels do not drop attention probabilities. Set attention_dropout_rate=0, or "
+            "attention_impl='xla' (or 'auto', which then picks xla)."
+        )
+    return KernelChoice(impl, f"config.model.attention_impl={impl!r}")
+
+
+@flax.struct.dataclass
+class AttentionMask:
+    """Who attends to whom, as [batch, length] ids rather than a [batch, 1, q, k] bias.
+
+    segments: int32, a real token's segment id (its document in a packed row), -1 on padding,
+    which so forms a segment of its own. packed: rows may hold several documents (static).
+    """
+
+    segments: jax.Array
+    packed: bool = flax.struct.field(pytree_node=False, default=False)
+
+
+def attention_mask_from_batch(attention_mask: jax.Array, segment_ids: jax.Array | None) -> AttentionMask:
+    """attention_mask: [batch, length], 1 on real tokens; segment_ids: [batch, length] (>= 0 on real
+    tokens) or None. Padding must trail each row (the pipeline builds rows so; cuDNN relies on it)."""
+    real = attention_mask.astype(bool)
+    ids = jnp.zeros_like(attention_mask) if segment_ids is None else segment_ids
+    return AttentionMask(jnp.where(real, ids, -1).astype(jnp.int32), packed=segment_ids is not None)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention: query/key/value projections, the chosen kernel, the output projection."""
+
+    config: Any  # a model dataclass: num_heads, hidden_size, attention_impl (resolved), ...
+    window: int | None = None  # attend to at most `window` tokens either side (None: all)
+
+    @nn.compact
+    def __call__(self, x: jax.Array, mask: AttentionMask, deterministic: bool) -> jax.Array:
+        """x: [batch, length, hidden] -> [batch, length, hidden]."""
+        cfg = self.config
+        heads, head_dim = cfg.num_heads, cfg.hidden_size // cfg.num_heads
+        dense = lambda name: Dense(  # noqa: E731
+            (cfg.hidden_size,), (heads, head_dim), ("embed", "heads", "kv"),
+            dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            kernel_init=nn.initializers.normal(cfg.initializer_range), name=name,
+        )
+        axes = ("batch", "length", "heads", "kv")
+        q, k, v = (nn.with_logical_constraint(dense(name)(x), axes) for name in ("query", "key", "value"))
+        impl = cfg.attention_impl
+        if impl == "xla":
+            dropout = None
+            if cfg.attention_dropout_rate > 0 and not deterministic:
+                dropout = lambda p: nn.Dropout(cfg.attention_dropout_rate)(p, deterministic=False)  # noqa: E731
+            context = kernels.xla_attention(q, k, v, mask.segments, self.window, dropout)
+        elif impl == "cudnn":
+            context = kernels.cudnn_attention(q, k, v, mask.segments, self.window, mask.packed)
+        elif impl == "splash":
+            context = kernels.splash_attention(q, k, v, mask.segments, self.window, cfg.splash_interpret)
+        else:
+            raise ValueError(f"attention_impl={impl!r} reached the module unresolved; build models through "
+                             "the family registry (it resolves 'auto')")
+        context = nn.with_logical_constraint(context, axes)
+        return Dense(
+            (heads, head_dim), (cfg.hidden_size,), ("heads", "kv", "embed"),
+            dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            kernel_init=nn.initializers.normal(cfg.initializer_range), name="output",
+        )(context)

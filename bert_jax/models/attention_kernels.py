@@ -1,0 +1,190 @@
+"""The attention kernels behind `config.model.attention_impl`: xla (the reference), cudnn, splash.
+
+Every kernel computes softmax(q k^T / sqrt(head_dim) + mask) v for q, k, v: [batch, length,
+heads, head_dim] in the compute dtype, with the mask described by `segments` (see
+`attention.attention_segments`): a query attends to the keys of its own segment (padding is a
+segment of its own), within `window` positions either side when a window is given.
+
+Outputs at padding positions differ between kernels (cuDNN lets a padding query see the real
+keys, xla and splash let it see the other padding keys); they are finite everywhere, and
+nothing downstream reads them, so every kernel gives the same outputs at real tokens and the
+same gradients.
+"""
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# --- xla: our own einsum path -----------------------------------------------------------
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def softmax_saving_probs_in(logits: jax.Array, dtype) -> jax.Array:
+    """float32 softmax over the last axis, returned in `dtype`; the backward keeps only that copy.
+
+    jax.nn.softmax saves its float32 output for the backward, and the cast to the compute dtype
+    saves a second copy: two [batch, heads, q, k] tensors, one of them float32, per layer. Here
+    the backward recomputes from the compute-dtype probabilities in float32 (the statistics stay
+    float32), as Megatron-LM's fused softmax does; in float32 it is jax.nn.softmax exactly.
+    """
+    return jax.nn.softmax(logits, axis=-1).astype(dtype)
+
+
+def _softmax_fwd(logits, dtype):
+    probs = softmax_saving_probs_in(logits, dtype)
+    return probs, probs
+
+
+def _softmax_bwd(dtype, probs, g):
+    p, g = probs.astype(jnp.float32), g.astype(jnp.float32)
+    return (p * (g - jnp.sum(g * p, axis=-1, keepdims=True)),)
+
+
+softmax_saving_probs_in.defvjp(_softmax_fwd, _softmax_bwd)
+
+
+def allowed_keys(segments: jax.Array, window: int | None) -> jax.Array:
+    """[batch, 1, q, k] bool: same segment, and within `window` positions when one is given.
+
+    Built from [batch, length] ids inside the attention: no [batch, heads, q, k] mask or bias is
+    ever stored or copied per head.
+    """
+    allowed = segments[:, None, :, None] == segments[:, None, None, :]
+    if window is not None:
+        pos = jnp.arange(segments.shape[1])
+        allowed = allowed & (jnp.abs(pos[:, None] - pos[None, :]) <= window)
+    return allowed
+
+
+def xla_attention(q, k, v, segments, window: int | None, probs_dropout: Callable | None = None) -> jax.Array:
+    """The reference. q, k, v: [batch, length, heads, head_dim] -> [batch, length, heads, head_dim].
+
+    Logits come out of the matmul in float32 (no compute-dtype rounding before the softmax);
+    `probs_dropout`, when given, is applied to the probabilities (Devlin et al.'s attention dropout).
+    """
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    # An additive [batch, 1, q, k] bias, broadcast over heads inside the softmax's fusion. A select
+    # against a scalar instead made XLA hoist that scalar's broadcast out of the layer scan as a
+    # float32 [batch, heads, q, k] tensor (seen in the compiled CPU step).
+    bias = jnp.where(allowed_keys(segments, window), 0.0, jnp.finfo(jnp.float32).min)
+    logits = logits + bias
+    probs = softmax_saving_probs_in(logits, q.dtype)
+    if probs_dropout is not None:
+        probs = probs_dropout(probs)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+# --- cudnn: NVIDIA's fused flash attention -------------------------------------------------
+
+
+def segment_offsets(segments: jax.Array, max_segments: int) -> tuple[jax.Array, jax.Array]:
+    """cuDNN's packed layout from [batch, length] segment ids (padding -1, segments contiguous).
+
+    Returns (offsets [batch, max_segments + 1], lengths [batch, max_segments]) int32: where each
+    segment starts and how long it is, -1 in the unused slots, as jax's cuDNN API wants them.
+    """
+    b, length = segments.shape
+    real = segments >= 0
+    prev = jnp.pad(segments[:, :-1], ((0, 0), (1, 0)), constant_values=-2)
+    starts = real & (segments != prev)
+    rank = jnp.cumsum(starts, axis=1) - 1  # segment number of each token
+    rows = jnp.arange(b)[:, None]
+    pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (b, length))
+    offsets = jnp.full((b, max_segments + 1), -1, jnp.int32).at[rows, jnp.where(starts, rank, max_segments + 1)].set(
+        pos, mode="drop")
+    lengths = jnp.zeros((b, max_segments), jnp.int32).at[rows, jnp.where(real, rank, max_segments)].add(
+        1, mode="drop")
+    return offsets, jnp.where(lengths > 0, lengths, -1)
+
+
+def cudnn_attention(q, k, v, segments, window: int | None, packed: bool) -> jax.Array:
+    """cuDNN flash attention; q, k, v in bfloat16 or float16.
+
+    Padding goes in as key lengths (padding trails every row, as the pipeline builds them): a
+    [batch, 1, q, k] bias would cost a bias gradient and is slow broadcast per head
+    (../shared/GPU.md). Packed rows use cuDNN's ragged layout (segment offsets and lengths;
+    Hopper or later), through jax's cuDNN API: jax.nn.dot_product_attention does not take
+    offsets in jax 0.10. A bidirectional window cannot be expressed: jax 0.10's cuDNN path
+    takes only a left (causal) window.
+    """
+    if window is not None:
+        raise ValueError(
+            "config.model.attention_impl='cudnn' cannot apply a sliding window: jax's cuDNN attention "
+            "takes only a causal (left) window. Use attention_impl='xla' (or 'auto')."
+        )
+    real = segments >= 0
+    if not packed:
+        lengths = jnp.sum(real, axis=1, dtype=jnp.int32)
+        return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn  # the API with segment offsets
+
+    # Every packed sequence holds at least [CLS] x [SEP] (data_pipelines/packing.py), so a row of
+    # L tokens holds at most L // 3 of them; a static bound is what cuDNN's layout needs.
+    max_segments = max(1, q.shape[1] // 3)
+    offsets, lengths = segment_offsets(segments, max_segments)
+    out = cudnn.dot_product_attention(
+        q, k, v, q_seqlen=lengths, kv_seqlen=lengths, q_offsets=offsets, kv_offsets=offsets,
+        scale=1.0 / np.sqrt(q.shape[-1]), mask_type=cudnn.MaskType.PADDING,
+    )
+    # Tokens outside every segment (the padding tail) are not written by the kernel.
+    return jnp.where(real[:, :, None, None], out, 0).astype(q.dtype)
+
+
+# --- splash: TPU Pallas splash attention ----------------------------------------------------
+
+
+def splash_block_size(length: int) -> int:
+    """The largest of 512, 256, 128 that divides `length`; splash's kv compute block must be a
+    multiple of 128 lanes."""
+    for block in (512, 256, 128):
+        if length % block == 0:
+            return block
+    raise ValueError(
+        f"config.model.attention_impl='splash' needs a sequence length that is a multiple of 128 "
+        f"(config.data.max_seq_length); got {length}. Use attention_impl='xla', or pad the length."
+    )
+
+
+def _splash_kernel(length: int, heads: int, window: int | None, interpret: bool):
+    # Built per trace, not cached: its mask tables are created as arrays inside the trace.
+    from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+    block = splash_block_size(length)
+    blocks = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+                               block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
+    if window is None:
+        head_mask = splash.FullMask((length, length))
+    else:
+        head_mask = splash.LocalMask((length, length), (window, window), offset=0)
+    mask = splash.MultiHeadMask([head_mask] * heads)
+    return splash.make_splash_mha(mask, block_sizes=blocks, head_shards=1, q_seq_shards=1, interpret=interpret)
+
+
+def splash_attention(q, k, v, segments, window: int | None, interpret: bool) -> jax.Array:
+    """Splash attention, vmapped over the batch; segments are its segment ids directly.
+
+    Under a mesh the kernel runs in shard_map over the batch and heads axes (a Pallas call is
+    not partitioned by XLA), each device on its own rows and heads.
+    """
+    from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+    scale = 1.0 / np.sqrt(q.shape[-1])
+
+    def run(q, k, v, segments):
+        kernel = _splash_kernel(q.shape[1], q.shape[2], window, interpret)
+        to_heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [b, l, h, d] -> [b, h, l, d]
+        out = jax.vmap(kernel)(to_heads_first(q * jnp.asarray(scale, q.dtype)), to_heads_first(k),
+                               to_heads_first(v), segment_ids=splash.SegmentIds(q=segments, kv=segments))
+        return to_heads_first(out).astype(q.dtype)
+
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return run(q, k, v, segments)
+    import flax.linen as nn
+
+    spec = nn.logical_to_mesh_axes(("batch", None, "heads", None))
+    return jax.shard_map(run, mesh=mesh, in_specs=(spec, spec, spec, jax.P(spec[0], None)), out_specs=spec,
+                         check_vma=False)(q, k, v, segments)
