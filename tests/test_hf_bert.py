@@ -9,11 +9,11 @@ import os
 import subprocess
 import sys
 
-import flax.linen as nn
 import jax
 import numpy as np
 import pytest
 from conftest import random_batch, small_model_config
+from hf_parity import gathered, random_params
 from numerics import TRANSFORMERS, relative_error
 
 torch = pytest.importorskip("torch")
@@ -29,15 +29,11 @@ from data_pipelines import tokenizer as tokenizer_lib  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def init_params(model_cfg, seed: int = 0, noise: float = 0.05):
-    """Random params where no tensor is at its init constant (LN scale 1, biases 0), so a mixed-up
-    tensor cannot hide behind a symmetric value."""
+def init_params(model_cfg, seed: int = 0):
+    """hf_parity.random_params: every tensor random (none at a symmetric init constant behind which
+    a mixed-up tensor could hide), at a scale where a GELU mix-up exceeds numerics.TRANSFORMERS."""
     model = get_family("bert").build_model(model_cfg)
-    params = nn.meta.unbox(model.init(jax.random.key(seed), random_batch(0), deterministic=True)["params"])
-    leaves, treedef = jax.tree.flatten(params)
-    rng = np.random.default_rng(seed)
-    leaves = [np.asarray(x) + noise * rng.standard_normal(x.shape).astype(np.float32) for x in leaves]
-    return model, jax.tree.unflatten(treedef, leaves)
+    return model, random_params(model, random_batch(0), seed)
 
 
 def hf_inputs(batch):
@@ -46,10 +42,6 @@ def hf_inputs(batch):
         "attention_mask": torch.tensor(np.asarray(batch["attention_mask"]), dtype=torch.long),
         "token_type_ids": torch.tensor(np.asarray(batch["token_type_ids"]), dtype=torch.long),
     }
-
-
-def gathered(logits, positions):
-    return np.take_along_axis(logits, np.asarray(positions)[..., None], axis=1)
 
 
 @pytest.mark.parametrize("scan_layers", [True, False])
