@@ -86,8 +86,8 @@ def test_a_half_written_metrics_line_is_dropped_with_a_warning_and_the_file_rewr
         assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # no temporary left behind
 
 
-@pytest.mark.slow  # gcsfs retries the dropped connection for about a minute before the save fails
-def test_a_bucket_dropping_mid_save_fails_the_save_and_keeps_the_previous_checkpoint(gcs_via_proxy):
+@pytest.mark.slow  # gcsfs retries a dropped connection for about a minute before it gives up
+def test_a_bucket_dropping_mid_save_or_mid_resume_keeps_the_previous_checkpoint(gcs_via_proxy):
     import grain
     import numpy as np
 
@@ -109,6 +109,12 @@ def test_a_bucket_dropping_mid_save_fails_the_save_and_keeps_the_previous_checkp
     proxy.down = False
     again = ckpt.make_manager(directory, cfg)
     assert again.all_steps() == [1]
+    # A resume while the bucket is away stops without setting the good checkpoint aside.
+    proxy.down = True
+    with pytest.raises(ckpt.CheckpointUnreachableError, match="the store did not answer"):
+        ckpt.restore_latest(again, {"w": np.zeros(8)}, batches())
+    proxy.down = False
+    assert ckpt.make_manager(directory, cfg).all_steps() == [1]
     restored = ckpt.restore_latest(again, {"w": np.zeros(8)}, batches())
     np.testing.assert_array_equal(restored["w"], np.arange(8.0))
     ckpt.save(again, 3, {"w": np.arange(8.0) + 3}, batches())

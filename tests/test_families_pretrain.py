@@ -96,8 +96,9 @@ def test_init_from_hf_starts_a_family_run_from_the_exported_weights(exported, tm
     config = load_workdir_config(str(tmp_path))
     restarted, _ = restore_params(str(tmp_path), config)
     trained, _ = restore_params(workdir, load_workdir_config(workdir))
-    # The tokenizer itself travels (tokenizer_config.json differs: export sets model_max_length).
-    for name in set(os.listdir(os.path.join(workdir, "tokenizer"))) - {"tokenizer_config.json"}:
+    # The tokenizer itself travels (tokenizer_config.json differs: export sets model_max_length;
+    # sample.json records how the first run trained it, which an HF folder does not carry).
+    for name in set(os.listdir(os.path.join(workdir, "tokenizer"))) - {"tokenizer_config.json", "sample.json"}:
         with open(os.path.join(workdir, "tokenizer", name), "rb") as a, open(tmp_path / "tokenizer" / name, "rb") as b:
             assert a.read() == b.read(), name
     jax.tree.map(np.testing.assert_array_equal, restarted, trained)

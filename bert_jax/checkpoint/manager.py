@@ -112,12 +112,49 @@ def _check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state)
             )
 
 
+class CheckpointUnreachableError(RuntimeError):
+    pass
+
+
+def _connection_errors() -> tuple[type, ...]:
+    errors: tuple[type, ...] = (ConnectionError, TimeoutError)
+    try:
+        import aiohttp  # noqa: PLC0415  (gcsfs' and s3fs' transport, when installed)
+    except ImportError:
+        return errors
+    return (*errors, aiohttp.ClientConnectionError)
+
+
+def _store_unreachable(error: BaseException, folder) -> bool:
+    """Did the read fail because the store stopped answering, rather than because the checkpoint is bad?
+
+    Either the error (or one it chains) is a connection error or TensorStore's UNAVAILABLE /
+    DEADLINE_EXCEEDED, or a fresh look at the step's folder fails too. (A look at the checkpoints
+    folder would not do: gcsfs answers it from its listing cache while the bucket is away.)
+    """
+    chain, seen = [], error
+    while seen is not None and len(chain) < 16:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    if any(isinstance(e, _connection_errors()) or "UNAVAILABLE" in str(e) or "DEADLINE_EXCEEDED" in str(e)
+           for e in chain):
+        return True
+    try:
+        folder.is_dir()
+    except Exception:  # noqa: BLE001  (any failure to look is a store that does not answer)
+        return True
+    return False
+
+
 def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
     """Returns the newest readable state (placed by the shardings in `abstract_state`), or None if there is none.
 
     The iterator is restored in place. A checkpoint that cannot be read (truncated,
     corrupted) is set aside as `<step>.corrupt` with a warning naming it, and the next
     older one is tried; if none can be read, the run stops rather than start over.
+    A read that failed because the store stopped answering (a bucket briefly unreachable)
+    must not cost a good checkpoint: then the run stops, nothing set aside, and the same
+    command resumes later.
     """
     steps = sorted(manager.all_steps(), reverse=True)
     for step in steps:
@@ -134,6 +171,11 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
             raise
         except Exception as error:  # noqa: BLE001  (any read failure means: try an older one)
             bad = paths.path(manager.directory) / str(step)
+            if _store_unreachable(error, bad):
+                raise CheckpointUnreachableError(
+                    f"checkpoint {bad} could not be read ({type(error).__name__}: {str(error)[:300]}): the store "
+                    "did not answer. Nothing was set aside; run the same command again once it is reachable."
+                ) from error
             logging.warning("checkpoint %s cannot be read (%s: %.300s); falling back to an older one",
                             bad, type(error).__name__, error)
             if jax.process_index() == 0 and bad.is_dir():
