@@ -1,7 +1,7 @@
 """Checks that fail before any compilation, naming the config key at fault."""
 import jax
 
-from bert_jax.models import get_family
+from bert_jax.families import get_family
 from bert_jax.models.attention import choose_kernel
 from data_pipelines import pipeline
 

@@ -79,7 +79,7 @@ def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> 
         checkpointer.wait_until_finished()
         paths.copy_file(paths.path(workdir) / "config.json", paths.path(out) / "config.json")
         return step
-    from bert_jax.models import get_family
+    from bert_jax.families import get_family
 
     family = get_family(config.model.family)
     if family.hf_export is None:

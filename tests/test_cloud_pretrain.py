@@ -156,7 +156,7 @@ def test_export_to_a_bucket_and_init_from_hf_from_it_give_the_trained_logits(gs_
 
     from bert_jax.checkpoint import hf_folder
     from bert_jax.export import load_workdir_config, restore_params
-    from bert_jax.models import get_family
+    from bert_jax.families import get_family
 
     workdir, corpus_glob, _ = gs_run
     out = workdir.rsplit("/", 1)[0] + "/hf"

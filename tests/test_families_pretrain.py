@@ -11,7 +11,7 @@ import pytest
 import configs.albert_base
 import configs.roberta_base
 from bert_jax.export import export, load_workdir_config, restore_params
-from bert_jax.models import get_family
+from bert_jax.families import get_family
 from bert_jax.train.loop import train_and_evaluate
 
 torch = pytest.importorskip("torch")

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from bert_jax.checkpoint import hf_albert, hf_folder  # noqa: E402
-from bert_jax.models import get_family  # noqa: E402
+from bert_jax.families import get_family  # noqa: E402
 from bert_jax.models.albert import group_repeats  # noqa: E402
 
 

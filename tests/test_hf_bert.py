@@ -21,7 +21,7 @@ transformers = pytest.importorskip("transformers")
 
 from bert_jax.checkpoint import hf_bert, hf_folder  # noqa: E402
 from bert_jax.export import export, load_workdir_config, restore_params  # noqa: E402
-from bert_jax.models import get_family  # noqa: E402
+from bert_jax.families import get_family  # noqa: E402
 from bert_jax.models.bert import BertConfig, BertEncoder  # noqa: E402
 from bert_jax.train.loop import train_and_evaluate  # noqa: E402
 from data_pipelines import tokenizer as tokenizer_lib  # noqa: E402

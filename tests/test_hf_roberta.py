@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from bert_jax.checkpoint import hf_folder, hf_roberta  # noqa: E402
-from bert_jax.models import get_family  # noqa: E402
+from bert_jax.families import get_family  # noqa: E402
 from bert_jax.models.roberta import roberta_position_ids  # noqa: E402
 
 PAD = 1

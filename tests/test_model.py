@@ -6,7 +6,7 @@ import pytest
 from conftest import random_batch, small_model_config
 from numerics import REORDERED, assert_close
 
-from bert_jax.models import get_family, known_families
+from bert_jax.families import get_family, known_families
 from bert_jax.models.bert import BertConfig, BertEncoder
 from bert_jax.models.scan_layout import stack_layers, unstack_layers
 

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from bert_jax.checkpoint import hf_albert, hf_bert, hf_roberta  # noqa: E402
-from bert_jax.models import get_family  # noqa: E402
+from bert_jax.families import get_family  # noqa: E402
 
 # config file -> (HF model class, our HF config.json writer); the base sizes run by default, the rest with -m slow.
 MODELS = {

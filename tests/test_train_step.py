@@ -5,7 +5,7 @@ import numpy as np
 from conftest import random_batch, small_model_config
 from numerics import REORDERED, assert_close
 
-from bert_jax.models import get_family
+from bert_jax.families import get_family
 from bert_jax.train.optimizer import decay_mask, learning_rate_schedule, make_optimizer
 from bert_jax.train.state import make_init_fn
 from bert_jax.train.step import make_train_step

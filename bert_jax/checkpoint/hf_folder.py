@@ -1,7 +1,7 @@
 """Reading and writing Hugging Face model folders: config.json, safetensors weights, tokenizer files.
 
 Family-agnostic: the tensor names come from the family's `hf_export` / `hf_import`
-hooks (bert_jax.models.registry); this file only moves them to and from disk.
+hooks (bert_jax.families); this file only moves them to and from disk.
 Weights are written with safetensors' numpy API, so exporting needs no torch. A folder may
 be local or in a bucket (gs://, s3://): every file is read and written whole through
 bert_jax.storage.paths.

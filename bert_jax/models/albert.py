@@ -23,9 +23,7 @@ import jax.numpy as jnp
 from bert_jax.models.attention import AttentionMask, attention_mask_from_batch
 from bert_jax.models.bert import BertConfig, gather_positions, tied_mlm_logits
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm
-from bert_jax.models.registry import Family, register_family
 from bert_jax.models.transformer import REMAT_POLICIES, TransformerLayer
-from bert_jax.objectives.pretraining import ALBERT_PRETRAINING
 
 @dataclasses.dataclass(frozen=True)
 class AlbertConfig(BertConfig):
@@ -156,20 +154,5 @@ class AlbertForPreTraining(nn.Module):
         return {"mlm_logits": logits, "sop_logits": self.sop(pooled).astype(jnp.float32)}
 
 
-def _build_albert(model_cfg) -> nn.Module:
+def build_albert(model_cfg) -> nn.Module:
     return AlbertForPreTraining(AlbertConfig.from_config(model_cfg))
-
-
-def _hf_export(params, model_cfg):
-    # Imported here: the converter imports bert_jax.models, which imports this file.
-    from bert_jax.checkpoint import hf_albert
-    return hf_albert.hf_export(params, model_cfg)
-
-
-def _hf_import(state, hf_cfg, model_cfg, fallback_params):
-    from bert_jax.checkpoint import hf_albert
-    return hf_albert.hf_import(state, hf_cfg, model_cfg, fallback_params)
-
-
-register_family(Family(name="albert", build_model=_build_albert, objective=ALBERT_PRETRAINING,
-                       hf_export=_hf_export, hf_import=_hf_import))

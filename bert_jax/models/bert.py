@@ -8,9 +8,7 @@ import jax.numpy as jnp
 
 from bert_jax.models.attention import attention_mask_from_batch, choose_kernel
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm, gelu
-from bert_jax.models.registry import Family, register_family
 from bert_jax.models.transformer import REMAT_POLICIES, TransformerStack
-from bert_jax.objectives.pretraining import BERT_PRETRAINING
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -165,20 +163,5 @@ class BertForPreTraining(nn.Module):
         return {"mlm_logits": logits, "nsp_logits": self.nsp(pooled).astype(jnp.float32)}
 
 
-def _build_bert(model_cfg) -> nn.Module:
+def build_bert(model_cfg) -> nn.Module:
     return BertForPreTraining(BertConfig.from_config(model_cfg))
-
-
-def _hf_export(params, model_cfg):
-    # Imported here: bert_jax.checkpoint.hf_bert imports bert_jax.models, which imports this file.
-    from bert_jax.checkpoint import hf_bert
-    return hf_bert.hf_export(params, model_cfg)
-
-
-def _hf_import(state, hf_cfg, model_cfg, fallback_params):
-    from bert_jax.checkpoint import hf_bert
-    return hf_bert.hf_import(state, hf_cfg, model_cfg, fallback_params)
-
-
-register_family(Family(name="bert", build_model=_build_bert, objective=BERT_PRETRAINING,
-                       hf_export=_hf_export, hf_import=_hf_import))

@@ -18,8 +18,6 @@ import jax.numpy as jnp
 
 from bert_jax.models.bert import BertConfig, BertEncoder, gather_positions, tied_mlm_logits
 from bert_jax.models.layers import Dense, LayerNorm, gelu
-from bert_jax.models.registry import Family, register_family
-from bert_jax.objectives.pretraining import MLM_PRETRAINING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,20 +84,5 @@ class RobertaForMaskedLM(nn.Module):
         return {"mlm_logits": logits}
 
 
-def _build_roberta(model_cfg) -> nn.Module:
+def build_roberta(model_cfg) -> nn.Module:
     return RobertaForMaskedLM(RobertaConfig.from_config(model_cfg))
-
-
-def _hf_export(params, model_cfg):
-    # Imported here: the converter imports bert_jax.models, which imports this file.
-    from bert_jax.checkpoint import hf_roberta
-    return hf_roberta.hf_export(params, model_cfg)
-
-
-def _hf_import(state, hf_cfg, model_cfg, fallback_params):
-    from bert_jax.checkpoint import hf_roberta
-    return hf_roberta.hf_import(state, hf_cfg, model_cfg, fallback_params)
-
-
-register_family(Family(name="roberta", build_model=_build_roberta, objective=MLM_PRETRAINING,
-                       hf_export=_hf_export, hf_import=_hf_import))

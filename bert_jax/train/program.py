@@ -13,7 +13,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.config_validation import validate_mesh_fit
 from bert_jax.models.attention import choose_kernel
-from bert_jax.models import Family, get_family
+from bert_jax.families import Family, get_family
 from bert_jax.parallel.mesh import batch_sharding, check_divisible, logical_axis_rules
 from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
 from bert_jax.train.state import TrainState, abstract_state_and_shardings, create_sharded_state, make_init_fn

@@ -1,7 +1,10 @@
 """The model-family registry: the only place that knows family names.
 
-A family is a module builder plus an objective; the train loop asks the registry for
-`config.model.family` and never branches on the name.
+A family is a module builder, an objective and its Hugging Face converter, wired here,
+above both `bert_jax.models` (pure modules) and `bert_jax.checkpoint` (converters), so
+neither imports the other. The train loop asks the registry for `config.model.family`
+and never branches on the name. A new family: a model file, a converter file, its
+configs, and one `register_family` call below.
 """
 import dataclasses
 from typing import Any, Callable
@@ -41,3 +44,20 @@ def get_family(name: str) -> Family:
     if name not in _FAMILIES:
         raise ValueError(f"config.model.family={name!r} is unknown; known families: {', '.join(known_families())}")
     return _FAMILIES[name]
+
+
+def _register_builtin_families() -> None:
+    from bert_jax.checkpoint import hf_albert, hf_bert, hf_roberta
+    from bert_jax.models import albert, bert, roberta
+    from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING
+
+    for name, build, objective, converter in (
+        ("bert", bert.build_bert, BERT_PRETRAINING, hf_bert),
+        ("roberta", roberta.build_roberta, MLM_PRETRAINING, hf_roberta),
+        ("albert", albert.build_albert, ALBERT_PRETRAINING, hf_albert),
+    ):
+        register_family(Family(name=name, build_model=build, objective=objective,
+                               hf_export=converter.hf_export, hf_import=converter.hf_import))
+
+
+_register_builtin_families()
