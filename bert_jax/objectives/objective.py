@@ -21,6 +21,9 @@ class Objective:
     weights: Callable[[dict], Sums]
     # Metrics whose ratios add up to the training loss.
     loss_terms: tuple[str, ...]
+    # The metrics the progress line, the eval line and the plots show besides the loss: an
+    # objective without an MLM head (replaced-token detection) names its own.
+    headline: tuple[str, ...] = ("mlm_accuracy",)
 
     def loss(self, sums: Sums, weights: Sums) -> jax.Array:
         return sum(sums[k] / jax.numpy.maximum(weights[k], 1e-9) for k in self.loss_terms)

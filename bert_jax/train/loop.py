@@ -53,10 +53,13 @@ def _host_metrics(pending: list, nan_policy: str) -> dict:
     return out
 
 
-def _log_progress(step: int, num_steps: int, row: dict) -> None:
+def _headline(row: dict, split: str, objective) -> str:
+    return " | ".join(f"{name} {row[f'{split}/{name}']:.4f}" for name in ("loss",) + objective.headline)
+
+
+def _log_progress(step: int, num_steps: int, row: dict, objective) -> None:
     logging.info(
-        "step %d/%d | loss %.4f | mlm_acc %.4f | %.0f tok/s | MFU %.2f%% | ETA %s",
-        step, num_steps, row["train/loss"], row["train/mlm_accuracy"],
+        "step %d/%d | %s | %.0f tok/s | MFU %.2f%% | ETA %s", step, num_steps, _headline(row, "train", objective),
         row["perf/tokens_per_s"], 100 * row["perf/mfu"], perf.format_duration(row["perf/eta_s"]),
     )
 
@@ -190,17 +193,15 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
                     row.update(meter.measure(step))
                     writer.write(step, row)
                     last_metrics.update(row)
-                    _log_progress(step, t_cfg.num_steps, row)
+                    _log_progress(step, t_cfg.num_steps, row, objective)
                 if step % t_cfg.eval_every_steps == 0 or is_last:
                     row = _evaluate(program.eval_step, state.params, eval_batches, objective)
                     row["eval/most_frequent_token_accuracy"] = baseline
                     writer.write(step, row)
                     last_metrics.update(row)
-                    logging.info(
-                        "eval step %d | loss %.4f | mlm_acc %.4f (always-most-frequent-token: %.4f)",
-                        step, row["eval/loss"], row["eval/mlm_accuracy"], baseline,
-                    )
-                    writer.plot()
+                    logging.info("eval step %d | %s (MLM always-most-frequent-token: %.4f)",
+                                 step, _headline(row, "eval", objective), baseline)
+                    writer.plot(("loss",) + objective.headline)
                     meter.start(step)  # eval time is not train time
                 preempted = watch.should_stop(step)
                 if step % config.checkpoint.every_steps == 0 or is_last or preempted:
@@ -216,6 +217,6 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
             ckpt.wait_until_finished(manager)
         finally:
             manager.close()
-            writer.plot()
+            writer.plot(("loss",) + objective.headline)
             writer.close()
     return last_metrics

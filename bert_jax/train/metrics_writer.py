@@ -79,8 +79,8 @@ class MetricsWriter:
             for events in local_tb.iterdir():
                 paths.copy_file(events, self.workdir / TENSORBOARD_DIR / events.name)
 
-    def plot(self) -> None:
-        """Learning curves of every train/ and eval/ key, one PNG each, from metrics.jsonl."""
+    def plot(self, names: tuple[str, ...] = ("loss", "mlm_accuracy")) -> None:
+        """Learning curves of the named metrics, train and eval, one PNG each, from metrics.jsonl."""
         if not (self.active and self.plots_dir and self.path.exists()):
             return
         import io
@@ -91,7 +91,7 @@ class MetricsWriter:
         import matplotlib.pyplot as plt
 
         rows = read_rows(self.path)
-        for name in ("loss", "mlm_accuracy"):
+        for name in names:
             fig, ax = plt.subplots(figsize=(6, 4))
             for split in ("train", "eval"):
                 key = f"{split}/{name}"
