@@ -113,6 +113,35 @@ def attention_mask_from_batch(attention_mask: jax.Array, segment_ids: jax.Array 
     return AttentionMask(jnp.where(real, ids, -1).astype(jnp.int32), packed=segment_ids is not None)
 
 
+class Attend(nn.Module):
+    """The chosen kernel over projected heads, with every mask: the part each family's attention shares.
+
+    A family whose projections differ (fused QKV, rotary positions) projects its own q, k, v
+    and calls this, so all of them get the same kernels and mask handling.
+    """
+
+    config: Any  # num_heads, attention_impl (resolved), attention_dropout_rate, splash_interpret
+    window: int | None = None  # attend to at most `window` tokens either side (None: all)
+
+    @nn.compact
+    def __call__(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask,
+                 deterministic: bool) -> jax.Array:
+        """q, k, v: [batch, length, heads, head_dim] -> context [batch, length, heads, head_dim]."""
+        cfg = self.config
+        impl = cfg.attention_impl
+        if impl == "xla":
+            dropout = None
+            if cfg.attention_dropout_rate > 0 and not deterministic:
+                dropout = lambda p: nn.Dropout(cfg.attention_dropout_rate)(p, deterministic=False)  # noqa: E731
+            return kernels.xla_attention(q, k, v, mask.segments, self.window, dropout)
+        if impl == "cudnn":
+            return kernels.cudnn_attention(q, k, v, mask.segments, self.window, mask.packed)
+        if impl == "splash":
+            return kernels.splash_attention(q, k, v, mask.segments, self.window, cfg.splash_interpret)
+        raise ValueError(f"attention_impl={impl!r} reached the module unresolved; build models through "
+                         "the family registry (it resolves 'auto')")
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention: query/key/value projections, the chosen kernel, the output projection."""
 
@@ -131,19 +160,7 @@ class SelfAttention(nn.Module):
         )
         axes = ("batch", "length", "heads", "kv")
         q, k, v = (nn.with_logical_constraint(dense(name)(x), axes) for name in ("query", "key", "value"))
-        impl = cfg.attention_impl
-        if impl == "xla":
-            dropout = None
-            if cfg.attention_dropout_rate > 0 and not deterministic:
-                dropout = lambda p: nn.Dropout(cfg.attention_dropout_rate)(p, deterministic=False)  # noqa: E731
-            context = kernels.xla_attention(q, k, v, mask.segments, self.window, dropout)
-        elif impl == "cudnn":
-            context = kernels.cudnn_attention(q, k, v, mask.segments, self.window, mask.packed)
-        elif impl == "splash":
-            context = kernels.splash_attention(q, k, v, mask.segments, self.window, cfg.splash_interpret)
-        else:
-            raise ValueError(f"attention_impl={impl!r} reached the module unresolved; build models through "
-                             "the family registry (it resolves 'auto')")
+        context = Attend(cfg, self.window, name="attend")(q, k, v, mask, deterministic)
         context = nn.with_logical_constraint(context, axes)
         return Dense(
             (heads, head_dim), (cfg.hidden_size,), ("heads", "kv", "embed"),
