@@ -8,7 +8,9 @@ from data_pipelines import pipeline
 
 def validate_config(config, num_processes: int = 1) -> None:
     m, d, t = config.model, config.data, config.train
-    get_family(m.family)  # unknown family: lists the known ones
+    family = get_family(m.family)  # unknown family: lists the known ones
+    if family.validate_config is not None:
+        family.validate_config(config)
     choose_kernel(m)  # an attention kernel this platform cannot run, or that cannot apply the dropout
     if m.hidden_size % m.num_heads:
         raise ValueError(

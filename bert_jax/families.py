@@ -25,6 +25,9 @@ class Family:
     # hf_import(state dict, HF config.json dict, model_cfg, fallback_params) -> (params, report with
     # .kept_from_fallback and .unused lists of HF tensor names)
     hf_import: Callable[..., tuple[dict, Any]] | None = None
+    # Optional checks of the family's own config keys, run by config validation before anything compiles:
+    # validate_config(config) raises ValueError naming the key.
+    validate_config: Callable[..., None] | None = None
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -58,6 +61,13 @@ def _register_builtin_families() -> None:
     ):
         register_family(Family(name=name, build_model=build, objective=objective,
                                hf_export=converter.hf_export, hf_import=converter.hf_import))
+
+    from bert_jax.checkpoint import hf_modernbert
+    from bert_jax.models import modernbert
+
+    register_family(Family(name="modernbert", build_model=modernbert.build_modernbert, objective=MLM_PRETRAINING,
+                           hf_export=hf_modernbert.hf_export, hf_import=hf_modernbert.hf_import,
+                           validate_config=modernbert.validate_config))
 
 
 _register_builtin_families()

@@ -22,6 +22,11 @@ LINEAR = "linear"  # our [in, out] kernel is torch's [out, in] weight, transpose
 HEADS_IN = "heads_in"  # q/k/v kernel [embed, heads, head_dim] <-> weight [heads*head_dim, embed]
 HEADS_BIAS = "heads_bias"  # q/k/v bias [heads, head_dim] <-> [heads*head_dim]
 HEADS_OUT = "heads_out"  # output kernel [heads, head_dim, embed] <-> weight [embed, heads*head_dim]
+# Fused projections (ModernBERT): kernel [embed, parts, ...] <-> weight [parts*..., embed], bias [parts, ...] <-> flat.
+QKV_IN = "qkv_in"  # [embed, 3, heads, head_dim]
+QKV_BIAS = "qkv_bias"  # [3, heads, head_dim]
+GLU_IN = "glu_in"  # [embed, 2, intermediate]: GeGLU's input and gate halves
+GLU_BIAS = "glu_bias"  # [2, intermediate]
 
 # Parts of the model: an `encoder` tensor must be in every checkpoint we import; a
 # `head` tensor (pooler, MLM, NSP) may be absent, as in BertModel-only checkpoints.
@@ -102,9 +107,9 @@ def _to_hf(array: np.ndarray, layout: str) -> np.ndarray:
         return array
     if layout == LINEAR:
         return array.T
-    if layout == HEADS_IN:
+    if layout in (HEADS_IN, QKV_IN, GLU_IN):
         return array.reshape(array.shape[0], -1).T
-    if layout == HEADS_BIAS:
+    if layout in (HEADS_BIAS, QKV_BIAS, GLU_BIAS):
         return array.reshape(-1)
     if layout == HEADS_OUT:
         return array.reshape(-1, array.shape[-1]).T
@@ -122,6 +127,14 @@ def _from_hf(array: np.ndarray, layout: str, num_heads: int) -> np.ndarray:
         return array.reshape(num_heads, -1)
     if layout == HEADS_OUT:
         return array.T.reshape(num_heads, -1, array.shape[0])
+    if layout == QKV_IN:
+        return array.T.reshape(array.shape[1], 3, num_heads, -1)
+    if layout == QKV_BIAS:
+        return array.reshape(3, num_heads, -1)
+    if layout == GLU_IN:
+        return array.T.reshape(array.shape[1], 2, -1)
+    if layout == GLU_BIAS:
+        return array.reshape(2, -1)
     raise ValueError(f"unknown layout {layout!r}")
 
 

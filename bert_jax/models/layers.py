@@ -68,6 +68,7 @@ class LayerNorm(nn.Module):
     epsilon: float = 1e-12
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
+    use_bias: bool = True  # False: scale only (ModernBERT's norm_bias=False)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -75,6 +76,7 @@ class LayerNorm(nn.Module):
             epsilon=self.epsilon,
             dtype=self.dtype,
             param_dtype=self.param_dtype,
+            use_bias=self.use_bias,
             scale_init=logical(nn.initializers.ones, ("embed",)),
             bias_init=logical(nn.initializers.zeros, ("embed",)),
             name="norm",

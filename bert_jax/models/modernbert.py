@@ -1,0 +1,273 @@
+"""ModernBERT (Warner et al. 2024): pre-LN, rotary positions, GeGLU, alternating local/global attention.
+
+The module follows transformers' `ModernBertForMaskedLM`, so that weights move both ways:
+- embeddings: token embedding, LayerNorm, dropout; no absolute positions, no token types;
+- pre-LN layers: x += Wo(attn(attn_norm(x))); x += Wo(act(in) * gate)(mlp_norm(x)), with a
+  fused Wqkv and a GeGLU Wi projecting to 2 x intermediate; layer 0 has no attn_norm (its input
+  is the embedding norm's output), and a final norm follows the last layer;
+- rotary positions on q and k (half-split rotation, as HF's `rotate_half`), theta
+  `global_rope_theta` on global layers and `local_rope_theta` on local ones, read at
+  `position_ids`: packed rows restart them per document;
+- layer i is global when i % global_attn_every_n_layers == 0, else local: it sees
+  `local_attention // 2` tokens either side (HF's `sliding_window`, |q - k| <= 64 for 128),
+  and never across a document (the window combines with the segment mask in `Attend`);
+- the MLM head (dense, act, norm, then the decoder tied to the embeddings with its own bias)
+  only at the masked positions.
+
+Layout: `encoder/first_layer` (HF layer 0, no attn_norm) and `encoder/layers` scanned over the
+other num_layers - 1 (or `layers_0` ... unrolled: `layers_i` is HF layer i + 1). Local and global
+layers share one scanned body: whether a layer is global enters the scan as a per-layer input,
+which picks theta and, through `nn.cond`, the attention with or without its (static) window, so
+every kernel, splash included, sees a static window.
+"""
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.models.attention import Attend, attention_mask_from_batch, choose_kernel
+from bert_jax.models.bert import DTYPES, gather_positions, tied_mlm_logits
+from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm
+from bert_jax.models.transformer import REMAT_POLICIES
+
+
+@dataclasses.dataclass(frozen=True)
+class ModernBertConfig:
+    """The model's hyper-parameters, frozen and hashable; defaults are ModernBERT-base's."""
+
+    vocab_size: int = 50368
+    hidden_size: int = 768
+    num_layers: int = 22
+    num_heads: int = 12
+    intermediate_size: int = 1152
+    max_position_embeddings: int = 8192
+    dropout_rate: float = 0.0  # after the embeddings and inside the MLP (HF embedding_dropout, mlp_dropout)
+    attention_dropout_rate: float = 0.0  # on attention probabilities and after Wo (HF attention_dropout)
+    layer_norm_eps: float = 1e-5
+    initializer_range: float = 0.02
+    initializer_cutoff_factor: float = 2.0
+    hidden_act: str = "gelu"  # the MLP's and the head's activation (HF hidden_activation, classifier_activation)
+    local_attention: int = 128  # a local layer's whole window: local_attention // 2 tokens either side
+    global_attn_every_n_layers: int = 3
+    global_rope_theta: float = 160_000.0
+    local_rope_theta: float = 10_000.0
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    norm_bias: bool = False
+    decoder_bias: bool = True
+    classifier_bias: bool = False  # the MLM head's dense layer
+    pad_token_id: int = 0
+    scan_layers: bool = True
+    remat_policy: str = "none"
+    attention_impl: str = "xla"
+    splash_interpret: bool = False
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+
+    @classmethod
+    def from_config(cls, model_cfg) -> "ModernBertConfig":
+        """Builds from `config.model`; keys this dataclass does not know (e.g. `family`) are ignored."""
+        check_model_config(model_cfg)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in model_cfg.items() if k in fields}
+        for key in ("dtype", "param_dtype"):
+            if key in values:
+                if values[key] not in DTYPES:
+                    raise ValueError(f"config.model.{key}={values[key]!r}; expected one of {sorted(DTYPES)}")
+                values[key] = DTYPES[values[key]]
+        values["attention_impl"] = choose_kernel(model_cfg).impl
+        return cls(**values)
+
+    def is_global(self, layer: int) -> bool:
+        return layer % self.global_attn_every_n_layers == 0
+
+
+def check_model_config(model_cfg) -> None:
+    """The keys ModernBERT adds, checked before anything is built; errors name the key."""
+    get = model_cfg.get
+    every = get("global_attn_every_n_layers", 3)
+    if every < 1:
+        raise ValueError(f"config.model.global_attn_every_n_layers={every} must be >= 1 (1: every layer global)")
+    local = get("local_attention", 128)
+    if local < 2 or local % 2:
+        raise ValueError(f"config.model.local_attention={local} must be an even number >= 2: the window is "
+                         f"local_attention // 2 tokens either side, as in Hugging Face's ModernBERT")
+    if get("num_layers", 22) < 2:
+        raise ValueError(f"config.model.num_layers={get('num_layers')} must be >= 2")
+    for key in ("hidden_act",):
+        if get(key, "gelu") not in ACTIVATIONS:
+            raise ValueError(f"config.model.{key}={get(key)!r}; expected one of {sorted(ACTIVATIONS)}")
+    if get("remat_policy", "none") not in REMAT_POLICIES:
+        raise ValueError(f"config.model.remat_policy={get('remat_policy')!r}; expected one of "
+                         f"{sorted(REMAT_POLICIES)}")
+
+
+def rotary(x: jax.Array, positions: jax.Array, theta) -> jax.Array:
+    """x: [batch, length, heads, head_dim] rotated by positions [batch, length] at base `theta` (a float or a
+    traced scalar), in float32 as HF's apply_rotary_pos_emb; the halves rotate together (`rotate_half`)."""
+    dim = x.shape[-1]
+    inv_freq = 1.0 / (jnp.asarray(theta, jnp.float32) ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
+    freqs = positions[..., None].astype(jnp.float32) * inv_freq
+    angles = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]
+    x32 = x.astype(jnp.float32)
+    first, second = jnp.split(x32, 2, axis=-1)
+    rotated = jnp.concatenate([-second, first], axis=-1)
+    return (x32 * jnp.cos(angles) + rotated * jnp.sin(angles)).astype(x.dtype)
+
+
+def _init(std: float, cutoff: float):
+    # HF's trunc_normal_(std, a=-cutoff*std, b=cutoff*std); jax's stddev is that of the truncated draw.
+    return nn.initializers.truncated_normal(std, lower=-cutoff, upper=cutoff)
+
+
+class ModernBertLayer(nn.Module):
+    """One pre-LN layer; `is_global` picks theta and the window (a Python bool unrolled, a traced one scanned)."""
+
+    config: ModernBertConfig
+    attn_norm: bool = True  # False for layer 0, as HF (its input is already the embedding norm's output)
+
+    @nn.compact
+    def __call__(self, x: jax.Array, mask, positions: jax.Array, is_global, deterministic: bool):
+        cfg = self.config
+        heads, head_dim = cfg.num_heads, cfg.hidden_size // cfg.num_heads
+        std_in = _init(cfg.initializer_range, cfg.initializer_cutoff_factor)
+        std_out = _init(cfg.initializer_range / np.sqrt(2.0 * cfg.num_layers), cfg.initializer_cutoff_factor)
+        norm = lambda name: LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, cfg.norm_bias,  # noqa: E731
+                                      name=name)
+        dense = lambda shape_in, shape_out, axes, bias, init, name: Dense(  # noqa: E731
+            shape_in, shape_out, axes, use_bias=bias, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            kernel_init=init, name=name)
+        h = norm("attn_norm")(x) if self.attn_norm else x
+        qkv = dense((cfg.hidden_size,), (3, heads, head_dim), ("embed", None, "heads", "kv"), cfg.attention_bias,
+                    std_in, "Wqkv")(h)
+        axes = ("batch", "length", "heads", "kv")
+        theta = jnp.where(is_global, cfg.global_rope_theta, cfg.local_rope_theta)
+        q = nn.with_logical_constraint(rotary(qkv[:, :, 0], positions, theta), axes)
+        k = nn.with_logical_constraint(rotary(qkv[:, :, 1], positions, theta), axes)
+        v = nn.with_logical_constraint(qkv[:, :, 2], axes)
+        window = cfg.local_attention // 2
+        if isinstance(is_global, (bool, np.bool_)):
+            context = Attend(cfg, None if is_global else window, name="attend")(q, k, v, mask, deterministic)
+        else:
+            context = nn.cond(
+                is_global,
+                lambda mdl, *a: Attend(cfg, None, name="attend_global")(*a, deterministic),
+                lambda mdl, *a: Attend(cfg, window, name="attend_local")(*a, deterministic),
+                self, q, k, v, mask,
+            )
+        context = nn.with_logical_constraint(context, axes)
+        h = dense((heads, head_dim), (cfg.hidden_size,), ("heads", "kv", "embed"), cfg.attention_bias, std_out,
+                  "attn_out")(context)
+        x = x + nn.Dropout(cfg.attention_dropout_rate)(h, deterministic=deterministic)
+
+        h = dense((cfg.hidden_size,), (2, cfg.intermediate_size), ("embed", None, "mlp"), cfg.mlp_bias, std_in,
+                  "Wi")(norm("mlp_norm")(x))
+        h = ACTIVATIONS[cfg.hidden_act](h[:, :, 0]) * h[:, :, 1]
+        h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
+        h = nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+        h = dense((cfg.intermediate_size,), (cfg.hidden_size,), ("mlp", "embed"), cfg.mlp_bias, std_out, "mlp_out")(h)
+        return nn.with_logical_constraint(x + h, ("batch", "length", "embed")), None
+
+
+class ModernBertEncoder(nn.Module):
+    """Embeddings, layer 0, the other layers (scanned or unrolled), the final norm: HF's ModernBertModel."""
+
+    config: ModernBertConfig
+
+    def setup(self):
+        cfg = self.config
+        norm = lambda: LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, cfg.norm_bias)  # noqa: E731
+        self.tok_embeddings = Embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"), cfg.dtype, cfg.param_dtype,
+                                    _init(cfg.initializer_range, cfg.initializer_cutoff_factor))
+        self.embedding_norm = norm()
+        self.final_norm = norm()
+        self.embedding_dropout = nn.Dropout(cfg.dropout_rate)
+        layer = ModernBertLayer
+        if cfg.remat_policy != "none":
+            # Counting self: deterministic is argument 5; unrolled, is_global (4) is a static Python bool too.
+            static = (5,) if cfg.scan_layers else (4, 5)
+            layer = nn.remat(layer, policy=REMAT_POLICIES[cfg.remat_policy], prevent_cse=not cfg.scan_layers,
+                             static_argnums=static)
+        self.first_layer = layer(cfg, attn_norm=False)
+        if cfg.scan_layers:
+            self.layers = nn.scan(
+                layer,
+                variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=(nn.broadcast, nn.broadcast, 0, nn.broadcast),
+                length=cfg.num_layers - 1,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )(cfg)
+        else:
+            self.layers = [layer(cfg, name=f"layers_{n}") for n in range(cfg.num_layers - 1)]
+
+    def __call__(self, input_ids, attention_mask, position_ids=None, segment_ids=None,
+                 deterministic: bool = True) -> jax.Array:
+        """[batch, length] int inputs -> hidden states [batch, length, hidden] after the final norm.
+
+        Without `position_ids` positions are 0..length-1; packed rows pass positions restarting per document.
+        """
+        cfg = self.config
+        if position_ids is None:
+            position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+        x = self.embedding_norm(self.tok_embeddings(input_ids))
+        x = self.embedding_dropout(x, deterministic=deterministic)
+        x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+        mask = attention_mask_from_batch(attention_mask, segment_ids)
+        x, _ = self.first_layer(x, mask, position_ids, cfg.is_global(0), deterministic)
+        rest = range(1, cfg.num_layers)
+        if cfg.scan_layers:
+            is_global = jnp.array([cfg.is_global(i) for i in rest])
+            x, _ = self.layers(x, mask, position_ids, is_global, deterministic)
+        else:
+            for layer, i in zip(self.layers, rest):
+                x, _ = layer(x, mask, position_ids, cfg.is_global(i), deterministic)
+        return self.final_norm(x)
+
+
+class ModernBertForMaskedLM(nn.Module):
+    """Encoder + the MLM head at the masked positions: dense, act, norm, decoder tied to tok_embeddings + bias."""
+
+    config: ModernBertConfig
+
+    def setup(self):
+        cfg = self.config
+        self.encoder = ModernBertEncoder(cfg)
+        std_out = _init(cfg.initializer_range / np.sqrt(2.0 * cfg.num_layers), cfg.initializer_cutoff_factor)
+        self.head_dense = Dense((cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), use_bias=cfg.classifier_bias,
+                                dtype=cfg.dtype, param_dtype=cfg.param_dtype, kernel_init=std_out)
+        self.head_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, cfg.norm_bias)
+        if cfg.decoder_bias:
+            self.mlm_bias = self.param("mlm_output_bias", nn.with_logical_partitioning(nn.initializers.zeros,
+                                                                                       ("vocab",)),
+                                       (cfg.vocab_size,), cfg.param_dtype)
+
+    def __call__(self, batch: dict, deterministic: bool = True) -> dict:
+        """batch: input_ids, attention_mask, masked_positions; optional position_ids, segment_ids (packed rows).
+
+        Returns mlm_logits [batch, predictions, vocab] (float32). `token_type_ids` is ignored.
+        """
+        cfg = self.config
+        hidden = self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("position_ids"),
+                              batch.get("segment_ids"), deterministic)
+        h = gather_positions(hidden, batch["masked_positions"])
+        bias = self.mlm_bias if cfg.decoder_bias else jnp.zeros((cfg.vocab_size,), cfg.dtype)
+        logits = tied_mlm_logits(h, self.head_dense, ACTIVATIONS[cfg.hidden_act], self.head_norm,
+                                 self.encoder.tok_embeddings, bias, cfg.dtype)
+        return {"mlm_logits": logits}
+
+
+def build_modernbert(model_cfg) -> nn.Module:
+    return ModernBertForMaskedLM(ModernBertConfig.from_config(model_cfg))
+
+
+def validate_config(config) -> None:
+    """The family's checks on the whole config (bert_jax.config_validation runs them before compiling)."""
+    check_model_config(config.model)
+    local, length = config.model.get("local_attention", 128), config.data.max_seq_length
+    if local > length:
+        raise ValueError(f"config.model.local_attention={local} is larger than the sequence "
+                         f"(config.data.max_seq_length={length}): every layer would be global; lower it")
