@@ -94,6 +94,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.learning_rate = 1e-4
     c.train.warmup_steps = 10_000
     c.train.end_learning_rate = 0.0
+    # Learning-rate schedule (bert_jax/train/optimizer.py), all after a linear warmup: linear | wsd
+    # (warmup-stable-decay, 1-sqrt decay over the last decay_fraction of num_steps) | cosine.
+    c.train.schedule = "linear"
+    c.train.decay_fraction = 0.1  # wsd only
     c.train.b1 = 0.9
     c.train.b2 = 0.999
     c.train.eps = 1e-6

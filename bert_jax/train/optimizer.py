@@ -1,18 +1,42 @@
 """Optimizer and learning-rate schedule, all from optax."""
 import jax
+import jax.numpy as jnp
 import optax
 
 OPTIMIZERS = ("adamw", "lamb")
 
 
+SCHEDULES = ("linear", "wsd", "cosine")
+
+
 def learning_rate_schedule(train_cfg) -> optax.Schedule:
-    """Linear warmup from 0 to the peak, then linear decay to `end_learning_rate` at `num_steps` (BERT's)."""
-    warmup = optax.linear_schedule(0.0, train_cfg.learning_rate, max(train_cfg.warmup_steps, 1))
-    decay = optax.linear_schedule(
-        train_cfg.learning_rate, train_cfg.end_learning_rate,
-        max(train_cfg.num_steps - train_cfg.warmup_steps, 1),
-    )
-    return optax.join_schedules([warmup, decay], [train_cfg.warmup_steps])
+    """`config.train.schedule`, each with a linear warmup from 0 to the peak over `warmup_steps`:
+
+    linear  then linear decay to `end_learning_rate` at `num_steps` (BERT's; the default)
+    wsd     warmup-stable-decay (ModernBERT's trapezoid): the peak until the last `decay_fraction` of
+            `num_steps`, then a 1-sqrt decay to `end_learning_rate` (Hägele et al. 2024)
+    cosine  then a cosine decay to `end_learning_rate` at `num_steps`
+    """
+    kind = train_cfg.get("schedule", "linear")
+    peak, end, total, warmup = (train_cfg.learning_rate, train_cfg.end_learning_rate, train_cfg.num_steps,
+                                train_cfg.warmup_steps)
+    ramp = optax.linear_schedule(0.0, peak, max(warmup, 1))
+    if kind == "linear":
+        decay = optax.linear_schedule(peak, end, max(total - warmup, 1))
+        return optax.join_schedules([ramp, decay], [warmup])
+    if kind == "cosine":
+        return optax.warmup_cosine_decay_schedule(0.0, peak, warmup, max(total, warmup + 1), end)
+    if kind == "wsd":
+        fraction = train_cfg.get("decay_fraction", 0.1)
+        if not 0 < fraction <= 1:
+            raise ValueError(f"config.train.decay_fraction={fraction} must be in (0, 1]")
+        decay_steps = max(int(round(fraction * total)), 1)
+        stable_until = max(total - decay_steps, warmup)
+        # 1-sqrt from the peak to `end`; optax's polynomial_schedule gives (1 - t/T)^p, not 1 - (t/T)^p.
+        sqrt_decay = lambda step: end + (peak - end) * (  # noqa: E731
+            1.0 - jnp.sqrt(jnp.clip(step / decay_steps, 0.0, 1.0)))
+        return optax.join_schedules([ramp, optax.constant_schedule(peak), sqrt_decay], [warmup, stable_until])
+    raise ValueError(f"config.train.schedule={kind!r}; expected one of {SCHEDULES}")
 
 
 def decay_mask(params):
