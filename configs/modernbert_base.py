@@ -59,7 +59,7 @@ def set_modernbert(c) -> None:
     c.model.norm_bias = False
     c.model.decoder_bias = True
     c.model.classifier_bias = False
-    c.model.pad_token_id = 0  # [PAD] is the tokenizer's first special
+    c.model.pad_token_id = 1  # the bpe kind numbers its specials [CLS]=0 [PAD]=1 [SEP]=2 [UNK]=3 [MASK]=4
 
     c.data.tokenizer.kind = "bpe"
     c.data.tokenizer.special_tokens = "[PAD],[UNK],[CLS],[SEP],[MASK]"

@@ -1,4 +1,4 @@
-"""RoBERTa and ALBERT end to end: the tiny configs pre-train (the loss falls), export to a Hugging Face folder
+"""RoBERTa, ALBERT and ModernBERT end to end: the tiny configs pre-train (the loss falls), export to a Hugging Face folder
 that transformers loads (AutoModelForMaskedLM, AutoModel, AutoTokenizer) with our logits, and a run can
 start from that folder (`config.init_from_hf`).
 """
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import configs.albert_base
+import configs.modernbert_base
 import configs.roberta_base
 from bert_jax.export import export, load_workdir_config, restore_params
 from bert_jax.families import get_family
@@ -20,8 +21,12 @@ transformers = pytest.importorskip("transformers")
 from numerics import TRANSFORMERS, relative_error  # noqa: E402
 from test_pretrain import train_losses  # noqa: E402
 
-CONFIGS = {"roberta": configs.roberta_base, "albert": configs.albert_base}
+CONFIGS = {"roberta": configs.roberta_base, "albert": configs.albert_base, "modernbert": configs.modernbert_base}
 STEPS = 40
+# Families whose run goes with -m slow only, to keep the default suite within its time budget
+# (ModernBERT's: ~70 s on a loaded 2-core CPU, training, export and the transformers reload).
+SLOW_FAMILIES = ("modernbert",)
+FAMILIES = [pytest.param(f, marks=pytest.mark.slow) if f in SLOW_FAMILIES else f for f in sorted(CONFIGS)]
 
 
 def micro_config(family: str):
@@ -44,7 +49,7 @@ def micro_config(family: str):
     return c
 
 
-@pytest.fixture(scope="module", params=sorted(CONFIGS))
+@pytest.fixture(scope="module", params=FAMILIES)
 def exported(request, tmp_path_factory):
     """A micro pre-training run of the family, exported to a Hugging Face folder."""
     family = request.param

@@ -140,3 +140,29 @@ def test_an_hf_config_that_disagrees_names_the_key():
     hf_cfg = hf_modernbert.hf_config(modernbert_config(local_attention=16))
     with pytest.raises(ValueError, match=r"config\.model\.local_attention=8 .* local_attention=16"):
         get_family("modernbert").hf_import({}, hf_cfg, model_cfg, None)
+
+
+def test_modernbert_bpe_tokenizer_exports_to_auto_tokenizer_with_the_same_ids(tmp_path):
+    """The configs' tokenizer: the project's byte-level BPE with ModernBERT's specials [CLS] [SEP] [MASK] [PAD] [UNK]."""
+    import configs.modernbert_base
+    from data_pipelines import tokenizer as tokenizer_lib
+    from data_pipelines import tokenizer_training
+    from test_data_tokenizer import SENTENCE, sample_lines
+
+    tok_cfg = configs.modernbert_base.get_config("tiny").data.tokenizer
+    specials = tokenizer_lib.parse_specials(tok_cfg.kind, tok_cfg.special_tokens)
+    tokenizer = tokenizer_training.train_byte_bpe(sample_lines()[:300], 400, specials=specials)
+    tokenizer.save(str(tmp_path / "tok"))
+    model_cfg = modernbert_config(vocab_size=tokenizer.get_vocab_size(), pad_token_id=1)
+    params = random_params(get_family("modernbert").build_model(model_cfg), batch_of())
+    state, hf_cfg = get_family("modernbert").hf_export(params, model_cfg)
+    hf_folder.write_hf_folder(str(tmp_path / "hf"), state, hf_cfg, str(tmp_path / "tok"))
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    ids = tokenizer_lib.special_ids(tokenizer)
+    assert (hf.cls_token, hf.sep_token, hf.mask_token, hf.pad_token, hf.unk_token) == (
+        "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]")
+    assert (hf.cls_token_id, hf.sep_token_id, hf.mask_token_id, hf.pad_token_id, hf.unk_token_id) == (
+        ids.cls, ids.sep, ids.mask, ids.pad, ids.unk)
+    assert hf.pad_token_id == model_cfg.pad_token_id
+    (ours,) = tokenizer.encode_ids([SENTENCE])
+    assert hf(SENTENCE)["input_ids"] == [ids.cls, *ours.tolist(), ids.sep]
