@@ -64,3 +64,14 @@ def test_cosine_and_linear_end_at_end_learning_rate():
         schedule("step")
     with pytest.raises(ValueError, match=r"config\.train\.decay_fraction=0"):
         schedule("wsd", decay_fraction=0)
+
+
+def test_auto_attention_avoids_cudnn_for_the_local_window_and_cudnn_fails_naming_the_key():
+    from bert_jax.models.attention import choose_kernel
+
+    model = tiny(dtype="bfloat16").model
+    assert choose_kernel(model, platform="gpu", window=True).impl == "xla"
+    assert choose_kernel(model, platform="gpu").impl == "cudnn"  # families without windows keep cuDNN
+    model.attention_impl = "cudnn"
+    with pytest.raises(ValueError, match=r"attention_impl='cudnn' cannot apply .*config\.model\.local_attention"):
+        choose_kernel(model, platform="gpu", window=True)

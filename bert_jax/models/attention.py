@@ -42,12 +42,13 @@ def platform_name() -> str:
     return backend
 
 
-def choose_kernel(model_cfg, platform: str | None = None) -> KernelChoice:
+def choose_kernel(model_cfg, platform: str | None = None, window: bool = False) -> KernelChoice:
     """Resolves `config.model.attention_impl` for `platform`, or fails naming the key and the platform.
 
     Called by config validation and when the model is built, before anything compiles.
     `model_cfg` is `config.model`: attention_impl, attention_dropout_rate, splash_interpret,
-    dtype, hidden_size, num_heads.
+    dtype, hidden_size, num_heads. `window`: the model has sliding-window layers, which
+    cuDNN cannot apply (jax 0.10 takes only a causal window).
     """
     get = model_cfg.get
     impl = get("attention_impl", "auto")
@@ -65,6 +66,8 @@ def choose_kernel(model_cfg, platform: str | None = None) -> KernelChoice:
                                        "fused kernels cannot drop attention probabilities")
         if platform == "tpu":
             return KernelChoice("splash", "TPU: Pallas splash attention")
+        if platform == "gpu" and window:
+            return KernelChoice("xla", "sliding-window layers: jax's cuDNN attention takes no bidirectional window")
         if platform == "gpu" and cudnn_fits:
             return KernelChoice("cudnn", "NVIDIA GPU: cuDNN flash attention")
         if platform == "gpu":
@@ -72,6 +75,10 @@ def choose_kernel(model_cfg, platform: str | None = None) -> KernelChoice:
                                        f"(config.model.dtype={dtype.name}, head_dim={head_dim})")
         return KernelChoice("xla", f"no fused kernel on platform {platform!r}")
     if impl == "cudnn":
+        if window:
+            raise ValueError("config.model.attention_impl='cudnn' cannot apply this model's sliding window "
+                             "(config.model.local_attention): jax's cuDNN attention takes only a causal window. "
+                             "Use attention_impl='auto' or 'xla'.")
         if platform != "gpu":
             raise ValueError(f"config.model.attention_impl='cudnn' needs an NVIDIA GPU with cuDNN; this platform "
                              f"is {platform!r}. Use attention_impl='auto' or 'xla'.")

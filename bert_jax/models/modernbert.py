@@ -78,11 +78,15 @@ class ModernBertConfig:
                 if values[key] not in DTYPES:
                     raise ValueError(f"config.model.{key}={values[key]!r}; expected one of {sorted(DTYPES)}")
                 values[key] = DTYPES[values[key]]
-        values["attention_impl"] = choose_kernel(model_cfg).impl
+        values["attention_impl"] = choose_kernel(model_cfg, window=has_local_layers(model_cfg)).impl
         return cls(**values)
 
     def is_global(self, layer: int) -> bool:
         return layer % self.global_attn_every_n_layers == 0
+
+
+def has_local_layers(model_cfg) -> bool:
+    return model_cfg.get("global_attn_every_n_layers", 3) > 1 and model_cfg.get("num_layers", 22) > 1
 
 
 def check_model_config(model_cfg) -> None:
@@ -267,6 +271,7 @@ def build_modernbert(model_cfg) -> nn.Module:
 def validate_config(config) -> None:
     """The family's checks on the whole config (bert_jax.config_validation runs them before compiling)."""
     check_model_config(config.model)
+    choose_kernel(config.model, window=has_local_layers(config.model))  # cudnn cannot apply the window
     local, length = config.model.get("local_attention", 128), config.data.max_seq_length
     if local > length:
         raise ValueError(f"config.model.local_attention={local} is larger than the sequence "
