@@ -101,9 +101,8 @@ def check_model_config(model_cfg) -> None:
                          f"local_attention // 2 tokens either side, as in Hugging Face's ModernBERT")
     if get("num_layers", 22) < 2:
         raise ValueError(f"config.model.num_layers={get('num_layers')} must be >= 2")
-    for key in ("hidden_act",):
-        if get(key, "gelu") not in ACTIVATIONS:
-            raise ValueError(f"config.model.{key}={get(key)!r}; expected one of {sorted(ACTIVATIONS)}")
+    if get("hidden_act", "gelu") not in ACTIVATIONS:
+        raise ValueError(f"config.model.hidden_act={get('hidden_act')!r}; expected one of {sorted(ACTIVATIONS)}")
     if get("remat_policy", "none") not in REMAT_POLICIES:
         raise ValueError(f"config.model.remat_policy={get('remat_policy')!r}; expected one of "
                          f"{sorted(REMAT_POLICIES)}")
@@ -137,8 +136,8 @@ class ModernBertLayer(nn.Module):
     def __call__(self, x: jax.Array, mask, positions: jax.Array, is_global, deterministic: bool):
         cfg = self.config
         heads, head_dim = cfg.num_heads, cfg.hidden_size // cfg.num_heads
-        std_in = _init(cfg.initializer_range, cfg.initializer_cutoff_factor)
-        std_out = _init(cfg.initializer_range / np.sqrt(2.0 * cfg.num_layers), cfg.initializer_cutoff_factor)
+        init_in = _init(cfg.initializer_range, cfg.initializer_cutoff_factor)
+        init_out = _init(cfg.initializer_range / np.sqrt(2.0 * cfg.num_layers), cfg.initializer_cutoff_factor)
         norm = lambda name: LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, cfg.norm_bias,  # noqa: E731
                                       name=name)
         dense = lambda shape_in, shape_out, axes, bias, init, name: Dense(  # noqa: E731
@@ -146,7 +145,7 @@ class ModernBertLayer(nn.Module):
             kernel_init=init, name=name)
         h = norm("attn_norm")(x) if self.attn_norm else x
         qkv = dense((cfg.hidden_size,), (3, heads, head_dim), ("embed", None, "heads", "kv"), cfg.attention_bias,
-                    std_in, "Wqkv")(h)
+                    init_in, "Wqkv")(h)
         axes = ("batch", "length", "heads", "kv")
         theta = jnp.where(is_global, cfg.global_rope_theta, cfg.local_rope_theta)
         q = nn.with_logical_constraint(rotary(qkv[:, :, 0], positions, theta), axes)
@@ -163,16 +162,16 @@ class ModernBertLayer(nn.Module):
                 self, q, k, v, mask,
             )
         context = nn.with_logical_constraint(context, axes)
-        h = dense((heads, head_dim), (cfg.hidden_size,), ("heads", "kv", "embed"), cfg.attention_bias, std_out,
+        h = dense((heads, head_dim), (cfg.hidden_size,), ("heads", "kv", "embed"), cfg.attention_bias, init_out,
                   "attn_out")(context)
         x = x + nn.Dropout(cfg.attention_dropout_rate)(h, deterministic=deterministic)
 
-        h = dense((cfg.hidden_size,), (2, cfg.intermediate_size), ("embed", None, "mlp"), cfg.mlp_bias, std_in,
+        h = dense((cfg.hidden_size,), (2, cfg.intermediate_size), ("embed", None, "mlp"), cfg.mlp_bias, init_in,
                   "Wi")(norm("mlp_norm")(x))
         h = ACTIVATIONS[cfg.hidden_act](h[:, :, 0]) * h[:, :, 1]
         h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
         h = nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
-        h = dense((cfg.intermediate_size,), (cfg.hidden_size,), ("mlp", "embed"), cfg.mlp_bias, std_out, "mlp_out")(h)
+        h = dense((cfg.intermediate_size,), (cfg.hidden_size,), ("mlp", "embed"), cfg.mlp_bias, init_out, "mlp_out")(h)
         return nn.with_logical_constraint(x + h, ("batch", "length", "embed")), None
 
 
@@ -240,9 +239,9 @@ class ModernBertForMaskedLM(nn.Module):
     def setup(self):
         cfg = self.config
         self.encoder = ModernBertEncoder(cfg)
-        std_out = _init(cfg.initializer_range / np.sqrt(2.0 * cfg.num_layers), cfg.initializer_cutoff_factor)
+        init_out = _init(cfg.initializer_range / np.sqrt(2.0 * cfg.num_layers), cfg.initializer_cutoff_factor)
         self.head_dense = Dense((cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), use_bias=cfg.classifier_bias,
-                                dtype=cfg.dtype, param_dtype=cfg.param_dtype, kernel_init=std_out)
+                                dtype=cfg.dtype, param_dtype=cfg.param_dtype, kernel_init=init_out)
         self.head_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, cfg.norm_bias)
         if cfg.decoder_bias:
             self.mlm_bias = self.param("mlm_output_bias", nn.with_logical_partitioning(nn.initializers.zeros,
