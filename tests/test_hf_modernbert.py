@@ -128,6 +128,12 @@ def test_hf_modernbert_to_ours_to_hf_round_trips_every_tensor_exactly(scan_layer
     hf_modernbert.hf_bert.check_values_match(values, model_cfg, hf_modernbert.CONFIG_KEYS)
 
 
+def full_state(model_cfg):
+    rng = np.random.default_rng(0)
+    return {s.hf_name: rng.standard_normal(s.hf_shape).astype(np.float32)
+            for s in hf_modernbert.tensor_specs(model_cfg)}
+
+
 def test_an_hf_folder_of_another_model_type_is_refused_naming_it():
     bert_cfg = transformers.BertConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                        intermediate_size=64).to_dict()
@@ -137,6 +143,9 @@ def test_an_hf_folder_of_another_model_type_is_refused_naming_it():
 
 def test_an_hf_config_that_disagrees_names_the_key():
     model_cfg = modernbert_config()
+    two_layers = modernbert_config(num_layers=2)  # [global, local]: every n >= 2 gives these layer_types
+    assert hf_modernbert.model_config_from_hf(hf_modernbert.hf_config(two_layers))["global_attn_every_n_layers"] == 2
+    get_family("modernbert").hf_import(full_state(two_layers), hf_modernbert.hf_config(two_layers), two_layers, None)
     hf_cfg = hf_modernbert.hf_config(modernbert_config(local_attention=16))
     with pytest.raises(ValueError, match=r"config\.model\.local_attention=8 .* local_attention=16"):
         get_family("modernbert").hf_import({}, hf_cfg, model_cfg, None)
@@ -166,3 +175,16 @@ def test_modernbert_bpe_tokenizer_exports_to_auto_tokenizer_with_the_same_ids(tm
     assert hf.pad_token_id == model_cfg.pad_token_id
     (ours,) = tokenizer.encode_ids([SENTENCE])
     assert hf(SENTENCE)["input_ids"] == [ids.cls, *ours.tolist(), ids.sep]
+
+
+def test_a_missing_hf_tensor_is_named():
+    model_cfg = modernbert_config()
+    state = full_state(model_cfg)
+    del state["model.layers.1.attn.Wqkv.weight"]
+    with pytest.raises(ValueError, match=r"lacks 1 tensor.*model\.layers\.1\.attn\.Wqkv\.weight"):
+        hf_modernbert.hf_to_params(state, model_cfg)
+    # A ModernBertModel checkpoint (no `model.` prefix, no head) imports with the head kept from a fallback.
+    bare = {name[len("model."):]: array for name, array in full_state(model_cfg).items() if name.startswith("model.")}
+    fallback = hf_modernbert.hf_to_params(full_state(model_cfg), model_cfg)[0]
+    _, report = hf_modernbert.hf_to_params(bare, model_cfg, fallback)
+    assert sorted(report.kept_from_fallback) == ["decoder.bias", "head.dense.weight", "head.norm.weight"]

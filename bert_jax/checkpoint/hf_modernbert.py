@@ -162,5 +162,9 @@ def hf_export(params: dict, model_cfg):
 def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[dict, ImportReport]:
     """The family hook: our params from an HF state dict, after checking its config fits `model_cfg`."""
     values = model_config_from_hf(hf_cfg)
+    # With num_layers <= n only layer 0 is global, whatever n: compare the layers, not n.
+    every, layers = "global_attn_every_n_layers", values["num_layers"]
+    if layer_types(layers, values[every]) == layer_types(layers, model_cfg.get(every, 3)):
+        values[every] = model_cfg.get(every, 3)
     hf_bert.check_values_match(values, model_cfg, CONFIG_KEYS)
     return hf_to_params(state, model_cfg, fallback_params)
