@@ -95,7 +95,7 @@ def test_every_parameter_carries_logical_axis_names(batch):
 
 
 def test_unknown_family_lists_the_known_ones():
-    with pytest.raises(ValueError, match="known families: albert, bert, roberta"):
+    with pytest.raises(ValueError, match=r"known families: albert, bert, .*roberta"):
         get_family("gpt")
     assert "bert" in known_families()
     assert random_batch(1)["input_ids"].shape == (4, 16)
