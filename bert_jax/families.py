@@ -47,14 +47,15 @@ def get_family(name: str) -> Family:
 
 
 def _register_builtin_families() -> None:
-    from bert_jax.checkpoint import hf_albert, hf_bert, hf_roberta
-    from bert_jax.models import albert, bert, roberta
+    from bert_jax.checkpoint import hf_albert, hf_bert, hf_deberta_v3, hf_roberta
+    from bert_jax.models import albert, bert, deberta_v3, roberta
     from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING
 
     for name, build, objective, converter in (
         ("bert", bert.build_bert, BERT_PRETRAINING, hf_bert),
         ("roberta", roberta.build_roberta, MLM_PRETRAINING, hf_roberta),
         ("albert", albert.build_albert, ALBERT_PRETRAINING, hf_albert),
+        ("deberta_v3", deberta_v3.build_deberta_v3_mlm, MLM_PRETRAINING, hf_deberta_v3),
     ):
         register_family(Family(name=name, build_model=build, objective=objective,
                                hf_export=converter.hf_export, hf_import=converter.hf_import))

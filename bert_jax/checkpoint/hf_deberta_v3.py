@@ -1,0 +1,131 @@
+"""DeBERTa-v3 parameters <-> Hugging Face `DebertaV2ForMaskedLM` / `DebertaV2Model` state dicts and config.json.
+
+The encoder lives under `deberta.` (no prefix in DebertaV2Model folders); the legacy MLM
+head is `cls.predictions` (transform.dense, transform.LayerNorm, bias; the decoder is tied
+to the word embeddings). Pure functions on numpy arrays.
+"""
+from typing import Any
+
+from bert_jax.checkpoint import hf_bert
+from bert_jax.checkpoint.hf_bert import COPY, HEAD, HEADS_IN, HEADS_OUT, LINEAR, ImportReport, TensorSpec
+from bert_jax.models.scan_layout import SCANNED
+
+PREFIX = "deberta"
+TIED_ON_EXPORT = {
+    "cls.predictions.decoder.weight": f"{PREFIX}.embeddings.word_embeddings.weight",
+    "cls.predictions.decoder.bias": "cls.predictions.bias",
+}
+IGNORED_ON_IMPORT = (f"{PREFIX}.embeddings.position_ids",)
+
+CONFIG_KEYS = {
+    **{k: v for k, v in hf_bert.CONFIG_KEYS.items() if k != "max_position_embeddings"},
+    "position_buckets": "position_buckets",
+    "max_relative_positions": "max_relative_positions",
+    "pad_token_id": "pad_token_id",
+}
+# What DeBERTa-v3 is, in DebertaV2Config's words: the values this family implements (the first is written).
+V3_ARCHITECTURE = {
+    "relative_attention": (True,),
+    "position_biased_input": (False,),
+    "share_att_key": (True,),
+    "pos_att_type": (["p2c", "c2p"], ["c2p", "p2c"], "p2c|c2p", "c2p|p2c"),
+    "norm_rel_ebd": ("layer_norm",),
+    "conv_kernel_size": (0,),
+    "hidden_act": ("gelu",),
+    "legacy": (True,),
+}
+STATED = ("relative_attention", "position_biased_input", "share_att_key", "pos_att_type", "norm_rel_ebd")
+
+
+def encoder_specs(model_cfg, prefix: str = PREFIX) -> list[TensorSpec]:
+    """Embeddings, relative table and layers of a DebertaEncoder (`encoder/...`) under HF's `{prefix}.`."""
+    h, i_size = model_cfg.hidden_size, model_cfg.intermediate_size
+    specs = []
+    hf_bert.add_tensor(specs, f"{prefix}.embeddings.word_embeddings.weight", "encoder/word/embedding", COPY,
+                       (model_cfg.vocab_size, h))
+    if model_cfg.get("type_vocab_size", 0) > 0:
+        hf_bert.add_tensor(specs, f"{prefix}.embeddings.token_type_embeddings.weight",
+                           "encoder/token_type/embedding", COPY, (model_cfg.type_vocab_size, h))
+    hf_bert.add_norm(specs, f"{prefix}.embeddings.LayerNorm", "encoder/embedding_norm", h)
+    for layer in range(model_cfg.num_layers):
+        hf, ours = f"{prefix}.encoder.layer.{layer}", f"encoder/stack/{SCANNED}_{layer}"
+        for name in ("query", "key", "value"):
+            hf_bert.add_dense(specs, f"{hf}.attention.self.{name}_proj", f"{ours}/attention/{name}", HEADS_IN, (h, h))
+        hf_bert.add_dense(specs, f"{hf}.attention.output.dense", f"{ours}/attention/output", HEADS_OUT, (h, h))
+        hf_bert.add_norm(specs, f"{hf}.attention.output.LayerNorm", f"{ours}/attention_norm", h)
+        hf_bert.add_dense(specs, f"{hf}.intermediate.dense", f"{ours}/intermediate", LINEAR, (i_size, h))
+        hf_bert.add_dense(specs, f"{hf}.output.dense", f"{ours}/mlp_output", LINEAR, (h, i_size))
+        hf_bert.add_norm(specs, f"{hf}.output.LayerNorm", f"{ours}/mlp_norm", h)
+    hf_bert.add_tensor(specs, f"{prefix}.encoder.rel_embeddings.weight", "encoder/rel_embeddings/embedding", COPY,
+                       (2 * model_cfg.position_buckets, h))
+    hf_bert.add_norm(specs, f"{prefix}.encoder.LayerNorm", "encoder/rel_norm", h)
+    return specs
+
+
+def tensor_specs(model_cfg) -> list[TensorSpec]:
+    """Every tensor of a DebertaV2ForMaskedLM (legacy head) with `config.model`'s sizes."""
+    h = model_cfg.hidden_size
+    specs = encoder_specs(model_cfg)
+    hf_bert.add_dense(specs, "cls.predictions.transform.dense", "mlm_transform", LINEAR, (h, h), HEAD)
+    hf_bert.add_norm(specs, "cls.predictions.transform.LayerNorm", "mlm_norm", h, HEAD)
+    hf_bert.add_tensor(specs, "cls.predictions.bias", "mlm_output_bias", COPY, (model_cfg.vocab_size,), HEAD)
+    return specs
+
+
+def params_to_hf(params: dict, model_cfg) -> dict:
+    """Our DebertaV3ForMaskedLM params (scanned or unrolled) -> DebertaV2ForMaskedLM state dict."""
+    return hf_bert.specs_to_hf(params, tensor_specs(model_cfg), TIED_ON_EXPORT)
+
+
+def with_model_prefix(state: dict) -> dict:
+    """DebertaV2Model folders name the encoder's tensors without `deberta.`; ForMaskedLM ones with it."""
+    if any(name.startswith(f"{PREFIX}.") for name in state):
+        return state
+    return {name if name.startswith("cls.") else f"{PREFIX}.{name}": array for name, array in state.items()}
+
+
+def hf_to_params(state, model_cfg, fallback_params: dict | None = None) -> tuple[dict, ImportReport]:
+    """HF DebertaV2ForMaskedLM (or DebertaV2Model: head from `fallback_params`) state dict -> our params."""
+    return hf_bert.specs_to_params(with_model_prefix(state), tensor_specs(model_cfg),
+                                   set(TIED_ON_EXPORT) | set(IGNORED_ON_IMPORT), model_cfg, fallback_params)
+
+
+def hf_config(model_cfg, architecture: str = "DebertaV2ForMaskedLM") -> dict[str, Any]:
+    """A Hugging Face DebertaV2Config (DeBERTa-v3's architecture) for `config.model`."""
+    hf_cfg = hf_bert.config_json(
+        model_cfg, CONFIG_KEYS, model_type="deberta-v2", architectures=[architecture],
+        # No absolute positions are read; this only bounds inputs (transformers' default).
+        max_position_embeddings=int(model_cfg.get("max_position_embeddings", 512)),
+        **{key: values[0] for key, values in V3_ARCHITECTURE.items()},
+    )
+    hf_cfg.pop("position_embedding_type")
+    return hf_cfg
+
+
+def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
+    """config.model values read from a Hugging Face DeBERTa-v3 config.json."""
+    # transformers' defaults for these are DeBERTa-v1's (no relative attention, absolute positions):
+    # a v3 config.json states them, so they are checked as stated, never defaulted.
+    for key in STATED:
+        if hf_cfg.get(key) not in V3_ARCHITECTURE[key]:
+            raise ValueError(f"config.json {key}={hf_cfg.get(key)!r}: the deberta_v3 family implements only "
+                             f"{key}={V3_ARCHITECTURE[key][0]!r} (DeBERTa-v3)")
+    values = hf_bert.read_config_values(
+        hf_cfg, model_type="deberta-v2", family="deberta_v3", keys=CONFIG_KEYS,
+        defaults={"layer_norm_eps": 1e-7, "pad_token_id": 0, "type_vocab_size": 0, "max_relative_positions": -1},
+        implemented={key: values for key, values in V3_ARCHITECTURE.items() if key not in STATED},
+    )
+    if values["max_relative_positions"] < 1:  # transformers: -1 means max_position_embeddings
+        values["max_relative_positions"] = hf_cfg.get("max_position_embeddings", 512)
+    return values
+
+
+def hf_export(params: dict, model_cfg):
+    """The family hook: (HF state dict, HF config.json) for our params."""
+    return params_to_hf(params, model_cfg), hf_config(model_cfg)
+
+
+def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[dict, ImportReport]:
+    """The family hook: our params from an HF state dict, after checking its config fits `model_cfg`."""
+    hf_bert.check_values_match(model_config_from_hf(hf_cfg), model_cfg, CONFIG_KEYS)
+    return hf_to_params(state, model_cfg, fallback_params)
