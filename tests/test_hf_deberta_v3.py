@@ -162,3 +162,19 @@ def test_bad_relative_position_settings_and_kernels_fail_naming_the_key():
         hf_deberta_v3.model_config_from_hf({**hf_cfg, "position_biased_input": True})
     with pytest.raises(ValueError, match=r"config\.model\.position_buckets=8 but .* position_buckets=256"):
         hf_deberta_v3.hf_import({}, {**hf_cfg, "position_buckets": 256}, deberta_config(), None)
+
+
+def test_an_exported_unigram_tokenizer_loads_as_deberta_v2_tokenizer_with_the_same_ids(exported, tmp_path):
+    from data_pipelines import tokenizer_training
+    from test_data_tokenizer import SENTENCE, sample_lines
+
+    model_cfg, _, params, _ = exported
+    tokenizer = tokenizer_training.train_sentencepiece(sample_lines()[:400], 300, kind="unigram")
+    tokenizer.save(str(tmp_path / "tokenizer"))
+    state, hf_cfg = get_family("deberta_v3").hf_export(params, model_cfg)
+    hf_folder.write_hf_folder(str(tmp_path / "hf"), state, hf_cfg, str(tmp_path / "tokenizer"))
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert type(hf).__name__ == "DebertaV2Tokenizer"
+    (ids,) = tokenizer.encode_ids([SENTENCE])
+    assert hf(SENTENCE, add_special_tokens=False)["input_ids"] == ids.tolist()
+    assert (hf.pad_token_id, hf.unk_token_id, hf.cls_token_id, hf.sep_token_id, hf.mask_token_id) == (0, 1, 2, 3, 4)

@@ -96,6 +96,8 @@ def hf_config(model_cfg, architecture: str = "DebertaV2ForMaskedLM") -> dict[str
         model_cfg, CONFIG_KEYS, model_type="deberta-v2", architectures=[architecture],
         # No absolute positions are read; this only bounds inputs (transformers' default).
         max_position_embeddings=int(model_cfg.get("max_position_embeddings", 512)),
+        # Read by bert_jax.checkpoint.hf_folder when the run's tokenizer is SentencePiece (the unigram kind).
+        tokenizer_class="DebertaV2Tokenizer",
         **{key: values[0] for key, values in V3_ARCHITECTURE.items()},
     )
     hf_cfg.pop("position_embedding_type")
