@@ -105,15 +105,21 @@ class DebertaStack(nn.Module):
 
 
 class DebertaEncoder(nn.Module):
-    """Word embeddings (+ token types when type_vocab_size > 0), LayerNorm, the relative table, the stack."""
+    """Word embeddings (+ token types when type_vocab_size > 0), LayerNorm, the relative table, the stack.
+
+    `shared_word`, when given, is the word table to use instead of one of its own: anything with
+    Embed's `__call__(ids)` and `attend(x)`, e.g. a table derived from another network's (GDES).
+    """
 
     config: DebertaV3Config
+    shared_word: nn.Module | None = None
 
     def setup(self):
         cfg = self.config
         kw = dict(dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                   embedding_init=nn.initializers.normal(cfg.initializer_range))
-        self.word = Embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"), **kw)
+        if self.shared_word is None:
+            self.word = Embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"), **kw)
         if cfg.type_vocab_size > 0:
             self.token_type = Embed(cfg.type_vocab_size, cfg.hidden_size, (None, "embed"), **kw)
         self.embedding_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype)
@@ -122,14 +128,14 @@ class DebertaEncoder(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout_rate)
         self.stack = DebertaStack(cfg)
 
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, segment_ids=None,
-                 deterministic: bool = True, word_embeddings: jax.Array | None = None) -> jax.Array:
-        """input_ids, attention_mask, token_type_ids, segment_ids: [batch, length] int -> [batch, length, hidden].
+    def word_embeddings(self) -> nn.Module:
+        """The word table this encoder reads, which a tied MLM head decodes against."""
+        return self.word if self.shared_word is None else self.shared_word
 
-        word_embeddings: [batch, length, hidden] to use instead of looking `input_ids` up in this
-        encoder's table (a discriminator whose table is derived from another network's).
-        """
-        x = self.word(input_ids) if word_embeddings is None else word_embeddings.astype(self.config.dtype)
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, segment_ids=None,
+                 deterministic: bool = True) -> jax.Array:
+        """input_ids, attention_mask, token_type_ids, segment_ids: [batch, length] int -> [batch, length, hidden]."""
+        x = self.word_embeddings()(input_ids)
         if self.config.type_vocab_size > 0:
             x = x + self.token_type(jnp.zeros_like(input_ids) if token_type_ids is None else token_type_ids)
         x = self.dropout(self.embedding_norm(x), deterministic=deterministic)
@@ -167,7 +173,7 @@ class DebertaV3ForMaskedLM(nn.Module):
                               batch.get("segment_ids"), deterministic)
         h = gather_positions(hidden, batch["masked_positions"])
         logits = tied_mlm_logits(h, self.mlm_transform, ACTIVATIONS[cfg.hidden_act], self.mlm_norm,
-                                 self.encoder.word, self.mlm_bias, cfg.dtype)
+                                 self.encoder.word_embeddings(), self.mlm_bias, cfg.dtype)
         return {"mlm_logits": logits}
 
 
