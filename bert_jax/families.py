@@ -18,13 +18,18 @@ from bert_jax.objectives.objective import Objective
 class Family:
     name: str
     build_model: Callable[..., nn.Module]  # config.model -> module whose __call__(batch, deterministic) -> outputs
-    objective: Objective
+    # An Objective, or config.model -> Objective for one that reads config (ELECTRA's lambda); see objective_for.
+    objective: Objective | Callable[[Any], Objective]
     # Optional Hugging Face interop (bert_jax.export, config.init_from_hf); None: the family has none.
     # hf_export(params, model_cfg) -> (state dict of numpy arrays, HF config.json dict)
     hf_export: Callable[..., tuple[dict, dict]] | None = None
     # hf_import(state dict, HF config.json dict, model_cfg, fallback_params) -> (params, report with
     # .kept_from_fallback and .unused lists of HF tensor names)
     hf_import: Callable[..., tuple[dict, Any]] | None = None
+
+    def objective_for(self, model_cfg) -> Objective:
+        """The objective a run of `config.model` trains: the loop, eval and validation ask this."""
+        return self.objective if isinstance(self.objective, Objective) else self.objective(model_cfg)
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -59,6 +64,12 @@ def _register_builtin_families() -> None:
     ):
         register_family(Family(name=name, build_model=build, objective=objective,
                                hf_export=converter.hf_export, hf_import=converter.hf_import))
+
+    from bert_jax.models import electra
+    from bert_jax.objectives import replaced_token_detection
+
+    register_family(Family(name="electra", build_model=electra.build_electra,
+                           objective=replaced_token_detection.objective_for))
 
 
 _register_builtin_families()
