@@ -60,7 +60,6 @@ def _register_builtin_families() -> None:
         ("bert", bert.build_bert, BERT_PRETRAINING, hf_bert),
         ("roberta", roberta.build_roberta, MLM_PRETRAINING, hf_roberta),
         ("albert", albert.build_albert, ALBERT_PRETRAINING, hf_albert),
-        ("deberta_v3", deberta_v3.build_deberta_v3_mlm, MLM_PRETRAINING, hf_deberta_v3),
     ):
         register_family(Family(name=name, build_model=build, objective=objective,
                                hf_export=converter.hf_export, hf_import=converter.hf_import))
@@ -70,6 +69,9 @@ def _register_builtin_families() -> None:
 
     register_family(Family(name="electra", build_model=electra.build_electra,
                            objective=replaced_token_detection.objective_for))
+    register_family(Family(name="deberta_v3", build_model=deberta_v3.build_deberta_v3,
+                           objective=replaced_token_detection.objective_for,
+                           hf_export=hf_deberta_v3.hf_export, hf_import=hf_deberta_v3.hf_import))
 
 
 _register_builtin_families()

@@ -3,8 +3,18 @@
 The encoder lives under `deberta.` (no prefix in DebertaV2Model folders); the legacy MLM
 head is `cls.predictions` (transform.dense, transform.LayerNorm, bias; the decoder is tied
 to the word embeddings). Pure functions on numpy arrays.
+
+The family hooks move the pre-training model (models/deberta_v3.DebertaV3) as a released
+DeBERTa-v3 checkpoint holds it: the discriminator's encoder under `deberta.`, with the merged
+word table (the generator's + the GDES delta), and its replaced-token head as
+`mask_predictions.*` (which transformers ignores). The generator is not exported; an import
+starts it afresh (from the fallback) with the imported table shared and a zero delta, so the
+discriminator reads exactly the imported table.
 """
 from typing import Any
+
+import flax.linen as nn
+import numpy as np
 
 from bert_jax.checkpoint import hf_bert
 from bert_jax.checkpoint.hf_bert import COPY, HEAD, HEADS_IN, HEADS_OUT, LINEAR, ImportReport, TensorSpec
@@ -72,6 +82,16 @@ def tensor_specs(model_cfg) -> list[TensorSpec]:
     return specs
 
 
+def discriminator_specs(model_cfg) -> list[TensorSpec]:
+    """The discriminator (DebertaV3Discriminator's tree) in a released DeBERTa-v3 checkpoint's names."""
+    h = model_cfg.hidden_size
+    specs = encoder_specs(model_cfg)
+    hf_bert.add_norm(specs, "mask_predictions.LayerNorm", "rtd_norm", h, HEAD)
+    hf_bert.add_dense(specs, "mask_predictions.dense", "rtd_transform", LINEAR, (h, h), HEAD)
+    hf_bert.add_dense(specs, "mask_predictions.classifier", "rtd_output", LINEAR, (1, h), HEAD)
+    return specs
+
+
 def params_to_hf(params: dict, model_cfg) -> dict:
     """Our DebertaV3ForMaskedLM params (scanned or unrolled) -> DebertaV2ForMaskedLM state dict."""
     return hf_bert.specs_to_hf(params, tensor_specs(model_cfg), TIED_ON_EXPORT)
@@ -122,12 +142,39 @@ def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
     return values
 
 
+def discriminator_to_hf(params: dict, model_cfg) -> dict:
+    """DebertaV3 params (generator, discriminator, shared `word`, GDES delta) -> the discriminator's
+    state dict, with the merged table a DeBERTa-v3 checkpoint holds."""
+    params = nn.meta.unbox(params)
+    merged = np.asarray(params["word"]["embedding"], np.float32) + np.asarray(
+        params["discriminator_word"]["delta"], np.float32)
+    discriminator = params["discriminator"]
+    tree = {**discriminator, "encoder": {**discriminator["encoder"], "word": {"embedding": merged}}}
+    return hf_bert.specs_to_hf(tree, discriminator_specs(model_cfg), {})
+
+
+def hf_to_discriminator(state, model_cfg, fallback_params: dict) -> tuple[dict, ImportReport]:
+    """A DeBERTa-v3 checkpoint (DebertaV2Model or ForMaskedLM names) -> DebertaV3 params: its table shared,
+    the delta zero, the discriminator imported (its head from the fallback if absent), the generator from
+    the fallback. The MLM head (`cls.*`, `lm_predictions.*`) of a checkpoint is reported unused."""
+    fallback = nn.meta.unbox(fallback_params)
+    discriminator_fallback = {**fallback["discriminator"],
+                              "encoder": {**fallback["discriminator"]["encoder"], "word": fallback["word"]}}
+    imported, report = hf_bert.specs_to_params(with_model_prefix(state), discriminator_specs(model_cfg),
+                                               set(IGNORED_ON_IMPORT), model_cfg, discriminator_fallback)
+    word = imported["encoder"].pop("word")
+    params = {"word": word, "discriminator_word": {"delta": np.zeros_like(word["embedding"])},
+              "discriminator": imported, "generator": fallback["generator"]}
+    report.kept_from_fallback.append("the generator (a DeBERTa-v3 checkpoint holds the discriminator only)")
+    return params, report
+
+
 def hf_export(params: dict, model_cfg):
-    """The family hook: (HF state dict, HF config.json) for our params."""
-    return params_to_hf(params, model_cfg), hf_config(model_cfg)
+    """The family hook: the discriminator as a DebertaV2Model folder's state dict and config.json."""
+    return discriminator_to_hf(params, model_cfg), hf_config(model_cfg, architecture="DebertaV2Model")
 
 
 def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[dict, ImportReport]:
-    """The family hook: our params from an HF state dict, after checking its config fits `model_cfg`."""
+    """The family hook: DebertaV3 params from a DeBERTa-v3 checkpoint, after checking its config fits."""
     hf_bert.check_values_match(model_config_from_hf(hf_cfg), model_cfg, CONFIG_KEYS)
-    return hf_to_params(state, model_cfg, fallback_params)
+    return hf_to_discriminator(state, model_cfg, fallback_params)

@@ -9,6 +9,14 @@ What differs from BERT:
 - no token types (`type_vocab_size=0`), embedding_size == hidden_size, no conv layer;
 - the MLM head is DebertaV2ForMaskedLM's legacy one (dense, GELU, LayerNorm, tied decoder +
   bias), run at the gathered masked positions as every family's.
+
+The family (`DebertaV3`) trains by replaced-token detection (models/replaced_token_detection.py):
+a generator of the same width and `generator_num_layers` layers (half the discriminator's by
+default, as DeBERTa-v3 does) and the discriminator, whose word table is the generator's behind a
+stop-gradient plus its own zero-initialised delta (GDES, He et al. 2023 §3.2). The discriminator's
+head is the original code's `LMMaskPredictionHead` (released checkpoints hold it as
+`mask_predictions`): LayerNorm(h + h_[CLS]), dense, activation, a one-unit classifier.
+`DebertaV3ForMaskedLM` alone is DebertaV2ForMaskedLM (the generator, and the parity reference).
 """
 import dataclasses
 from typing import Any
@@ -21,6 +29,7 @@ from bert_jax.models.attention import AttentionMask, attention_mask_from_batch
 from bert_jax.models.bert import BertConfig, gather_positions, tied_mlm_logits
 from bert_jax.models.disentangled_attention import DisentangledSelfAttention
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm
+from bert_jax.models.replaced_token_detection import GradientDisentangledEmbed, ReplacedTokenDetection
 from bert_jax.models.transformer import REMAT_POLICIES
 
 
@@ -34,6 +43,10 @@ class DebertaV3Config(BertConfig):
     position_buckets: int = 256
     max_relative_positions: int = 512
     pad_token_id: int = 0
+    # Replaced-token detection: the generator's depth (0: half the discriminator's) and the
+    # temperature of its softmax when sampling replacements.
+    generator_num_layers: int = 0
+    sampling_temperature: float = 1.0
 
     @classmethod
     def from_config(cls, model_cfg) -> "DebertaV3Config":
@@ -52,8 +65,19 @@ class DebertaV3Config(BertConfig):
             raise ValueError(f"config.model.attention_impl={impl!r}: disentangled attention adds position "
                              f"terms to the scores that only the 'xla' kernel takes; use 'xla' or 'auto'")
         cfg = super().from_config(model_cfg)
+        generator_layers = cfg.generator_num_layers or max(1, cfg.num_layers // 2)
+        if not 1 <= generator_layers <= cfg.num_layers:
+            raise ValueError(f"config.model.generator_num_layers={cfg.generator_num_layers}: the generator must be "
+                             f"no deeper than the discriminator (1 to config.model.num_layers={cfg.num_layers}; "
+                             f"DeBERTa-v3 uses half)")
+        if not cfg.sampling_temperature > 0:
+            raise ValueError(f"config.model.sampling_temperature={cfg.sampling_temperature} must be > 0")
         # 'auto' may have resolved to a fused kernel; this family runs the xla one.
-        return dataclasses.replace(cfg, attention_impl="xla")
+        return dataclasses.replace(cfg, attention_impl="xla", generator_num_layers=generator_layers)
+
+    def generator_config(self) -> "DebertaV3Config":
+        """The generator: the discriminator's width (GDES shares one table), generator_num_layers deep."""
+        return dataclasses.replace(self, num_layers=self.generator_num_layers)
 
 
 class DebertaLayer(nn.Module):
@@ -149,10 +173,11 @@ class DebertaV3ForMaskedLM(nn.Module):
     BERT's (`mlm_transform`, `mlm_norm`, `mlm_output_bias`)."""
 
     config: DebertaV3Config
+    shared_word: nn.Module | None = None  # see DebertaEncoder
 
     def setup(self):
         cfg = self.config
-        self.encoder = DebertaEncoder(cfg)
+        self.encoder = DebertaEncoder(cfg, self.shared_word)
         self.mlm_transform = Dense(
             (cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
             kernel_init=nn.initializers.normal(cfg.initializer_range),
@@ -177,5 +202,57 @@ class DebertaV3ForMaskedLM(nn.Module):
         return {"mlm_logits": logits}
 
 
+class DebertaV3Discriminator(nn.Module):
+    """Encoder + the replaced-token head on every token: logits [batch, length], > 0 = replaced."""
+
+    config: DebertaV3Config
+    shared_word: nn.Module | None = None
+
+    @nn.compact
+    def __call__(self, batch: dict, deterministic: bool) -> jax.Array:
+        cfg = self.config
+        hidden = DebertaEncoder(cfg, self.shared_word, name="encoder")(
+            batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), batch.get("segment_ids"),
+            deterministic)
+        dense = lambda features, name: Dense(  # noqa: E731
+            (cfg.hidden_size,), (features,), ("embed", None), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            kernel_init=nn.initializers.normal(cfg.initializer_range), name=name)
+        h = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, name="rtd_norm")(hidden + hidden[:, :1])
+        h = ACTIVATIONS[cfg.hidden_act](dense(cfg.hidden_size, "rtd_transform")(h))
+        return dense(1, "rtd_output")(h)[..., 0].astype(jnp.float32)
+
+
+class DebertaV3(ReplacedTokenDetection):
+    """DeBERTa-v3 pre-training: generator + discriminator with gradient-disentangled embedding sharing.
+
+    `word` is the generator's table; the discriminator reads stop_gradient(word) + `discriminator_word`'s
+    delta, so its loss trains the delta and never the shared table (what a checkpoint holds is the sum).
+    """
+
+    config: DebertaV3Config = None
+
+    def setup(self):
+        cfg = self.config
+        self.word = Embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"), dtype=cfg.dtype,
+                          param_dtype=cfg.param_dtype, embedding_init=nn.initializers.normal(cfg.initializer_range))
+        self.discriminator_word = GradientDisentangledEmbed(self.word)
+        self.generator = DebertaV3ForMaskedLM(cfg.generator_config(), self.word)
+        self.discriminator = DebertaV3Discriminator(cfg, self.discriminator_word)
+
+    def sampling_temperature(self) -> float:
+        return self.config.sampling_temperature
+
+    def generator_logits(self, batch: dict, deterministic: bool = True) -> jax.Array:
+        return self.generator(batch, deterministic)["mlm_logits"]
+
+    def discriminator_logits(self, batch: dict, deterministic: bool = True) -> jax.Array:
+        return self.discriminator(batch, deterministic)
+
+
 def build_deberta_v3_mlm(model_cfg) -> nn.Module:
+    """DebertaV2ForMaskedLM alone (no generator): the parity reference, and an MLM model of its own."""
     return DebertaV3ForMaskedLM(DebertaV3Config.from_config(model_cfg))
+
+
+def build_deberta_v3(model_cfg) -> nn.Module:
+    return DebertaV3(config=DebertaV3Config.from_config(model_cfg))
