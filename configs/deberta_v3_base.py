@@ -1,26 +1,34 @@
 """DeBERTa-v3-base (He et al. 2023): 12 layers, hidden 768, 12 heads, MLP 3072, disentangled attention
-with 256 log-buckets over relative distances up to 512, a 128K SentencePiece vocabulary; 184.6M params
-as DebertaV2ForMaskedLM (86M backbone + 98M embeddings).
+with 256 log-buckets over relative distances up to 512, a 128K SentencePiece vocabulary. The
+discriminator is DebertaV2Model's 183.8M params (86M backbone + 98M embeddings) plus a 0.6M
+replaced-token head; the 6-layer generator is a 142.0M DebertaV2ForMaskedLM sharing its table.
 
     python -m bert_jax.pretrain --config=configs/deberta_v3_base.py --workdir=gs://BUCKET/deberta_v3_base \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
-then `python -m bert_jax.export --workdir=gs://BUCKET/deberta_v3_base --out=deberta_hf` writes a
-DebertaV2ForMaskedLM folder (config.json, model.safetensors, tokenizer files) that
-`transformers.AutoModel` / `AutoModelForMaskedLM` load.
+It trains by replaced-token detection (He et al. 2023 §3): a generator of the same width and half
+the depth fills the masks, the discriminator tells replaced tokens from original ones, loss =
+generator MLM + 50 x discriminator BCE, and the discriminator's word table is the generator's behind
+a stop-gradient plus its own delta (GDES). The progress line shows the discriminator's accuracy (on
+all tokens, replaced ones, original ones) and the generator's MLM accuracy.
+
+Then `python -m bert_jax.export --workdir=gs://BUCKET/deberta_v3_base --out=deberta_hf` writes the
+discriminator, with the merged table, as a DebertaV2Model folder (config.json, model.safetensors,
+DebertaV2Tokenizer files) that `transformers.AutoModel` / `AutoTokenizer` load, as a released
+DeBERTa-v3 checkpoint is; `--config.init_from_hf=FOLDER` continues pre-training from one (the
+generator starts afresh: checkpoints hold the discriminator only).
 
 The paper's recipe (He et al. 2023, §5 and appendix, as we read it; check it against the paper
 before a real run): the 160GB corpus of DeBERTa/RoBERTa, batch 8K sequences of 512 tokens, 500K
 steps, AdamW (b1 0.9, b2 0.98, eps 1e-6), 10K warmup steps then linear decay, weight decay 0.01,
-gradient clipping 1.0, dropout 0.1. It trains by replaced-token detection with a generator of half
-the discriminator's depth and gradient-disentangled embedding sharing; this family trains the
-discriminator's encoder by MLM (objectives/pretraining.MLM_PRETRAINING) until the RTD objective is
-wired to it.
+gradient clipping 1.0, dropout 0.1.
 
-Tiny variant: 2 layers of 64 on the embedded corpus with a 2048-piece unigram tokenizer; about two
-minutes on 2 CPU cores:
+Tiny variant: a 2-layer discriminator and a 1-layer generator, 64 wide, on the embedded corpus with a
+2048-piece unigram tokenizer:
 
     python -m bert_jax.pretrain --config=configs/deberta_v3_base.py:tiny --workdir=runs/deberta_tiny
+
+TINY_RESULT
 """
 from configs import base
 
@@ -37,6 +45,9 @@ def get_config(arg: str | None = None):
     # Disentangled attention adds position terms to the scores: only the xla kernel takes them
     # (auto picks it for this family).
     c.model.attention_impl = "xla"
+    c.model.generator_num_layers = 6  # half the discriminator's depth, the same width (GDES shares one table)
+    c.model.discriminator_loss_weight = 50.0  # lambda (He et al. 2023 §3, after Clark et al. 2020)
+    c.model.sampling_temperature = 1.0
 
     c.data.tokenizer.kind = "unigram"
     c.data.tokenizer.lowercase = False  # DeBERTa-v3's vocabulary is cased
@@ -65,6 +76,7 @@ def shrink_to_tiny(c) -> None:
     c.model.vocab_size = 2048
     c.model.hidden_size = 64
     c.model.num_layers = 2
+    c.model.generator_num_layers = 1
     c.model.num_heads = 2
     c.model.intermediate_size = 256
     c.model.max_position_embeddings = 64

@@ -1,5 +1,6 @@
 """DeBERTa-v3-large (He et al. 2023): 24 layers, hidden 1024, 16 heads, MLP 4096, with base's disentangled attention
-and 128K vocabulary; 435.2M params as DebertaV2ForMaskedLM (304M backbone + the embeddings).
+and 128K vocabulary. The discriminator is DebertaV2Model's 434.0M params (304M backbone + 131M
+embeddings) plus the replaced-token head; the generator (284.0M as DebertaV2ForMaskedLM) shares its table.
 
     python -m bert_jax.pretrain --config=configs/deberta_v3_large.py --workdir=gs://BUCKET/deberta_v3_large \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
@@ -12,6 +13,7 @@ from configs import deberta_v3_base
 def get_config(arg: str | None = None):
     c = deberta_v3_base.get_config()
     c.model.num_layers = 24
+    c.model.generator_num_layers = 12  # half the discriminator's
     c.model.hidden_size = 1024
     c.model.num_heads = 16
     c.model.intermediate_size = 4096

@@ -1,5 +1,6 @@
 """DeBERTa-v3-small (He et al. 2023): 6 layers, hidden 768, 12 heads, MLP 3072, with base's disentangled attention
-and 128K vocabulary; 142.0M params as DebertaV2ForMaskedLM (44M backbone + the embeddings).
+and 128K vocabulary. The discriminator is DebertaV2Model's 141.3M params (44M backbone + 98M
+embeddings) plus the replaced-token head; the generator (120.8M as DebertaV2ForMaskedLM) shares its table.
 
     python -m bert_jax.pretrain --config=configs/deberta_v3_small.py --workdir=gs://BUCKET/deberta_v3_small \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
@@ -12,6 +13,7 @@ from configs import deberta_v3_base
 def get_config(arg: str | None = None):
     c = deberta_v3_base.get_config()
     c.model.num_layers = 6
+    c.model.generator_num_layers = 3  # half the discriminator's
     c.model.hidden_size = 768
     c.model.num_heads = 12
     c.model.intermediate_size = 3072

@@ -1,5 +1,6 @@
 """DeBERTa-v3-xsmall (He et al. 2023): 12 layers, hidden 384, 6 heads, MLP 1536, with base's disentangled attention
-and 128K vocabulary; 70.96M params as DebertaV2ForMaskedLM (22M backbone + the embeddings).
+and 128K vocabulary. The discriminator is DebertaV2Model's 70.7M params (22M backbone + 48M
+embeddings) plus the replaced-token head; the generator (60.3M as DebertaV2ForMaskedLM) shares its table.
 
     python -m bert_jax.pretrain --config=configs/deberta_v3_xsmall.py --workdir=gs://BUCKET/deberta_v3_xsmall \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
@@ -12,6 +13,7 @@ from configs import deberta_v3_base
 def get_config(arg: str | None = None):
     c = deberta_v3_base.get_config()
     c.model.num_layers = 12
+    c.model.generator_num_layers = 6  # half the discriminator's
     c.model.hidden_size = 384
     c.model.num_heads = 6
     c.model.intermediate_size = 1536
