@@ -107,3 +107,34 @@ def test_electra_import_errors_name_the_config_key():
                              {"generator": (gen_state, {**gen_cfg, "hidden_size": 16})})
     with pytest.raises(ValueError, match="model_type='bert'"):
         hf_electra.hf_import(disc_state, {**hf_cfg, "model_type": "bert"}, model_cfg, None, {})
+
+
+def _count(tree) -> int:
+    return int(sum(np.prod(leaf.shape) for leaf in jax.tree.leaves(tree)))
+
+
+def hf_count(class_name: str, hf_cfg: dict) -> int:
+    with torch.device("meta"):
+        model = getattr(transformers, class_name)(transformers.ElectraConfig(**hf_cfg))
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", ["electra_small", pytest.param("electra_base", marks=pytest.mark.slow),
+                                  pytest.param("electra_large", marks=pytest.mark.slow)])
+def test_published_shapes_count_as_hf_discriminator_and_generator(name):
+    """Counted without allocating (eval_shape; HF on the meta device). The generator counts the shared embeddings."""
+    import importlib
+
+    model_cfg = importlib.import_module(f"configs.{name}").get_config().model
+    batch = {key: np.zeros((1, 8), np.int32) for key in ("input_ids", "token_type_ids", "attention_mask",
+                                                        "masked_positions", "masked_ids")}
+    batch["masked_weights"] = np.zeros((1, 8), np.float32)
+    model = get_family("electra").build_model(model_cfg)
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), batch)["params"])
+    discriminator = _count({k: v for k, v in shapes.items() if k != "generator"})
+    generator = _count({k: v for k, v in shapes.items() if k != "discriminator"})
+    hf_disc = hf_count("ElectraForPreTraining", hf_electra.hf_config(model_cfg))
+    hf_gen = hf_count("ElectraForMaskedLM", hf_electra.hf_config(model_cfg, generator=True))
+    print(f"{name}: discriminator {discriminator:,} vs ElectraForPreTraining {hf_disc:,}; "
+          f"generator {generator:,} vs ElectraForMaskedLM {hf_gen:,}")
+    assert (discriminator, generator) == (hf_disc, hf_gen)
