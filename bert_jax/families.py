@@ -26,6 +26,10 @@ class Family:
     # hf_import(state dict, HF config.json dict, model_cfg, fallback_params) -> (params, report with
     # .kept_from_fallback and .unused lists of HF tensor names)
     hf_import: Callable[..., tuple[dict, Any]] | None = None
+    # Folders a family's HF export holds beside the main one (ELECTRA: its generator, as `generator/`):
+    # hf_export then returns a third value {name: (state dict, config.json)}, and hf_import gets
+    # `extras={name: (state dict, config.json)}` for each such subfolder the imported folder has.
+    hf_subfolders: tuple[str, ...] = ()
 
     def objective_for(self, model_cfg) -> Objective:
         """The objective a run of `config.model` trains: the loop, eval and validation ask this."""
@@ -52,8 +56,8 @@ def get_family(name: str) -> Family:
 
 
 def _register_builtin_families() -> None:
-    from bert_jax.checkpoint import hf_albert, hf_bert, hf_deberta_v3, hf_roberta
-    from bert_jax.models import albert, bert, deberta_v3, roberta
+    from bert_jax.checkpoint import hf_albert, hf_bert, hf_roberta
+    from bert_jax.models import albert, bert, roberta
     from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING
 
     for name, build, objective, converter in (
@@ -64,14 +68,17 @@ def _register_builtin_families() -> None:
         register_family(Family(name=name, build_model=build, objective=objective,
                                hf_export=converter.hf_export, hf_import=converter.hf_import))
 
-    from bert_jax.models import electra
+    from bert_jax.checkpoint import hf_deberta_v3, hf_electra
+    from bert_jax.models import deberta_v3, electra
     from bert_jax.objectives import replaced_token_detection
 
     register_family(Family(name="electra", build_model=electra.build_electra,
-                           objective=replaced_token_detection.objective_for))
+                           objective=replaced_token_detection.objective_for, hf_export=hf_electra.hf_export,
+                           hf_import=hf_electra.hf_import, hf_subfolders=(hf_electra.GENERATOR_FOLDER,)))
     register_family(Family(name="deberta_v3", build_model=deberta_v3.build_deberta_v3,
                            objective=replaced_token_detection.objective_for,
-                           hf_export=hf_deberta_v3.hf_export, hf_import=hf_deberta_v3.hf_import))
+                           hf_export=hf_deberta_v3.hf_export, hf_import=hf_deberta_v3.hf_import,
+                           hf_subfolders=(hf_deberta_v3.GENERATOR_FOLDER,)))
 
 
 _register_builtin_families()

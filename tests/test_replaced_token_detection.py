@@ -77,7 +77,7 @@ def test_rtd_metrics_do_not_depend_on_the_batch_split():
 
 def micro_electra_config():
     return ml_collections.ConfigDict(dict(
-        family="electra", vocab_size=64, embedding_size=16, hidden_size=32, num_layers=2, num_heads=4,
+        family="electra", vocab_size=64, embedding_size=16, hidden_size=32, num_layers=1, num_heads=4,
         intermediate_size=64, max_position_embeddings=32, type_vocab_size=2, generator_size_ratio=0.5,
         dropout_rate=0.0, attention_dropout_rate=0.0, dtype="float32", attention_impl="xla", scan_layers=True))
 
@@ -97,21 +97,31 @@ def micro_batch(seed: int = 0, batch: int = 2, length: int = 12, predictions: in
             "masked_weights": jnp.asarray(weights)}
 
 
-def test_the_discriminator_loss_gives_the_generator_no_gradient():
+@pytest.fixture(scope="module")
+def electra_step():
+    """One compiled function of (params, sample key): both loss terms' gradients and the corrupted ids."""
     model_cfg = micro_electra_config()
     family = get_family("electra")
     model, objective = family.build_model(model_cfg), family.objective_for(model_cfg)
-    batch = micro_batch()
-    params = random_params(model, batch)  # init itself compiles for half a minute on 2 cores
+    batch = micro_batch(1, batch=4, predictions=5)
 
-    def term(p, name):
-        outputs = model.apply({"params": p}, batch, rngs={"sample": jax.random.key(3)})
+    def term(p, key, name):
+        outputs = model.apply({"params": p}, batch, rngs={"sample": key})
         sums, weights = objective.sums(outputs, batch), objective.weights(batch)
-        return sums[name] / weights[name]
+        return sums[name] / weights[name], outputs["corrupted_ids"]
 
-    # One compilation for both gradients (eager op-by-op dispatch is slow on 2 cores).
-    from_discriminator, from_generator = jax.jit(lambda p: (
-        jax.grad(term)(p, "discriminator_loss"), jax.grad(term)(p, "generator_mlm_loss")))(params)
+    def step(p, key):
+        from_discriminator, corrupted = jax.grad(term, has_aux=True)(p, key, "discriminator_loss")
+        from_generator, _ = jax.grad(term, has_aux=True)(p, key, "generator_mlm_loss")
+        return from_discriminator, from_generator, corrupted
+
+    # random_params: init itself compiles for half a minute on 2 busy cores; eager dispatch is slower still.
+    return model, batch, random_params(model, batch), jax.jit(step)
+
+
+def test_the_discriminator_loss_gives_the_generator_no_gradient(electra_step):
+    _, _, params, step = electra_step
+    from_discriminator, from_generator, _ = step(params, jax.random.key(3))
     for leaf in jax.tree.leaves(from_discriminator["generator"]):
         np.testing.assert_array_equal(leaf, 0)  # exactly: the sample is a stop-gradient
     assert np.abs(from_discriminator["embeddings"]["word"]["embedding"]).max() > 0  # the shared table learns
@@ -121,14 +131,11 @@ def test_the_discriminator_loss_gives_the_generator_no_gradient():
     assert np.abs(from_generator["generator"]["mlm_transform"]["kernel"]).max() > 0
 
 
-def test_sampling_follows_the_sample_key_and_nothing_else():
-    model_cfg = micro_electra_config()
-    model = get_family("electra").build_model(model_cfg)
-    batch = micro_batch(1, batch=4, predictions=5)
-    params = random_params(model, batch)
-    run = jax.jit(lambda key: model.apply({"params": params}, batch, rngs={"sample": key})["corrupted_ids"])
-    np.testing.assert_array_equal(run(jax.random.key(5)), run(jax.random.key(5)))
-    assert (np.asarray(run(jax.random.key(5))) != np.asarray(run(jax.random.key(6)))).any()
+def test_sampling_follows_the_sample_key_and_nothing_else(electra_step):
+    model, batch, params, step = electra_step
+    corrupted = lambda seed: np.asarray(step(params, jax.random.key(seed))[2])  # noqa: E731
+    np.testing.assert_array_equal(corrupted(5), corrupted(5))
+    assert (corrupted(5) != corrupted(6)).any()
     with pytest.raises(ValueError, match="rngs=\\{'sample'"):
         jax.eval_shape(lambda: model.apply({"params": params}, batch))
 

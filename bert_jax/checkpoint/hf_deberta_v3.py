@@ -7,20 +7,26 @@ to the word embeddings). Pure functions on numpy arrays.
 The family hooks move the pre-training model (models/deberta_v3.DebertaV3) as a released
 DeBERTa-v3 checkpoint holds it: the discriminator's encoder under `deberta.`, with the merged
 word table (the generator's + the GDES delta), and its replaced-token head as
-`mask_predictions.*` (which transformers ignores). The generator is not exported; an import
-starts it afresh (from the fallback) with the imported table shared and a zero delta, so the
-discriminator reads exactly the imported table.
+`mask_predictions.*` (which transformers ignores). The generator goes beside it, in
+`generator/`, as a DebertaV2ForMaskedLM with the shared table. An import with a generator
+folder takes its table as the shared one and the difference to the merged table as the delta
+(equal to the exported delta up to float32 rounding of one subtraction); without one (a released
+checkpoint) the generator starts afresh from the fallback, the imported table is shared and the
+delta zero, so the discriminator reads exactly the imported table.
 """
 from typing import Any
 
 import flax.linen as nn
+import ml_collections
 import numpy as np
 
 from bert_jax.checkpoint import hf_bert
 from bert_jax.checkpoint.hf_bert import COPY, HEAD, HEADS_IN, HEADS_OUT, LINEAR, ImportReport, TensorSpec
+from bert_jax.models.deberta_v3 import DebertaV3Config
 from bert_jax.models.scan_layout import SCANNED
 
 PREFIX = "deberta"
+GENERATOR_FOLDER = "generator"
 TIED_ON_EXPORT = {
     "cls.predictions.decoder.weight": f"{PREFIX}.embeddings.word_embeddings.weight",
     "cls.predictions.decoder.bias": "cls.predictions.bias",
@@ -153,28 +159,62 @@ def discriminator_to_hf(params: dict, model_cfg) -> dict:
     return hf_bert.specs_to_hf(tree, discriminator_specs(model_cfg), {})
 
 
-def hf_to_discriminator(state, model_cfg, fallback_params: dict) -> tuple[dict, ImportReport]:
-    """A DeBERTa-v3 checkpoint (DebertaV2Model or ForMaskedLM names) -> DebertaV3 params: its table shared,
-    the delta zero, the discriminator imported (its head from the fallback if absent), the generator from
-    the fallback. The MLM head (`cls.*`, `lm_predictions.*`) of a checkpoint is reported unused."""
+def generator_config(model_cfg) -> ml_collections.ConfigDict:
+    """config.model of the generator alone: the discriminator's, generator_num_layers deep."""
+    gen_cfg = ml_collections.ConfigDict(model_cfg.to_dict())
+    gen_cfg.num_layers = DebertaV3Config.from_config(model_cfg).generator_num_layers
+    return gen_cfg
+
+
+def generator_to_hf(params: dict, model_cfg) -> dict:
+    """DebertaV3 params -> the generator's DebertaV2ForMaskedLM state dict, with the shared table."""
+    params = nn.meta.unbox(params)
+    generator = params["generator"]
+    tree = {**generator, "encoder": {**generator["encoder"], "word": params["word"]}}
+    return hf_bert.specs_to_hf(tree, tensor_specs(generator_config(model_cfg)), TIED_ON_EXPORT)
+
+
+def hf_to_discriminator(state, model_cfg, fallback_params: dict, generator=None) -> tuple[dict, ImportReport]:
+    """A DeBERTa-v3 checkpoint (DebertaV2Model or ForMaskedLM names) -> DebertaV3 params, the discriminator's
+    head from the fallback if absent; see the module docstring for the table, the delta and the generator.
+    generator: the generator folder's (state dict, config.json), or None. An MLM head in the main folder
+    (`cls.*`, `lm_predictions.*`) is reported unused."""
     fallback = nn.meta.unbox(fallback_params)
     discriminator_fallback = {**fallback["discriminator"],
                               "encoder": {**fallback["discriminator"]["encoder"], "word": fallback["word"]}}
     imported, report = hf_bert.specs_to_params(with_model_prefix(state), discriminator_specs(model_cfg),
                                                set(IGNORED_ON_IMPORT), model_cfg, discriminator_fallback)
-    word = imported["encoder"].pop("word")
-    params = {"word": word, "discriminator_word": {"delta": np.zeros_like(word["embedding"])},
-              "discriminator": imported, "generator": fallback["generator"]}
-    report.kept_from_fallback.append("the generator (a DeBERTa-v3 checkpoint holds the discriminator only)")
-    return params, report
+    merged = imported["encoder"].pop("word")["embedding"]
+    if generator is None:
+        report.kept_from_fallback.append(
+            f"{GENERATOR_FOLDER}/ (no {GENERATOR_FOLDER} folder, as in a released DeBERTa-v3: the whole generator)")
+        return {"word": {"embedding": merged}, "discriminator_word": {"delta": np.zeros_like(merged)},
+                "discriminator": imported, "generator": fallback["generator"]}, report
+    gen_state, gen_hf_cfg = generator
+    gen_cfg = generator_config(model_cfg)
+    if gen_hf_cfg.get("num_hidden_layers") != gen_cfg.num_layers:
+        raise ValueError(f"config.model.generator_num_layers gives the generator {gen_cfg.num_layers} layers but "
+                         f"{GENERATOR_FOLDER}/config.json says num_hidden_layers={gen_hf_cfg.get('num_hidden_layers')}")
+    hf_bert.check_values_match(model_config_from_hf(gen_hf_cfg), gen_cfg, CONFIG_KEYS)
+    gen_fallback = {**fallback["generator"], "encoder": {**fallback["generator"]["encoder"], "word": fallback["word"]}}
+    gen_params, gen_report = hf_to_params(gen_state, gen_cfg, gen_fallback)
+    word = gen_params["encoder"].pop("word")["embedding"]
+    report.kept_from_fallback.extend(f"{GENERATOR_FOLDER}/{name}" for name in gen_report.kept_from_fallback)
+    report.unused.extend(f"{GENERATOR_FOLDER}/{name}" for name in gen_report.unused)
+    return {"word": {"embedding": word}, "discriminator_word": {"delta": merged - word},
+            "discriminator": imported, "generator": gen_params}, report
 
 
 def hf_export(params: dict, model_cfg):
-    """The family hook: the discriminator as a DebertaV2Model folder's state dict and config.json."""
-    return discriminator_to_hf(params, model_cfg), hf_config(model_cfg, architecture="DebertaV2Model")
+    """The family hook: the discriminator as a DebertaV2Model folder, the generator as `generator/`."""
+    generator = (generator_to_hf(params, model_cfg), hf_config(generator_config(model_cfg)))
+    return (discriminator_to_hf(params, model_cfg), hf_config(model_cfg, architecture="DebertaV2Model"),
+            {GENERATOR_FOLDER: generator})
 
 
-def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[dict, ImportReport]:
-    """The family hook: DebertaV3 params from a DeBERTa-v3 checkpoint, after checking its config fits."""
+def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict, extras: dict | None = None
+              ) -> tuple[dict, ImportReport]:
+    """The family hook: DebertaV3 params from a DeBERTa-v3 folder (and its `generator/`, when in `extras`),
+    after checking its config fits."""
     hf_bert.check_values_match(model_config_from_hf(hf_cfg), model_cfg, CONFIG_KEYS)
-    return hf_to_discriminator(state, model_cfg, fallback_params)
+    return hf_to_discriminator(state, model_cfg, fallback_params, (extras or {}).get(GENERATOR_FOLDER))

@@ -121,8 +121,16 @@ def import_params(family, model_cfg, hf_dir: str, fallback_params: dict) -> dict
     if family.hf_import is None:
         raise ValueError(f"config.init_from_hf={hf_dir!r} is set, but config.model.family={family.name!r} "
                          f"has no Hugging Face import")
-    params, report = family.hf_import(read_hf_state(hf_dir), read_hf_config(hf_dir), model_cfg, fallback_params)
-    logging.info("initialised params from the Hugging Face checkpoint %s", hf_dir)
+    extras = {}
+    for name in family.hf_subfolders:  # e.g. ELECTRA's generator, exported beside the discriminator
+        sub = str(paths.path(hf_dir) / name)
+        if (paths.path(sub) / "config.json").exists():
+            extras[name] = (read_hf_state(sub), read_hf_config(sub))
+    kwargs = {"extras": extras} if family.hf_subfolders else {}
+    params, report = family.hf_import(read_hf_state(hf_dir), read_hf_config(hf_dir), model_cfg, fallback_params,
+                                      **kwargs)
+    logging.info("initialised params from the Hugging Face checkpoint %s%s", hf_dir,
+                 f" (with its {', '.join(extras)} folder)" if extras else "")
     if report.kept_from_fallback:
         logging.info("it lacks %d tensor(s), kept freshly initialised: %s",
                      len(report.kept_from_fallback), ", ".join(report.kept_from_fallback))
