@@ -211,7 +211,7 @@ class JaxSide:
             start = time.perf_counter()
             self.train = lowered.compile()
             self.compile_s = time.perf_counter() - start
-            self.eval = self.program.eval_step.lower(self.state.params, self.batches[0]).compile()
+            self.eval = self.program.eval_step.lower(self.state.params, self.batches[0], 0).compile()
         self.compiled_peak = compiled_peak_bytes(self.train.memory_analysis())
         self._next = 0
 

@@ -52,7 +52,7 @@ def _check_objective_fits_batches(config) -> None:
     spec = pipeline.batch_spec(config.data, 1)
     batch = {key: jax.ShapeDtypeStruct(shape, dtype) for key, (shape, dtype) in spec.items()}
     try:
-        jax.eval_shape(get_family(config.model.family).objective.weights, batch)
+        jax.eval_shape(get_family(config.model.family).objective_for(config.model).weights, batch)
     except KeyError as missing:
         raise ValueError(
             f"config.model.family={config.model.family!r} trains on batch key {missing}, which "

@@ -84,10 +84,15 @@ def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> 
     family = get_family(config.model.family)
     if family.hf_export is None:
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export; use --format=params")
-    state, hf_cfg = family.hf_export(params, config.model)
+    # (state dict, config.json), plus {subfolder: (state dict, config.json)} for a family that exports
+    # several models (ELECTRA's generator beside its discriminator).
+    state, hf_cfg, *extras = family.hf_export(params, config.model)
     tokenizer_dir = paths.path(workdir) / "tokenizer"
-    hf_folder.write_hf_folder(out, state, hf_cfg, str(tokenizer_dir) if tokenizer_dir.is_dir() else None,
-                              model_max_length=config.data.max_seq_length)
+    tokenizer = str(tokenizer_dir) if tokenizer_dir.is_dir() else None
+    hf_folder.write_hf_folder(out, state, hf_cfg, tokenizer, model_max_length=config.data.max_seq_length)
+    for name, (sub_state, sub_cfg) in (extras[0] if extras else {}).items():
+        hf_folder.write_hf_folder(str(paths.path(out) / name), sub_state, sub_cfg, tokenizer,
+                                  model_max_length=config.data.max_seq_length)
     return step
 
 

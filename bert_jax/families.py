@@ -18,7 +18,8 @@ from bert_jax.objectives.objective import Objective
 class Family:
     name: str
     build_model: Callable[..., nn.Module]  # config.model -> module whose __call__(batch, deterministic) -> outputs
-    objective: Objective
+    # An Objective, or config.model -> Objective for one that reads config (ELECTRA's lambda); see objective_for.
+    objective: Objective | Callable[[Any], Objective]
     # Optional Hugging Face interop (bert_jax.export, config.init_from_hf); None: the family has none.
     # hf_export(params, model_cfg) -> (state dict of numpy arrays, HF config.json dict)
     hf_export: Callable[..., tuple[dict, dict]] | None = None
@@ -28,6 +29,14 @@ class Family:
     # Optional checks of the family's own config keys, run by config validation before anything compiles:
     # validate_config(config) raises ValueError naming the key.
     validate_config: Callable[..., None] | None = None
+    # Folders a family's HF export holds beside the main one (ELECTRA: its generator, as `generator/`):
+    # hf_export then returns a third value {name: (state dict, config.json)}, and hf_import gets
+    # `extras={name: (state dict, config.json)}` for each such subfolder the imported folder has.
+    hf_subfolders: tuple[str, ...] = ()
+
+    def objective_for(self, model_cfg) -> Objective:
+        """The objective a run of `config.model` trains: the loop, eval and validation ask this."""
+        return self.objective if isinstance(self.objective, Objective) else self.objective(model_cfg)
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -68,6 +77,18 @@ def _register_builtin_families() -> None:
     register_family(Family(name="modernbert", build_model=modernbert.build_modernbert, objective=MLM_PRETRAINING,
                            hf_export=hf_modernbert.hf_export, hf_import=hf_modernbert.hf_import,
                            validate_config=modernbert.validate_config))
+
+    from bert_jax.checkpoint import hf_deberta_v3, hf_electra
+    from bert_jax.models import deberta_v3, electra
+    from bert_jax.objectives import replaced_token_detection
+
+    register_family(Family(name="electra", build_model=electra.build_electra,
+                           objective=replaced_token_detection.objective_for, hf_export=hf_electra.hf_export,
+                           hf_import=hf_electra.hf_import, hf_subfolders=(hf_electra.GENERATOR_FOLDER,)))
+    register_family(Family(name="deberta_v3", build_model=deberta_v3.build_deberta_v3,
+                           objective=replaced_token_detection.objective_for,
+                           hf_export=hf_deberta_v3.hf_export, hf_import=hf_deberta_v3.hf_import,
+                           hf_subfolders=(hf_deberta_v3.GENERATOR_FOLDER,)))
 
 
 _register_builtin_families()

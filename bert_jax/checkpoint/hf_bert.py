@@ -78,8 +78,15 @@ def encoder_specs(model_cfg, prefix: str) -> list[TensorSpec]:
     add_tensor(specs, f"{prefix}.embeddings.token_type_embeddings.weight", f"{emb}/token_type/embedding", COPY,
                (model_cfg.type_vocab_size, h))
     add_norm(specs, f"{prefix}.embeddings.LayerNorm", f"{emb}/norm", h)
-    for layer in range(model_cfg.num_layers):
-        hf, ours = f"{prefix}.encoder.layer.{layer}", f"encoder/stack/{SCANNED}_{layer}"
+    add_layer_stack(specs, f"{prefix}.encoder.layer", "encoder/stack", model_cfg.num_layers, h, i_size)
+    return specs
+
+
+def add_layer_stack(specs: list, hf_prefix: str, path: str, num_layers: int, h: int, i_size: int) -> None:
+    """The post-LN TransformerStack at `path` as Hugging Face's BertLayer list `{hf_prefix}.{i}` (BERT,
+    RoBERTa and ELECTRA name them alike)."""
+    for layer in range(num_layers):
+        hf, ours = f"{hf_prefix}.{layer}", f"{path}/{SCANNED}_{layer}"
         for name in ("query", "key", "value"):
             add_dense(specs, f"{hf}.attention.self.{name}", f"{ours}/attention/{name}", HEADS_IN, (h, h))
         add_dense(specs, f"{hf}.attention.output.dense", f"{ours}/attention/output", HEADS_OUT, (h, h))
@@ -87,7 +94,6 @@ def encoder_specs(model_cfg, prefix: str) -> list[TensorSpec]:
         add_dense(specs, f"{hf}.intermediate.dense", f"{ours}/intermediate", LINEAR, (i_size, h))
         add_dense(specs, f"{hf}.output.dense", f"{ours}/mlp_output", LINEAR, (h, i_size))
         add_norm(specs, f"{hf}.output.LayerNorm", f"{ours}/mlp_norm", h)
-    return specs
 
 
 def tensor_specs(model_cfg) -> list[TensorSpec]:

@@ -16,11 +16,14 @@ from bert_jax.storage import paths
 SAFETENSORS_FILE = "model.safetensors"
 TORCH_FILE = "pytorch_model.bin"
 # What a tokenizer folder may hold (data_pipelines.tokenizer saves these): WordPiece vocab.txt,
-# byte-level BPE vocab.json + merges.txt, SentencePiece spiece.model, any kind's tokenizer.json,
-# and the tokenizer_config.json naming the transformers class and the special tokens.
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "vocab.json", "merges.txt", "spiece.model",
+# byte-level BPE vocab.json + merges.txt, SentencePiece spiece.model (spm.model in DeBERTa folders), any
+# kind's tokenizer.json, and the tokenizer_config.json naming the transformers class and the special tokens.
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "vocab.json", "merges.txt", "spiece.model", "spm.model",
                    "tokenizer_config.json", "special_tokens_map.json")
 TOKENIZER_CONFIG = "tokenizer_config.json"
+# The names transformers' SentencePiece-backed tokenizer classes read the model under: ALBERT's and
+# T5's spiece.model (what data_pipelines saves), DeBERTa-v2/v3's spm.model.
+SENTENCEPIECE_FILE, SENTENCEPIECE_ALIASES = "spiece.model", ("spm.model",)
 SPECIAL_TOKEN_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "bos_token", "eos_token")
 
 
@@ -40,7 +43,10 @@ def write_hf_folder(out_dir: str, state: dict[str, np.ndarray], hf_cfg: dict, to
     """Writes config.json, model.safetensors (float32) and, from `tokenizer_dir`, the tokenizer files.
 
     The tokenizer's own tokenizer_config.json (its transformers class and special tokens)
-    goes along, with `model_max_length` (default: the model's max_position_embeddings).
+    goes along, with `model_max_length` (default: the model's max_position_embeddings). A family
+    whose transformers tokenizer reads a SentencePiece model (DeBERTa-v3) names that class as
+    config.json's `tokenizer_class`: it then replaces the class a SentencePiece tokenizer saved, and
+    the model is written under every name such classes read.
     """
     from safetensors.numpy import save
 
@@ -58,6 +64,10 @@ def write_hf_folder(out_dir: str, state: dict[str, np.ndarray], hf_cfg: dict, to
     else:
         raise ValueError(f"{tokenizer_dir} holds no tokenizer the exported folder can use: expected "
                          f"{TOKENIZER_CONFIG} with the tokenizer's files, or a WordPiece vocab.txt")
+    if SENTENCEPIECE_FILE in copied and "tokenizer_class" in hf_cfg:
+        tok_cfg["tokenizer_class"] = hf_cfg["tokenizer_class"]
+        for alias in SENTENCEPIECE_ALIASES:
+            paths.copy_file(out / SENTENCEPIECE_FILE, out / alias)
     model_max = model_max_length or hf_cfg.get("max_position_embeddings")
     if model_max:
         tok_cfg["model_max_length"] = model_max
@@ -111,8 +121,16 @@ def import_params(family, model_cfg, hf_dir: str, fallback_params: dict) -> dict
     if family.hf_import is None:
         raise ValueError(f"config.init_from_hf={hf_dir!r} is set, but config.model.family={family.name!r} "
                          f"has no Hugging Face import")
-    params, report = family.hf_import(read_hf_state(hf_dir), read_hf_config(hf_dir), model_cfg, fallback_params)
-    logging.info("initialised params from the Hugging Face checkpoint %s", hf_dir)
+    extras = {}
+    for name in family.hf_subfolders:  # e.g. ELECTRA's generator, exported beside the discriminator
+        sub = str(paths.path(hf_dir) / name)
+        if (paths.path(sub) / "config.json").exists():
+            extras[name] = (read_hf_state(sub), read_hf_config(sub))
+    kwargs = {"extras": extras} if family.hf_subfolders else {}
+    params, report = family.hf_import(read_hf_state(hf_dir), read_hf_config(hf_dir), model_cfg, fallback_params,
+                                      **kwargs)
+    logging.info("initialised params from the Hugging Face checkpoint %s%s", hf_dir,
+                 f" (with its {', '.join(extras)} folder)" if extras else "")
     if report.kept_from_fallback:
         logging.info("it lacks %d tensor(s), kept freshly initialised: %s",
                      len(report.kept_from_fallback), ", ".join(report.kept_from_fallback))

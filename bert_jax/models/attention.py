@@ -132,15 +132,22 @@ class Attend(nn.Module):
 
     @nn.compact
     def __call__(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask,
-                 deterministic: bool) -> jax.Array:
-        """q, k, v: [batch, length, heads, head_dim] -> context [batch, length, heads, head_dim]."""
+                 deterministic: bool, score_bias: jax.Array | None = None) -> jax.Array:
+        """q, k, v: [batch, length, heads, head_dim] -> context [batch, length, heads, head_dim].
+
+        score_bias: optional [batch, heads, q, k] float32 added to the scores before the mask and
+        the softmax (DeBERTa's disentangled position terms); only the xla kernel takes one.
+        """
         cfg = self.config
         impl = cfg.attention_impl
+        if score_bias is not None and impl != "xla":
+            raise ValueError(f"config.model.attention_impl={impl!r} cannot add a score bias (disentangled "
+                             "attention's position terms); only 'xla' can")
         if impl == "xla":
             dropout = None
             if cfg.attention_dropout_rate > 0 and not deterministic:
                 dropout = lambda p: nn.Dropout(cfg.attention_dropout_rate)(p, deterministic=False)  # noqa: E731
-            return kernels.xla_attention(q, k, v, mask.segments, self.window, dropout)
+            return kernels.xla_attention(q, k, v, mask.segments, self.window, dropout, score_bias)
         if impl == "cudnn":
             return kernels.cudnn_attention(q, k, v, mask.segments, self.window, mask.packed)
         if impl == "splash":

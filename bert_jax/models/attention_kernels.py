@@ -58,14 +58,19 @@ def allowed_keys(segments: jax.Array, window: int | None) -> jax.Array:
     return allowed
 
 
-def xla_attention(q, k, v, segments, window: int | None, probs_dropout: Callable | None = None) -> jax.Array:
+def xla_attention(q, k, v, segments, window: int | None, probs_dropout: Callable | None = None,
+                  score_bias: jax.Array | None = None) -> jax.Array:
     """The reference. q, k, v: [batch, length, heads, head_dim] -> [batch, length, heads, head_dim].
 
     Logits come out of the matmul in float32 (no compute-dtype rounding before the softmax);
     `probs_dropout`, when given, is applied to the probabilities (Devlin et al.'s attention dropout).
+    `score_bias` [batch, heads, q, k] float32, when given, is added to the scaled logits before the
+    mask (DeBERTa's position terms), so it meets padding and packed segments exactly as they do.
     """
     scale = 1.0 / np.sqrt(q.shape[-1])
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    if score_bias is not None:
+        logits = logits + score_bias.astype(jnp.float32)
     # An additive [batch, 1, q, k] bias, broadcast over heads inside the softmax's fusion. A select
     # against a scalar instead made XLA hoist that scalar's broadcast out of the layer scan as a
     # float32 [batch, heads, q, k] tensor (seen in the compiled CPU step).

@@ -24,12 +24,20 @@ class Objective:
     # The metrics the progress line, the eval line and the plots show besides the loss: an
     # objective without an MLM head (replaced-token detection) names its own.
     headline: tuple[str, ...] = ("mlm_accuracy",)
+    # Scale of each loss term in the loss (default 1), e.g. ELECTRA's lambda = 50 on the discriminator's.
+    loss_scales: dict[str, float] = dataclasses.field(default_factory=dict)
+    # ratios -> further metrics computed from them: a ratio whose denominator the model decides (accuracy
+    # on the tokens a generator replaced) is a quotient of two ratios over the same batch-only weight.
+    derived: Callable[[dict], dict] | None = None
 
     def loss(self, sums: Sums, weights: Sums) -> jax.Array:
-        return sum(sums[k] / jax.numpy.maximum(weights[k], 1e-9) for k in self.loss_terms)
+        return sum(self.loss_scales.get(k, 1.0) * sums[k] / jax.numpy.maximum(weights[k], 1e-9)
+                   for k in self.loss_terms)
 
     def metrics(self, sums: Sums, weights: Sums) -> dict[str, jax.Array]:
-        """Ratios of every metric, plus `loss` (the sum of the loss terms)."""
+        """Ratios of every metric, the `derived` ones, and `loss` (the scaled sum of the loss terms)."""
         out = {k: sums[k] / jax.numpy.maximum(weights[k], 1e-9) for k in sums}
+        if self.derived is not None:
+            out.update(self.derived(out))
         out["loss"] = self.loss(sums, weights)
         return out

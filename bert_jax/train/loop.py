@@ -66,8 +66,8 @@ def _log_progress(step: int, num_steps: int, row: dict, objective) -> None:
 
 def _evaluate(eval_step, params, eval_batches, objective) -> dict:
     sums = weights = None
-    for batch in eval_batches:
-        s, w = eval_step(params, batch)
+    for index, batch in enumerate(eval_batches):
+        s, w = eval_step(params, batch, index)
         sums = s if sums is None else jax.tree.map(np.add, sums, s)
         weights = w if weights is None else jax.tree.map(np.add, weights, w)
     metrics = objective.metrics(sums, weights)
@@ -106,7 +106,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     validate_config(config, jax.process_count())
     _check_storage(config, workdir)
     program = build_program(config, make_mesh(config.mesh))
-    objective = program.family.objective
+    objective = program.objective
     determinism.check_xla_flags(config)
     if not paths.is_remote(workdir):  # (a bucket has no folders to make)
         paths.path(workdir).mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,11 @@ FLOPs of one training step (forward + backward), for B sequences of length S:
 
 N excludes the embedding tables (their lookups cost no FLOPs; the decoder's use of
 the word table is the third term). MFU = achieved FLOP/s / (devices * peak FLOP/s).
+
+N counts every parameter of the family's module, so a module of two networks (ELECTRA's
+generator and discriminator) has both in the first term, the dominant one. The attention and
+decoder terms use config.model's hidden_size and num_layers: for such a module, its main
+network's (a generator of ratio r adds about r x the attention term, ~2% of ELECTRA-large's step).
 """
 import math
 import time

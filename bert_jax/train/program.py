@@ -14,6 +14,7 @@ from jax.sharding import Mesh, NamedSharding
 from bert_jax.config_validation import validate_mesh_fit
 from bert_jax.models.attention import choose_kernel
 from bert_jax.families import Family, get_family
+from bert_jax.objectives.objective import Objective
 from bert_jax.parallel.mesh import batch_sharding, check_divisible, logical_axis_rules
 from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
 from bert_jax.train.state import TrainState, abstract_state_and_shardings, create_sharded_state, make_init_fn
@@ -30,6 +31,7 @@ _DIVISIBILITY_HINT = (
 @dataclasses.dataclass
 class TrainProgram:
     family: Family
+    objective: Objective  # the family's, for this config (family.objective_for(config.model))
     model: nn.Module
     mesh: Mesh
     rules: tuple
@@ -38,7 +40,7 @@ class TrainProgram:
     data_sharding: NamedSharding
     schedule: Callable[[int], Any]
     train_step: Callable  # jitted (state, batch) -> (state, metrics); state is donated
-    eval_step: Callable  # jitted (params, batch) -> (sums, weights)
+    eval_step: Callable  # jitted (params, batch, eval batch index) -> (sums, weights)
     init: Callable[[], TrainState]  # a fresh state, initialised directly on its shards
 
 
@@ -50,18 +52,20 @@ def build_program(config, mesh: Mesh) -> TrainProgram:
     model = family.build_model(config.model)  # resolves config.model.attention_impl, or fails naming it
     kernel = choose_kernel(config.model)
     logging.info("attention kernel: %s (%s)", kernel.impl, kernel.reason)
+    objective = family.objective_for(config.model)
     tx = make_optimizer(config.train)
     init = make_init_fn(model, tx, config.data, config.seed)
     abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
     check_divisible(abstract_state.params, shardings.params, _DIVISIBILITY_HINT)
     data_sharding = batch_sharding(mesh, rules)
     train_step = jax.jit(
-        make_train_step(model, family.objective, tx, config.train.grad_accum_steps),
+        make_train_step(model, objective, tx, config.train.grad_accum_steps),
         in_shardings=(shardings, data_sharding), out_shardings=(shardings, None), donate_argnums=0,
     )
-    eval_step = jax.jit(make_eval_step(model, family.objective), in_shardings=(shardings.params, data_sharding))
+    eval_step = jax.jit(make_eval_step(model, objective, config.seed),
+                        in_shardings=(shardings.params, data_sharding, None))
     return TrainProgram(
-        family=family, model=model, mesh=mesh, rules=rules, abstract_state=abstract_state,
+        family=family, objective=objective, model=model, mesh=mesh, rules=rules, abstract_state=abstract_state,
         state_shardings=shardings, data_sharding=data_sharding, schedule=learning_rate_schedule(config.train),
         train_step=train_step, eval_step=eval_step,
         init=lambda: create_sharded_state(init, shardings),

@@ -6,6 +6,24 @@ import optax
 from bert_jax.objectives.objective import Objective
 from bert_jax.train.state import TrainState
 
+# The rng streams a model may draw from: `dropout`, and `sample` for what a model samples in its
+# forward pass (replaced-token detection's generator). The sample key is folded off the dropout key,
+# so families that never sample see the dropout key they always did.
+SAMPLE_FOLD = 1
+# Eval keys are fold_in(fold_in(run key, EVAL_FOLD), eval batch index): a constant no step reaches,
+# so eval never draws a train step's numbers, and every eval of the same params draws the same.
+EVAL_FOLD = 2**32 - 1
+
+
+def model_rngs(key: jax.Array) -> dict:
+    """The rngs of one training micro-step from its key."""
+    return {"dropout": key, "sample": jax.random.fold_in(key, SAMPLE_FOLD)}
+
+
+def eval_sample_key(seed: int, index) -> jax.Array:
+    """The sample key of eval batch `index` of a run seeded `seed`; the same at every eval."""
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), EVAL_FOLD), index)
+
 
 def split_microbatches(batch: dict, num_micro: int) -> dict:
     """[global, ...] -> [num_micro, global / num_micro, ...], micro-batch a = examples a, a+n, a+2n, ...
@@ -29,7 +47,7 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
     """
 
     def loss_fn(params, micro, key, weights):
-        outputs = model.apply({"params": params}, micro, deterministic=False, rngs={"dropout": key})
+        outputs = model.apply({"params": params}, micro, deterministic=False, rngs=model_rngs(key))
         sums = objective.sums(outputs, micro)
         return objective.loss(sums, weights), sums
 
@@ -75,11 +93,16 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
     return train_step
 
 
-def make_eval_step(model, objective: Objective):
-    """Returns eval_step(params, batch) -> (sums, weights); callers total them over the eval set."""
+def make_eval_step(model, objective: Objective, seed: int = 0):
+    """Returns eval_step(params, batch, index) -> (sums, weights); callers total them over the eval set.
 
-    def eval_step(params, batch: dict):
-        outputs = model.apply({"params": params}, batch, deterministic=True)
+    `index` is the batch's place in the eval set: what the model samples (no dropout in eval)
+    is drawn from eval_sample_key(seed, index), so an eval repeats exactly, resumed or not.
+    """
+
+    def eval_step(params, batch: dict, index):
+        rngs = {"sample": eval_sample_key(seed, index)}
+        outputs = model.apply({"params": params}, batch, deterministic=True, rngs=rngs)
         return objective.sums(outputs, batch), objective.weights(batch)
 
     return eval_step

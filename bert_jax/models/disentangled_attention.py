@@ -1,0 +1,95 @@
+"""DeBERTa's disentangled self-attention (He et al. 2021, §3.1), as transformers' DebertaV2 computes it.
+
+A score is content-to-content + content-to-position + position-to-content, all divided by
+sqrt(3 * head_dim):
+
+    s[i, j] = q_i . k_j  +  q_i . Kr[idx(i, j)]  +  k_j . Qr[idx(i, j)]
+
+where Kr, Qr are the shared key/query projections of the relative-position embeddings
+(`share_att_key`, DeBERTa-v3) and idx(i, j) the row of the log-bucketed distance i - j.
+The two position terms are computed against the 2 * position_buckets embedding rows
+([batch, heads, length, 2 * buckets]) and then gathered to [batch, heads, q, k]: no
+[q, k, head_dim] tensor exists, so memory stays that of the scores. They enter the
+shared attention kernel as its additive `score_bias`, where padding and packed segments
+are masked exactly as for every family. Distances come from positions in the row: within
+a packed document they equal the document's own, and pairs across documents are masked.
+"""
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.models.attention import AttentionMask, Attend
+from bert_jax.models.layers import Dense
+
+# content-to-content + content-to-position + position-to-content: the scale is sqrt(3 * head_dim).
+SCORE_TERMS = 3
+
+
+def log_bucket_position(relative: np.ndarray, buckets: int, max_position: int) -> np.ndarray:
+    """Distances within +-buckets/2 kept, longer ones log-spaced up to max_position (DebertaV2's
+    `make_log_bucket_position`, in float32 as torch computes it, so bucket edges land on the same side)."""
+    mid = buckets // 2
+    sign = np.sign(relative)
+    abs_pos = np.where((relative < mid) & (relative > -mid), mid - 1, np.abs(relative)).astype(np.float32)
+    ratio = np.log(abs_pos / np.float32(mid)) / np.log(np.float32((max_position - 1) / mid))
+    log_pos = np.ceil(ratio * np.float32(mid - 1)) + np.float32(mid)
+    return np.where(abs_pos <= mid, relative, log_pos * sign).astype(np.int64)
+
+
+@functools.lru_cache(maxsize=None)
+def relative_embedding_index(length: int, buckets: int, max_position: int) -> np.ndarray:
+    """[length, length] int32: the row of the 2 * buckets relative embeddings that query i uses for key j."""
+    pos = np.arange(length)
+    relative = log_bucket_position(pos[:, None] - pos[None, :], buckets, max_position)
+    return np.clip(relative + buckets, 0, 2 * buckets - 1).astype(np.int32)
+
+
+def disentangled_score_bias(q, k, pos_q, pos_k, index) -> jax.Array:
+    """The c2p + p2c terms, unscaled. q, k: [batch, length, heads, head_dim]; pos_q, pos_k: [2 * buckets,
+    heads, head_dim]; index: [length, length] -> [batch, heads, q, k] float32."""
+    c2p = jnp.einsum("bqhd,rhd->bhqr", q, pos_k, preferred_element_type=jnp.float32)
+    c2p = jnp.take_along_axis(c2p, jnp.asarray(index)[None, None], axis=-1)
+    # p2c[i, j] = k_j . Qr[index[i, j]]: gathered per key j over index^T, then turned to [q, k].
+    p2c = jnp.einsum("bkhd,rhd->bhkr", k, pos_q, preferred_element_type=jnp.float32)
+    p2c = jnp.take_along_axis(p2c, jnp.asarray(index.T)[None, None], axis=-1)
+    return c2p + jnp.swapaxes(p2c, -1, -2)
+
+
+class DisentangledSelfAttention(nn.Module):
+    """q/k/v projections (shared with the position embeddings), the chosen kernel with the position
+    terms as its score bias, the output projection. Parameter names are SelfAttention's."""
+
+    config: Any  # num_heads, hidden_size, position_buckets, max_relative_positions, attention_impl, ...
+
+    @nn.compact
+    def __call__(self, x: jax.Array, rel_embeddings: jax.Array, mask: AttentionMask,
+                 deterministic: bool) -> jax.Array:
+        """x: [batch, length, hidden]; rel_embeddings: [2 * position_buckets, hidden] (normed) -> [batch,
+        length, hidden]."""
+        cfg = self.config
+        heads, head_dim = cfg.num_heads, cfg.hidden_size // cfg.num_heads
+        dense = lambda name: Dense(  # noqa: E731
+            (cfg.hidden_size,), (heads, head_dim), ("embed", "heads", "kv"),
+            dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            kernel_init=nn.initializers.normal(cfg.initializer_range), name=name,
+        )
+        axes = ("batch", "length", "heads", "kv")
+        query, key, value = dense("query"), dense("key"), dense("value")
+        q, k, v = (nn.with_logical_constraint(proj(x), axes) for proj in (query, key, value))
+        rel = nn.Dropout(cfg.dropout_rate)(rel_embeddings, deterministic=deterministic)
+        index = relative_embedding_index(x.shape[1], cfg.position_buckets, cfg.max_relative_positions)
+        scale = 1.0 / np.sqrt(SCORE_TERMS * head_dim)
+        bias = disentangled_score_bias(q, k, query(rel), key(rel), index) * scale
+        # The kernel divides q . k by sqrt(head_dim); the remaining 1/sqrt(3) goes on q.
+        q_scaled = q * jnp.asarray(1.0 / np.sqrt(SCORE_TERMS), q.dtype)
+        context = Attend(cfg, name="attend")(q_scaled, k, v, mask, deterministic, score_bias=bias)
+        context = nn.with_logical_constraint(context, axes)
+        return Dense(
+            (heads, head_dim), (cfg.hidden_size,), ("heads", "kv", "embed"),
+            dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            kernel_init=nn.initializers.normal(cfg.initializer_range), name="output",
+        )(context)

@@ -1,0 +1,93 @@
+"""ELECTRA-Small (Clark et al. 2020): 12 layers of 256 behind 128-dim factorised embeddings, a 1/4-size
+generator; 13.5M params as ElectraForPreTraining (the discriminator), 4.6M as ElectraForMaskedLM (the
+generator, embeddings shared with the discriminator, so counted in both).
+
+    python -m bert_jax.pretrain --config=configs/electra_small.py --workdir=gs://BUCKET/electra_small \
+        --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
+
+then `python -m bert_jax.export --workdir=gs://BUCKET/electra_small --out=electra_hf` writes the
+discriminator (ElectraForPreTraining) and, in electra_hf/generator, the generator (ElectraForMaskedLM).
+Continue from Google's release with `--config.init_from_hf=DIR` (the discriminator folder, holding the
+generator folder as DIR/generator, or alone: the generator then starts fresh; google/electra-small-generator
+is 256 wide, so set --config.model.generator_size_ratio=1 to import it).
+
+The paper's recipe (Table 6), kept here: WordPiece vocabulary of 30522, sequences of 128, 15% masked,
+generator 1/4 of the discriminator's hidden size, FFN and heads (64 wide, 1 head, FFN 256), token,
+position and type embeddings shared, lambda = 50, temperature 1, Adam (eps 1e-6) at lr 5e-4, 10K
+warmup, linear decay, weight decay 0.01, batch 128 for 1M steps, dropout 0.1. Attention dropout is 0
+here (0.1 in the paper: `--config.model.attention_dropout_rate=0.1`), masking BERT's 80/10/10.
+
+Tiny variant: 300 steps on the embedded corpus, a WordPiece of 2048 trained first; 3-4 minutes on a
+busy 2-core CPU:
+
+    python -m bert_jax.pretrain --config=configs/electra_small.py:tiny --workdir=runs/electra_tiny
+
+The progress line shows the discriminator: its accuracy, and its accuracy on replaced and on original
+tokens. Measured: see the README's ELECTRA section.
+"""
+from configs import base
+
+
+def get_config(arg: str | None = None):
+    c = base.get_config()
+    c.model.family = "electra"
+    c.model.vocab_size = 30522
+    c.model.hidden_size = 256
+    c.model.embedding_size = 128  # projected to 256 by embeddings_project
+    c.model.num_layers = 12
+    c.model.num_heads = 4
+    c.model.intermediate_size = 1024
+    c.model.hidden_act = "gelu"
+    c.model.pad_token_id = 0  # WordPiece [PAD]
+    # The generator: hidden size, heads and FFN size times this (same depth); at most 1, and it must
+    # leave whole heads and units. Paper, Table 6: 1/4 small and large, 1/3 base.
+    c.model.generator_size_ratio = 1 / 4
+    c.model.sampling_temperature = 1.0  # of the generator's softmax when sampling replacements
+    c.model.discriminator_loss_weight = 50.0  # lambda: loss = generator MLM + lambda x discriminator BCE
+
+    c.data.tokenizer.kind = "wordpiece"
+    c.data.example_builder = "full_sentences"
+    c.data.masking = "token"
+    c.data.max_seq_length = 128
+    c.data.max_predictions_per_seq = 20  # 15% of 128, rounded up
+    c.data.mask_rate = 0.15
+
+    c.train.global_batch_size = 128
+    c.train.num_steps = 1_000_000
+    c.train.learning_rate = 5e-4
+    c.train.warmup_steps = 10_000
+    c.train.eps = 1e-6
+    c.train.weight_decay = 0.01
+    c.checkpoint.every_steps = 10_000
+    if arg == "tiny":
+        shrink_to_tiny(c)
+    elif arg:
+        raise ValueError(f"--config=configs/electra_small.py:{arg}: the only variant is 'tiny'")
+    return c
+
+
+def shrink_to_tiny(c) -> None:
+    """configs/tiny.py's scale: a 2-layer, 128-wide discriminator behind 64-dim embeddings, a 64-wide generator."""
+    c.model.vocab_size = 4096
+    c.model.hidden_size = 128
+    c.model.embedding_size = 64
+    c.model.num_layers = 2
+    c.model.num_heads = 4
+    c.model.intermediate_size = 512
+    c.model.generator_size_ratio = 1 / 2
+    c.model.max_position_embeddings = 128
+    c.model.dtype = "float32"  # bf16 matmuls are slow on CPU
+    c.model.scan_layers = False
+    c.model.dropout_rate = 0.0
+    c.model.attention_dropout_rate = 0.0
+    c.data.source = "embedded"
+    c.data.max_seq_length = 128
+    c.data.max_predictions_per_seq = 20
+    c.data.mask_rate = 0.15
+    c.train.global_batch_size = 32
+    c.train.num_steps = 1000
+    c.train.learning_rate = 1e-3
+    c.train.warmup_steps = 100
+    c.train.log_every_steps = 50
+    c.train.eval_every_steps = 250
+    c.checkpoint.every_steps = 250

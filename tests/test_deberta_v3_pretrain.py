@@ -1,0 +1,94 @@
+"""DeBERTa-v3 end to end (slow): the tiny config pre-trains by replaced-token detection on the embedded corpus
+(the discriminator beats calling every token original, the generator beats the most frequent token),
+exports the discriminator as a DebertaV2Model folder that transformers loads (model and DebertaV2Tokenizer)
+with our hidden states, and a run starts from that folder.
+"""
+import jax
+import numpy as np
+import pytest
+
+import configs.deberta_v3_base
+from bert_jax.export import export, load_workdir_config, restore_params
+from bert_jax.families import get_family
+from bert_jax.train.loop import train_and_evaluate
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from numerics import TRANSFORMERS, relative_error  # noqa: E402
+from test_pretrain import read_metrics, train_losses  # noqa: E402
+
+pytestmark = pytest.mark.slow
+STEPS = STEPS_PLACEHOLDER
+
+
+def micro_config():
+    """configs/deberta_v3_base.py:tiny, shorter; 64 tokens over 16 buckets still log-bucket."""
+    c = configs.deberta_v3_base.get_config("tiny")
+    c.data.num_eval_batches = 2
+    c.data.tokenizer.sample_bytes = 1_000_000
+    c.train.num_steps = STEPS
+    c.train.log_every_steps = 20
+    c.train.eval_every_steps = c.checkpoint.every_steps = STEPS
+    c.logging.plots = False
+    c.logging.peak_flops_per_device = 1e11  # skip the matmul measurement
+    return c
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    workdir, out = tmp_path_factory.mktemp("deberta_run"), tmp_path_factory.mktemp("deberta_hf")
+    train_and_evaluate(micro_config(), str(workdir))
+    export(str(workdir), str(out))
+    return str(workdir), str(out)
+
+
+def test_tiny_deberta_v3_learns_to_detect_replaced_tokens(exported):
+    workdir, _ = exported
+    losses = [loss for _, loss in train_losses(workdir)]
+    final = [r for r in read_metrics(workdir) if "eval/loss" in r][-1]
+    all_original = 1.0 - final["eval/replaced_rate"]
+    print(f"deberta_v3: train loss {losses[0]:.3f} -> {losses[-1]:.3f}; eval discriminator accuracy "
+          f"{final['eval/discriminator_accuracy']:.4f} vs all-original {all_original:.4f} (replaced "
+          f"{final['eval/discriminator_replaced_accuracy']:.4f}, original "
+          f"{final['eval/discriminator_original_accuracy']:.4f}); generator MLM accuracy "
+          f"{final['eval/generator_mlm_accuracy']:.4f} vs most frequent token "
+          f"{final['eval/most_frequent_token_accuracy']:.4f}")
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
+    assert final["eval/discriminator_accuracy"] > all_original
+    assert final["eval/generator_mlm_accuracy"] > final["eval/most_frequent_token_accuracy"]
+
+
+def test_exported_deberta_v3_loads_in_transformers_with_our_discriminator_states(exported):
+    workdir, out = exported
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert type(tokenizer).__name__ == "DebertaV2Tokenizer"
+    model = transformers.AutoModel.from_pretrained(out).eval()
+    assert type(model).__name__ == "DebertaV2Model"
+    enc = tokenizer(["the python list is a sequence", "a dict maps keys"], padding=True, return_tensors="np")
+    with torch.no_grad():
+        theirs = model(input_ids=torch.tensor(enc["input_ids"]),
+                       attention_mask=torch.tensor(enc["attention_mask"])).last_hidden_state.numpy()
+    config = load_workdir_config(workdir)
+    params, _ = restore_params(workdir, config)
+    ours = np.asarray(get_family("deberta_v3").build_model(config.model).apply(
+        {"params": params}, enc, method=lambda m, b: m.discriminator.encoder(b["input_ids"], b["attention_mask"])))
+    real = enc["attention_mask"].astype(bool)
+    diff = relative_error(ours[real], theirs[real])
+    print(f"deberta_v3 export: relative error of the discriminator's hidden states {diff:.2e}")
+    assert diff <= TRANSFORMERS
+
+
+def test_init_from_hf_continues_from_the_exported_discriminator(exported, tmp_path):
+    workdir, out = exported
+    c = micro_config()
+    c.init_from_hf = out
+    c.train.learning_rate, c.train.warmup_steps, c.train.num_steps = 0.0, 0, 1
+    c.train.eval_every_steps = c.checkpoint.every_steps = 1
+    train_and_evaluate(c, str(tmp_path))
+    restarted, _ = restore_params(str(tmp_path), load_workdir_config(str(tmp_path)))
+    trained, _ = restore_params(workdir, load_workdir_config(workdir))
+    jax.tree.map(np.testing.assert_array_equal, restarted["discriminator"], trained["discriminator"])
+    np.testing.assert_array_equal(restarted["word"]["embedding"],
+                                  trained["word"]["embedding"] + trained["discriminator_word"]["delta"])
+    np.testing.assert_array_equal(restarted["discriminator_word"]["delta"], 0)
