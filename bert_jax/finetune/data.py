@@ -146,20 +146,21 @@ def read_splits(data_cfg, task_cfg) -> dict[str, Split]:
 def label_names(task_cfg, splits: dict[str, Split]) -> list[str]:
     """The label vocabulary: config.task.labels if given, else the training file's labels, sorted.
 
-    Training rows with a label outside a given vocabulary are skipped and counted; a validation
-    or test label the vocabulary lacks fails, naming it and the file.
+    Rows with a label outside a given vocabulary are skipped and counted; without one, a
+    validation or test label the training file lacks fails, naming it and the file.
     """
     key = "tags" if task_cfg.kind == "token_classification" else "label"
     values = lambda row: row[key] if key == "tags" else [row[key]]  # noqa: E731
     train = splits["train"]
     if task_cfg.labels:
         names = [n.strip() for n in task_cfg.labels.split(",")]
-        kept = [row for row in train.rows if set(values(row)) <= set(names)]
-        if len(kept) < len(train.rows):
-            train.skipped["unknown label"] += len(train.rows) - len(kept)
-            logging.warning("train: skipped %d row(s) of %s with a label outside config.task.labels",
-                            len(train.rows) - len(kept), train.source)
-            train.rows = kept
+        for split in splits.values():
+            kept = [row for row in split.rows if set(values(row)) <= set(names)]
+            if len(kept) < len(split.rows):
+                split.skipped["unknown label"] += len(split.rows) - len(kept)
+                logging.warning("%s: skipped %d row(s) of %s with a label outside config.task.labels", split.name,
+                                len(split.rows) - len(kept), split.source)
+                split.rows = kept
     else:
         names = sorted({v for row in train.rows for v in values(row)})
     for split in splits.values():

@@ -7,6 +7,7 @@ the subtree its `encode` uses. The family of an HF folder is the registered one 
 """
 import dataclasses
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -47,11 +48,11 @@ def probe_batch(length: int = 8) -> dict:
             "masked_positions": jnp.zeros((1, 1), jnp.int32)}
 
 
-def _zeros_like_family_params(family: Family, model_cfg) -> dict:
+def zeros_like_family_params(family: Family, model_cfg) -> dict:
+    """The family module's full parameter tree (pre-training heads included), as zeros: a fallback for
+    tensors a source lacks, and the frame the family's hf_export fills."""
     shapes = jax.eval_shape(lambda: family.build_model(model_cfg).init(
         jax.random.key(0), probe_batch(), deterministic=True)["params"])
-    import flax.linen as nn
-
     return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), nn.meta.unbox(shapes))
 
 
@@ -90,9 +91,10 @@ def resolve(init_from: str, runtime_model_cfg) -> Source:
             raise ValueError(f"config.init_from={init_from!r}: a Hugging Face folder has no steps")
         hf_cfg = hf_folder.read_hf_config(path)
         family = family_of_hf_config(hf_cfg, path)
-        values = dict(family.hf_model_config(hf_cfg), family=family.name)
+        values = dict(family.hf_model_config(hf_cfg), family=family.name,
+                      initializer_range=hf_cfg.get("initializer_range", 0.02))
         model_cfg = _with_runtime(values, runtime_model_cfg)
-        fallback = _zeros_like_family_params(family, model_cfg)
+        fallback = zeros_like_family_params(family, model_cfg)
         params, report = family.hf_import(hf_folder.read_hf_state(path), hf_cfg, model_cfg, fallback)
         return Source("hf", path, None, family, model_cfg, path, params)
     raise ValueError(f"config.init_from={init_from!r} is neither a pre-training workdir (config.json and "

@@ -71,6 +71,6 @@ def build_finetune_model(family, model_cfg, task_cfg, num_outputs: int, has_fami
         raise ValueError(f"config.task.pooling={task_cfg.pooling!r}; expected one of {POOLINGS}")
     head = TaskHead(kind=task_cfg.kind, num_outputs=num_outputs, pooling=task_cfg.pooling,
                     has_family_pooler=has_family_pooler, hidden_size=model_cfg.hidden_size,
-                    dropout_rate=float(model_cfg.dropout_rate), initializer_range=float(model_cfg.initializer_range),
+                    dropout_rate=float(model_cfg.dropout_rate), initializer_range=float(model_cfg.get("initializer_range", 0.02)),
                     name="head")
     return FinetuneModel(backbone=family.build_model(model_cfg).clone(name="backbone"), head=head)

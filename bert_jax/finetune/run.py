@@ -11,7 +11,6 @@ import math
 import flax.linen as nn
 import jax
 import numpy as np
-import optax
 import orbax.checkpoint as ocp
 from absl import logging
 
