@@ -10,7 +10,7 @@ NEGATIVE = "bad awful poor sad dark grim".split()
 FILLER = "the a of to in is and for with this it was".split()
 PEOPLE = "alice bob carol dave".split()
 PLACES = "paris london rome oslo".split()
-VOCAB_WORDS = sorted(set(POSITIVE + NEGATIVE + FILLER + PEOPLE + PLACES + ["went", "met", "saw", "visited"]))
+VOCAB_WORDS = sorted(set(POSITIVE + NEGATIVE + FILLER + PEOPLE + PLACES + ["went", "met", "saw", "visited", "where", "did", "go", "."]))
 
 
 def sentiment_rows(n: int, seed: int) -> list[dict]:
@@ -85,3 +85,32 @@ def write_tiny_hf_bert(out: str, seed: int = 0) -> str:
     tokenizer.save(out)
     np.testing.assert_(os.path.exists(os.path.join(out, "tokenizer.json")))
     return out
+
+
+def squad_json(n: int, seed: int, unanswerable: float = 0.25) -> dict:
+    """SQuAD 2.0 JSON: contexts of filler sentences (longer than one window) around one 'X went to P .', the
+    question 'where did X go' answered by P; or (no answer) contexts where X goes nowhere."""
+    rng = random.Random(seed)
+    paragraphs = []
+    for i in range(n):
+        person = rng.choice(PEOPLE)
+        impossible = rng.random() < unanswerable
+        sentences = [" ".join(rng.choice(FILLER) for _ in range(rng.randint(3, 6))) + " ." for _ in range(4)]
+        position = rng.randrange(len(sentences) + 1)
+        place = rng.choice(PLACES)
+        sentences.insert(position, f"{person} met {rng.choice(PEOPLE)} ." if impossible else f"{person} went to {place} .")
+        context = " ".join(sentences)
+        qa = {"id": f"q{seed}_{i}", "question": f"where did {person} go", "answers": [], "is_impossible": impossible}
+        if not impossible:
+            qa["answers"] = [{"text": place, "answer_start": context.index(f"{person} went to {place}") +
+                              len(f"{person} went to ")}]
+        paragraphs.append({"context": context, "qas": [qa]})
+    return {"version": "v2.0", "data": [{"title": "made", "paragraphs": paragraphs}]}
+
+
+def write_squad(path, n: int, seed: int) -> str:
+    import json
+
+    with open(path, "w") as f:
+        json.dump(squad_json(n, seed), f)
+    return str(path)

@@ -9,9 +9,10 @@ import pytest
 
 import configs.finetune.classification
 import configs.finetune.regression
+import configs.finetune.span_qa
 import configs.finetune.token_classification
 import finetune_data as fd
-from bert_jax.finetune import data, init_from, metrics
+from bert_jax.finetune import data, init_from, metrics, squad
 from bert_jax.finetune.run import finetune
 
 torch = pytest.importorskip("torch")
@@ -20,7 +21,7 @@ transformers = pytest.importorskip("transformers")
 from numerics import TRANSFORMERS, relative_error  # noqa: E402
 
 CONFIGS = {"classification": configs.finetune.classification, "regression": configs.finetune.regression,
-           "token_classification": configs.finetune.token_classification}
+           "token_classification": configs.finetune.token_classification, "span_qa": configs.finetune.span_qa}
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,8 @@ def files(tmp_path_factory):
         "pairs_test.csv": _pairs(d / "pairs_test.csv", 64, 1),
         "train.conll": fd.write_conll(d / "train.conll", fd.ner_sentences(192, 0)),
         "test.conll": fd.write_conll(d / "test.conll", fd.ner_sentences(48, 1)),
+        "train.json": fd.write_squad(d / "train.json", 256, 0),
+        "test.json": fd.write_squad(d / "test.json", 64, 1),
     }
 
 
@@ -67,6 +70,10 @@ def micro_config(kind: str, init_from_: str, files: dict):
     elif kind == "regression":
         c.data.train, c.data.test = files["pairs_train.csv"], files["pairs_test.csv"]
         c.train.epochs = 6.0
+    elif kind == "span_qa":
+        c.data.train, c.data.test = files["train.json"], files["test.json"]
+        c.data.max_seq_length, c.data.doc_stride, c.task.max_answer_length = 32, 8, 4  # contexts span 2-3 windows
+        c.train.epochs = 6.0
     else:
         c.data.train, c.data.test = files["train.conll"], files["test.conll"]
         c.data.max_seq_length = 24
@@ -76,7 +83,7 @@ def micro_config(kind: str, init_from_: str, files: dict):
 
 # The metric each kind reports and what always predicting the majority (or the mean) scores on the made data.
 BASELINE = {"classification": ("accuracy", 0.5), "regression": ("spearman", 0.0),
-            "token_classification": ("entity_f1", 0.0)}
+            "token_classification": ("entity_f1", 0.0), "span_qa": ("f1", 0.3)}  # ~25 % unanswerable
 
 
 def assert_learns(kind: str, results: dict) -> None:
@@ -105,18 +112,21 @@ def check_export(workdir: str, out: str, kind: str, texts) -> float:
     from bert_jax.finetune.hf_export import export
 
     export(workdir, out)
-    auto = (transformers.AutoModelForTokenClassification if kind == "token_classification"
-            else transformers.AutoModelForSequenceClassification)
+    auto = {"token_classification": transformers.AutoModelForTokenClassification,
+            "span_qa": transformers.AutoModelForQuestionAnswering}.get(kind,
+                                                                        transformers.AutoModelForSequenceClassification)
     model = auto.from_pretrained(out).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     labels = json.load(open(os.path.join(workdir, "labels.json")))
-    if kind != "regression":
+    if kind not in ("regression", "span_qa"):
         assert [model.config.id2label[i] for i in range(len(labels))] == labels
     enc = tokenizer(*texts, padding=True, return_tensors="np")
     with torch.no_grad():
-        theirs = model(**{k: torch.tensor(v) for k, v in enc.items()}).logits.numpy()
+        out = model(**{k: torch.tensor(v) for k, v in enc.items()})
+    theirs = (np.stack([out.start_logits.numpy(), out.end_logits.numpy()], -1) if kind == "span_qa"
+              else out.logits.numpy())
     ours = our_logits(workdir, enc)
-    real = enc["attention_mask"].astype(bool) if kind == "token_classification" else slice(None)
+    real = enc["attention_mask"].astype(bool) if kind in ("token_classification", "span_qa") else slice(None)
     return relative_error(ours[real], theirs[real])
 
 
@@ -190,6 +200,43 @@ def test_a_head_whose_label_count_differs_from_the_checkpoint_fails_naming_both(
         _labels(c, data.read_splits(c.data, c.task), str(tmp_path))
 
 
+def test_squad_answers_that_do_not_match_their_context_are_skipped_and_counted(tmp_path):
+    d = fd.squad_json(4, 0, unanswerable=0.0)
+    qas = [p["qas"][0] for p in d["data"][0]["paragraphs"]]
+    qas[0]["answers"][0]["answer_start"] += 1  # text no longer at its start
+    qas[1]["answers"][0]["answer_start"] = 10_000  # outside the context
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(d))
+    rows, skipped = squad.read_squad(str(path))
+    assert len(rows) == 2
+    assert skipped == {"answer span not matching its context": 1, "answer outside its context": 1}
+
+
+def test_long_contexts_become_overlapping_windows_and_the_answer_is_found_across_them(hf_dir):
+    from data_pipelines import tokenizer as tokenizer_lib
+
+    rows, _ = squad.read_squad(fd.write_squad(os.path.join(hf_dir, "q.json"), 8, 3))
+    fast = data.fast_tokenizer(tokenizer_lib.load_tokenizer(hf_dir), 24)
+    features = squad.featurize(fast, rows, doc_stride=6)
+    assert len(features["input_ids"]) > len(rows)  # contexts longer than a window
+    # Logits that point exactly at each window's labelled span (or [CLS]) recover every gold answer.
+    n, length = features["input_ids"].shape
+    start, end = np.zeros((n, length)), np.zeros((n, length))
+    start[np.arange(n), features["labels"][:, 0]] = 10
+    end[np.arange(n), features["labels"][:, 1]] = 10
+    answers = squad.best_answers(start, end, features, rows, max_answer_length=4)
+    assert answers == [r["answers"][0][0] if r["answers"] else "" for r in rows]
+    assert squad.squad_metrics(answers, rows) == {"exact_match": 1.0, "f1": 1.0}
+
+
+def test_squad_scores_as_the_official_script():
+    rows = [{"answers": [("The Eiffel Tower", 0), ("eiffel tower!", 0)]}, {"answers": []}, {"answers": [("a b c d", 0)]}]
+    m = squad.squad_metrics(["eiffel  tower", "", "b c x"], rows)
+    assert m["exact_match"] == pytest.approx(2 / 3)
+    # "a b c d" normalises to "b c d" (articles dropped): 2 of 3 tokens shared each way, F1 2/3.
+    assert m["f1"] == pytest.approx((1 + 1 + 2 / 3) / 3)
+
+
 # --- metrics as the field computes them ----------------------------------------------------------------------
 
 
@@ -243,7 +290,7 @@ def pretrain_workdir(hf_dir, tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("source", ["hf", "workdir"])
-@pytest.mark.parametrize("kind", ["classification", "regression", "token_classification"])
+@pytest.mark.parametrize("kind", ["classification", "regression", "token_classification", "span_qa"])
 def test_every_kind_learns_and_exports_from_both_sources(kind, source, hf_dir, files, tmp_path, request):
     origin = hf_dir if source == "hf" else request.getfixturevalue("pretrain_workdir")
     workdir = str(tmp_path / "run")
@@ -251,7 +298,8 @@ def test_every_kind_learns_and_exports_from_both_sources(kind, source, hf_dir, f
     assert_learns(kind, results)
     texts = {"classification": (["good fine the a", "bad awful of to in"],),
              "regression": (["good fine the a", "bad awful of to in"], ["the", "a"]),
-             "token_classification": (["alice went to paris", "bob met carol in rome oslo"],)}[kind]
+             "token_classification": (["alice went to paris", "bob met carol in rome oslo"],),
+             "span_qa": (["where did bob go", "where did alice go"], ["the bob went to rome .", "a . alice met bob"])}[kind]
     diff = check_export(workdir, str(tmp_path / "hf"), kind, texts)
     print(f"{kind} from {source}: exported relative logit error {diff:.2e}")
     assert diff <= TRANSFORMERS

@@ -18,7 +18,7 @@ from absl import logging
 
 from bert_jax.storage import paths
 
-FORMATS = ("csv", "tsv", "jsonl", "conll", "tfds")
+FORMATS = ("csv", "tsv", "jsonl", "conll", "squad", "tfds")
 IGNORED = -100  # a label position that carries no loss (HF's convention)
 
 
@@ -121,7 +121,12 @@ def read_splits(data_cfg, task_cfg) -> dict[str, Split]:
     out = {}
     for name in ("train", "validation", "test"):
         source = data_cfg.get(name, "")
-        if source:
+        if source and task_cfg.kind == "span_qa":
+            from bert_jax.finetune import squad  # noqa: PLC0415
+
+            rows, skipped = squad.read_squad(source)
+            out[name] = Split(name, source, rows, skipped)
+        elif source:
             rows, skipped = parse_rows(task_cfg, _records(data_cfg, source))
             out[name] = Split(name, source, rows, skipped)
     if "train" not in out:

@@ -11,7 +11,6 @@ renamed to Hugging Face's: `classifier` on the pooled [CLS] for a family with a 
 """
 import json
 
-import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
@@ -25,7 +24,7 @@ from bert_jax.finetune.model import build_finetune_model
 from bert_jax.storage import paths
 
 HF_TASK_CLASS = {"classification": "ForSequenceClassification", "regression": "ForSequenceClassification",
-                 "token_classification": "ForTokenClassification"}
+                 "token_classification": "ForTokenClassification", "span_qa": "ForQuestionAnswering"}
 
 
 def load_finetuned(workdir: str):
@@ -38,7 +37,7 @@ def load_finetuned(workdir: str):
     names = json.loads((root / "labels.json").read_text()) if (root / "labels.json").exists() else []
     family = get_family(config.model.family)
     has_pooler = "pooler" in init_from.zeros_like_family_params(family, config.model)
-    num_outputs = 1 if config.task.kind == "regression" else len(names)
+    num_outputs = {"regression": 1, "span_qa": 2}.get(config.task.kind, len(names))
     model = build_finetune_model(family, config.model, config.task, num_outputs, has_pooler)
     if (root / "best" / "params").exists():
         params = ocp.StandardCheckpointer().restore(paths.absolute(root / "best" / "params"))
@@ -73,7 +72,7 @@ def hf_task_state(params: dict, config, names: list[str]) -> tuple[dict, dict]:
     kind = config.task.kind
     if kind not in HF_TASK_CLASS:
         raise ValueError(f"config.task.kind={kind!r} has no Hugging Face task class to export to")
-    if kind != "token_classification" and config.task.pooling != "cls":
+    if kind in ("classification", "regression") and config.task.pooling != "cls":
         raise ValueError("config.task.pooling=mean has no Hugging Face ForSequenceClassification counterpart "
                          "(they pool [CLS]); fine-tune with pooling=cls to export")
     full = _merge(init_from.zeros_like_family_params(family, config.model), params["backbone"])
@@ -82,7 +81,9 @@ def hf_task_state(params: dict, config, names: list[str]) -> tuple[dict, dict]:
     prefix = word[: -len("embeddings.word_embeddings.weight")]
     state = {k: v for k, v in encoder_state.items() if k.startswith(prefix)}
     head = params["head"]
-    if "pooler" in head:
+    if "qa_outputs" in head:
+        _linear(state, "qa_outputs", head["qa_outputs"])
+    elif "pooler" in head:
         _linear(state, "classifier.dense", head["pooler"])
         _linear(state, "classifier.out_proj", head["classifier"])
     else:
@@ -91,7 +92,7 @@ def hf_task_state(params: dict, config, names: list[str]) -> tuple[dict, dict]:
     hf_cfg = dict(hf_cfg, architectures=[base_arch + HF_TASK_CLASS[kind]])
     if kind == "regression":
         hf_cfg.update(num_labels=1, problem_type="regression")
-    else:
+    elif kind != "span_qa":
         hf_cfg.update(id2label={str(i): n for i, n in enumerate(names)}, label2id={n: i for i, n in enumerate(names)})
         if kind == "classification":
             hf_cfg["problem_type"] = "single_label_classification"

@@ -21,6 +21,14 @@ def _regression_sums(outputs: dict, batch: dict) -> dict:
     return {"task_loss": jnp.sum(error**2 * batch["label_weights"])}
 
 
+def _span_sums(outputs: dict, batch: dict) -> dict:
+    """The mean of the start and end positions' cross-entropies (Devlin et al. 2019, §4.2)."""
+    logits, labels = outputs["logits"], batch["labels"]
+    start = optax.softmax_cross_entropy_with_integer_labels(logits[..., 0], labels[:, 0])
+    end = optax.softmax_cross_entropy_with_integer_labels(logits[..., 1], labels[:, 1])
+    return {"task_loss": jnp.sum((start + end) / 2 * batch["label_weights"])}
+
+
 def _weights(batch: dict) -> dict:
     total = jnp.sum(batch["label_weights"])
     return {"task_loss": total, "accuracy": total}
@@ -30,5 +38,8 @@ CLASSIFICATION = Objective(sums=_classification_sums, weights=_weights, loss_ter
                            headline=("accuracy",))
 REGRESSION = Objective(sums=_regression_sums, weights=lambda b: {"task_loss": jnp.sum(b["label_weights"])},
                        loss_terms=("task_loss",), headline=())
+SPAN_QA = Objective(sums=_span_sums, weights=lambda b: {"task_loss": jnp.sum(b["label_weights"])},
+                    loss_terms=("task_loss",), headline=())
 # Tagging is classification over word-pieces: the same sums over [batch, length] labels.
-OBJECTIVES = {"classification": CLASSIFICATION, "regression": REGRESSION, "token_classification": CLASSIFICATION}
+OBJECTIVES = {"classification": CLASSIFICATION, "regression": REGRESSION, "token_classification": CLASSIFICATION,
+              "span_qa": SPAN_QA}

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from bert_jax.models.layers import Dense
 
 SEQUENCE_KINDS = ("classification", "regression")
-KINDS = SEQUENCE_KINDS + ("token_classification",)
+KINDS = SEQUENCE_KINDS + ("token_classification", "span_qa")
 POOLINGS = ("cls", "mean")
 
 
@@ -38,6 +38,8 @@ class TaskHead(nn.Module):
             kernel_init=nn.initializers.normal(self.initializer_range), name=name)
         dropout = nn.Dropout(self.dropout_rate)
         hidden = encoded["hidden"]
+        if self.kind == "span_qa":  # start and end logits of every token (HF's qa_outputs)
+            return dense(2, "qa_outputs")(hidden)
         if self.kind == "token_classification":
             return dense(self.num_outputs, "classifier")(dropout(hidden, deterministic=deterministic))
         if self.pooling == "mean":
@@ -52,7 +54,8 @@ class TaskHead(nn.Module):
 class FinetuneModel(nn.Module):
     """backbone: the family's module; __call__(batch, deterministic) -> {"logits": float32}.
 
-    logits: [batch, num_labels] (classification), [batch, 1] (regression), [batch, length, num_labels] (tagging).
+    logits: [batch, num_labels] (classification), [batch, 1] (regression), [batch, length, num_labels] (tagging),
+    [batch, length, 2] (span QA: start, end).
     """
 
     backbone: nn.Module

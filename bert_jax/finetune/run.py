@@ -16,7 +16,7 @@ from absl import logging
 
 from bert_jax.checkpoint import hf_folder
 from bert_jax.checkpoint import manager as ckpt
-from bert_jax.finetune import data, init_from, losses, metrics
+from bert_jax.finetune import data, init_from, losses, metrics, squad
 from bert_jax.finetune.model import build_finetune_model
 from bert_jax.finetune.optimizer import make_optimizer
 from bert_jax.parallel.mesh import batch_sharding, global_batch, logical_axis_rules, make_mesh
@@ -32,7 +32,7 @@ LOWER_IS_BETTER = ("loss",)
 
 def _labels(config, splits, workdir) -> list[str]:
     """The label names; a resume whose data gives another label count than its checkpoint's head fails."""
-    if config.task.kind == "regression":
+    if config.task.kind in ("regression", "span_qa"):
         return []
     names = data.label_names(config.task, splits)
     saved = paths.path(workdir) / "labels.json"
@@ -51,7 +51,7 @@ def predict_outputs(predict, params, batches, sharding) -> np.ndarray:
                            for b in batches])
 
 
-def evaluate(config, logits: np.ndarray, features: dict, names: list[str]) -> dict:
+def evaluate(config, logits: np.ndarray, features: dict, names: list[str], rows: list[dict]) -> dict:
     """Loss and the task's metrics for one split's logits (padding rows dropped)."""
     n = len(features["input_ids"])
     logits = logits[:n]
@@ -61,6 +61,14 @@ def evaluate(config, logits: np.ndarray, features: dict, names: list[str]) -> di
         predicted = logits[:, 0]
         out = {"loss": float(np.mean((predicted - labels) ** 2))}
         out.update(metrics.regression_metrics(predicted, labels))
+        return out
+    if kind == "span_qa":
+        log_probs = np.asarray(jax.nn.log_softmax(logits, 1))  # over positions
+        nll = -(np.take_along_axis(log_probs[..., 0], labels[:, :1], 1) +
+                np.take_along_axis(log_probs[..., 1], labels[:, 1:], 1))[:, 0] / 2
+        out = {"loss": float(nll.mean())}
+        answers = squad.best_answers(logits[..., 0], logits[..., 1], features, rows, config.task.max_answer_length)
+        out.update(squad.squad_metrics(answers, rows))
         return out
     log_probs = np.asarray(jax.nn.log_softmax(logits, -1))
     nll = -np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
@@ -87,7 +95,7 @@ def word_tags(piece_labels: np.ndarray, features: dict, names: list[str]) -> lis
 
 
 def headline_metric(kind: str, tagging: str) -> str:
-    return {"classification": "accuracy", "regression": "spearman",
+    return {"classification": "accuracy", "regression": "spearman", "span_qa": "f1",
             "token_classification": "token_accuracy" if tagging == "pos" else "entity_f1"}[kind]
 
 
@@ -106,7 +114,10 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     fast = data.fast_tokenizer(tokenizer, config.data.max_seq_length)
     splits = data.read_splits(config.data, config.task)
     names = _labels(config, splits, workdir)
-    features = {name: data.featurize(config.task, fast, split.rows, names) for name, split in splits.items()}
+    if config.task.kind == "span_qa":
+        features = {name: squad.featurize(fast, split.rows, config.data.doc_stride) for name, split in splits.items()}
+    else:
+        features = {name: data.featurize(config.task, fast, split.rows, names) for name, split in splits.items()}
     if jax.process_index() == 0:
         resolved = json.loads(config.to_json_best_effort())
         resolved["model"] = source.model_cfg.to_dict()
@@ -122,7 +133,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     last_step = num_steps if stop_at_step is None else min(stop_at_step, num_steps)
 
     kind = config.task.kind
-    num_outputs = 1 if kind == "regression" else len(names)
+    num_outputs = {"regression": 1, "span_qa": 2}.get(kind, len(names))
     has_pooler = "pooler" in source.params
     model = build_finetune_model(source.family, source.model_cfg, config.task, num_outputs, has_pooler)
     objective = losses.OBJECTIVES[kind]
@@ -175,7 +186,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
                                  _headline(row, "train", objective))
                 if step % eval_every == 0 or step == num_steps:
                     logits = predict_outputs(predict, state.params, eval_sets["validation"], data_sharding)
-                    scores = evaluate(config, logits, features["validation"], names)
+                    scores = evaluate(config, logits, features["validation"], names, splits["validation"].rows)
                     writer.write(step, {f"eval/{k}": v for k, v in scores.items()})
                     logging.info("eval step %d | %s", step, " | ".join(f"{k} {v:.4f}" for k, v in scores.items()
                                                                        if "/" not in k))
@@ -218,11 +229,12 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
         params = _restore_best(root, abstract_state.params)
         logging.info("using the best params: %s %.4f at step %d", best_metric, best["value"], best["step"])
     results = {"validation": evaluate(config, predict_outputs(predict, params, eval_sets["validation"],
-                                                              data_sharding), features["validation"], names),
+                                                              data_sharding), features["validation"], names,
+                                      splits["validation"].rows),
                "num_steps": num_steps, "labels": names}
     if "test" in features:
         logits = predict_outputs(predict, params, eval_sets["test"], data_sharding)
-        results["test"] = evaluate(config, logits, features["test"], names)
+        results["test"] = evaluate(config, logits, features["test"], names, splits["test"].rows)
         _write_predictions(root, config, logits, features["test"], splits["test"].rows, names)
     results["diagnosis"] = _diagnose(config, workdir, kind)
     if jax.process_index() == 0:
@@ -262,6 +274,11 @@ def _write_predictions(root, config, logits, features, rows, names) -> None:
     for i in range(n):
         if config.task.kind == "regression":
             lines.append({"index": i, "prediction": float(logits[i, 0])})
+        elif config.task.kind == "span_qa":
+            if i == 0:
+                answers = squad.best_answers(logits[..., 0], logits[..., 1], features, rows,
+                                             config.task.max_answer_length)
+            lines.append({"id": rows[i]["id"], "answer": answers[i]})
         elif config.task.kind == "classification":
             probs = np.asarray(jax.nn.softmax(logits[i]))
             lines.append({"index": i, "label": names[int(probs.argmax())],

@@ -14,7 +14,7 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.init_from = ""
 
     c.task = ml_collections.ConfigDict()
-    c.task.kind = kind  # classification | regression | token_classification
+    c.task.kind = kind  # classification | regression | token_classification | span_qa
     c.task.text_fields = "sentence"  # one column, or two for sentence pairs: "sentence1,sentence2"
     c.task.label_field = "label"
     c.task.labels = ""  # "neg,pos": the label order; "" = the training file's labels, sorted
@@ -22,15 +22,17 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.task.word_column = 0  # CoNLL: the column holding the word
     c.task.tag_column = -1  # CoNLL: the column holding the tag
     c.task.tagging = "bio"  # bio: entity F1 per type | pos: token accuracy
+    c.task.max_answer_length = 30  # span_qa: the longest answer in tokens
 
     c.data = ml_collections.ConfigDict()
-    c.data.format = "csv"  # csv | tsv | jsonl | conll | tfds
+    c.data.format = "csv"  # csv | tsv | jsonl | conll | squad | tfds
     c.data.train = ""  # a file (tfds: a split name)
     c.data.validation = ""  # "" = a held-out validation_fraction of train
     c.data.test = ""  # its predictions go to DIR/predictions.jsonl
     c.data.validation_fraction = 0.1
     c.data.split_seed = 0
     c.data.max_seq_length = 128
+    c.data.doc_stride = 64  # span_qa: tokens two windows of a long context share
     c.data.tfds_name = ""
     c.data.tfds_data_dir = ""
 
