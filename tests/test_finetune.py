@@ -117,8 +117,8 @@ def check_export(workdir: str, out: str, kind: str, texts) -> float:
                                                                         transformers.AutoModelForSequenceClassification)
     model = auto.from_pretrained(out).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
-    labels = json.load(open(os.path.join(workdir, "labels.json")))
     if kind not in ("regression", "span_qa"):
+        labels = json.load(open(os.path.join(workdir, "labels.json")))
         assert [model.config.id2label[i] for i in range(len(labels))] == labels
     enc = tokenizer(*texts, padding=True, return_tensors="np")
     with torch.no_grad():
