@@ -114,3 +114,19 @@ def write_squad(path, n: int, seed: int) -> str:
     with open(path, "w") as f:
         json.dump(squad_json(n, seed), f)
     return str(path)
+
+
+def sts_rows(n: int, seed: int) -> list[dict]:
+    """Sentence pairs scored by how alike their sentiment is: 1.0 same polarity, 0.0 opposite; a `label` too."""
+    rng = random.Random(seed)
+    a, b = sentiment_rows(n, seed), sentiment_rows(n, seed + 1)
+    rng.shuffle(b)
+    return [{"sentence1": x["sentence"], "sentence2": y["sentence"],
+             "score": f"{float(x['label'] == y['label']):.1f}",
+             "label": "same" if x["label"] == y["label"] else "opposite"} for x, y in zip(a, b)]
+
+
+def paraphrase_rows(n: int, seed: int) -> list[dict]:
+    """Positive pairs for in-batch negatives: two sentences of the same polarity."""
+    rows = [r for r in sts_rows(4 * n, seed) if r["score"] == "1.0"]
+    return rows[:n]

@@ -9,6 +9,7 @@ import pytest
 
 import configs.finetune.classification
 import configs.finetune.regression
+import configs.finetune.sentence_embedding
 import configs.finetune.span_qa
 import configs.finetune.token_classification
 import finetune_data as fd
@@ -21,7 +22,8 @@ transformers = pytest.importorskip("transformers")
 from numerics import TRANSFORMERS, relative_error  # noqa: E402
 
 CONFIGS = {"classification": configs.finetune.classification, "regression": configs.finetune.regression,
-           "token_classification": configs.finetune.token_classification, "span_qa": configs.finetune.span_qa}
+           "token_classification": configs.finetune.token_classification, "span_qa": configs.finetune.span_qa,
+           "sentence_embedding": configs.finetune.sentence_embedding}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +42,14 @@ def files(tmp_path_factory):
         "train.conll": fd.write_conll(d / "train.conll", fd.ner_sentences(192, 0)),
         "test.conll": fd.write_conll(d / "test.conll", fd.ner_sentences(48, 1)),
         "train.json": fd.write_squad(d / "train.json", 256, 0),
+        "sts_train.csv": fd.write_csv(d / "sts_train.csv", fd.sts_rows(256, 0), STS_FIELDS),
+        "sts_test.csv": fd.write_csv(d / "sts_test.csv", fd.sts_rows(64, 1), STS_FIELDS),
+        "pairs_pos.csv": fd.write_csv(d / "pairs_pos.csv", fd.paraphrase_rows(256, 2), STS_FIELDS),
         "test.json": fd.write_squad(d / "test.json", 64, 1),
     }
+
+
+STS_FIELDS = ("sentence1", "sentence2", "score", "label")
 
 
 def _pairs(path, n, seed):
@@ -70,6 +78,10 @@ def micro_config(kind: str, init_from_: str, files: dict):
     elif kind == "regression":
         c.data.train, c.data.test = files["pairs_train.csv"], files["pairs_test.csv"]
         c.train.epochs = 6.0
+    elif kind == "sentence_embedding":
+        c.data.train, c.data.test = files["pairs_pos.csv"], files["sts_test.csv"]
+        c.data.validation = files["sts_test.csv"]
+        c.train.batch_size = 16
     elif kind == "span_qa":
         c.data.train, c.data.test = files["train.json"], files["test.json"]
         c.data.max_seq_length, c.data.doc_stride, c.task.max_answer_length = 32, 8, 4  # contexts span 2-3 windows
@@ -83,7 +95,8 @@ def micro_config(kind: str, init_from_: str, files: dict):
 
 # The metric each kind reports and what always predicting the majority (or the mean) scores on the made data.
 BASELINE = {"classification": ("accuracy", 0.5), "regression": ("spearman", 0.0),
-            "token_classification": ("entity_f1", 0.0), "span_qa": ("f1", 0.3)}  # ~25 % unanswerable
+            "token_classification": ("entity_f1", 0.0), "span_qa": ("f1", 0.3),
+            "sentence_embedding": ("spearman", 0.0)}  # ~25 % unanswerable
 
 
 def assert_learns(kind: str, results: dict) -> None:
@@ -128,6 +141,23 @@ def check_export(workdir: str, out: str, kind: str, texts) -> float:
     ours = our_logits(workdir, enc)
     real = enc["attention_mask"].astype(bool) if kind in ("token_classification", "span_qa") else slice(None)
     return relative_error(ours[real], theirs[real])
+
+
+def check_sentence_transformers_export(workdir: str, out: str) -> float:
+    """Exports, encodes with sentence_transformers.SentenceTransformer(out), returns the relative error to ours."""
+    from bert_jax.finetune.hf_export import export, load_finetuned
+
+    st = pytest.importorskip("sentence_transformers")
+    export(workdir, out)
+    for name in ("modules.json", "1_Pooling/config.json", "config.json", "model.safetensors"):
+        assert os.path.exists(os.path.join(out, name)), name
+    sentences = ["good fine the a", "bad awful of to in with the", "happy"]
+    theirs = st.SentenceTransformer(out, device="cpu").encode(sentences, convert_to_numpy=True)
+    model, params, config, _ = load_finetuned(workdir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    enc = {k: np.asarray(v) for k, v in tokenizer(sentences, padding=True, return_tensors="np").items()}
+    ours = np.asarray(model.apply({"params": params}, enc, True, method=model.embed))
+    return relative_error(ours, theirs)
 
 
 def test_classification_from_an_hf_folder_learns_and_exports_with_transformers_logits(classification_run, tmp_path):
@@ -290,12 +320,18 @@ def pretrain_workdir(hf_dir, tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("source", ["hf", "workdir"])
-@pytest.mark.parametrize("kind", ["classification", "regression", "token_classification", "span_qa"])
+@pytest.mark.parametrize("kind", ["classification", "regression", "token_classification", "span_qa",
+                                  "sentence_embedding"])
 def test_every_kind_learns_and_exports_from_both_sources(kind, source, hf_dir, files, tmp_path, request):
     origin = hf_dir if source == "hf" else request.getfixturevalue("pretrain_workdir")
     workdir = str(tmp_path / "run")
     results = finetune(micro_config(kind, origin, files), workdir)
     assert_learns(kind, results)
+    if kind == "sentence_embedding":
+        diff = check_sentence_transformers_export(workdir, str(tmp_path / "st"))
+        print(f"sentence embeddings from {source}: sentence-transformers relative error {diff:.2e}")
+        assert diff <= TRANSFORMERS
+        return
     texts = {"classification": (["good fine the a", "bad awful of to in"],),
              "regression": (["good fine the a", "bad awful of to in"], ["the", "a"]),
              "token_classification": (["alice went to paris", "bob met carol in rome oslo"],),

@@ -86,8 +86,20 @@ def _field(row: dict, name: str, skipped: collections.Counter):
     return value
 
 
-def parse_rows(task_cfg, records: list[dict]) -> tuple[list[dict], collections.Counter]:
-    """Records -> rows {"texts": [a] or [a, b], "label": raw} or {"words", "tags"}; bad ones counted."""
+def _number(value, name: str, skipped: collections.Counter):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        skipped[f"{name} not a number"] += 1
+        return None
+
+
+def parse_rows(task_cfg, records: list[dict], split: str = "train") -> tuple[list[dict], collections.Counter]:
+    """Records -> rows {"texts": [a] or [a, b], "label": raw} or {"words", "tags"}; bad ones counted.
+
+    Sentence embeddings: a training row's label is what its loss needs (none for ranking, the score
+    for cosine, a class for softmax); validation and test rows need the `score_field` (Spearman).
+    """
     skipped, rows = collections.Counter(), []
     fields = [f.strip() for f in task_cfg.text_fields.split(",") if f.strip()]
     for record in records:
@@ -99,6 +111,11 @@ def parse_rows(task_cfg, records: list[dict]) -> tuple[list[dict], collections.C
             rows.append({"words": cols[task_cfg.word_column], "tags": cols[task_cfg.tag_column]})
             continue
         texts = [_field(record, f, skipped) for f in fields]
+        if task_cfg.kind == "sentence_embedding":
+            row = _embedding_row(task_cfg, record, texts, split, skipped)
+            if row is not None:
+                rows.append(row)
+            continue
         label = _field(record, task_cfg.label_field, skipped)
         if any(t is None for t in texts) or label is None:
             continue
@@ -116,6 +133,30 @@ def parse_rows(task_cfg, records: list[dict]) -> tuple[list[dict], collections.C
     return rows, skipped
 
 
+def _embedding_row(task_cfg, record: dict, texts: list, split: str, skipped: collections.Counter) -> dict | None:
+    if len(texts) != 2:
+        raise ValueError(f"config.task.text_fields={task_cfg.text_fields!r}: sentence embeddings need two columns")
+    if any(t is None for t in texts):
+        return None
+    if any(not str(t).strip() for t in texts):
+        skipped["empty text"] += 1
+        return None
+    row = {"texts": [str(t) for t in texts], "label": None, "score": None}
+    loss = task_cfg.embedding_loss
+    if split != "train" or loss == "cosine":
+        raw = _field(record, task_cfg.score_field, skipped)
+        row["score"] = None if raw is None else _number(raw, task_cfg.score_field, skipped)
+        if row["score"] is None:
+            return None
+        row["label"] = row["score"]
+    if split == "train" and loss == "softmax":
+        row["label"] = _field(record, task_cfg.label_field, skipped)
+        if row["label"] is None:
+            return None
+        row["label"] = str(row["label"])
+    return row
+
+
 def read_splits(data_cfg, task_cfg) -> dict[str, Split]:
     """train, validation (its file, or a held-out `validation_fraction` of train by `split_seed`), test (optional)."""
     out = {}
@@ -127,7 +168,7 @@ def read_splits(data_cfg, task_cfg) -> dict[str, Split]:
             rows, skipped = squad.read_squad(source)
             out[name] = Split(name, source, rows, skipped)
         elif source:
-            rows, skipped = parse_rows(task_cfg, _records(data_cfg, source))
+            rows, skipped = parse_rows(task_cfg, _records(data_cfg, source), name)
             out[name] = Split(name, source, rows, skipped)
     if "train" not in out:
         raise ValueError("config.data.train names no file: set --config.data.train=PATH")
@@ -157,6 +198,8 @@ def label_names(task_cfg, splits: dict[str, Split]) -> list[str]:
     key = "tags" if task_cfg.kind == "token_classification" else "label"
     values = lambda row: row[key] if key == "tags" else [row[key]]  # noqa: E731
     train = splits["train"]
+    if task_cfg.kind == "sentence_embedding":  # softmax classes: evaluation reads scores, not classes
+        splits = {"train": train}
     if task_cfg.labels:
         names = [n.strip() for n in task_cfg.labels.split(",")]
         for split in splits.values():
@@ -198,6 +241,18 @@ def featurize(task_cfg, fast: tokenizers.Tokenizer, rows: list[dict], names: lis
     and (tagging) word_positions: [n, length] int32, the word-piece index of each word's first piece, -1 past
     the words kept}."""
     index = {n: i for i, n in enumerate(names)}
+    if task_cfg.kind == "sentence_embedding":
+        first, second = ([fast.encode_batch([row["texts"][i] for row in rows]) for i in (0, 1)])
+        out = {}
+        for prefix, encodings in (("", first), ("pair_", second)):
+            out[f"{prefix}input_ids"] = np.array([e.ids for e in encodings], np.int32)
+            out[f"{prefix}attention_mask"] = np.array([e.attention_mask for e in encodings], np.int32)
+            out[f"{prefix}token_type_ids"] = np.array([e.type_ids for e in encodings], np.int32)
+        labels = [0 if row["label"] is None else index[row["label"]] if names else row["label"] for row in rows]
+        out["labels"] = np.array(labels, np.int32 if names else np.float32)
+        out["scores"] = np.array([np.nan if row["score"] is None else row["score"] for row in rows], np.float32)
+        out["label_weights"] = np.ones(len(rows), np.float32)
+        return out
     if task_cfg.kind == "token_classification":
         encodings = fast.encode_batch([row["words"] for row in rows], is_pretokenized=True)
     else:
@@ -230,7 +285,12 @@ def featurize(task_cfg, fast: tokenizers.Tokenizer, rows: list[dict], names: lis
     return out
 
 
-MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "label_weights")
+# Host-side bookkeeping of some tasks' features, never fed to the model.
+HOST_KEYS = ("word_positions", "example_index", "offsets", "scores")
+
+
+def model_keys(features: dict) -> list[str]:
+    return [k for k in features if k not in HOST_KEYS]
 
 
 def pad_batch(batch: dict, batch_size: int) -> dict:
@@ -241,7 +301,7 @@ def pad_batch(batch: dict, batch_size: int) -> dict:
     out = {}
     for key, value in batch.items():
         pad = np.zeros((batch_size - n,) + value.shape[1:], value.dtype)
-        if key == "attention_mask":
+        if key.endswith("attention_mask"):
             pad[:, 0] = 1
         out[key] = np.concatenate([value, pad])
     return out
@@ -252,7 +312,7 @@ class _Gather:
         self.features, self.batch_size = features, batch_size
 
     def __call__(self, indices: np.ndarray) -> dict:
-        return pad_batch({k: self.features[k][indices] for k in MODEL_KEYS}, self.batch_size)
+        return pad_batch({k: self.features[k][indices] for k in model_keys(self.features)}, self.batch_size)
 
 
 def train_iterator(features: dict, batch_size: int, epochs: int, seed: int):
@@ -269,5 +329,5 @@ def steps_per_epoch(num_examples: int, batch_size: int) -> float:
 
 def eval_batches(features: dict, batch_size: int) -> list[dict]:
     n = len(features["input_ids"])
-    return [pad_batch({k: features[k][i:i + batch_size] for k in MODEL_KEYS}, batch_size)
+    return [pad_batch({k: features[k][i:i + batch_size] for k in model_keys(features)}, batch_size)
             for i in range(0, n, batch_size)]

@@ -29,6 +29,25 @@ def _span_sums(outputs: dict, batch: dict) -> dict:
     return {"task_loss": jnp.sum((start + end) / 2 * batch["label_weights"])}
 
 
+def _ranking_sums(outputs: dict, batch: dict) -> dict:
+    """In-batch negatives (SBERT's MultipleNegativesRankingLoss): logits [batch, batch], the positive of u_i is
+    v_i, every other v_j a negative; padding rows are nobody's negative."""
+    w = batch["label_weights"]
+    logits = jnp.where(w[None, :] > 0, outputs["logits"], -1e9)
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.arange(logits.shape[0]))
+    return {"task_loss": jnp.sum(loss * w)}
+
+
+def _cosine_sums(outputs: dict, batch: dict) -> dict:
+    """SBERT's CosineSimilarityLoss: the squared error of cos(u, v) [batch] to the pair's score."""
+    return {"task_loss": jnp.sum((outputs["logits"] - batch["labels"]) ** 2 * batch["label_weights"])}
+
+
+def _softmax_sums(outputs: dict, batch: dict) -> dict:
+    loss = optax.softmax_cross_entropy_with_integer_labels(outputs["logits"], batch["labels"].astype(jnp.int32))
+    return {"task_loss": jnp.sum(loss * batch["label_weights"])}
+
+
 def _weights(batch: dict) -> dict:
     total = jnp.sum(batch["label_weights"])
     return {"task_loss": total, "accuracy": total}
@@ -40,6 +59,16 @@ REGRESSION = Objective(sums=_regression_sums, weights=lambda b: {"task_loss": jn
                        loss_terms=("task_loss",), headline=())
 SPAN_QA = Objective(sums=_span_sums, weights=lambda b: {"task_loss": jnp.sum(b["label_weights"])},
                     loss_terms=("task_loss",), headline=())
+_loss_only = lambda sums: Objective(sums=sums, weights=lambda b: {"task_loss": jnp.sum(b["label_weights"])},  # noqa: E731
+                                   loss_terms=("task_loss",), headline=())
+EMBEDDING = {"ranking": _loss_only(_ranking_sums), "cosine": _loss_only(_cosine_sums),
+             "softmax": _loss_only(_softmax_sums)}
 # Tagging is classification over word-pieces: the same sums over [batch, length] labels.
 OBJECTIVES = {"classification": CLASSIFICATION, "regression": REGRESSION, "token_classification": CLASSIFICATION,
               "span_qa": SPAN_QA}
+
+
+def objective_for(task_cfg) -> Objective:
+    if task_cfg.kind == "sentence_embedding":
+        return EMBEDDING[task_cfg.embedding_loss]
+    return OBJECTIVES[task_cfg.kind]

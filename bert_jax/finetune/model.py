@@ -12,7 +12,10 @@ import jax.numpy as jnp
 from bert_jax.models.layers import Dense
 
 SEQUENCE_KINDS = ("classification", "regression")
-KINDS = SEQUENCE_KINDS + ("token_classification", "span_qa")
+KINDS = SEQUENCE_KINDS + ("token_classification", "span_qa", "sentence_embedding")
+EMBEDDING_LOSSES = ("ranking", "cosine", "softmax")
+# SBERT's MultipleNegativesRankingLoss multiplies cosine similarities by 20 before the softmax.
+RANKING_SCALE = 20.0
 POOLINGS = ("cls", "mean")
 
 
@@ -51,6 +54,33 @@ class TaskHead(nn.Module):
         return dense(self.num_outputs, "classifier")(dropout(pooled, deterministic=deterministic))
 
 
+def cosine(u, v):
+    return jnp.sum(u * v, -1) / jnp.maximum(jnp.linalg.norm(u, axis=-1) * jnp.linalg.norm(v, axis=-1), 1e-9)
+
+
+class SiameseHead(nn.Module):
+    """SBERT (Reimers & Gurevych 2019): embeddings u, v of the two sentences by one encoder, then per loss:
+    ranking -> scaled cosine of every u with every v [batch, batch] (in-batch negatives); cosine -> cos(u, v)
+    [batch]; softmax -> classifier over (u, v, |u - v|) [batch, num_labels]."""
+
+    loss: str
+    num_outputs: int
+    hidden_size: int
+    initializer_range: float
+
+    @nn.compact
+    def __call__(self, u, v):
+        if self.loss == "ranking":
+            un = u / jnp.maximum(jnp.linalg.norm(u, axis=-1, keepdims=True), 1e-9)
+            vn = v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-9)
+            return RANKING_SCALE * un @ vn.T
+        if self.loss == "cosine":
+            return cosine(u, v)
+        features = jnp.concatenate([u, v, jnp.abs(u - v)], -1)
+        return Dense((3 * self.hidden_size,), (self.num_outputs,), (None, None),
+                     kernel_init=nn.initializers.normal(self.initializer_range), name="classifier")(features)
+
+
 class FinetuneModel(nn.Module):
     """backbone: the family's module; __call__(batch, deterministic) -> {"logits": float32}.
 
@@ -59,9 +89,20 @@ class FinetuneModel(nn.Module):
     """
 
     backbone: nn.Module
-    head: TaskHead
+    head: nn.Module
+    pooling: str = "cls"
+
+    def embed(self, batch: dict, deterministic: bool = True):
+        """Sentence embeddings [batch, hidden]: the pooled encoder output."""
+        hidden = self.backbone.encode(batch, deterministic)["hidden"]
+        return mean_pool(hidden, batch["attention_mask"]) if self.pooling == "mean" else hidden[:, 0]
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
+        if isinstance(self.head, SiameseHead):
+            pair = {k[len("pair_"):]: v for k, v in batch.items() if k.startswith("pair_")}
+            u, v = self.embed(batch, deterministic), self.embed(pair, deterministic)
+            return {"logits": self.head(u, v).astype(jnp.float32), "u": u.astype(jnp.float32),
+                    "v": v.astype(jnp.float32)}
         encoded = self.backbone.encode(batch, deterministic)
         logits = self.head(encoded, batch["attention_mask"], deterministic)
         return {"logits": logits.astype(jnp.float32)}
@@ -72,8 +113,16 @@ def build_finetune_model(family, model_cfg, task_cfg, num_outputs: int, has_fami
         raise ValueError(f"config.task.kind={task_cfg.kind!r}; expected one of {KINDS}")
     if task_cfg.pooling not in POOLINGS:
         raise ValueError(f"config.task.pooling={task_cfg.pooling!r}; expected one of {POOLINGS}")
+    backbone = family.build_model(model_cfg).clone(name="backbone")
+    if task_cfg.kind == "sentence_embedding":
+        if task_cfg.embedding_loss not in EMBEDDING_LOSSES:
+            raise ValueError(f"config.task.embedding_loss={task_cfg.embedding_loss!r}; expected one of "
+                             f"{EMBEDDING_LOSSES}")
+        head = SiameseHead(loss=task_cfg.embedding_loss, num_outputs=num_outputs, hidden_size=model_cfg.hidden_size,
+                           initializer_range=float(model_cfg.get("initializer_range", 0.02)), name="head")
+        return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)
     head = TaskHead(kind=task_cfg.kind, num_outputs=num_outputs, pooling=task_cfg.pooling,
                     has_family_pooler=has_family_pooler, hidden_size=model_cfg.hidden_size,
                     dropout_rate=float(model_cfg.dropout_rate), initializer_range=float(model_cfg.get("initializer_range", 0.02)),
                     name="head")
-    return FinetuneModel(backbone=family.build_model(model_cfg).clone(name="backbone"), head=head)
+    return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)

@@ -32,7 +32,7 @@ LOWER_IS_BETTER = ("loss",)
 
 def _labels(config, splits, workdir) -> list[str]:
     """The label names; a resume whose data gives another label count than its checkpoint's head fails."""
-    if config.task.kind in ("regression", "span_qa"):
+    if not has_labels(config.task):
         return []
     names = data.label_names(config.task, splits)
     saved = paths.path(workdir) / "labels.json"
@@ -46,15 +46,25 @@ def _labels(config, splits, workdir) -> list[str]:
     return names
 
 
-def predict_outputs(predict, params, batches, sharding) -> np.ndarray:
-    return np.concatenate([np.asarray(jax.device_get(predict(params, global_batch(b, sharding))["logits"]))
-                           for b in batches])
+def has_labels(task_cfg) -> bool:
+    """Whether the task has named classes (labels.json, id2label)."""
+    if task_cfg.kind == "sentence_embedding":
+        return task_cfg.embedding_loss == "softmax"
+    return task_cfg.kind in ("classification", "token_classification")
 
 
-def evaluate(config, logits: np.ndarray, features: dict, names: list[str], rows: list[dict]) -> dict:
-    """Loss and the task's metrics for one split's logits (padding rows dropped)."""
+def predict_outputs(predict, params, batches, sharding) -> dict:
+    """The model's outputs over batches, concatenated: {"logits": [n, ...], ...} (padding rows included)."""
+    outs = [jax.device_get(predict(params, global_batch(b, sharding))) for b in batches]
+    return {k: np.concatenate([np.asarray(o[k]) for o in outs]) for k in outs[0]}
+
+
+def evaluate(config, outputs: dict, features: dict, names: list[str], rows: list[dict]) -> dict:
+    """Loss and the task's metrics for one split's outputs (padding rows dropped)."""
     n = len(features["input_ids"])
-    logits = logits[:n]
+    logits = outputs["logits"][:n]
+    if config.task.kind == "sentence_embedding":
+        return _evaluate_embeddings(outputs["u"][:n], outputs["v"][:n], features["scores"])
     labels, weights = features["labels"], features["label_weights"]
     kind = config.task.kind
     if kind == "regression":
@@ -86,6 +96,19 @@ def evaluate(config, logits: np.ndarray, features: dict, names: list[str], rows:
     return out
 
 
+def _evaluate_embeddings(u: np.ndarray, v: np.ndarray, scores: np.ndarray) -> dict:
+    """Spearman of cos(u, v) with the gold scores (SBERT's STS evaluation), and the in-batch-negatives ranking
+    loss over the whole split as its loss (every other pair a negative)."""
+    un = u / np.maximum(np.linalg.norm(u, axis=-1, keepdims=True), 1e-9)
+    vn = v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-9)
+    similarity = (un * vn).sum(-1)
+    logits = 20.0 * un @ vn.T
+    log_probs = np.asarray(jax.nn.log_softmax(logits, -1))
+    out = {"loss": float(-np.mean(np.diag(log_probs)))}
+    out.update(metrics.regression_metrics(similarity, scores))
+    return out
+
+
 def word_tags(piece_labels: np.ndarray, features: dict, names: list[str]) -> list[list[str]]:
     """Per sentence, the tag at each (kept) word's first word-piece."""
     out = []
@@ -95,7 +118,7 @@ def word_tags(piece_labels: np.ndarray, features: dict, names: list[str]) -> lis
 
 
 def headline_metric(kind: str, tagging: str) -> str:
-    return {"classification": "accuracy", "regression": "spearman", "span_qa": "f1",
+    return {"classification": "accuracy", "regression": "spearman", "span_qa": "f1", "sentence_embedding": "spearman",
             "token_classification": "token_accuracy" if tagging == "pos" else "entity_f1"}[kind]
 
 
@@ -133,10 +156,10 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     last_step = num_steps if stop_at_step is None else min(stop_at_step, num_steps)
 
     kind = config.task.kind
-    num_outputs = {"regression": 1, "span_qa": 2}.get(kind, len(names))
+    num_outputs = {"regression": 1, "span_qa": 2}.get(kind, max(len(names), 1))
     has_pooler = "pooler" in source.params
     model = build_finetune_model(source.family, source.model_cfg, config.task, num_outputs, has_pooler)
-    objective = losses.OBJECTIVES[kind]
+    objective = losses.objective_for(config.task)
     tx, schedule = make_optimizer(t_cfg, num_steps, source.model_cfg.num_layers)
     mesh = make_mesh(config.mesh)
     rules = logical_axis_rules(config.mesh)
@@ -185,8 +208,8 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
                     logging.info("step %d/%d | epoch %.2f | %s", step, num_steps, step / steps_per_epoch,
                                  _headline(row, "train", objective))
                 if step % eval_every == 0 or step == num_steps:
-                    logits = predict_outputs(predict, state.params, eval_sets["validation"], data_sharding)
-                    scores = evaluate(config, logits, features["validation"], names, splits["validation"].rows)
+                    outputs = predict_outputs(predict, state.params, eval_sets["validation"], data_sharding)
+                    scores = evaluate(config, outputs, features["validation"], names, splits["validation"].rows)
                     writer.write(step, {f"eval/{k}": v for k, v in scores.items()})
                     logging.info("eval step %d | %s", step, " | ".join(f"{k} {v:.4f}" for k, v in scores.items()
                                                                        if "/" not in k))
@@ -233,9 +256,9 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
                                       splits["validation"].rows),
                "num_steps": num_steps, "labels": names}
     if "test" in features:
-        logits = predict_outputs(predict, params, eval_sets["test"], data_sharding)
-        results["test"] = evaluate(config, logits, features["test"], names, splits["test"].rows)
-        _write_predictions(root, config, logits, features["test"], splits["test"].rows, names)
+        outputs = predict_outputs(predict, params, eval_sets["test"], data_sharding)
+        results["test"] = evaluate(config, outputs, features["test"], names, splits["test"].rows)
+        _write_predictions(root, config, outputs, features["test"], splits["test"].rows, names)
     results["diagnosis"] = _diagnose(config, workdir, kind)
     if jax.process_index() == 0:
         paths.write_atomically(root / "results.json", json.dumps(results, indent=2))
@@ -268,11 +291,14 @@ def _restore_best(root, abstract_params):
     return ocp.StandardCheckpointer().restore(paths.absolute(root / "best" / "params"), abstract_params)
 
 
-def _write_predictions(root, config, logits, features, rows, names) -> None:
-    lines = []
+def _write_predictions(root, config, outputs, features, rows, names) -> None:
+    lines, logits = [], outputs["logits"]
     n = len(rows)
     for i in range(n):
-        if config.task.kind == "regression":
+        if config.task.kind == "sentence_embedding":
+            u, v = outputs["u"][i], outputs["v"][i]
+            lines.append({"index": i, "cosine": float(u @ v / max(np.linalg.norm(u) * np.linalg.norm(v), 1e-9))})
+        elif config.task.kind == "regression":
             lines.append({"index": i, "prediction": float(logits[i, 0])})
         elif config.task.kind == "span_qa":
             if i == 0:

@@ -14,7 +14,7 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.init_from = ""
 
     c.task = ml_collections.ConfigDict()
-    c.task.kind = kind  # classification | regression | token_classification | span_qa
+    c.task.kind = kind  # classification | regression | token_classification | span_qa | sentence_embedding
     c.task.text_fields = "sentence"  # one column, or two for sentence pairs: "sentence1,sentence2"
     c.task.label_field = "label"
     c.task.labels = ""  # "neg,pos": the label order; "" = the training file's labels, sorted
@@ -23,6 +23,10 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.task.tag_column = -1  # CoNLL: the column holding the tag
     c.task.tagging = "bio"  # bio: entity F1 per type | pos: token accuracy
     c.task.max_answer_length = 30  # span_qa: the longest answer in tokens
+    # sentence_embedding: ranking (in-batch negatives on pairs) | cosine (regression on scored pairs) |
+    # softmax (a classifier over (u, v, |u-v|) on labelled pairs, NLI-style); evaluation: Spearman on score_field.
+    c.task.embedding_loss = "ranking"
+    c.task.score_field = "score"
 
     c.data = ml_collections.ConfigDict()
     c.data.format = "csv"  # csv | tsv | jsonl | conll | squad | tfds
