@@ -140,6 +140,17 @@ class AlbertForPreTraining(nn.Module):
         self.sop = dense((cfg.hidden_size,), (2,), ("embed", None))
         self.sop_dropout = nn.Dropout(cfg.dropout_rate)
 
+    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+        """The encoder without the pre-training heads, for task heads (bert_jax.finetune).
+
+        Returns hidden [batch, length, hidden] and pooled [batch, hidden] (tanh(dense([CLS]))).
+        """
+        hidden = self.encoder(
+            batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+            batch.get("position_ids"), batch.get("segment_ids"), deterministic,
+        )
+        return {"hidden": hidden, "pooled": jnp.tanh(self.pooler(hidden[:, 0]))}
+
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: the pipeline's dict. Returns mlm_logits [batch, predictions, vocab] and sop_logits [batch, 2],
         both float32."""
