@@ -81,7 +81,8 @@ class SharedLayerStack(nn.Module):
         for group, repeats in enumerate(group_repeats(cfg.num_layers, cfg.num_hidden_groups)):
             if cfg.scan_layers:
                 # Parameters broadcast (not stacked): every repeat reads the group's one copy.
-                scanned = nn.scan(layer, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
+                scanned = nn.scan(layer, variable_broadcast="params", variable_axes={"intermediates": 0},
+                                  split_rngs={"params": False, "dropout": True},
                                   in_axes=(nn.broadcast, nn.broadcast), length=repeats)
                 x, _ = scanned(cfg, name=f"group_{group}")(x, mask, deterministic)
             else:
