@@ -379,3 +379,38 @@ def test_frozen_embeddings_stay_exactly_as_loaded_and_seeds_report_mean_and_std(
     jax.tree.map(np.testing.assert_array_equal, params["backbone"]["encoder"]["embeddings"], loaded)
     assert not np.array_equal(params["backbone"]["encoder"]["stack"]["layers_0"]["mlp_output"]["kernel"],
                               source.params["encoder"]["stack"]["layers_0"]["mlp_output"]["kernel"])
+
+
+# --- the diagnoser on real runs pushed into each regime (bert_jax/finetune/diagnosis.py) ---------------------
+
+
+def noisy_sentiment(path, n: int, seed: int, noise: float) -> str:
+    rows = fd.sentiment_rows(n, seed)
+    rng = np.random.default_rng(seed)
+    for row in rows:
+        if rng.random() < noise:
+            row["label"] = "pos" if row["label"] == "neg" else "neg"
+    return fd.write_csv(path, rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("learning_rate, epochs, train_size, noise, expected", [
+    (1e-8, 4.0, 256, 0.0, {"learns nothing"}),
+    (1e-2, 4.0, 256, 0.0, {"chaotic", "learns nothing"}),
+    (3e-3, 20.0, 100, 0.3, {"overlearning"}),
+])
+def test_runs_pushed_into_a_regime_are_diagnosed_as_it(learning_rate, epochs, train_size, noise, expected, hf_dir,
+                                                       files, tmp_path):
+    c = micro_config("classification", hf_dir, files)
+    c.data.train = noisy_sentiment(tmp_path / "train.csv", train_size, 0, noise)
+    c.data.validation = noisy_sentiment(tmp_path / "validation.csv", 128, 5, noise)
+    c.train.learning_rate, c.train.epochs = learning_rate, epochs
+    c.train.batch_size = 16
+    c.train.log_every_steps = 2
+    c.train.eval_every_steps = 4 if epochs < 10 else 7  # enough validation points to read a curve
+    results = finetune(c, str(tmp_path / "run"))
+    found = results["diagnosis"]["name"]
+    print(f"lr {learning_rate}, {epochs} epochs on {train_size} examples: diagnosis {found!r}")
+    assert found in expected
+    assert os.path.exists(tmp_path / "run" / "diagnosis.json")
+    assert os.path.exists(tmp_path / "run" / "plots" / "learning_curves.png")
