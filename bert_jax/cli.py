@@ -4,6 +4,9 @@
     bert-jax tokenizer --out=/tmp/tok --vocab_size=8192
     bert-jax prepare --config=configs/tiny.py --out=/tmp/prepared --num_workers=2
     bert-jax export --workdir=/tmp/bert_tiny --out=/tmp/bert_tiny_hf
+    bert-jax finetune --config=configs/finetune/classification.py --workdir=/tmp/cls --config.init_from=/tmp/bert_tiny
+    bert-jax finetune-export --workdir=/tmp/cls --out=/tmp/cls_hf
+    bert-jax inspect --from=/tmp/bert_tiny --text="the [MASK] sat on the mat" --mode=fill_mask
     bert-jax plan --config=configs/bert_large.py --num_devices=16 --hbm_gib=32
     bert-jax sweep run --sweep=configs/sweeps/tiny_lr.py --sweep_dir=runs/tiny_lr
 """
@@ -16,6 +19,9 @@ COMMANDS = {
     "prepare": "data_pipelines.prepare",
     "export": "bert_jax.export",
     "plan": "bert_jax.plan",
+    "inspect": "bert_jax.inspect",
+    "finetune": "bert_jax.finetune.__main__",
+    "finetune-export": "bert_jax.finetune.hf_export",
     "sweep": "launch.sweep",
     "tpu-vm": "launch.tpu_vm",
     "slurm": "launch.slurm",

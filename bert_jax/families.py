@@ -17,7 +17,10 @@ from bert_jax.objectives.objective import Objective
 @dataclasses.dataclass(frozen=True)
 class Family:
     name: str
-    build_model: Callable[..., nn.Module]  # config.model -> module whose __call__(batch, deterministic) -> outputs
+    # config.model -> module whose __call__(batch, deterministic) -> outputs, and whose
+    # encode(batch, deterministic) -> {"hidden": [batch, length, hidden], optional "pooled": [batch, hidden]}
+    # is the encoder without pre-training heads, for task heads (bert_jax.finetune).
+    build_model: Callable[..., nn.Module]
     # An Objective, or config.model -> Objective for one that reads config (ELECTRA's lambda); see objective_for.
     objective: Objective | Callable[[Any], Objective]
     # Optional Hugging Face interop (bert_jax.export, config.init_from_hf); None: the family has none.
@@ -33,6 +36,11 @@ class Family:
     # hf_export then returns a third value {name: (state dict, config.json)}, and hf_import gets
     # `extras={name: (state dict, config.json)}` for each such subfolder the imported folder has.
     hf_subfolders: tuple[str, ...] = ()
+
+    # Reading an HF folder of this family without a config of ours (bert_jax.finetune's init_from):
+    # its config.json `model_type`, and hf_model_config(config.json dict) -> config.model values.
+    hf_model_type: str = ""
+    hf_model_config: Callable[[dict], dict] | None = None
 
     def objective_for(self, model_cfg) -> Objective:
         """The objective a run of `config.model` trains: the loop, eval and validation ask this."""
@@ -58,6 +66,16 @@ def get_family(name: str) -> Family:
     return _FAMILIES[name]
 
 
+def family_of_hf_config(hf_cfg: dict, hf_dir: str) -> Family:
+    """The registered family whose HF `model_type` the folder's config.json names."""
+    model_type = hf_cfg.get("model_type")
+    for family in _FAMILIES.values():
+        if family.hf_model_type and family.hf_model_type == model_type:
+            return family
+    known = sorted(f.hf_model_type for f in _FAMILIES.values() if f.hf_model_type)
+    raise ValueError(f"{hf_dir}/config.json has model_type={model_type!r}; the registered families read {known}")
+
+
 def _register_builtin_families() -> None:
     from bert_jax.checkpoint import hf_albert, hf_bert, hf_roberta
     from bert_jax.models import albert, bert, roberta
@@ -69,7 +87,8 @@ def _register_builtin_families() -> None:
         ("albert", albert.build_albert, ALBERT_PRETRAINING, hf_albert),
     ):
         register_family(Family(name=name, build_model=build, objective=objective,
-                               hf_export=converter.hf_export, hf_import=converter.hf_import))
+                               hf_export=converter.hf_export, hf_import=converter.hf_import,
+                               hf_model_type=name, hf_model_config=converter.model_config_from_hf))
 
     from bert_jax.checkpoint import hf_modernbert
     from bert_jax.models import modernbert

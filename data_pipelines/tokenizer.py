@@ -191,6 +191,10 @@ def _load_file(path: str, lowercase: bool | None, config: dict) -> Tokenizer:
     name = paths.path(path).name
     if name.endswith(".json"):
         hf = tokenizers.Tokenizer.from_str(paths.path(path).read_text(encoding="utf-8"))
+        # A released tokenizer.json may pad and truncate every text (all-MiniLM-L6-v2's: to 128); the
+        # pipeline makes its own sequences, so texts must come back whole and unpadded.
+        hf.no_padding()
+        hf.no_truncation()
         kind = _hf_kind(hf)
         if not kind:
             raise ValueError(f"{path}: unsupported tokenizers model; need WordPiece, BPE or Unigram")

@@ -8,12 +8,18 @@ A sweep file is Python with `get_sweep()` returning a dict:
     overrides  {key: value} applied to every point (optional)
     grid       {key: [values]}: every combination is a point (optional)
     points     [{key: value}]: explicit points, added after the grid (optional)
+    command    the module each point runs (optional): "bert_jax.pretrain" (default) or
+               "bert_jax.finetune", e.g. a grid of train.learning_rate x train.epochs x seed
+               over configs/finetune/classification.py
+    summary_keys  the metrics summary.md lists (optional; default SUMMARY_KEYS)
 Keys are config paths without the `config.` prefix ("train.learning_rate"). Each run's
 workdir is `<sweep_dir>/<name>`, the name built from the point's own overrides
 ("learning_rate=0.001"), and `<sweep_dir>/sweep.json` records name -> overrides.
 `--executor=local` runs the points one after another here; `--executor=tpu` prints
 one `launch.tpu_vm all` command per point. `summary` writes summary.md, summary.csv
-and curves.png (train loss and eval loss of every run) into the sweep directory.
+and curves.png (train loss and eval loss of every run) into the sweep directory; when the
+grid varies `seed`, summary.md also gives each metric's mean ± std over the seeds of every
+other point (small-data fine-tuning is unstable: the spread is the result).
 
 Points share their tokenizer. Points whose data and tokenizer settings are equal
 (tokenizer_training.training_settings) get one, trained once into
@@ -41,6 +47,8 @@ from bert_jax.storage import paths
 from bert_jax.train.metrics_file import read_rows
 
 SUMMARY_KEYS = ("train/loss", "train/mlm_accuracy", "eval/loss", "eval/mlm_accuracy", "perf/tokens_per_s")
+PRETRAIN = "bert_jax.pretrain"
+COMMANDS = (PRETRAIN, "bert_jax.finetune")
 
 
 def load_sweep(path: str) -> dict:
@@ -52,9 +60,12 @@ def load_sweep(path: str) -> dict:
     sweep = module.get_sweep()
     if "config" not in sweep:
         raise ValueError(f"--sweep={path}: get_sweep() must return a dict with 'config' (the base config file)")
-    unknown = set(sweep) - {"config", "overrides", "grid", "points"}
+    unknown = set(sweep) - {"config", "overrides", "grid", "points", "command", "summary_keys"}
     if unknown:
-        raise ValueError(f"--sweep={path}: unknown entries {sorted(unknown)}; expected config/overrides/grid/points")
+        raise ValueError(f"--sweep={path}: unknown entries {sorted(unknown)}; expected "
+                         f"config/overrides/grid/points/command/summary_keys")
+    if sweep.get("command", PRETRAIN) not in COMMANDS:
+        raise ValueError(f"--sweep={path}: command={sweep['command']!r}; expected one of {COMMANDS}")
     return sweep
 
 
@@ -131,7 +142,9 @@ def plan_runs(sweep: dict, sweep_dir: str) -> list[dict]:
         name = run_name(point)
         overrides = {**sweep.get("overrides", {}), **point}
         run = dict(name=name, workdir=str(paths.path(sweep_dir) / name), point=point, tokenizer=None)
-        settings = tokenizer_settings(resolved_config(sweep["config"], overrides))
+        config = resolved_config(sweep["config"], overrides)
+        # Fine-tuning keeps its encoder's tokenizer: only pre-training points train (and share) one.
+        settings = tokenizer_settings(config) if sweep.get("command", PRETRAIN) == PRETRAIN else None
         if settings is not None:
             digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
             run["tokenizer"] = str(paths.path(sweep_dir) / "tokenizers" / f"{settings['tokenizer']['kind']}-{digest}")
@@ -139,7 +152,7 @@ def plan_runs(sweep: dict, sweep_dir: str) -> list[dict]:
                                      f"--out={run['tokenizer']}", *override_flags(overrides)]
             overrides = {**overrides, "data.tokenizer.path": run["tokenizer"]}
         run["overrides"] = overrides
-        run["argv"] = [sys.executable, "-m", "bert_jax.pretrain", f"--config={sweep['config']}",
+        run["argv"] = [sys.executable, "-m", sweep.get("command", PRETRAIN), f"--config={sweep['config']}",
                        f"--workdir={run['workdir']}", *override_flags(overrides)]
         runs.append(run)
     return runs
@@ -186,7 +199,7 @@ def run_sweep(args) -> int:
         for argv in [*shared_tokenizers(runs).values(), *(run["argv"] for run in runs)]:
             print(shlex.join(argv))
         return 0
-    record = {"config": sweep["config"],
+    record = {"config": sweep["config"], "summary_keys": list(sweep.get("summary_keys", SUMMARY_KEYS)),
               "runs": [{k: r[k] for k in ("name", "overrides", "point", "tokenizer")} for r in runs]}
     paths.write_atomically(paths.path(args.sweep_dir) / "sweep.json",
                            json.dumps(record, indent=2, default=format_value))
@@ -207,19 +220,21 @@ def _tokenizer_used(workdir) -> tuple[str | None, str | None]:
     if not path.exists():
         return None, None
     config = json.loads(path.read_text())
-    return config.get("run_identity", {}).get("tokenizer_sha256"), config["data"]["tokenizer"]["kind"]
+    kind = (config["data"].get("tokenizer") or {}).get("kind")  # a fine-tuning run's is its encoder's
+    return config.get("run_identity", {}).get("tokenizer_sha256"), kind
 
 
 def summarize(sweep_dir: str) -> list[dict]:
     """Each run's final value of every SUMMARY_KEYS metric and its tokenizer; writes summary.md, summary.csv, curves.png."""
     sweep_dir = paths.path(sweep_dir)
-    runs = json.loads((sweep_dir / "sweep.json").read_text())["runs"]
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    runs, keys = record["runs"], tuple(record.get("summary_keys", SUMMARY_KEYS))
     table, curves, tokenizers = [], {}, {}
     for run in runs:
         workdir = sweep_dir / run["name"]
         rows = read_rows(workdir / "metrics.jsonl")
         final = {"run": run["name"], "step": max((r["step"] for r in rows), default=0)}
-        for key in SUMMARY_KEYS:
+        for key in keys:
             values = [r[key] for r in rows if key in r]
             final[key] = values[-1] if values else None
         sha256, kind = _tokenizer_used(workdir)
@@ -228,7 +243,7 @@ def summarize(sweep_dir: str) -> list[dict]:
             tokenizers.setdefault((sha256, kind), []).append(run["name"])
         table.append(final)
         curves[run["name"]] = rows
-    columns = ["run", "step", *SUMMARY_KEYS, "tokenizer"]
+    columns = ["run", "step", *keys, "tokenizer"]
     csv_text = io.StringIO(newline="")
     writer = csv.DictWriter(csv_text, columns)
     writer.writeheader()
@@ -241,9 +256,34 @@ def summarize(sweep_dir: str) -> list[dict]:
     per_kind = f", one per kind ({', '.join(kinds)})" if len(tokenizers) == len(kinds) > 1 else ""
     lines += ["", f"{len(tokenizers)} tokenizer(s){per_kind} (sha256 of tokenizer/):"]
     lines += [f"- `{sha256}` ({kind}): {', '.join(names)}" for (sha256, kind), names in tokenizers.items()]
+    lines += _over_seeds(runs, table, keys)
     paths.write_atomically(sweep_dir / "summary.md", "\n".join(lines) + "\n")
     _plot_curves(curves, sweep_dir / "curves.png")
     return table
+
+
+def _over_seeds(runs: list[dict], table: list[dict], keys) -> list[str]:
+    """summary.md lines: each metric's mean ± std over the runs that differ only in `seed`."""
+    if not any("seed" in run.get("point", {}) for run in runs):
+        return []
+    groups: dict[str, list[dict]] = {}
+    for run, row in zip(runs, table):
+        rest = {k: v for k, v in run.get("point", {}).items() if k != "seed"}
+        groups.setdefault(run_name(rest) if rest else "(all)", []).append(row)
+    lines = ["", "Over seeds (mean ± std):", "", "| point | seeds | " + " | ".join(keys) + " |",
+             "|" + "---|" * (len(keys) + 2)]
+    for name, rows in groups.items():
+        cells = []
+        for key in keys:
+            values = [r[key] for r in rows if r[key] is not None]
+            if not values:
+                cells.append("—")
+                continue
+            mean = sum(values) / len(values)
+            std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+            cells.append(f"{mean:.4g} ± {std:.2g}")
+        lines.append(f"| {name} | {len(rows)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _plot_curves(curves: dict, path) -> None:

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+import tokenizers
 from pydoc_data import topics as pydoc_topics
 
 from data_pipelines import tokenizer as tokenizer_lib
@@ -157,3 +158,16 @@ def test_command_line_trains_the_configured_kind(tmp_path):
     )
     tokenizer = tokenizer_lib.load_tokenizer(str(out))
     assert tokenizer.kind == "sentencepiece_bpe" and tokenizer.get_vocab_size() == 500
+
+
+def test_a_tokenizer_json_that_pads_and_truncates_gives_texts_whole(tmp_path):
+    """Released tokenizer.json files may pad and truncate every text (all-MiniLM-L6-v2's: to 128)."""
+    wordpiece = trained("wordpiece")
+    wordpiece.save(str(tmp_path))
+    whole = wordpiece.encode_ids([SENTENCE])[0]
+    hf = tokenizers.Tokenizer.from_str(wordpiece.hf.to_str())
+    hf.enable_padding(length=len(whole) + 20, pad_id=0)
+    hf.enable_truncation(max_length=3)
+    (tmp_path / "tokenizer.json").write_text(hf.to_str())
+    loaded = tokenizer_lib.load_tokenizer(str(tmp_path))
+    assert np.array_equal(loaded.encode_ids([SENTENCE])[0], whole)

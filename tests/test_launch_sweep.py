@@ -116,3 +116,22 @@ def test_summary_names_each_runs_tokenizer_and_says_there_is_one_per_kind(tmp_pa
     summary_md = (tmp_path / "summary.md").read_text()
     assert "2 tokenizer(s), one per kind (unigram, wordpiece)" in summary_md
     assert f"- `{'a' * 64}` (wordpiece): lr=1, lr=2\n- `{'b' * 64}` (unigram): kind=unigram" in summary_md
+
+
+def test_a_finetuning_grid_runs_bert_jax_finetune_and_summarises_mean_and_std_over_seeds(tmp_path):
+    spec = sweep.load_sweep(os.path.join(REPO, "configs/sweeps/finetune_grid.py"))
+    runs = sweep.plan_runs(spec, str(tmp_path))
+    assert len(runs) == 12 and all(r["tokenizer"] is None for r in runs)  # the encoder's tokenizer is kept
+    assert runs[0]["argv"][1:3] == ["-m", "bert_jax.finetune"]
+    assert runs[0]["name"] == "learning_rate=2e-05,epochs=2.0,seed=0"
+    keys = spec["summary_keys"]
+    record = {"config": spec["config"], "summary_keys": list(keys),
+              "runs": [{k: r[k] for k in ("name", "overrides", "point", "tokenizer")} for r in runs[:3]]}
+    (tmp_path / "sweep.json").write_text(json.dumps(record))
+    for accuracy, run in zip((0.7, 0.8, 0.9), runs[:3]):
+        (tmp_path / run["name"]).mkdir()
+        (tmp_path / run["name"] / "metrics.jsonl").write_text(
+            json.dumps({"step": 8, "train/loss": 0.5, "eval/loss": 0.6, "eval/accuracy": accuracy}) + "\n")
+    sweep.summarize(str(tmp_path))
+    summary_md = (tmp_path / "summary.md").read_text()
+    assert "| learning_rate=2e-05,epochs=2.0 | 3 | 0.5 ± 0 | 0.6 ± 0 | 0.8 ± 0.1 | — |" in summary_md

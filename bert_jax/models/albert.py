@@ -81,7 +81,8 @@ class SharedLayerStack(nn.Module):
         for group, repeats in enumerate(group_repeats(cfg.num_layers, cfg.num_hidden_groups)):
             if cfg.scan_layers:
                 # Parameters broadcast (not stacked): every repeat reads the group's one copy.
-                scanned = nn.scan(layer, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
+                scanned = nn.scan(layer, variable_broadcast="params", variable_axes={"intermediates": 0},
+                                  split_rngs={"params": False, "dropout": True},
                                   in_axes=(nn.broadcast, nn.broadcast), length=repeats)
                 x, _ = scanned(cfg, name=f"group_{group}")(x, mask, deterministic)
             else:
@@ -138,6 +139,17 @@ class AlbertForPreTraining(nn.Module):
         self.pooler = dense((cfg.hidden_size,), (cfg.hidden_size,), ("embed", None))
         self.sop = dense((cfg.hidden_size,), (2,), ("embed", None))
         self.sop_dropout = nn.Dropout(cfg.dropout_rate)
+
+    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+        """The encoder without the pre-training heads, for task heads (bert_jax.finetune).
+
+        Returns hidden [batch, length, hidden] and pooled [batch, hidden] (tanh(dense([CLS]))).
+        """
+        hidden = self.encoder(
+            batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+            batch.get("position_ids"), batch.get("segment_ids"), deterministic,
+        )
+        return {"hidden": hidden, "pooled": jnp.tanh(self.pooler(hidden[:, 0]))}
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: the pipeline's dict. Returns mlm_logits [batch, predictions, vocab] and sop_logits [batch, 2],

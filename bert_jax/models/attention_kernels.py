@@ -59,13 +59,14 @@ def allowed_keys(segments: jax.Array, window: int | None) -> jax.Array:
 
 
 def xla_attention(q, k, v, segments, window: int | None, probs_dropout: Callable | None = None,
-                  score_bias: jax.Array | None = None) -> jax.Array:
+                  score_bias: jax.Array | None = None, observe_probs: Callable | None = None) -> jax.Array:
     """The reference. q, k, v: [batch, length, heads, head_dim] -> [batch, length, heads, head_dim].
 
     Logits come out of the matmul in float32 (no compute-dtype rounding before the softmax);
     `probs_dropout`, when given, is applied to the probabilities (Devlin et al.'s attention dropout).
     `score_bias` [batch, heads, q, k] float32, when given, is added to the scaled logits before the
     mask (DeBERTa's position terms), so it meets padding and packed segments exactly as they do.
+    `observe_probs`, when given, is called with the probabilities [batch, heads, q, k] before dropout.
     """
     scale = 1.0 / np.sqrt(q.shape[-1])
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
@@ -77,6 +78,8 @@ def xla_attention(q, k, v, segments, window: int | None, probs_dropout: Callable
     bias = jnp.where(allowed_keys(segments, window), 0.0, jnp.finfo(jnp.float32).min)
     logits = logits + bias
     probs = softmax_saving_probs_in(logits, q.dtype)
+    if observe_probs is not None:
+        observe_probs(probs)
     if probs_dropout is not None:
         probs = probs_dropout(probs)
     return jnp.einsum("bhqk,bkhd->bqhd", probs, v)

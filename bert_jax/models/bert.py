@@ -147,6 +147,17 @@ class BertForPreTraining(nn.Module):
         self.pooler = dense((cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), "pooler")
         self.nsp = dense((cfg.hidden_size,), (2,), ("embed", None), "nsp")
 
+    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+        """The encoder without the pre-training heads, for task heads (bert_jax.finetune).
+
+        Returns hidden [batch, length, hidden] and pooled [batch, hidden] (tanh(dense([CLS]))).
+        """
+        hidden = self.encoder(
+            batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+            batch.get("position_ids"), batch.get("segment_ids"), deterministic,
+        )
+        return {"hidden": hidden, "pooled": jnp.tanh(self.pooler(hidden[:, 0]))}
+
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: the pipeline's dict (input_ids, attention_mask, token_type_ids, masked_positions, ...).
 

@@ -61,10 +61,10 @@ class RobertaForMaskedLM(nn.Module):
             (cfg.vocab_size,), cfg.param_dtype,
         )
 
-    def __call__(self, batch: dict, deterministic: bool = True) -> dict:
-        """batch: input_ids, attention_mask, masked_positions [batch, ...]; optional position_ids, segment_ids.
+    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+        """The encoder without the MLM head, for task heads (bert_jax.finetune): hidden [batch, length, hidden].
 
-        Returns mlm_logits [batch, predictions, vocab] (float32). `token_type_ids` is ignored.
+        No `pooled`: RoBERTa has no pooler; heads pool [CLS] themselves (as RobertaClassificationHead).
         """
         cfg = self.config
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
@@ -78,6 +78,15 @@ class RobertaForMaskedLM(nn.Module):
         positions = roberta_position_ids(attention_mask, batch.get("position_ids"), cfg.pad_token_id)
         hidden = self.encoder(input_ids, attention_mask, jnp.zeros_like(input_ids), positions,
                               batch.get("segment_ids"), deterministic)
+        return {"hidden": hidden}
+
+    def __call__(self, batch: dict, deterministic: bool = True) -> dict:
+        """batch: input_ids, attention_mask, masked_positions [batch, ...]; optional position_ids, segment_ids.
+
+        Returns mlm_logits [batch, predictions, vocab] (float32). `token_type_ids` is ignored.
+        """
+        cfg = self.config
+        hidden = self.encode(batch, deterministic)["hidden"]
         h = gather_positions(hidden, batch["masked_positions"])
         logits = tied_mlm_logits(h, self.mlm_transform, gelu, self.mlm_norm, self.encoder.embeddings.word,
                                  self.mlm_bias, cfg.dtype)

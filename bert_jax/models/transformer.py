@@ -66,7 +66,7 @@ class TransformerStack(nn.Module):
         if cfg.scan_layers:
             stack = nn.scan(
                 layer,
-                variable_axes={"params": 0},
+                variable_axes={"params": 0, "intermediates": 0},  # sown values (inspect) get a layers axis
                 split_rngs={"params": True, "dropout": True},
                 in_axes=(nn.broadcast, nn.broadcast),
                 length=cfg.num_layers,

@@ -31,14 +31,17 @@ def example_batch(data_cfg, batch_size: int) -> dict:
     return batch
 
 
-def make_init_fn(model, tx: optax.GradientTransformation, data_cfg, seed: int):
-    """Returns init(boxed: bool) -> TrainState; boxed keeps the logical-axis metadata for shardings."""
+def make_init_fn(model, tx: optax.GradientTransformation, data_cfg, seed: int, example: dict | None = None):
+    """Returns init(boxed: bool) -> TrainState; boxed keeps the logical-axis metadata for shardings.
+
+    `example`: a batch of the model's inputs (fine-tuning's); default: the pre-training pipeline's.
+    """
 
     def init(unbox: bool = True) -> TrainState:
         base = jax.random.key(seed)
         variables = model.init(
             {"params": jax.random.fold_in(base, 0), "dropout": jax.random.fold_in(base, 1)},
-            example_batch(data_cfg, 1), deterministic=True,
+            example_batch(data_cfg, 1) if example is None else example, deterministic=True,
         )
         params = variables["params"]
         # Optimizer state is built from the boxed params so Adam's moments inherit

@@ -1,0 +1,25 @@
+"""`python -m bert_jax.finetune --config=configs/finetune/X.py --workdir=DIR` (see bert_jax/finetune/run.py)."""
+from absl import app, flags
+from ml_collections import config_flags
+
+from bert_jax.log_filter import log_info_quietly
+
+
+def _main(argv) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    log_info_quietly()
+    from bert_jax.finetune.run import finetune
+
+    finetune(flags.FLAGS.config, flags.FLAGS.workdir)
+
+
+def main() -> None:
+    config_flags.DEFINE_config_file("config", None, "A configs/finetune/*.py file.", lock_config=True)
+    flags.DEFINE_string("workdir", None, "Directory of the run (checkpoints, metrics, predictions).")
+    flags.mark_flags_as_required(["config", "workdir"])
+    app.run(_main)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Where the encoder comes from: a pre-training workdir (`DIR` or `DIR:STEP`) or a Hugging Face folder.
+
+Either way the result is the family, its `config.model`, the tokenizer folder and the
+pre-trained parameters of the family module (the pre-training tree); the task model takes
+the subtree its `encode` uses. The family of an HF folder is the registered one whose
+`hf_model_type` its config.json names: nothing here knows a family by name.
+"""
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from bert_jax.checkpoint import hf_folder
+from bert_jax.families import Family, family_of_hf_config, get_family
+from bert_jax.models.scan_layout import stack_layers, unstack_layers
+from bert_jax.storage import paths
+
+# config.model keys a fine-tuning config sets whatever the source says: how to run, not what was trained.
+RUNTIME_KEYS = ("dtype", "param_dtype", "scan_layers", "remat_policy", "attention_impl", "splash_interpret",
+                "dropout_rate", "attention_dropout_rate")
+
+
+@dataclasses.dataclass
+class Source:
+    kind: str  # "workdir" | "hf"
+    path: str
+    step: int | None
+    family: Family
+    model_cfg: ml_collections.ConfigDict
+    tokenizer_dir: str
+    params: dict  # the family module's parameters (numpy), laid out as model_cfg.scan_layers says
+
+
+def _split_step(init_from: str) -> tuple[str, int | None]:
+    head, sep, tail = init_from.rpartition(":")
+    if sep and tail.isdigit() and head and not head.endswith(":/"):
+        return head, int(tail)
+    return init_from, None
+
+
+def probe_batch(length: int = 8) -> dict:
+    """The smallest batch every family module's __call__ accepts (for init and eval_shape)."""
+    ids = jnp.zeros((1, length), jnp.int32)
+    return {"input_ids": ids, "attention_mask": jnp.ones_like(ids), "token_type_ids": ids,
+            "masked_positions": jnp.zeros((1, 1), jnp.int32)}
+
+
+def zeros_like_family_params(family: Family, model_cfg) -> dict:
+    """The family module's full parameter tree (pre-training heads included), as zeros: a fallback for
+    tensors a source lacks, and the frame the family's hf_export fills."""
+    shapes = jax.eval_shape(lambda: family.build_model(model_cfg).init(
+        jax.random.key(0), probe_batch(), deterministic=True)["params"])
+    return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), nn.meta.unbox(shapes))
+
+
+def _with_runtime(model_cfg: dict, runtime) -> ml_collections.ConfigDict:
+    out = ml_collections.ConfigDict(dict(model_cfg))
+    for key in RUNTIME_KEYS:
+        if key in runtime:
+            out[key] = runtime[key]
+    return out
+
+
+def _relayout(params: dict, scan_layers: bool) -> dict:
+    params = unstack_layers(params)
+    return stack_layers(params) if scan_layers else params
+
+
+def resolve(init_from: str, runtime_model_cfg) -> Source:
+    """The encoder `config.init_from` names; a path that is neither a workdir nor an HF folder fails naming it."""
+    if not init_from:
+        raise ValueError("config.init_from is empty: name a pre-training workdir (DIR or DIR:STEP) or a Hugging "
+                         "Face model folder")
+    path, step = _split_step(init_from)
+    root = paths.path(path)
+    if (root / "config.json").exists() and (root / "checkpoints").is_dir():
+        from bert_jax.export import load_workdir_config, restore_params  # noqa: PLC0415
+
+        config = load_workdir_config(path)
+        params, step = restore_params(path, config, step)
+        model_cfg = _with_runtime(config.model.to_dict(), runtime_model_cfg)
+        family = get_family(model_cfg.family)
+        return Source("workdir", path, step, family, model_cfg, str(root / "tokenizer"),
+                      _relayout(params, model_cfg.scan_layers))
+    weights = any((root / name).exists() for name in (hf_folder.SAFETENSORS_FILE, hf_folder.TORCH_FILE))
+    if (root / "config.json").exists() and weights:
+        if step is not None:
+            raise ValueError(f"config.init_from={init_from!r}: a Hugging Face folder has no steps")
+        hf_cfg = hf_folder.read_hf_config(path)
+        family = family_of_hf_config(hf_cfg, path)
+        values = dict(family.hf_model_config(hf_cfg), family=family.name,
+                      initializer_range=hf_cfg.get("initializer_range", 0.02))
+        model_cfg = _with_runtime(values, runtime_model_cfg)
+        fallback = zeros_like_family_params(family, model_cfg)
+        params, report = family.hf_import(hf_folder.read_hf_state(path), hf_cfg, model_cfg, fallback)
+        return Source("hf", path, None, family, model_cfg, path, params)
+    raise ValueError(f"config.init_from={init_from!r} is neither a pre-training workdir (config.json and "
+                     f"checkpoints/) nor a Hugging Face model folder (config.json and model.safetensors)")
+
+
+def backbone_subset(pretrained: dict, fresh: dict, where: str = "params/backbone") -> dict:
+    """The leaves of `pretrained` at the paths of `fresh` (the task model's backbone tree), shape-checked."""
+    out = {}
+    for key, value in fresh.items():
+        if key not in pretrained:
+            raise ValueError(f"{where}/{key} is not in the pre-trained parameters")
+        if isinstance(value, dict):
+            out[key] = backbone_subset(pretrained[key], value, f"{where}/{key}")
+        else:
+            have = np.asarray(pretrained[key])
+            if have.shape != tuple(value.shape):
+                raise ValueError(f"{where}/{key} is {have.shape} in the pre-trained parameters, "
+                                 f"{tuple(value.shape)} in the model")
+            out[key] = have.astype(value.dtype)
+    return out

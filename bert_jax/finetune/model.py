@@ -1,0 +1,128 @@
+"""Task heads on a family's encoder (`Family.build_model(...).encode`): one module per run.
+
+The encoder keeps the family module's parameter names under `backbone/` (the pre-training tree
+minus the heads the task never calls), so a pre-training checkpoint or an HF import fills it
+leaf by leaf. Heads live under `head/`, and mirror Hugging Face's so the export is a renaming:
+a sequence head is `classifier` on the family's pooled [CLS] when it has a pooler (BERT,
+ALBERT), else dense + tanh (`pooler`) then `classifier` (RobertaClassificationHead).
+"""
+import flax.linen as nn
+import jax.numpy as jnp
+
+from bert_jax.models.layers import Dense
+
+SEQUENCE_KINDS = ("classification", "regression")
+KINDS = SEQUENCE_KINDS + ("token_classification", "span_qa", "sentence_embedding")
+EMBEDDING_LOSSES = ("ranking", "cosine", "softmax")
+# SBERT's MultipleNegativesRankingLoss multiplies cosine similarities by 20 before the softmax.
+RANKING_SCALE = 20.0
+POOLINGS = ("cls", "mean")
+
+
+def mean_pool(hidden, attention_mask):
+    """hidden [batch, length, hidden], attention_mask [batch, length] -> the mean over real tokens [batch, hidden]."""
+    mask = (attention_mask > 0).astype(hidden.dtype)[..., None]
+    return (hidden * mask).sum(1) / jnp.maximum(mask.sum(1), 1.0)
+
+
+class TaskHead(nn.Module):
+    kind: str
+    num_outputs: int
+    pooling: str
+    has_family_pooler: bool
+    hidden_size: int
+    dropout_rate: float
+    initializer_range: float
+
+    @nn.compact
+    def __call__(self, encoded: dict, attention_mask, deterministic: bool):
+        dense = lambda n_out, name: Dense(  # noqa: E731
+            (self.hidden_size,), (n_out,), ("embed", None),
+            kernel_init=nn.initializers.normal(self.initializer_range), name=name)
+        dropout = nn.Dropout(self.dropout_rate)
+        hidden = encoded["hidden"]
+        if self.kind == "span_qa":  # start and end logits of every token (HF's qa_outputs)
+            return dense(2, "qa_outputs")(hidden)
+        if self.kind == "token_classification":
+            return dense(self.num_outputs, "classifier")(dropout(hidden, deterministic=deterministic))
+        if self.pooling == "mean":
+            pooled = mean_pool(hidden, attention_mask)
+        elif self.has_family_pooler:
+            pooled = encoded["pooled"]
+        else:
+            pooled = jnp.tanh(dense(self.hidden_size, "pooler")(dropout(hidden[:, 0], deterministic=deterministic)))
+        return dense(self.num_outputs, "classifier")(dropout(pooled, deterministic=deterministic))
+
+
+def cosine(u, v):
+    return jnp.sum(u * v, -1) / jnp.maximum(jnp.linalg.norm(u, axis=-1) * jnp.linalg.norm(v, axis=-1), 1e-9)
+
+
+class SiameseHead(nn.Module):
+    """SBERT (Reimers & Gurevych 2019): embeddings u, v of the two sentences by one encoder, then per loss:
+    ranking -> scaled cosine of every u with every v [batch, batch] (in-batch negatives); cosine -> cos(u, v)
+    [batch]; softmax -> classifier over (u, v, |u - v|) [batch, num_labels]."""
+
+    loss: str
+    num_outputs: int
+    hidden_size: int
+    initializer_range: float
+
+    @nn.compact
+    def __call__(self, u, v):
+        if self.loss == "ranking":
+            un = u / jnp.maximum(jnp.linalg.norm(u, axis=-1, keepdims=True), 1e-9)
+            vn = v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-9)
+            return RANKING_SCALE * un @ vn.T
+        if self.loss == "cosine":
+            return cosine(u, v)
+        features = jnp.concatenate([u, v, jnp.abs(u - v)], -1)
+        return Dense((3 * self.hidden_size,), (self.num_outputs,), (None, None),
+                     kernel_init=nn.initializers.normal(self.initializer_range), name="classifier")(features)
+
+
+class FinetuneModel(nn.Module):
+    """backbone: the family's module; __call__(batch, deterministic) -> {"logits": float32}.
+
+    logits: [batch, num_labels] (classification), [batch, 1] (regression), [batch, length, num_labels] (tagging),
+    [batch, length, 2] (span QA: start, end).
+    """
+
+    backbone: nn.Module
+    head: nn.Module
+    pooling: str = "cls"
+
+    def embed(self, batch: dict, deterministic: bool = True):
+        """Sentence embeddings [batch, hidden]: the pooled encoder output."""
+        hidden = self.backbone.encode(batch, deterministic)["hidden"]
+        return mean_pool(hidden, batch["attention_mask"]) if self.pooling == "mean" else hidden[:, 0]
+
+    def __call__(self, batch: dict, deterministic: bool = True) -> dict:
+        if isinstance(self.head, SiameseHead):
+            pair = {k[len("pair_"):]: v for k, v in batch.items() if k.startswith("pair_")}
+            u, v = self.embed(batch, deterministic), self.embed(pair, deterministic)
+            return {"logits": self.head(u, v).astype(jnp.float32), "u": u.astype(jnp.float32),
+                    "v": v.astype(jnp.float32)}
+        encoded = self.backbone.encode(batch, deterministic)
+        logits = self.head(encoded, batch["attention_mask"], deterministic)
+        return {"logits": logits.astype(jnp.float32)}
+
+
+def build_finetune_model(family, model_cfg, task_cfg, num_outputs: int, has_family_pooler: bool) -> FinetuneModel:
+    if task_cfg.kind not in KINDS:
+        raise ValueError(f"config.task.kind={task_cfg.kind!r}; expected one of {KINDS}")
+    if task_cfg.pooling not in POOLINGS:
+        raise ValueError(f"config.task.pooling={task_cfg.pooling!r}; expected one of {POOLINGS}")
+    backbone = family.build_model(model_cfg).clone(name="backbone")
+    if task_cfg.kind == "sentence_embedding":
+        if task_cfg.embedding_loss not in EMBEDDING_LOSSES:
+            raise ValueError(f"config.task.embedding_loss={task_cfg.embedding_loss!r}; expected one of "
+                             f"{EMBEDDING_LOSSES}")
+        head = SiameseHead(loss=task_cfg.embedding_loss, num_outputs=num_outputs, hidden_size=model_cfg.hidden_size,
+                           initializer_range=float(model_cfg.get("initializer_range", 0.02)), name="head")
+        return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)
+    head = TaskHead(kind=task_cfg.kind, num_outputs=num_outputs, pooling=task_cfg.pooling,
+                    has_family_pooler=has_family_pooler, hidden_size=model_cfg.hidden_size,
+                    dropout_rate=float(model_cfg.dropout_rate), initializer_range=float(model_cfg.get("initializer_range", 0.02)),
+                    name="head")
+    return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)

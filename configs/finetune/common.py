@@ -1,0 +1,100 @@
+"""Shared defaults of the fine-tuning configs (the recipe of the field); not run on its own.
+
+Every key can be overridden: `--config.train.learning_rate=3e-5 --config.seeds=0,1,2`.
+"""
+import ml_collections
+
+
+def get_config(kind: str) -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    # "0,1,2": one run per seed in DIR/seed_<s>, then the mean ± std of their metrics (DIR/seeds.json).
+    c.seeds = ""
+    # A pre-training workdir (its newest checkpoint, or DIR:STEP) or a Hugging Face folder of a registered family.
+    c.init_from = ""
+
+    c.task = ml_collections.ConfigDict()
+    c.task.kind = kind  # classification | regression | token_classification | span_qa | sentence_embedding
+    c.task.text_fields = "sentence"  # one column, or two for sentence pairs: "sentence1,sentence2"
+    c.task.label_field = "label"
+    c.task.labels = ""  # "neg,pos": the label order; "" = the training file's labels, sorted
+    c.task.pooling = "cls"  # cls | mean (sequence tasks)
+    c.task.word_column = 0  # CoNLL: the column holding the word
+    c.task.tag_column = -1  # CoNLL: the column holding the tag
+    c.task.tagging = "bio"  # bio: entity F1 per type | pos: token accuracy
+    c.task.max_answer_length = 30  # span_qa: the longest answer in tokens
+    # sentence_embedding: ranking (in-batch negatives on pairs) | cosine (regression on scored pairs) |
+    # softmax (a classifier over (u, v, |u-v|) on labelled pairs, NLI-style); evaluation: Spearman on score_field.
+    c.task.embedding_loss = "ranking"
+    c.task.score_field = "score"
+
+    c.data = ml_collections.ConfigDict()
+    c.data.format = "csv"  # csv | tsv | jsonl | conll | squad | tfds
+    c.data.train = ""  # a file (tfds: a split name)
+    c.data.validation = ""  # "" = a held-out validation_fraction of train
+    c.data.test = ""  # its predictions go to DIR/predictions.jsonl
+    c.data.validation_fraction = 0.1
+    c.data.split_seed = 0
+    c.data.max_seq_length = 128
+    c.data.doc_stride = 64  # span_qa: tokens two windows of a long context share
+    c.data.tfds_name = ""
+    c.data.tfds_data_dir = ""
+
+    # How to run the encoder; its sizes come from config.init_from.
+    c.model = ml_collections.ConfigDict()
+    c.model.dtype = "float32"
+    c.model.param_dtype = "float32"
+    c.model.scan_layers = False
+    c.model.remat_policy = "none"
+    c.model.attention_impl = "auto"
+    c.model.dropout_rate = 0.1
+    c.model.attention_dropout_rate = 0.0
+
+    c.train = ml_collections.ConfigDict()
+    c.train.batch_size = 32
+    c.train.epochs = 3.0
+    c.train.learning_rate = 2e-5
+    c.train.warmup_fraction = 0.1
+    c.train.weight_decay = 0.01
+    c.train.b1 = 0.9
+    c.train.b2 = 0.999
+    c.train.eps = 1e-8
+    c.train.max_grad_norm = 1.0
+    c.train.layer_lr_decay = 1.0  # < 1: lower layers learn slower (e.g. 0.9)
+    c.train.freeze_embeddings = False
+    c.train.freeze_layers = 0  # freeze the embeddings and the first N layers
+    c.train.reinit_pooler = False
+    c.train.log_every_steps = 10
+    c.train.eval_every_steps = 0  # 0 = once per epoch
+    c.train.nan_policy = "stop"
+    c.train.grad_accum_steps = 1
+
+    # Early stopping on a validation metric ("" = off; the last step's params are the result).
+    c.early_stopping = ml_collections.ConfigDict()
+    c.early_stopping.metric = ""  # e.g. "accuracy", "loss", "entity_f1"
+    c.early_stopping.patience = 0  # evaluations without improvement before stopping; 0 = never stop early
+
+    c.checkpoint = ml_collections.ConfigDict()
+    c.checkpoint.every_steps = 0  # 0 = at each evaluation
+    c.checkpoint.max_to_keep = 2
+    c.checkpoint.async_save = True
+
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.shape = (-1, 1, 1)
+    c.mesh.dcn_shape = (1, 1, 1)
+    c.mesh.rules = "fsdp_tp"
+
+    c.logging = ml_collections.ConfigDict()
+    c.logging.wandb_mode = "disabled"
+    c.logging.wandb_project = "bert_jax"
+    c.logging.wandb_run_name = ""
+    c.logging.tensorboard = False
+    c.logging.plots = True
+
+    try:  # the learning-curve diagnoser's thresholds (bert_jax/finetune/diagnosis.py)
+        from bert_jax.finetune import diagnosis
+
+        c.diagnosis = diagnosis.default_config()
+    except ImportError:
+        c.diagnosis = ml_collections.ConfigDict()
+    return c

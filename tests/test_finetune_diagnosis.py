@@ -1,0 +1,108 @@
+"""The learning-curve diagnoser names each regime on synthetic curves shaped like real runs.
+
+Train loss is logged every 10 steps with per-batch noise, validation every 100 steps on a
+fixed set (little noise), over 1,000 steps: the shapes a fine-tuning run logs.
+"""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from bert_jax.finetune import diagnosis
+
+STEPS = np.arange(0, 1001, 10)
+VAL_STEPS = np.arange(0, 1001, 100)
+
+
+def _curves(train, val, metric, noise=0.02, val_noise=0.003, jump=0.0, seed=0):
+    """`jump`: every other evaluation, the validation loss is that much higher and the metric lower."""
+    rng = np.random.default_rng(seed)
+    return diagnosis.Curves(
+        train_loss=[(s, train(s) + noise * rng.normal()) for s in STEPS],
+        val_loss=[(s, val(s) + jump * (i % 2) + val_noise * rng.normal()) for i, s in enumerate(VAL_STEPS)],
+        val_metric=[(s, metric(s) - jump * (i % 2) + val_noise * rng.normal()) for i, s in enumerate(VAL_STEPS)],
+        metric_name="accuracy", higher_is_better=True)
+
+
+def _learned(tau):
+    """A loss falling from 0.7 with time constant tau, and the accuracy that goes with it."""
+    return (lambda s: 0.1 + 0.6 * math.exp(-s / tau),
+            lambda s: 0.25 + 0.45 * math.exp(-s / tau),
+            lambda s: 0.5 + 0.4 * (1 - math.exp(-s / tau)))
+
+
+REGIME_CURVES = {
+    "just right": _curves(*_learned(tau=150)),
+    "could learn more": _curves(*_learned(tau=1200)),
+    "learns nothing": _curves(lambda s: 0.69, lambda s: 0.69, lambda s: 0.5),
+    "chaotic": _curves(*_learned(tau=150), noise=0.1, jump=0.2),
+    "overlearning": _curves(
+        lambda s: 0.005 + 0.7 * math.exp(-s / 60),
+        lambda s: 0.4 + 0.3 * math.exp(-s / 60) + 0.0006 * s,
+        lambda s: 0.5 + 0.3 * (1 - math.exp(-s / 60)) - 0.00005 * s),
+}
+
+
+@pytest.mark.parametrize("regime", diagnosis.REGIMES)
+def test_each_regime_is_named_on_its_curves(regime):
+    result = diagnosis.diagnose(REGIME_CURVES[regime], diagnosis.default_config())
+    assert result.name == regime, result.evidence
+    assert result.advice == diagnosis.ADVICE[regime]
+
+
+def test_regimes_are_the_five_of_the_lecture():
+    assert set(diagnosis.REGIMES) == {"just right", "could learn more", "learns nothing", "chaotic", "overlearning"}
+
+
+def test_lower_is_better_metric_is_oriented():
+    """A metric where lower is better (an error rate) reads the same as its complement."""
+    curves = REGIME_CURVES["just right"]
+    error = diagnosis.Curves(curves.train_loss, curves.val_loss, [(s, 1 - v) for s, v in curves.val_metric],
+                             "error_rate", higher_is_better=False)
+    assert diagnosis.diagnose(error, diagnosis.default_config()).name == "just right"
+
+
+def test_thresholds_come_from_the_config():
+    cfg = diagnosis.default_config()
+    cfg.saturated_max_gain = 10.0  # nothing counts as still improving
+    assert diagnosis.diagnose(REGIME_CURVES["could learn more"], cfg).name == "just right"
+
+
+def test_too_few_points_says_so_and_how_to_fix_it():
+    curves = REGIME_CURVES["just right"]
+    short = diagnosis.Curves(curves.train_loss, curves.val_loss[:2], curves.val_metric[:2], "accuracy", True)
+    result = diagnosis.diagnose(short, diagnosis.default_config())
+    assert result.name == diagnosis.TOO_FEW_POINTS
+    assert "2 validation points" in result.advice and "min_points" in result.advice
+    empty = diagnosis.Curves([], [], [], "accuracy", True)
+    assert diagnosis.diagnose(empty, diagnosis.default_config()).name == diagnosis.TOO_FEW_POINTS
+
+
+def test_non_finite_loss_is_a_divergence():
+    curves = REGIME_CURVES["just right"]
+    train = list(curves.train_loss)
+    train[50] = (train[50][0], float("nan"))
+    result = diagnosis.diagnose(diagnosis.Curves(train, curves.val_loss, curves.val_metric, "accuracy", True),
+                                diagnosis.default_config())
+    assert result.name == "chaotic"
+    assert result.evidence["non_finite"] == "train loss is nan at step 500"
+
+
+def test_non_finite_metric_points_are_ignored():
+    curves = REGIME_CURVES["just right"]
+    metric = [(s, float("nan")) if i == 0 else (s, v) for i, (s, v) in enumerate(curves.val_metric)]
+    result = diagnosis.diagnose(diagnosis.Curves(curves.train_loss, curves.val_loss, metric, "spearman", True),
+                                diagnosis.default_config())
+    assert result.name == "just right"
+
+
+def test_write_puts_json_and_plot_in_the_workdir(tmp_path):
+    curves = REGIME_CURVES["overlearning"]
+    result = diagnosis.diagnose(curves, diagnosis.default_config())
+    diagnosis.write(str(tmp_path), curves, result)
+    record = json.loads((tmp_path / "diagnosis.json").read_text())
+    assert record["name"] == "overlearning"
+    assert record["advice"] == diagnosis.ADVICE["overlearning"]
+    assert record["evidence"]["gap_ratio"] > 2
+    assert (tmp_path / "plots" / "learning_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
