@@ -242,10 +242,10 @@ def test_squad_answers_that_do_not_match_their_context_are_skipped_and_counted(t
     assert skipped == {"answer span not matching its context": 1, "answer outside its context": 1}
 
 
-def test_long_contexts_become_overlapping_windows_and_the_answer_is_found_across_them(hf_dir):
+def test_long_contexts_become_overlapping_windows_and_the_answer_is_found_across_them(hf_dir, tmp_path):
     from data_pipelines import tokenizer as tokenizer_lib
 
-    rows, _ = squad.read_squad(fd.write_squad(os.path.join(hf_dir, "q.json"), 8, 3))
+    rows, _ = squad.read_squad(fd.write_squad(tmp_path / "q.json", 8, 3))
     fast = data.fast_tokenizer(tokenizer_lib.load_tokenizer(hf_dir), 24)
     features = squad.featurize(fast, rows, doc_stride=6)
     assert len(features["input_ids"]) > len(rows)  # contexts longer than a window
