@@ -3,6 +3,7 @@ trivial baseline), exports to transformers with our logits, resumes exactly; bad
 import json
 import os
 
+import flax.linen as nn
 import jax
 import numpy as np
 import pytest
@@ -160,6 +161,45 @@ def check_sentence_transformers_export(workdir: str, out: str) -> float:
     return relative_error(ours, theirs)
 
 
+@pytest.mark.parametrize("kind", ["classification", "token_classification", "span_qa"])
+def test_a_task_model_on_an_hf_encoder_exports_with_transformers_logits(kind, hf_dir, tmp_path):
+    """Without training (that is the slow tests'): the encoder read from an HF folder, a fresh head, the export."""
+    from bert_jax.checkpoint import hf_folder
+    from bert_jax.finetune import hf_export
+    from bert_jax.finetune.model import build_finetune_model
+    from bert_jax.finetune.run import _pretrained
+
+    c = CONFIGS[kind].get_config()
+    source = init_from.resolve(hf_dir, c.model)
+    names = ["O", "B-PER", "I-PER"] if kind == "token_classification" else ["neg", "pos"]
+    model = build_finetune_model(source.family, source.model_cfg, c.task, 2 if kind == "span_qa" else len(names),
+                                 "pooler" in source.params)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    enc = {k: np.asarray(v) for k, v in tokenizer(["where did bob go", "alice went to rome ."],
+                                                   ["bob went to oslo .", "a"], padding=True,
+                                                   return_tensors="np").items()}
+    params = nn.meta.unbox(model.init(jax.random.key(1), enc)["params"])
+    c.init_from = hf_dir
+    params = _pretrained(params, source, c)
+    config = c.copy_and_resolve_references()
+    config.model = source.model_cfg
+    state, hf_cfg = hf_export.hf_task_state(params, config, names)
+    hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, hf_dir)
+    auto = {"token_classification": transformers.AutoModelForTokenClassification,
+            "span_qa": transformers.AutoModelForQuestionAnswering}.get(kind,
+                                                                        transformers.AutoModelForSequenceClassification)
+    with torch.no_grad():
+        out = auto.from_pretrained(str(tmp_path)).eval()(**{k: torch.tensor(v) for k, v in enc.items()})
+    theirs = (np.stack([out.start_logits.numpy(), out.end_logits.numpy()], -1) if kind == "span_qa"
+              else out.logits.numpy())
+    ours = np.asarray(model.apply({"params": params}, enc)["logits"])
+    real = enc["attention_mask"].astype(bool) if kind != "classification" else slice(None)
+    diff = relative_error(ours[real], theirs[real])
+    print(f"{kind}: exported relative logit error {diff:.2e}")
+    assert diff <= TRANSFORMERS
+
+
+@pytest.mark.slow
 def test_classification_from_an_hf_folder_learns_and_exports_with_transformers_logits(classification_run, tmp_path):
     workdir, results = classification_run
     assert_learns("classification", results)
