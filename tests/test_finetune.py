@@ -161,7 +161,8 @@ def check_sentence_transformers_export(workdir: str, out: str) -> float:
     return relative_error(ours, theirs)
 
 
-@pytest.mark.parametrize("kind", ["classification", "token_classification", "span_qa"])
+@pytest.mark.parametrize("kind", ["classification", pytest.param("token_classification", marks=pytest.mark.slow),
+                                  pytest.param("span_qa", marks=pytest.mark.slow)])
 def test_a_task_model_on_an_hf_encoder_exports_with_transformers_logits(kind, hf_dir, tmp_path):
     """Without training (that is the slow tests'): the encoder read from an HF folder, a fresh head, the export."""
     from bert_jax.checkpoint import hf_folder
