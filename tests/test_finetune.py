@@ -448,8 +448,10 @@ def minilm_dir() -> str:
     (1e-8, 4.0, 256, {}, {"learns nothing"}),
     # A step far too large for a pre-trained encoder (the tiny random one takes 1e-2 in its stride: measured
     # "just right"), with nothing to soften it: no warmup, no clipping.
-    (1e-2, 2.0, 256, {"minilm": True, "train.warmup_fraction": 0.0, "train.max_grad_norm": 0.0},
-     {"chaotic", "learns nothing"}),
+    pytest.param(1e-2, 2.0, 256, {"minilm": True, "train.warmup_fraction": 0.0, "train.max_grad_norm": 0.0},
+                 {"chaotic", "learns nothing"}, marks=pytest.mark.xfail(
+                     strict=True, reason="measured 'just right': the made sentiment task is learnt even at 1e-2 "
+                                         "(tiny random encoder, and MiniLM without warmup or clipping, 29 steps)")),
     # Far too many epochs on too little data: the training loss goes to 0.003 while the validation loss
     # (15 % of its labels flipped, as real labels are never clean) doubles from its minimum (0.43 -> 0.88).
     pytest.param(3e-3, 20.0, 100, {"validation_noise": 0.15}, {"overlearning"}, marks=pytest.mark.xfail(
