@@ -317,13 +317,9 @@ def _write_predictions(root, config, outputs, features, rows, names) -> None:
         paths.write_atomically(root / "predictions.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
 
 
-def _diagnose(config, workdir: str, kind: str) -> dict | None:
+def _diagnose(config, workdir: str, kind: str) -> dict:
     """The learning-curve diagnosis (bert_jax/finetune/diagnosis.py), printed and written to DIR."""
-    try:
-        from bert_jax.finetune import diagnosis
-    except ImportError:
-        logging.info("no learning-curve diagnoser in this build (bert_jax/finetune/diagnosis.py)")
-        return None
+    from bert_jax.finetune import diagnosis
     from bert_jax.train.metrics_file import read_rows
 
     rows = read_rows(paths.path(workdir) / "metrics.jsonl")
@@ -333,7 +329,9 @@ def _diagnose(config, workdir: str, kind: str) -> dict | None:
         val_loss=[(r["step"], r["eval/loss"]) for r in rows if "eval/loss" in r],
         val_metric=[(r["step"], r[f"eval/{metric}"]) for r in rows if f"eval/{metric}" in r],
         metric_name=metric, higher_is_better=True)
-    result = diagnosis.diagnose(curves, config.diagnosis)
+    thresholds = diagnosis.default_config()
+    thresholds.update(config.get("diagnosis") or {})
+    result = diagnosis.diagnose(curves, thresholds)
     if jax.process_index() == 0:
         diagnosis.write(workdir, curves, result)
     logging.info("diagnosis: %s — %s", result.name, result.advice)

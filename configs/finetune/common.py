@@ -4,6 +4,8 @@ Every key can be overridden: `--config.train.learning_rate=3e-5 --config.seeds=0
 """
 import ml_collections
 
+from bert_jax.finetune import diagnosis
+
 
 def get_config(kind: str) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
@@ -91,10 +93,6 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.logging.tensorboard = False
     c.logging.plots = True
 
-    try:  # the learning-curve diagnoser's thresholds (bert_jax/finetune/diagnosis.py)
-        from bert_jax.finetune import diagnosis
-
-        c.diagnosis = diagnosis.default_config()
-    except ImportError:
-        c.diagnosis = ml_collections.ConfigDict()
+    # The learning-curve diagnoser's thresholds (bert_jax/finetune/diagnosis.py).
+    c.diagnosis = diagnosis.default_config()
     return c
