@@ -23,8 +23,8 @@ before a real run): the 160GB corpus of DeBERTa/RoBERTa, batch 8K sequences of 5
 steps, AdamW (b1 0.9, b2 0.98, eps 1e-6), 10K warmup steps then linear decay, weight decay 0.01,
 gradient clipping 1.0, dropout 0.1.
 
-Tiny variant: a 2-layer discriminator and a 1-layer generator, 64 wide, on the embedded corpus with a
-2048-piece unigram tokenizer:
+Tiny variant: a 2-layer discriminator and a 1-layer generator, 128 wide (configs/tiny.py's scale), 1000
+steps on the embedded corpus with a 4096-piece unigram tokenizer:
 
     python -m bert_jax.pretrain --config=configs/deberta_v3_base.py:tiny --workdir=runs/deberta_tiny
 
@@ -72,14 +72,15 @@ def get_config(arg: str | None = None):
 
 
 def shrink_to_tiny(c) -> None:
-    """A 2-layer, 64-wide model on the embedded corpus, buckets small enough that log-bucketing runs."""
-    c.model.vocab_size = 2048
-    c.model.hidden_size = 64
+    """configs/tiny.py's scale: a 2-layer, 128-wide discriminator and a 1-layer generator, on the embedded
+    corpus; 128 tokens over 16 buckets, so log-bucketing runs."""
+    c.model.vocab_size = 4096
+    c.model.hidden_size = 128
     c.model.num_layers = 2
     c.model.generator_num_layers = 1
-    c.model.num_heads = 2
-    c.model.intermediate_size = 256
-    c.model.max_position_embeddings = 64
+    c.model.num_heads = 4
+    c.model.intermediate_size = 512
+    c.model.max_position_embeddings = 128
     c.model.position_buckets = 16
     c.model.max_relative_positions = 64
     c.model.dtype = "float32"  # bf16 matmuls are slow on CPU
@@ -87,12 +88,12 @@ def shrink_to_tiny(c) -> None:
     c.model.dropout_rate = 0.0
     c.model.attention_dropout_rate = 0.0
     c.data.source = "embedded"
-    c.data.max_seq_length = 64
-    c.data.max_predictions_per_seq = 10
-    c.train.global_batch_size = 16
-    c.train.num_steps = 400
-    c.train.learning_rate = 2e-3
-    c.train.warmup_steps = 40
+    c.data.max_seq_length = 128
+    c.data.max_predictions_per_seq = 20
+    c.train.global_batch_size = 32
+    c.train.num_steps = 1000
+    c.train.learning_rate = 1e-3
+    c.train.warmup_steps = 100
     c.train.log_every_steps = 50
-    c.train.eval_every_steps = 200
-    c.checkpoint.every_steps = 200
+    c.train.eval_every_steps = 250
+    c.checkpoint.every_steps = 250
