@@ -23,12 +23,15 @@ before a real run): the 160GB corpus of DeBERTa/RoBERTa, batch 8K sequences of 5
 steps, AdamW (b1 0.9, b2 0.98, eps 1e-6), 10K warmup steps then linear decay, weight decay 0.01,
 gradient clipping 1.0, dropout 0.1.
 
-Tiny variant: a 2-layer discriminator and a 1-layer generator, 128 wide (configs/tiny.py's scale), 1000
-steps on the embedded corpus with a 4096-piece unigram tokenizer:
+Tiny variant: a 2-layer discriminator and a 1-layer generator, 64 wide, 400 steps on the embedded
+corpus with a 2048-piece unigram tokenizer; 3.5 minutes on the busy 2-core CPU:
 
     python -m bert_jax.pretrain --config=configs/deberta_v3_base.py:tiny --workdir=runs/deberta_tiny
 
-TINY_RESULT
+It ends at eval generator MLM accuracy 0.069 against the most-frequent-token floor of 0.043, and
+discriminator accuracy 0.8604: exactly the all-original rate (it answers "original" everywhere from
+about step 100 on, as the tiny ELECTRA does at this lr; the train loss still falls, 33.2 at step 50 -> 25.7). Beating
+that rate takes a larger or longer run than the tiny one.
 """
 from configs import base
 
@@ -72,15 +75,15 @@ def get_config(arg: str | None = None):
 
 
 def shrink_to_tiny(c) -> None:
-    """configs/tiny.py's scale: a 2-layer, 128-wide discriminator and a 1-layer generator, on the embedded
-    corpus; 128 tokens over 16 buckets, so log-bucketing runs."""
-    c.model.vocab_size = 4096
-    c.model.hidden_size = 128
+    """A 2-layer, 64-wide discriminator and a 1-layer generator on the embedded corpus; 64 tokens over 16
+    buckets, so log-bucketing runs."""
+    c.model.vocab_size = 2048
+    c.model.hidden_size = 64
     c.model.num_layers = 2
     c.model.generator_num_layers = 1
-    c.model.num_heads = 4
-    c.model.intermediate_size = 512
-    c.model.max_position_embeddings = 128
+    c.model.num_heads = 2
+    c.model.intermediate_size = 256
+    c.model.max_position_embeddings = 64
     c.model.position_buckets = 16
     c.model.max_relative_positions = 64
     c.model.dtype = "float32"  # bf16 matmuls are slow on CPU
@@ -88,12 +91,12 @@ def shrink_to_tiny(c) -> None:
     c.model.dropout_rate = 0.0
     c.model.attention_dropout_rate = 0.0
     c.data.source = "embedded"
-    c.data.max_seq_length = 128
-    c.data.max_predictions_per_seq = 20
-    c.train.global_batch_size = 32
-    c.train.num_steps = 1000
-    c.train.learning_rate = 1e-3
-    c.train.warmup_steps = 100
+    c.data.max_seq_length = 64
+    c.data.max_predictions_per_seq = 10
+    c.train.global_batch_size = 16
+    c.train.num_steps = 400
+    c.train.learning_rate = 2e-3
+    c.train.warmup_steps = 40
     c.train.log_every_steps = 50
-    c.train.eval_every_steps = 250
-    c.checkpoint.every_steps = 250
+    c.train.eval_every_steps = 200
+    c.checkpoint.every_steps = 200
