@@ -30,8 +30,8 @@ corpus with a 2048-piece unigram tokenizer; 3.5 minutes on the busy 2-core CPU:
 
 It ends at eval generator MLM accuracy 0.069 against the most-frequent-token floor of 0.043, and
 discriminator accuracy 0.8604: exactly the all-original rate (it answers "original" everywhere from
-about step 100 on, as the tiny ELECTRA does at this lr; the train loss still falls, 33.2 at step 50 -> 25.7). Beating
-that rate takes a larger or longer run than the tiny one.
+about step 100 on, as the tiny ELECTRA does at this lr; the train loss still falls, 33.2 at step 50
+to 25.7). Beating that rate takes a larger or longer run than the tiny one.
 """
 from configs import base
 
