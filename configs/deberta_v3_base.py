@@ -23,12 +23,15 @@ before a real run): the 160GB corpus of DeBERTa/RoBERTa, batch 8K sequences of 5
 steps, AdamW (b1 0.9, b2 0.98, eps 1e-6), 10K warmup steps then linear decay, weight decay 0.01,
 gradient clipping 1.0, dropout 0.1.
 
-Tiny variant: a 2-layer discriminator and a 1-layer generator, 64 wide, on the embedded corpus with a
-2048-piece unigram tokenizer:
+Tiny variant: a 2-layer discriminator and a 1-layer generator, 64 wide, 400 steps on the embedded
+corpus with a 2048-piece unigram tokenizer; 3.5 minutes on the busy 2-core CPU:
 
     python -m bert_jax.pretrain --config=configs/deberta_v3_base.py:tiny --workdir=runs/deberta_tiny
 
-TINY_RESULT
+It ends at eval generator MLM accuracy 0.069 against the most-frequent-token floor of 0.043, and
+discriminator accuracy 0.8604: exactly the all-original rate (it answers "original" everywhere from
+about step 100 on, as the tiny ELECTRA does at this lr; the train loss still falls, 33.2 at step 50
+to 25.7). Beating that rate takes a larger or longer run than the tiny one.
 """
 from configs import base
 
@@ -72,7 +75,8 @@ def get_config(arg: str | None = None):
 
 
 def shrink_to_tiny(c) -> None:
-    """A 2-layer, 64-wide model on the embedded corpus, buckets small enough that log-bucketing runs."""
+    """A 2-layer, 64-wide discriminator and a 1-layer generator on the embedded corpus; 64 tokens over 16
+    buckets, so log-bucketing runs."""
     c.model.vocab_size = 2048
     c.model.hidden_size = 64
     c.model.num_layers = 2

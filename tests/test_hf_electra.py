@@ -34,7 +34,7 @@ def our_logits(model_cfg, params, batch):
     return jax.device_get(run(params))
 
 
-@pytest.mark.parametrize("embedding_size,scan_layers", [(16, True), (32, False)])
+@pytest.mark.parametrize("embedding_size,scan_layers", [(16, False), pytest.param(32, True, marks=pytest.mark.slow)])
 def test_electra_in_transformers_matches_our_discriminator_and_generator_logits(tmp_path, embedding_size, scan_layers):
     model_cfg = electra_config(embedding_size=embedding_size, scan_layers=scan_layers)
     batch = random_batch(1)

@@ -208,18 +208,22 @@ class DebertaV3Discriminator(nn.Module):
     config: DebertaV3Config
     shared_word: nn.Module | None = None
 
-    @nn.compact
-    def __call__(self, batch: dict, deterministic: bool) -> jax.Array:
+    def setup(self):
         cfg = self.config
-        hidden = DebertaEncoder(cfg, self.shared_word, name="encoder")(
-            batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), batch.get("segment_ids"),
-            deterministic)
-        dense = lambda features, name: Dense(  # noqa: E731
+        dense = lambda features: Dense(  # noqa: E731
             (cfg.hidden_size,), (features,), ("embed", None), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-            kernel_init=nn.initializers.normal(cfg.initializer_range), name=name)
-        h = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, name="rtd_norm")(hidden + hidden[:, :1])
-        h = ACTIVATIONS[cfg.hidden_act](dense(cfg.hidden_size, "rtd_transform")(h))
-        return dense(1, "rtd_output")(h)[..., 0].astype(jnp.float32)
+            kernel_init=nn.initializers.normal(cfg.initializer_range))
+        self.encoder = DebertaEncoder(cfg, self.shared_word)
+        self.rtd_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype)
+        self.rtd_transform = dense(cfg.hidden_size)
+        self.rtd_output = dense(1)
+
+    def __call__(self, batch: dict, deterministic: bool) -> jax.Array:
+        hidden = self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                              batch.get("segment_ids"), deterministic)
+        h = self.rtd_norm(hidden + hidden[:, :1])  # every token next to [CLS], as LMMaskPredictionHead
+        h = ACTIVATIONS[self.config.hidden_act](self.rtd_transform(h))
+        return self.rtd_output(h)[..., 0].astype(jnp.float32)
 
 
 class DebertaV3(ReplacedTokenDetection):

@@ -34,7 +34,8 @@ PEAK_FLOPS_BY_DEVICE_KIND = {
     "NVIDIA H200": 989e12,
 }
 
-EMBEDDING_PARAM_NAMES = ("word", "position", "token_type", "mlm_output_bias")
+# Lookup tables, not matmuls: "delta" is a GDES discriminator's own share of its word table.
+EMBEDDING_PARAM_NAMES = ("word", "position", "token_type", "mlm_output_bias", "delta")
 
 
 def count_params(params, exclude: tuple[str, ...] = ()) -> int:
