@@ -37,10 +37,14 @@ class Inspector:
     params: dict
     tokenizer: Any
     max_length: int
+    # One jitted apply per collection list, so a second sentence of the same length does not recompile.
+    _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
 
-    def apply(self, batch: dict, mutable=False):
-        return jax.jit(lambda p, b: self.module.apply({"params": p}, b, deterministic=True, mutable=mutable))(
-            self.params, batch)
+    def apply(self, batch: dict, mutable: tuple[str, ...] = ()):
+        if mutable not in self._compiled:
+            self._compiled[mutable] = jax.jit(lambda p, b: self.module.apply(
+                {"params": p}, b, deterministic=True, mutable=list(mutable) or False))
+        return self._compiled[mutable](self.params, batch)
 
 
 def load(source: str, scan_layers: bool = False) -> Inspector:
@@ -119,7 +123,7 @@ def _collect_probs(tree) -> list[np.ndarray]:
 def attention_maps(inspector: Inspector, text: str) -> tuple[list[str], np.ndarray]:
     """The tokens of `text` and its attention probabilities [layers, heads, length, length] (query, key)."""
     ids, positions = encode(inspector.tokenizer, text, inspector.max_length)
-    _, state = inspector.apply(_batch(ids, positions), mutable=["intermediates"])
+    _, state = inspector.apply(_batch(ids, positions), mutable=("intermediates",))
     layers = _collect_probs(state.get("intermediates", {}))
     if not layers:
         raise ValueError("the model sowed no attention probabilities: its attention does not run through "
