@@ -25,6 +25,10 @@ class Family:
     # hf_import(state dict, HF config.json dict, model_cfg, fallback_params) -> (params, report with
     # .kept_from_fallback and .unused lists of HF tensor names)
     hf_import: Callable[..., tuple[dict, Any]] | None = None
+    # The config.json `model_type` this family imports, and hf_model_config(config.json dict) -> config.model
+    # values: how a Hugging Face folder names its family (e.g. a distillation teacher's) and its sizes.
+    hf_model_type: str = ""
+    hf_model_config: Callable[[dict], dict] | None = None
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -46,18 +50,30 @@ def get_family(name: str) -> Family:
     return _FAMILIES[name]
 
 
+def family_of_hf_config(hf_cfg: dict, where: str) -> Family:
+    """The registered family whose `hf_model_type` is config.json's `model_type`; `where` names the folder."""
+    for family in _FAMILIES.values():
+        if family.hf_model_type and family.hf_model_type == hf_cfg.get("model_type"):
+            return family
+    types = sorted(f.hf_model_type for f in _FAMILIES.values() if f.hf_model_type)
+    raise ValueError(f"{where}: config.json model_type={hf_cfg.get('model_type')!r} is no registered family's; "
+                     f"known: {', '.join(types)}")
+
+
 def _register_builtin_families() -> None:
-    from bert_jax.checkpoint import hf_albert, hf_bert, hf_roberta
-    from bert_jax.models import albert, bert, roberta
+    from bert_jax.checkpoint import hf_albert, hf_bert, hf_distilbert, hf_roberta
+    from bert_jax.models import albert, bert, distilbert, roberta
     from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING
 
     for name, build, objective, converter in (
         ("bert", bert.build_bert, BERT_PRETRAINING, hf_bert),
         ("roberta", roberta.build_roberta, MLM_PRETRAINING, hf_roberta),
         ("albert", albert.build_albert, ALBERT_PRETRAINING, hf_albert),
+        ("distilbert", distilbert.build_distilbert, MLM_PRETRAINING, hf_distilbert),
     ):
         register_family(Family(name=name, build_model=build, objective=objective,
-                               hf_export=converter.hf_export, hf_import=converter.hf_import))
+                               hf_export=converter.hf_export, hf_import=converter.hf_import,
+                               hf_model_type=name, hf_model_config=converter.model_config_from_hf))
 
 
 _register_builtin_families()

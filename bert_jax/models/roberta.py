@@ -64,7 +64,8 @@ class RobertaForMaskedLM(nn.Module):
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: input_ids, attention_mask, masked_positions [batch, ...]; optional position_ids, segment_ids.
 
-        Returns mlm_logits [batch, predictions, vocab] (float32). `token_type_ids` is ignored.
+        Returns mlm_logits [batch, predictions, vocab] (float32) and last_hidden_state [batch, length,
+        hidden]. `token_type_ids` is ignored.
         """
         cfg = self.config
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
@@ -81,7 +82,7 @@ class RobertaForMaskedLM(nn.Module):
         h = gather_positions(hidden, batch["masked_positions"])
         logits = tied_mlm_logits(h, self.mlm_transform, gelu, self.mlm_norm, self.encoder.embeddings.word,
                                  self.mlm_bias, cfg.dtype)
-        return {"mlm_logits": logits}
+        return {"mlm_logits": logits, "last_hidden_state": hidden}
 
 
 def build_roberta(model_cfg) -> nn.Module:

@@ -24,9 +24,15 @@ class Objective:
     # The metrics the progress line, the eval line and the plots show besides the loss: an
     # objective without an MLM head (replaced-token detection) names its own.
     headline: tuple[str, ...] = ("mlm_accuracy",)
+    # Each loss term's scale in the loss, in `loss_terms` order; empty: all 1 (a plain sum). Distillation
+    # weighs its KL, MLM and cosine terms by config.
+    loss_weights: tuple[float, ...] = ()
 
     def loss(self, sums: Sums, weights: Sums) -> jax.Array:
-        return sum(sums[k] / jax.numpy.maximum(weights[k], 1e-9) for k in self.loss_terms)
+        ratio = lambda k: sums[k] / jax.numpy.maximum(weights[k], 1e-9)  # noqa: E731
+        if not self.loss_weights:
+            return sum(ratio(k) for k in self.loss_terms)
+        return sum(scale * ratio(k) for k, scale in zip(self.loss_terms, self.loss_weights, strict=True))
 
     def metrics(self, sums: Sums, weights: Sums) -> dict[str, jax.Array]:
         """Ratios of every metric, plus `loss` (the sum of the loss terms)."""
