@@ -17,9 +17,10 @@ Adam lr 5e-4 (warmup 5%), loss 5.0 * T^2 * KL + 2.0 * MLM + 1.0 * cosine at T = 
 
 Tiny variant: a 2-layer, 64-wide student of a teacher you name, on the embedded corpus:
 
-    python -m bert_jax.pretrain --config=configs/tiny.py --workdir=runs/tiny      # the teacher (6 min)
+    python -m bert_jax.pretrain --config=configs/tiny.py --workdir=runs/tiny4 \\
+        --config.model.num_layers=4                                              # the teacher
     python -m bert_jax.pretrain --config=configs/distilbert_base.py:tiny --workdir=runs/distil_tiny \\
-        --config.distill.teacher=runs/tiny
+        --config.distill.teacher=runs/tiny4
 
 It copies the teacher's tokenizer; with a teacher of hidden size 128 (configs/tiny.py) set
 --config.model.hidden_size=128 --config.model.intermediate_size=512 to keep the cosine loss and
@@ -47,6 +48,7 @@ def get_config(arg: str | None = None):
     c.train.weight_decay = 0.0
     c.train.max_grad_norm = 5.0
     c.checkpoint.every_steps = 5_000
+    c.distill.init_student_from_teacher = "every_other_layer"  # used once a teacher is named
     if arg == "tiny":
         shrink_to_tiny(c)
     elif arg:
@@ -77,3 +79,4 @@ def shrink_to_tiny(c) -> None:
     c.train.eval_every_steps = 200
     c.checkpoint.every_steps = 200
     c.distill.cosine_weight = 0.0  # a 64-wide student of a 128-wide teacher: no cosine term
+    c.distill.init_student_from_teacher = ""  # nor layers of its width to copy
