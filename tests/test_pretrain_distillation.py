@@ -1,25 +1,35 @@
-"""Distillation in the one loop: a DistilBERT student taught by a BERT teacher pre-trained here.
+"""Distillation in the one loop: a DistilBERT student taught by a frozen teacher in the same jitted step.
 
-Fast: a micro teacher (test_pretrain's 2-layer micro BERT, whose compiled programs that module
-shares), a micro student (1 layer, its embeddings, layer 1 and head copied from the teacher) trained a few steps with the teacher in the step; the
-teacher's params stay bit-identical, checkpoints hold the student alone, a resume is exact,
-the export is a DistilBertForMaskedLM folder with the teacher's tokenizer; bad teachers fail
-before compiling, naming the path or key.
-Slow (-m slow): the distilled student beats a student of the same shape trained from
-scratch for the same steps, in eval MLM accuracy; the real all-MiniLM-L6-v2 teaches a 3-layer
-student initialised from every other of its layers, which runs and exports.
+Fast: a random micro BERT exported as a Hugging Face folder teaches a micro student for two
+steps (the loss is config.distill's weighted sum of its terms, the student moves, the teacher's
+params stay bit-identical); every other layer copies into a student; FLOPs count the teacher's
+forward; bad teachers fail before compiling, naming the path or key.
+Slow (-m slow): a teacher pre-trained here (test_pretrain's micro BERT) and a full distillation
+run through the loop (metrics, a checkpoint holding the student alone, exact resume, export as
+DistilBertForMaskedLM with the teacher's tokenizer); a 4-layer teacher whose distilled 2-layer
+student beats one trained from scratch for the same steps; the real all-MiniLM-L6-v2 teaching a
+3-layer student initialised from every other of its layers, which runs and exports; the planner.
 """
 import importlib.util
 import json
 import os
 
+import flax.linen as nn
 import jax
 import numpy as np
 import pytest
 
 import configs.distilbert_base
+from bert_jax.checkpoint import hf_folder
 from bert_jax.export import export, load_workdir_config, restore_params
+from bert_jax.families import get_family
+from bert_jax.parallel.mesh import global_batch, make_mesh
+from bert_jax.train import perf
+from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.loop import train_and_evaluate
+from bert_jax.train.program import build_program
+from conftest import random_batch, small_model_config
+from hf_parity import random_params
 from test_pretrain import micro_config as bert_micro_config
 from test_pretrain import read_metrics, train_losses
 
@@ -52,6 +62,113 @@ def student_config(teacher_dir: str, init: str = "every_other_layer", num_layers
     return c
 
 
+VOCAB = 97  # conftest's micro vocabulary
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def fast_student_config(teacher: str, **model):
+    """A 1-layer student at conftest's micro sizes (vocab 97, hidden 32)."""
+    c = student_config(teacher)
+    c.model.update(vocab_size=VOCAB, hidden_size=32, num_heads=4, intermediate_size=64, max_position_embeddings=64)
+    c.model.update(model)
+    return c
+
+
+@pytest.fixture(scope="module")
+def hf_teacher(tmp_path_factory):
+    """A random micro BERT (2 layers) as a Hugging Face folder with a WordPiece vocabulary of its size: no training."""
+    model_cfg = small_model_config(dropout_rate=0.0, attention_dropout_rate=0.0)
+    params = random_params(get_family("bert").build_model(model_cfg), random_batch(0), scale=0.05)
+    state, hf_cfg = get_family("bert").hf_export(params, model_cfg)
+    vocab_dir, out = tmp_path_factory.mktemp("vocab"), tmp_path_factory.mktemp("hf_teacher")
+    tokens = SPECIALS + [f"w{i}" for i in range(VOCAB - len(SPECIALS))]
+    (vocab_dir / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    hf_folder.write_hf_folder(str(out), state, hf_cfg, str(vocab_dir))
+    return str(out), params, tokens
+
+
+def test_a_distillation_step_trains_the_student_and_leaves_the_teacher_bit_identical(hf_teacher):
+    path, params, _ = hf_teacher
+    c = fast_student_config(path)
+    program = build_program(c, make_mesh(c.mesh))
+    host, frozen = program.load_frozen(c.data)
+    batch = global_batch(random_batch(0, batch=8, length=64, predictions=10, vocab=VOCAB), program.data_sharding)
+    with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
+        state = program.init()
+        start = jax.device_get(state.params)
+        for _ in range(2):
+            state, metrics = program.train_step(state, batch, frozen)
+    m = jax.device_get(metrics)
+    print("distillation step metrics: " + ", ".join(f"{k} {float(v):.4f}" for k, v in sorted(m.items())))
+    np.testing.assert_allclose(m["loss"], 5 * m["kl_loss"] + 2 * m["mlm_loss"] + m["cosine_loss"], rtol=1e-5)
+    assert m["kl_loss"] > 0 and 0 < m["cosine_loss"] < 2 and float(m["grad_norm"]) > 0
+    moved = jax.tree.leaves(jax.tree.map(lambda a, b: bool(np.any(a != b)), start, jax.device_get(state.params)))
+    assert all(moved)  # every student tensor trained
+    # The teacher: what the step read is what was loaded, and that is the exported params, bit for bit.
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(frozen), host)
+    jax.tree.map(np.testing.assert_array_equal, host, nn.meta.unbox(params))
+
+
+def test_every_other_teacher_layer_copies_into_the_student_or_fails_naming_shapes(hf_teacher):
+    path, params, _ = hf_teacher
+    c = fast_student_config(path)
+    program = build_program(c, make_mesh(c.mesh))
+    fresh = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), program.abstract_state.params)
+    teacher = jax.tree.map(np.asarray, nn.meta.unbox(params))
+    student = teacher_lib.student_from_teacher(fresh, teacher, 1, 2, path)
+    t_layers, s_layers = teacher["encoder"]["stack"]["layers"], student["encoder"]["stack"]["layers"]
+    jax.tree.map(lambda s, t: np.testing.assert_array_equal(s, t[1::2]), s_layers, t_layers)
+    for name in ("word", "position", "norm"):
+        jax.tree.map(np.testing.assert_array_equal, student["encoder"]["embeddings"][name],
+                     teacher["encoder"]["embeddings"][name])
+    jax.tree.map(np.testing.assert_array_equal, student["mlm_norm"], teacher["mlm_norm"])
+    np.testing.assert_array_equal(student["mlm_output_bias"], teacher["mlm_output_bias"])
+    with pytest.raises(ValueError, match=r"at least 2 x config\.model\.num_layers=2 layers; .* has 2"):
+        teacher_lib.student_from_teacher(fresh, teacher, 2, 2, path)
+    teacher["encoder"]["embeddings"]["position"]["embedding"] = np.zeros((100, 32), np.float32)
+    with pytest.raises(ValueError, match=r"position/embedding has shape \(64, 32\) in the student but \(100, 32\)"):
+        teacher_lib.student_from_teacher(fresh, teacher, 1, 2, path)
+
+
+def test_step_flops_count_the_teachers_forward(hf_teacher):
+    """MFU stays honest: a step's FLOPs add the teacher's forward (a third of its train-step formula)."""
+    path, params, _ = hf_teacher
+    c = fast_student_config(path)
+    program = build_program(c, make_mesh(c.mesh))
+    b = c.train.global_batch_size
+    student = perf.train_flops_per_step(program.abstract_state.params, c.model, c.data, b)
+    teacher = perf.train_flops_per_step(params, small_model_config(), c.data, b)
+    assert program.teacher.model_cfg.num_layers == 2 and teacher > student
+    np.testing.assert_allclose(perf.step_flops(program, c), student + teacher / 3, rtol=1e-12)
+
+
+def test_bad_teachers_fail_before_compiling_naming_the_path_or_key(hf_teacher, tmp_path):
+    path, _, tokens = hf_teacher
+    missing = str(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=rf"config\.distill\.teacher='{missing}' does not exist"):
+        train_and_evaluate(fast_student_config(missing), str(tmp_path / "a"))
+    empty = tmp_path / "no_weights"
+    empty.mkdir()
+    (empty / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(ValueError, match=rf"teacher='{empty}' holds no weights"):
+        train_and_evaluate(fast_student_config(str(empty)), str(tmp_path / "b"))
+    with pytest.raises(ValueError, match=r"cosine_weight=1\.0 .*config\.model\.hidden_size=64 differs from the "
+                                         r"teacher's 32"):
+        train_and_evaluate(fast_student_config(path, hidden_size=64, intermediate_size=128), str(tmp_path / "c"))
+    with pytest.raises(ValueError, match=r"config\.model\.vocab_size=98 but the teacher .* has vocab_size=97"):
+        train_and_evaluate(fast_student_config(path, vocab_size=98), str(tmp_path / "d"))
+    swapped = list(tokens)
+    swapped[10], swapped[11] = swapped[11], swapped[10]  # same size, another vocabulary
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "vocab.txt").write_text("\n".join(swapped) + "\n")
+    c = fast_student_config(path)
+    c.data.tokenizer.path = str(tmp_path / "other" / "vocab.txt")
+    with pytest.raises(ValueError, match=rf"student's tokenizer .* differs from the teacher's {path} \(97 tokens\), "
+                                         r"first at id 10"):
+        train_and_evaluate(c, str(tmp_path / "e"))
+    assert not os.path.exists(tmp_path / "e" / "checkpoints")
+
+
 @pytest.fixture(scope="module")
 def teacher_dir(tmp_path_factory, xla_compile_cache):
     workdir = str(tmp_path_factory.mktemp("teacher"))
@@ -70,6 +187,7 @@ def _teacher_params(teacher_dir):
     return restore_params(teacher_dir, load_workdir_config(teacher_dir))[0]
 
 
+@pytest.mark.slow
 def test_a_distillation_run_logs_every_term_and_keeps_the_teacher_out_of_its_checkpoint(teacher_dir, student_dir):
     rows = read_metrics(student_dir)
     train = [r for r in rows if "train/loss" in r]
@@ -90,73 +208,7 @@ def test_a_distillation_run_logs_every_term_and_keeps_the_teacher_out_of_its_che
     assert sizes(params) < sizes(teacher)  # the student alone: no teacher tensor rides along
 
 
-def test_the_teacher_params_are_bit_identical_after_distillation_steps(teacher_dir, tmp_path):
-    """The frozen argument the step reads is what was loaded, after steps; the teacher's workdir is untouched."""
-    import flax.linen as nn
-
-    from bert_jax.parallel.mesh import global_batch, make_mesh
-    from bert_jax.train.program import build_program
-    from bert_jax.train.state import example_batch
-
-    before = _teacher_params(teacher_dir)
-    c = student_config(teacher_dir)
-    program = build_program(c, make_mesh(c.mesh))
-    host, frozen = program.load_frozen(c.data)
-    batch = example_batch(c.data, c.train.global_batch_size)  # the pipeline's keys: the run's compiled step
-    rng = np.random.default_rng(0)
-    batch["input_ids"] = rng.integers(5, c.model.vocab_size, batch["input_ids"].shape).astype(np.int32)
-    batch["masked_ids"] = rng.integers(5, c.model.vocab_size, batch["masked_ids"].shape).astype(np.int32)
-    batch["masked_weights"] = np.ones(batch["masked_weights"].shape, np.float32)
-    with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
-        state = program.init()
-        for _ in range(2):
-            state, metrics = program.train_step(state, global_batch(batch, program.data_sharding), frozen)
-    assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) > 0
-    jax.tree.map(np.testing.assert_array_equal, jax.device_get(frozen), host)
-    jax.tree.map(np.testing.assert_array_equal, host, before)
-    jax.tree.map(np.testing.assert_array_equal, _teacher_params(teacher_dir), before)
-
-
-def test_init_from_every_other_teacher_layer_copies_embeddings_layers_and_head(teacher_dir):
-    from bert_jax.parallel.mesh import make_mesh
-    from bert_jax.train import teacher as teacher_lib
-    from bert_jax.train.program import build_program
-
-    c = student_config(teacher_dir)
-    program = build_program(c, make_mesh(c.mesh))
-    fresh = jax.device_get(program.init().params)
-    teacher = _teacher_params(teacher_dir)
-    student = teacher_lib.student_from_teacher(fresh, teacher, 1, 2, teacher_dir)
-    t_layers, s_layers = teacher["encoder"]["stack"]["layers"], student["encoder"]["stack"]["layers"]
-    jax.tree.map(lambda s, t: np.testing.assert_array_equal(s, t[1::2]), s_layers, t_layers)
-    np.testing.assert_array_equal(student["encoder"]["embeddings"]["word"]["embedding"],
-                                  teacher["encoder"]["embeddings"]["word"]["embedding"])
-    np.testing.assert_array_equal(student["mlm_output_bias"], teacher["mlm_output_bias"])
-    with pytest.raises(ValueError, match=r"at least 2 x config\.model\.num_layers=2 layers; .* has 2"):
-        teacher_lib.student_from_teacher(fresh, teacher, 2, 2, teacher_dir)
-    wide = jax.tree.map(lambda x: x, teacher)
-    wide["encoder"]["embeddings"]["position"]["embedding"] = np.zeros((100, 32), np.float32)
-    with pytest.raises(ValueError, match=r"position/embedding has shape \(128, 32\) in the student but \(100, 32\)"):
-        teacher_lib.student_from_teacher(fresh, wide, 1, 2, teacher_dir)
-
-
-def test_step_flops_and_the_plan_count_the_teachers_forward(teacher_dir):
-    """MFU stays honest: a step's FLOPs add the teacher's forward (a third of its train-step formula)."""
-    from bert_jax.parallel.mesh import make_mesh
-    from bert_jax.train import perf
-    from bert_jax.train.program import build_program
-
-    c = student_config(teacher_dir)
-    program = build_program(c, make_mesh(c.mesh))
-    teacher_cfg = load_workdir_config(teacher_dir)
-    student = perf.train_flops_per_step(program.abstract_state.params, c.model, c.data, c.train.global_batch_size)
-    teacher = perf.train_flops_per_step(program.abstract_frozen, teacher_cfg.model, c.data, c.train.global_batch_size)
-    assert program.teacher.model_cfg.num_layers == teacher_cfg.model.num_layers == 2
-    np.testing.assert_allclose(perf.step_flops(program, c), student + teacher / 3, rtol=1e-12)
-    frozen_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(program.abstract_frozen))
-    assert frozen_bytes == 4 * perf.count_params(_teacher_params(teacher_dir))
-
-
+@pytest.mark.slow
 def test_a_distillation_run_resumes_exactly(teacher_dir, student_dir, tmp_path):
     resumed = str(tmp_path / "resumed")
     train_and_evaluate(student_config(teacher_dir), resumed, stop_at_step=4)
@@ -164,6 +216,7 @@ def test_a_distillation_run_resumes_exactly(teacher_dir, student_dir, tmp_path):
     assert train_losses(resumed) == train_losses(student_dir)
 
 
+@pytest.mark.slow
 def test_the_student_exports_as_distilbert_with_the_teachers_tokenizer(teacher_dir, student_dir, tmp_path):
     out = str(tmp_path / "hf")
     export(student_dir, out)
@@ -172,33 +225,6 @@ def test_the_student_exports_as_distilbert_with_the_teachers_tokenizer(teacher_d
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     with open(os.path.join(teacher_dir, "tokenizer", "vocab.txt")) as f:
         assert tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size))) == f.read().split("\n")[:-1]
-
-
-def test_bad_teachers_fail_before_compiling_naming_the_path_or_key(teacher_dir, tmp_path):
-    missing = str(tmp_path / "nowhere")
-    with pytest.raises(ValueError, match=rf"config\.distill\.teacher='{missing}' does not exist"):
-        train_and_evaluate(student_config(missing), str(tmp_path / "a"))
-    empty = tmp_path / "no_weights"
-    empty.mkdir()
-    (empty / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    with pytest.raises(ValueError, match=rf"teacher='{empty}' holds no weights"):
-        train_and_evaluate(student_config(str(empty)), str(tmp_path / "b"))
-    c = student_config(teacher_dir)
-    c.model.hidden_size, c.model.intermediate_size = 64, 128
-    with pytest.raises(ValueError, match=r"cosine_weight=1\.0 .*config\.model\.hidden_size=64 differs from the teacher's 32"):
-        train_and_evaluate(c, str(tmp_path / "c"))
-    # A tokenizer whose tokens 10 and 11 swapped places: same size, another vocabulary.
-    with open(os.path.join(teacher_dir, "tokenizer", "vocab.txt")) as f:
-        tokens = f.read().split("\n")
-    tokens[10], tokens[11] = tokens[11], tokens[10]
-    (tmp_path / "other").mkdir()
-    (tmp_path / "other" / "vocab.txt").write_text("\n".join(tokens))
-    c = student_config(teacher_dir)
-    c.data.tokenizer.path = str(tmp_path / "other" / "vocab.txt")
-    with pytest.raises(ValueError, match=rf"student's tokenizer .* differs from the teacher's {teacher_dir}/tokenizer "
-                                         r"\(1024 tokens\), first at id 10"):
-        train_and_evaluate(c, str(tmp_path / "d"))
-    assert not os.path.exists(tmp_path / "d" / "checkpoints")
 
 
 def minilm_dir() -> str:
