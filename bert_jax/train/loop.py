@@ -93,7 +93,8 @@ def _check_storage(config, workdir: str) -> None:
     preflight.check_writable(workdir, jax.process_index())
     for key, url in (("config.data.path", config.data.get("path", "")),
                      ("config.data.tokenizer.path", (config.data.get("tokenizer") or {}).get("path", "")),
-                     ("config.init_from_hf", config.get("init_from_hf", ""))):
+                     ("config.init_from_hf", config.get("init_from_hf", "")),
+                     ("config.distill.teacher", (config.get("distill") or {}).get("teacher", ""))):
         if url and paths.is_remote(url):
             preflight.check_readable(url, key)
 
