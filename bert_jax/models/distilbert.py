@@ -9,7 +9,7 @@ What differs from BERT, and why it matters for Hugging Face parity:
 
 The parameter tree uses BERT's names (`encoder/embeddings/word`, `encoder/stack/layers_i`,
 `mlm_transform`, `mlm_norm`, `mlm_output_bias`), so a BERT or RoBERTa teacher's embeddings
-and layers copy straight into a DistilBERT student (bert_jax/distill/teacher.py).
+and layers copy straight into a DistilBERT student (bert_jax/train/teacher.py).
 The outputs add `last_hidden_state`, which distillation's cosine loss compares.
 """
 import flax.linen as nn
