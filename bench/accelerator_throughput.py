@@ -14,6 +14,10 @@ first, cold compile):
     python bench/accelerator_throughput.py --shapes=large:128:2 --sides=bert_jax \
         --scan_layers=false --steps=1 --rounds=1 --packing_shape=    # compile time, unrolled
 
+A distillation step: `--config=configs/distilbert_base.py --config.distill.teacher=PATH` (a
+workdir or HF folder whose vocabulary is the config's): the teacher runs inside bert_jax's step
+and its forward is counted in the FLOPs (bert_jax/train/perf.py); the HF sides stay plain MLM.
+
 Both sides run in this one process on the same device (torch on cuda:0 when JAX runs
 on a GPU), and alternate: each round times `--steps` train steps and `--steps` eval
 forwards of every side in turn, after warm-up steps that are not timed; figures are the
@@ -197,21 +201,22 @@ class JaxSide:
     def __init__(self, name: str, config, batches: list[dict]):
         self.name = name
         self.program = build_program(config, make_mesh(config.mesh, jax.devices()[:1]))
-        self.flops_per_step = perf.train_flops_per_step(
-            self.program.abstract_state.params, config.model, config.data, config.train.global_batch_size)
+        # A distillation teacher's forward counts too (bert_jax/train/perf.py).
+        self.flops_per_step = perf.step_flops(self.program, config)
         self.param_count = perf.count_params(self.program.abstract_state.params)
         device = jax.devices()[0]
         self._peak_before = (device.memory_stats() or {}).get("peak_bytes_in_use")
         with jax.set_mesh(self.program.mesh), nn.logical_axis_rules(self.program.rules):
             self.state = self.program.init()
+            _, self.frozen = self.program.load_frozen(config.data)
             self.batches = [global_batch(b, self.program.data_sharding) for b in batches]
             start = time.perf_counter()
-            lowered = self.program.train_step.lower(self.state, self.batches[0])
+            lowered = self.program.train_step.lower(self.state, self.batches[0], self.frozen)
             self.lower_s = time.perf_counter() - start
             start = time.perf_counter()
             self.train = lowered.compile()
             self.compile_s = time.perf_counter() - start
-            self.eval = self.program.eval_step.lower(self.state.params, self.batches[0], 0).compile()
+            self.eval = self.program.eval_step.lower(self.state.params, self.batches[0], 0, self.frozen).compile()
         self.compiled_peak = compiled_peak_bytes(self.train.memory_analysis())
         self._next = 0
 
@@ -226,14 +231,14 @@ class JaxSide:
     def train_steps(self, steps: int) -> float:
         start = time.perf_counter()
         for _ in range(steps):
-            self.state, metrics = self.train(self.state, self._batch())
+            self.state, metrics = self.train(self.state, self._batch(), self.frozen)
         jax.block_until_ready(metrics)
         return (time.perf_counter() - start) / steps
 
     def forward_steps(self, steps: int) -> float:
         start = time.perf_counter()
         for _ in range(steps):
-            out = self.eval(self.state.params, self._batch())
+            out = self.eval(self.state.params, self._batch(), self.frozen)
         jax.block_until_ready(out)
         return (time.perf_counter() - start) / steps
 

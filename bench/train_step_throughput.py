@@ -74,14 +74,15 @@ def main(_):
         with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
             state = program.init()
             batch = global_batch(random_batch(c), program.data_sharding)
-            state, metrics = program.train_step(state, batch)
+            _, frozen = program.load_frozen(c.data)
+            state, metrics = program.train_step(state, batch, frozen)
             jax.block_until_ready(metrics)
             t0 = time.perf_counter()
             for _ in range(_STEPS.value):
-                state, metrics = program.train_step(state, batch)
+                state, metrics = program.train_step(state, batch, frozen)
             jax.block_until_ready(metrics)
             step_s = (time.perf_counter() - t0) / _STEPS.value
-        flops = perf.train_flops_per_step(program.abstract_state.params, c.model, c.data, c.train.global_batch_size)
+        flops = perf.step_flops(program, c)
         tokens = c.train.global_batch_size * c.data.max_seq_length
         params = perf.count_params(program.abstract_state.params)
         print(f"{name:6} {c.model.num_layers:6d} {c.model.hidden_size:6d} {c.train.global_batch_size:5d} "

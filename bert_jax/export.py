@@ -50,6 +50,8 @@ def restore_params(workdir: str, config, step: int | None = None) -> tuple[dict,
     config.mesh.shape = (1, 1, 1)
     config.train.grad_accum_steps = 1
     config.train.global_batch_size = 1
+    if config.get("distill"):
+        config.distill.teacher = ""  # checkpoints hold the student alone: restoring it needs no teacher
     program = build_program(config, make_mesh(config.mesh, jax.devices()[:1]))
     directory = paths.absolute(paths.path(workdir) / "checkpoints")
     if not paths.path(directory).is_dir():

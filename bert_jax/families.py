@@ -66,25 +66,26 @@ def get_family(name: str) -> Family:
     return _FAMILIES[name]
 
 
-def family_of_hf_config(hf_cfg: dict, hf_dir: str) -> Family:
-    """The registered family whose HF `model_type` the folder's config.json names."""
-    model_type = hf_cfg.get("model_type")
+def family_of_hf_config(hf_cfg: dict, where: str) -> Family:
+    """The registered family whose `hf_model_type` is config.json's `model_type`; `where` names the folder."""
     for family in _FAMILIES.values():
-        if family.hf_model_type and family.hf_model_type == model_type:
+        if family.hf_model_type and family.hf_model_type == hf_cfg.get("model_type"):
             return family
-    known = sorted(f.hf_model_type for f in _FAMILIES.values() if f.hf_model_type)
-    raise ValueError(f"{hf_dir}/config.json has model_type={model_type!r}; the registered families read {known}")
+    types = sorted(f.hf_model_type for f in _FAMILIES.values() if f.hf_model_type)
+    raise ValueError(f"{where}: config.json model_type={hf_cfg.get('model_type')!r} is no registered family's; "
+                     f"known: {', '.join(types)}")
 
 
 def _register_builtin_families() -> None:
-    from bert_jax.checkpoint import hf_albert, hf_bert, hf_roberta
-    from bert_jax.models import albert, bert, roberta
+    from bert_jax.checkpoint import hf_albert, hf_bert, hf_distilbert, hf_roberta
+    from bert_jax.models import albert, bert, distilbert, roberta
     from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING
 
     for name, build, objective, converter in (
         ("bert", bert.build_bert, BERT_PRETRAINING, hf_bert),
         ("roberta", roberta.build_roberta, MLM_PRETRAINING, hf_roberta),
         ("albert", albert.build_albert, ALBERT_PRETRAINING, hf_albert),
+        ("distilbert", distilbert.build_distilbert, MLM_PRETRAINING, hf_distilbert),
     ):
         register_family(Family(name=name, build_model=build, objective=objective,
                                hf_export=converter.hf_export, hf_import=converter.hf_import,

@@ -60,6 +60,7 @@ class Plan:
     param_count: int
     param_bytes: int  # per device
     opt_state_bytes: int  # per device
+    frozen_bytes: int  # per device: a distillation teacher's params (no gradient, no optimizer state)
     argument_bytes: int  # per device: state + batch, as the compiler counts them
     output_bytes: int
     alias_bytes: int  # outputs that reuse donated inputs
@@ -98,7 +99,7 @@ def make_plan(config) -> Plan:
     )
     start = time.perf_counter()
     with jax.set_mesh(mesh), nn.logical_axis_rules(program.rules):
-        compiled = program.train_step.lower(state, batch).compile()
+        compiled = program.train_step.lower(state, batch, program.abstract_frozen).compile()
     compile_s = time.perf_counter() - start
     memory = compiled.memory_analysis()
     cost = compiled.cost_analysis()
@@ -113,11 +114,11 @@ def make_plan(config) -> Plan:
         mesh_shape=dict(mesh.shape), num_devices=mesh.size,
         param_count=perf.count_params(state.params),
         param_bytes=_bytes_per_device(state.params), opt_state_bytes=_bytes_per_device(state.opt_state),
+        frozen_bytes=_bytes_per_device(program.abstract_frozen),
         argument_bytes=memory.argument_size_in_bytes, output_bytes=memory.output_size_in_bytes,
         alias_bytes=memory.alias_size_in_bytes, temp_bytes=memory.temp_size_in_bytes,
         compiled_flops=float(cost.get("flops", float("nan"))),
-        formula_flops=perf.train_flops_per_step(state.params, config.model, config.data,
-                                                config.train.global_batch_size),
+        formula_flops=perf.step_flops(program, config),
         peak_bytes=memory_fit.compiled_peak_bytes(memory), compile_s=compile_s,
         compiler=mesh.devices.flat[0].platform, compiler_version=f"jax {jax.__version__}",
         scan_layers=bool(config.model.scan_layers), params=rows,
@@ -140,6 +141,7 @@ def format_plan(plan: Plan, target: str = "", hbm_gib: float = 0.0, max_rows: in
         "|---|---|",
         f"| parameters | {gib(plan.param_bytes)} |",
         f"| optimizer state | {gib(plan.opt_state_bytes)} |",
+        *([f"| frozen teacher parameters | {gib(plan.frozen_bytes)} |"] if plan.frozen_bytes else []),
         f"| temporaries (activations, gradients) | {gib(plan.temp_bytes)} |",
         f"| arguments / outputs / aliased (donated) | {gib(plan.argument_bytes)} / {gib(plan.output_bytes)} / "
         f"{gib(plan.alias_bytes)} |",
@@ -147,7 +149,8 @@ def format_plan(plan: Plan, target: str = "", hbm_gib: float = 0.0, max_rows: in
         "",
         f"FLOPs per step: compiled {plan.compiled_flops:.4g} per device x {plan.num_devices} = "
         f"{plan.compiled_flops * plan.num_devices:.4g}; formula {plan.formula_flops:.4g} "
-        "(6*N*B*S + 12*layers*hidden*S^2*B + 6*hidden*vocab*B*P, bert_jax/train/perf.py; "
+        "(6*N*B*S + 12*layers*hidden*S^2*B + 6*hidden*vocab*B*P, plus a teacher's forward, a third of that "
+        "with its sizes, bert_jax/train/perf.py; "
         "the compiled count adds rematerialisation, optimizer and softmax/norm work"
         + ("; with scan_layers XLA counts the scanned layer once, not once per layer)" if plan.scan_layers else ")"),
     ]

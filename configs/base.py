@@ -146,6 +146,20 @@ def get_config() -> ml_collections.ConfigDict:
     c.distributed.heartbeat_timeout_s = 100
     c.distributed.shutdown_timeout_s = 300
 
+    # Knowledge distillation (bert_jax/train/teacher.py, bert_jax/objectives/distillation.py): a
+    # frozen teacher runs in the same jitted step, and the loss becomes kl_weight * T^2 * KL(teacher ||
+    # student) at the masked positions + mlm_weight * the student's MLM loss + cosine_weight * (1 - cos)
+    # of the last hidden states. Off while `teacher` is "".
+    c.distill = ml_collections.ConfigDict()
+    c.distill.teacher = ""  # a pre-training workdir or a Hugging Face folder of any registered family
+    c.distill.temperature = 2.0
+    c.distill.kl_weight = 5.0  # Sanh et al.'s alpha_ce, alpha_mlm, alpha_cos
+    c.distill.mlm_weight = 2.0
+    c.distill.cosine_weight = 1.0  # needs equal hidden sizes; 0 otherwise
+    # "" (the student's own init) | every_other_layer: the teacher's embeddings, layers 1, 3, 5, ...
+    # and MLM head, copied into a fresh student
+    c.distill.init_student_from_teacher = ""
+
     c.logging = ml_collections.ConfigDict()
     c.logging.wandb_mode = "disabled"  # disabled | offline | online
     c.logging.wandb_project = "bert_jax"

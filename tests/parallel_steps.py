@@ -120,10 +120,11 @@ def run(config, batches: list[dict], state, save=None, program=None):
     program = program or build_program(config, make_mesh(config.mesh, _devices(config.mesh)))
     state = jax.device_put(state, program.state_shardings)
     losses = []
+    _, frozen = program.load_frozen(config.data)
     with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
         for step, batch in enumerate(batches, start=1):
             state, metrics = program.train_step(state, global_batch(host_rows(batch, program.data_sharding),
-                                                                    program.data_sharding))
+                                                                    program.data_sharding), frozen)
             losses.append(float(metrics["loss"]))
             if save is not None and step == save[0]:
                 ckpt.save(save[1], step, state, _Position(step))

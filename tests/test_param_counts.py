@@ -6,6 +6,7 @@ building the torch model on the meta device. The same heads on both sides:
   RoBERTa  ours RobertaForMaskedLM   vs  RobertaForMaskedLM   (encoder + lm_head, no pooler)
   ALBERT   ours AlbertForPreTraining vs  AlbertForPreTraining (encoder + pooler + MLM + SOP)
   ModernBERT ours ModernBertForMaskedLM vs ModernBertForMaskedLM (encoder + head + decoder bias)
+  DistilBERT ours DistilBertForMaskedLM vs DistilBertForMaskedLM (encoder + MLM head, no pooler)
 Tied decoders count once on both sides (HF's `parameters()` yields a shared tensor once).
 """
 import importlib
@@ -18,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_jax.checkpoint import hf_albert, hf_bert, hf_modernbert, hf_roberta  # noqa: E402
+from bert_jax.checkpoint import hf_albert, hf_bert, hf_distilbert, hf_modernbert, hf_roberta  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 
 # config file -> (HF model class, our HF config.json writer); the base sizes run by default, the rest with -m slow.
@@ -33,6 +34,7 @@ MODELS = {
     "albert_xxlarge": ("AlbertForPreTraining", hf_albert.hf_config),
     "modernbert_base": ("ModernBertForMaskedLM", hf_modernbert.hf_config),  # 149,655,232
     "modernbert_large": ("ModernBertForMaskedLM", hf_modernbert.hf_config),  # 395,881,664
+    "distilbert_base": ("DistilBertForMaskedLM", hf_distilbert.hf_config),
 }
 SIZES = [name if name.endswith("_base") else pytest.param(name, marks=pytest.mark.slow) for name in sorted(MODELS)]
 

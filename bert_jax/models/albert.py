@@ -153,7 +153,7 @@ class AlbertForPreTraining(nn.Module):
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: the pipeline's dict. Returns mlm_logits [batch, predictions, vocab] and sop_logits [batch, 2],
-        both float32."""
+        both float32, and last_hidden_state [batch, length, hidden] (a distillation teacher's)."""
         cfg = self.config
         hidden = self.encoder(
             batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
@@ -163,7 +163,8 @@ class AlbertForPreTraining(nn.Module):
         logits = tied_mlm_logits(h, self.mlm_transform, ACTIVATIONS[cfg.hidden_act], self.mlm_norm,
                                  self.encoder.embeddings.word, self.mlm_bias, cfg.dtype)
         pooled = self.sop_dropout(jnp.tanh(self.pooler(hidden[:, 0])), deterministic=deterministic)
-        return {"mlm_logits": logits, "sop_logits": self.sop(pooled).astype(jnp.float32)}
+        return {"mlm_logits": logits, "sop_logits": self.sop(pooled).astype(jnp.float32),
+                "last_hidden_state": hidden}
 
 
 def build_albert(model_cfg) -> nn.Module:

@@ -161,7 +161,8 @@ class BertForPreTraining(nn.Module):
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: the pipeline's dict (input_ids, attention_mask, token_type_ids, masked_positions, ...).
 
-        Returns mlm_logits [batch, predictions, vocab] (float32) and nsp_logits [batch, 2].
+        Returns mlm_logits [batch, predictions, vocab] (float32) and nsp_logits [batch, 2]; last_hidden_state
+        [batch, length, hidden] for distillation (unused outputs cost nothing under jit).
         """
         hidden = self.encoder(
             batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
@@ -171,7 +172,8 @@ class BertForPreTraining(nn.Module):
         logits = tied_mlm_logits(h, self.mlm_transform, gelu, self.mlm_norm, self.encoder.embeddings.word,
                                  self.mlm_bias, self.config.dtype)
         pooled = jnp.tanh(self.pooler(hidden[:, 0]))
-        return {"mlm_logits": logits, "nsp_logits": self.nsp(pooled).astype(jnp.float32)}
+        return {"mlm_logits": logits, "nsp_logits": self.nsp(pooled).astype(jnp.float32),
+                "last_hidden_state": hidden}
 
 
 def build_bert(model_cfg) -> nn.Module:

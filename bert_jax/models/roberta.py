@@ -83,14 +83,15 @@ class RobertaForMaskedLM(nn.Module):
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: input_ids, attention_mask, masked_positions [batch, ...]; optional position_ids, segment_ids.
 
-        Returns mlm_logits [batch, predictions, vocab] (float32). `token_type_ids` is ignored.
+        Returns mlm_logits [batch, predictions, vocab] (float32) and last_hidden_state [batch, length,
+        hidden] (for distillation; unused outputs cost nothing under jit). `token_type_ids` is ignored.
         """
         cfg = self.config
         hidden = self.encode(batch, deterministic)["hidden"]
         h = gather_positions(hidden, batch["masked_positions"])
         logits = tied_mlm_logits(h, self.mlm_transform, gelu, self.mlm_norm, self.encoder.embeddings.word,
                                  self.mlm_bias, cfg.dtype)
-        return {"mlm_logits": logits}
+        return {"mlm_logits": logits, "last_hidden_state": hidden}
 
 
 def build_roberta(model_cfg) -> nn.Module:

@@ -14,6 +14,7 @@ from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.storage import paths, preflight
 from bert_jax.train import determinism, perf, run_identity
+from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.metrics_writer import MetricsWriter
 from bert_jax.train.preemption import PreemptionWatch
 from bert_jax.train.program import build_program
@@ -64,24 +65,24 @@ def _log_progress(step: int, num_steps: int, row: dict, objective) -> None:
     )
 
 
-def _evaluate(eval_step, params, eval_batches, objective) -> dict:
+def _evaluate(eval_step, params, eval_batches, objective, frozen) -> dict:
     sums = weights = None
     for index, batch in enumerate(eval_batches):
-        s, w = eval_step(params, batch, index)
+        s, w = eval_step(params, batch, index, frozen)
         sums = s if sums is None else jax.tree.map(np.add, sums, s)
         weights = w if weights is None else jax.tree.map(np.add, weights, w)
     metrics = objective.metrics(sums, weights)
     return {f"eval/{k}": float(v) for k, v in jax.device_get(metrics).items()}
 
 
-def _with_hf_params(state, program, model_cfg, hf_dir: str):
-    """The fresh state with its params replaced by the HF checkpoint's, on the same shards.
+def _with_new_params(state, program, make_params):
+    """The fresh state with its params replaced by make_params(fresh numpy params), on the same shards.
 
     The optimizer state is kept: it is the initial one (zero moments, step 0) either way.
     """
     # Gathered, not device_get: under FSDP on several hosts no host holds every shard.
     fresh = multihost_utils.process_allgather(state.params, tiled=True)
-    params = hf_folder.import_params(program.family, model_cfg, hf_dir, fresh)
+    params = make_params(fresh)
     params = jax.tree.map(lambda new, old: np.asarray(new, old.dtype), params, fresh)
     return state.replace(params=jax.device_put(params, program.state_shardings.params))
 
@@ -92,7 +93,8 @@ def _check_storage(config, workdir: str) -> None:
     preflight.check_writable(workdir, jax.process_index())
     for key, url in (("config.data.path", config.data.get("path", "")),
                      ("config.data.tokenizer.path", (config.data.get("tokenizer") or {}).get("path", "")),
-                     ("config.init_from_hf", config.get("init_from_hf", ""))):
+                     ("config.init_from_hf", config.get("init_from_hf", "")),
+                     ("config.distill.teacher", (config.get("distill") or {}).get("teacher", ""))):
         if url and paths.is_remote(url):
             preflight.check_readable(url, key)
 
@@ -106,7 +108,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     validate_config(config, jax.process_count())
     _check_storage(config, workdir)
     program = build_program(config, make_mesh(config.mesh))
-    objective = program.objective
+    objective, teacher = program.objective, program.teacher
     determinism.check_xla_flags(config)
     if not paths.is_remote(workdir):  # (a bucket has no folders to make)
         paths.path(workdir).mkdir(parents=True, exist_ok=True)
@@ -119,18 +121,24 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     init_from_hf = config.init_from_hf
     if init_from_hf:
         hf_folder.read_hf_config(init_from_hf)  # fails now, naming the path, if it is no HF folder
+    # A fresh run starting from HF weights (or taught by a teacher) uses the tokenizer those weights knew.
+    weights_key, weights_tokenizer = (("config.init_from_hf", init_from_hf) if init_from_hf else
+                                      ("config.distill.teacher", teacher.tokenizer_dir) if teacher else ("", ""))
+    if teacher is not None and config.data.tokenizer.get("path", ""):
+        weights_tokenizer = ""  # the configured tokenizer stays; check_vocabulary below compares it
     # Process 0 writes the tokenizer (copied or trained); the others wait, then load that one.
     if jax.process_index() == 0:
-        if init_from_hf and not tokenizer_lib.has_tokenizer(tokenizer_dir):
-            # A fresh run starting from HF weights must use the tokenizer those weights were trained with.
-            hf_folder.copy_tokenizer_files(init_from_hf, tokenizer_dir)
+        if weights_tokenizer and not tokenizer_lib.has_tokenizer(tokenizer_dir):
+            hf_folder.copy_tokenizer_files(weights_tokenizer, tokenizer_dir)
             if not tokenizer_lib.has_tokenizer(tokenizer_dir):
-                raise ValueError(f"config.init_from_hf={init_from_hf!r} has no tokenizer (vocab.txt, tokenizer.json "
+                raise ValueError(f"{weights_key}={weights_tokenizer!r} has no tokenizer (vocab.txt, tokenizer.json "
                                  f"or spiece.model) to tokenize with")
         tokenizer = tokenizer_lib.prepare_tokenizer(config.data, tokenizer_dir)
     distributed.sync("tokenizer_written")
     if jax.process_index() != 0:
         tokenizer = tokenizer_lib.prepare_tokenizer(config.data, tokenizer_dir)
+    if teacher is not None:
+        teacher_lib.check_vocabulary(teacher, tokenizer, tokenizer_dir)
     identity = run_identity.run_identity(config.data, tokenizer_dir)
     run_identity.check_resume(previous_identity, identity, workdir, config.get("allow_data_change", False))
     _write_config(config, workdir, identity)
@@ -158,10 +166,16 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
 
     manager = ckpt.make_manager(paths.absolute(paths.path(workdir) / "checkpoints"), config.checkpoint)
     state = ckpt.restore_latest(manager, program.abstract_state, train_iter)
+    # The frozen network (a distillation teacher), loaded once; {} without one.
+    teacher_params, frozen = program.load_frozen(config.data)
     if state is None:
         state = program.init()
         if init_from_hf:
-            state = _with_hf_params(state, program, config.model, init_from_hf)
+            state = _with_new_params(state, program, lambda fresh: hf_folder.import_params(
+                program.family, config.model, init_from_hf, fresh))
+        if teacher is not None and config.distill.init_student_from_teacher:
+            state = _with_new_params(state, program, lambda fresh: teacher_lib.student_from_teacher(
+                fresh, teacher_params, config.model.num_layers, teacher.model_cfg.num_layers, teacher.path))
     start = int(state.step)
     logging.info("starting at step %d of %d (workdir %s)", start, t_cfg.num_steps, workdir)
     if start >= last_step:
@@ -169,7 +183,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
 
     writer = MetricsWriter(workdir, config, start)
     data_sharding = program.data_sharding
-    flops = perf.train_flops_per_step(program.abstract_state.params, config.model, config.data, t_cfg.global_batch_size)
+    flops = perf.step_flops(program, config)
     peak, peak_source = perf.peak_flops_per_device(config.logging.peak_flops_per_device)
     meter = perf.PerfMeter(flops, t_cfg.global_batch_size * config.data.max_seq_length,
                            peak * jax.device_count(), t_cfg.num_steps)
@@ -183,7 +197,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
             pending = []
             meter.start(start)
             for step in range(start + 1, last_step + 1):
-                state, metrics = program.train_step(state, global_batch(next(train_iter), data_sharding))
+                state, metrics = program.train_step(state, global_batch(next(train_iter), data_sharding), frozen)
                 pending.append((step, metrics))
                 is_last = step == last_step
                 if step % t_cfg.log_every_steps == 0 or is_last:
@@ -195,7 +209,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
                     last_metrics.update(row)
                     _log_progress(step, t_cfg.num_steps, row, objective)
                 if step % t_cfg.eval_every_steps == 0 or is_last:
-                    row = _evaluate(program.eval_step, state.params, eval_batches, objective)
+                    row = _evaluate(program.eval_step, state.params, eval_batches, objective, frozen)
                     row["eval/most_frequent_token_accuracy"] = baseline
                     writer.write(step, row)
                     last_metrics.update(row)

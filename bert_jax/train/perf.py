@@ -7,12 +7,19 @@ FLOPs of one training step (forward + backward), for B sequences of length S:
   + 6 * hidden * vocab * B * P      the tied MLM decoder at P predicted positions
 
 N excludes the embedding tables (their lookups cost no FLOPs; the decoder's use of
-the word table is the third term). MFU = achieved FLOP/s / (devices * peak FLOP/s).
+the word table is the third term).
 
 N counts every parameter of the family's module, so a module of two networks (ELECTRA's
 generator and discriminator) has both in the first term, the dominant one. The attention and
 decoder terms use config.model's hidden_size and num_layers: for such a module, its main
 network's (a generator of ratio r adds about r x the attention term, ~2% of ELECTRA-large's step).
+
+A frozen network in the step (a distillation teacher) adds its forward pass, a third of the
+same formula with its own sizes:
+
+  + 2 * N_t * B * S + 4 * layers_t * hidden_t * S^2 * B + 2 * hidden_t * vocab * B * P
+
+MFU = achieved FLOP/s / (devices * peak FLOP/s).
 """
 import math
 import time
@@ -53,6 +60,21 @@ def train_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) ->
     b, s, p = global_batch_size, data_cfg.max_seq_length, data_cfg.max_predictions_per_seq
     h, layers, v = model_cfg.hidden_size, model_cfg.num_layers, model_cfg.vocab_size
     return 6.0 * n * b * s + 12.0 * layers * h * s * s * b + 6.0 * h * v * b * p
+
+
+def forward_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) -> float:
+    """The forward pass alone: a third of train_flops_per_step (forward 2, backward 4 FLOPs per weight and token)."""
+    return train_flops_per_step(params, model_cfg, data_cfg, global_batch_size) / 3.0
+
+
+def step_flops(program, config) -> float:
+    """FLOPs of one step of `program` (bert_jax.train.program): the model's train step plus any frozen forward."""
+    flops = train_flops_per_step(program.abstract_state.params, config.model, config.data,
+                                 config.train.global_batch_size)
+    if program.teacher is not None:
+        flops += forward_flops_per_step(program.abstract_frozen, program.teacher.model_cfg, config.data,
+                                        config.train.global_batch_size)
+    return flops
 
 
 def measure_matmul_peak(size: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:

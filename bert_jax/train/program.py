@@ -8,17 +8,20 @@ from typing import Any, Callable
 
 import flax.linen as nn
 import jax
+import numpy as np
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.config_validation import validate_mesh_fit
 from bert_jax.models.attention import choose_kernel
 from bert_jax.families import Family, get_family
+from bert_jax.objectives.distillation import distillation_objective
 from bert_jax.objectives.objective import Objective
 from bert_jax.parallel.mesh import batch_sharding, check_divisible, logical_axis_rules
 from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
 from bert_jax.train.state import TrainState, abstract_state_and_shardings, create_sharded_state, make_init_fn
 from bert_jax.train.step import make_eval_step, make_train_step
+from bert_jax.train.teacher import Teacher, has_cosine, resolve_teacher
 
 
 _DIVISIBILITY_HINT = (
@@ -39,9 +42,23 @@ class TrainProgram:
     state_shardings: TrainState
     data_sharding: NamedSharding
     schedule: Callable[[int], Any]
-    train_step: Callable  # jitted (state, batch) -> (state, metrics); state is donated
-    eval_step: Callable  # jitted (params, batch, eval batch index) -> (sums, weights)
+    train_step: Callable  # jitted (state, batch, frozen) -> (state, metrics); state is donated
+    eval_step: Callable  # jitted (params, batch, eval batch index, frozen) -> (sums, weights)
     init: Callable[[], TrainState]  # a fresh state, initialised directly on its shards
+    objective: Objective  # the family's, or distillation's when a teacher is configured
+    # The steps' `frozen` argument: a distillation teacher's params (ShapeDtypeStructs here; the loop loads
+    # them with `teacher.load_params`), or {} without one.
+    teacher: Teacher | None = None
+    abstract_frozen: Any = dataclasses.field(default_factory=dict)
+    frozen_shardings: Any = None
+
+    def load_frozen(self, data_cfg) -> tuple[Any, Any]:
+        """(numpy params, the steps' `frozen` argument on its shards): the teacher's, read once; (None, {}) without."""
+        if self.teacher is None:
+            return None, {}
+        host = self.teacher.load_params(data_cfg)
+        typed = jax.tree.map(lambda p, a: np.asarray(p, a.dtype), host, self.abstract_frozen)
+        return host, jax.device_put(typed, self.frozen_shardings)
 
 
 def build_program(config, mesh: Mesh) -> TrainProgram:
@@ -58,15 +75,23 @@ def build_program(config, mesh: Mesh) -> TrainProgram:
     abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
     check_divisible(abstract_state.params, shardings.params, _DIVISIBILITY_HINT)
     data_sharding = batch_sharding(mesh, rules)
+    teacher = resolve_teacher(config)  # fails now, naming the path or key, if config.distill is wrong
+    objective, frozen_model, abstract_frozen, frozen_shardings = family.objective, None, {}, None
+    if teacher is not None:
+        objective = distillation_objective(config.distill, has_cosine(config, teacher))
+        frozen_model = teacher.model
+        abstract_frozen, frozen_shardings = teacher.abstract_params(config.data, mesh, rules)
+        check_divisible(abstract_frozen, frozen_shardings, _DIVISIBILITY_HINT)
     train_step = jax.jit(
-        make_train_step(model, objective, tx, config.train.grad_accum_steps),
-        in_shardings=(shardings, data_sharding), out_shardings=(shardings, None), donate_argnums=0,
+        make_train_step(model, objective, tx, config.train.grad_accum_steps, frozen_model),
+        in_shardings=(shardings, data_sharding, frozen_shardings), out_shardings=(shardings, None), donate_argnums=0,
     )
-    eval_step = jax.jit(make_eval_step(model, objective, config.seed),
-                        in_shardings=(shardings.params, data_sharding, None))
+    eval_step = jax.jit(make_eval_step(model, objective, config.seed, frozen_model),
+                        in_shardings=(shardings.params, data_sharding, None, frozen_shardings))
     return TrainProgram(
         family=family, objective=objective, model=model, mesh=mesh, rules=rules, abstract_state=abstract_state,
         state_shardings=shardings, data_sharding=data_sharding, schedule=learning_rate_schedule(config.train),
         train_step=train_step, eval_step=eval_step,
-        init=lambda: create_sharded_state(init, shardings),
+        init=lambda: create_sharded_state(init, shardings), objective=objective,
+        teacher=teacher, abstract_frozen=abstract_frozen, frozen_shardings=frozen_shardings,
     )

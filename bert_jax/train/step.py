@@ -1,4 +1,4 @@
-"""The jitted train and eval steps: pure functions of (state, batch)."""
+"""The jitted train and eval steps: pure functions of (state, batch, frozen)."""
 import jax
 import jax.numpy as jnp
 import optax
@@ -37,8 +37,22 @@ def split_microbatches(batch: dict, num_micro: int) -> dict:
     return jax.tree.map(split, batch)
 
 
-def make_train_step(model, objective: Objective, tx: optax.GradientTransformation, grad_accum_steps: int):
-    """Returns train_step(state, batch) -> (state, metrics).
+def with_frozen_outputs(outputs: dict, frozen_model, frozen, batch: dict) -> dict:
+    """`outputs` plus, under "frozen", those of `frozen_model` (e.g. a distillation teacher) on the same batch.
+
+    The frozen network runs deterministically on its own variables `frozen`, which are no
+    part of the train state: no gradient (the step differentiates the params alone), no
+    optimizer state, no checkpoint. Without a frozen model, `outputs` is returned untouched.
+    """
+    if frozen_model is None:
+        return outputs
+    frozen_outputs = frozen_model.apply({"params": frozen}, batch, deterministic=True)
+    return {**outputs, "frozen": jax.lax.stop_gradient(frozen_outputs)}
+
+
+def make_train_step(model, objective: Objective, tx: optax.GradientTransformation, grad_accum_steps: int,
+                    frozen_model=None):
+    """Returns train_step(state, batch, frozen) -> (state, metrics); `frozen`: `frozen_model`'s params, or None.
 
     Gradient accumulation scans over micro-batches inside the step. optax.MultiSteps
     averages per-micro-step means, which weights micro-batches with few masked
@@ -46,26 +60,27 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
     of the whole global batch, so the update equals the one-shot update exactly.
     """
 
-    def loss_fn(params, micro, key, weights):
+    def loss_fn(params, micro, key, weights, frozen):
         outputs = model.apply({"params": params}, micro, deterministic=False, rngs=model_rngs(key))
+        outputs = with_frozen_outputs(outputs, frozen_model, frozen, micro)
         sums = objective.sums(outputs, micro)
         return objective.loss(sums, weights), sums
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
 
-    def train_step(state: TrainState, batch: dict):
+    def train_step(state: TrainState, batch: dict, frozen=None):
         weights = objective.weights(batch)
         step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         if grad_accum_steps == 1:
             # No scan and no zero-filled gradient buffer: the gradients are the step's own.
-            grads, sums = grad_fn(state.params, batch, jax.random.fold_in(step_key, 0), weights)
+            grads, sums = grad_fn(state.params, batch, jax.random.fold_in(step_key, 0), weights, frozen)
         else:
             micro = split_microbatches(batch, grad_accum_steps)
 
             def accumulate(carry, inputs):
                 grads, sums = carry
                 index, mb = inputs
-                g, s = grad_fn(state.params, mb, jax.random.fold_in(step_key, index), weights)
+                g, s = grad_fn(state.params, mb, jax.random.fold_in(step_key, index), weights, frozen)
                 return (jax.tree.map(jnp.add, grads, g), jax.tree.map(jnp.add, sums, s)), None
 
             zeros_grads = jax.tree.map(jnp.zeros_like, state.params)
@@ -93,16 +108,18 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
     return train_step
 
 
-def make_eval_step(model, objective: Objective, seed: int = 0):
-    """Returns eval_step(params, batch, index) -> (sums, weights); callers total them over the eval set.
+def make_eval_step(model, objective: Objective, seed: int = 0, frozen_model=None):
+    """Returns eval_step(params, batch, index, frozen) -> (sums, weights); callers total them over the eval set.
 
     `index` is the batch's place in the eval set: what the model samples (no dropout in eval)
     is drawn from eval_sample_key(seed, index), so an eval repeats exactly, resumed or not.
+    `frozen`: `frozen_model`'s params (a distillation teacher), or None.
     """
 
-    def eval_step(params, batch: dict, index):
+    def eval_step(params, batch: dict, index, frozen=None):
         rngs = {"sample": eval_sample_key(seed, index)}
-        outputs = model.apply({"params": params}, batch, deterministic=True, rngs=rngs)
+        outputs = with_frozen_outputs(model.apply({"params": params}, batch, deterministic=True, rngs=rngs),
+                                      frozen_model, frozen, batch)
         return objective.sums(outputs, batch), objective.weights(batch)
 
     return eval_step
