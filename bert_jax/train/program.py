@@ -34,7 +34,8 @@ _DIVISIBILITY_HINT = (
 @dataclasses.dataclass
 class TrainProgram:
     family: Family
-    objective: Objective  # the family's, for this config (family.objective_for(config.model))
+    # the family's for this config (family.objective_for(config.model)), or distillation's with a teacher
+    objective: Objective
     model: nn.Module
     mesh: Mesh
     rules: tuple
@@ -45,7 +46,6 @@ class TrainProgram:
     train_step: Callable  # jitted (state, batch, frozen) -> (state, metrics); state is donated
     eval_step: Callable  # jitted (params, batch, eval batch index, frozen) -> (sums, weights)
     init: Callable[[], TrainState]  # a fresh state, initialised directly on its shards
-    objective: Objective  # the family's, or distillation's when a teacher is configured
     # The steps' `frozen` argument: a distillation teacher's params (ShapeDtypeStructs here; the loop loads
     # them with `teacher.load_params`), or {} without one.
     teacher: Teacher | None = None
@@ -76,7 +76,7 @@ def build_program(config, mesh: Mesh) -> TrainProgram:
     check_divisible(abstract_state.params, shardings.params, _DIVISIBILITY_HINT)
     data_sharding = batch_sharding(mesh, rules)
     teacher = resolve_teacher(config)  # fails now, naming the path or key, if config.distill is wrong
-    objective, frozen_model, abstract_frozen, frozen_shardings = family.objective, None, {}, None
+    frozen_model, abstract_frozen, frozen_shardings = None, {}, None
     if teacher is not None:
         objective = distillation_objective(config.distill, has_cosine(config, teacher))
         frozen_model = teacher.model
@@ -92,6 +92,6 @@ def build_program(config, mesh: Mesh) -> TrainProgram:
         family=family, objective=objective, model=model, mesh=mesh, rules=rules, abstract_state=abstract_state,
         state_shardings=shardings, data_sharding=data_sharding, schedule=learning_rate_schedule(config.train),
         train_step=train_step, eval_step=eval_step,
-        init=lambda: create_sharded_state(init, shardings), objective=objective,
+        init=lambda: create_sharded_state(init, shardings),
         teacher=teacher, abstract_frozen=abstract_frozen, frozen_shardings=frozen_shardings,
     )
