@@ -24,7 +24,7 @@ the embedded corpus with a 2048-token BPE trained first:
     python -m bert_jax.pretrain --config=configs/modernbert_base.py:tiny --workdir=runs/modernbert_tiny
 
 Not yet timed on a quiet machine; its 40-step, 32-wide version in
-tests/test_families_pretrain.py (loss 6.94 -> 6.36, then export and reload in transformers)
+tests/test_families_pretrain.py (loss 6.93 -> 6.36, then export and reload in transformers)
 took 80 s on a 2-core CPU at load average 17.
 """
 from configs import base
