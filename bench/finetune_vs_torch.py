@@ -97,7 +97,8 @@ def _main(argv) -> None:
     model = f.model or minilm_dir()
     cores = [int(c) for c in f.cores.split(",")]
     data = os.path.join(f.out, "data")
-    make_finetune_data.make(data, seed=0, train=f.train, validation=f.validation, test=f.test)
+    make_finetune_data.make(data, seed=0, train=f.train, validation=f.validation, test=f.test,
+                            perturbation=f.perturbation)
     rows = []
     for i, seed in enumerate(int(s) for s in f.seeds.split(",")):
         sides = (torch_side, bert_jax_side) if i % 2 == 0 else (bert_jax_side, torch_side)
@@ -128,5 +129,7 @@ if __name__ == "__main__":
     flags.DEFINE_integer("train", 2000, "Training examples.")
     flags.DEFINE_integer("validation", 500, "Validation examples.")
     flags.DEFINE_integer("test", 500, "Test examples.")
+    flags.DEFINE_enum("perturbation", "bigram_shift", list(make_finetune_data.PERTURBATIONS),
+                      "bench/make_finetune_data.py's task: bigram_shift, or the easier shuffle.")
     flags.mark_flags_as_required(["out"])
     sys.exit(app.run(_main))

@@ -101,7 +101,7 @@ def finetune(model_dir: str, data_dir: str, seed: int, epochs: float = 3.0, lear
             scheduler.step()
             optimizer.zero_grad()
             step += 1
-            curves["train_loss"].append((step, float(loss)))
+            curves["train_loss"].append((step, loss.item()))
             if step % eval_every == 0 or step == num_steps:
                 val_loss, val_acc = evaluate(model, encoded["validation"], labels["validation"], batch_size, pad_id)
                 curves["val_loss"].append((step, val_loss))

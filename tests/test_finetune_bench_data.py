@@ -26,6 +26,11 @@ def test_a_shift_swaps_two_adjacent_different_words_and_nothing_else(seed):
     assert shifted[0].isupper() and shifted.endswith(".")
 
 
+def test_a_shuffle_keeps_the_words_in_another_order():
+    shuffled = make_finetune_data.shuffle_words(SENTENCE, random.Random(0))
+    assert shuffled != SENTENCE and sorted(shuffled.split()) == sorted(SENTENCE.split())
+
+
 @pytest.mark.slow
 def test_splits_are_balanced_disjoint_and_repeat_by_seed(tmp_path):
     sizes = dict(train=200, validation=50, test=50)
