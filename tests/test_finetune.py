@@ -454,9 +454,7 @@ def minilm_dir() -> str:
                                          "(tiny random encoder, and MiniLM without warmup or clipping, 29 steps)")),
     # Far too many epochs on too little data: the training loss goes to 0.003 while the validation loss
     # (15 % of its labels flipped, as real labels are never clean) doubles from its minimum (0.43 -> 0.88).
-    pytest.param(3e-3, 20.0, 100, {"validation_noise": 0.15}, {"overlearning"}, marks=pytest.mark.xfail(
-        strict=True, reason="diagnosis.py measures the train/validation gap at the metric's first maximum "
-                            "(step 21: train 0.68, validation 0.65), before the overlearning; it says 'just right'")),
+    pytest.param(3e-3, 20.0, 100, {"validation_noise": 0.15}, {"overlearning"}),
 ])
 def test_runs_pushed_into_a_regime_are_diagnosed_as_it(learning_rate, epochs, train_size, push, expected, hf_dir,
                                                        files, tmp_path):
