@@ -249,6 +249,12 @@ class ModernBertForMaskedLM(nn.Module):
                                                                                        ("vocab",)),
                                        (cfg.vocab_size,), cfg.param_dtype)
 
+    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+        """The encoder without the MLM head, for task heads (bert_jax.finetune): hidden [batch, length, hidden],
+        after the final norm. No `pooled`: ModernBERT has no pooler (HF's task heads pool themselves)."""
+        return {"hidden": self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("position_ids"),
+                                       batch.get("segment_ids"), deterministic)}
+
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: input_ids, attention_mask, masked_positions; optional position_ids, segment_ids (packed rows).
 
