@@ -5,14 +5,20 @@ import inspect
 import json
 import os
 
+import jax
+
 import numpy as np
 import pytest
 
 import configs.finetune.classification
 import finetune_data as fd
-from bert_jax.checkpoint import hf_deberta_v3, hf_distilbert, hf_electra, hf_modernbert
-from bert_jax.finetune.hf_export import export, load_finetuned
-from bert_jax.finetune.run import finetune
+from bert_jax.checkpoint import hf_deberta_v3, hf_distilbert, hf_electra, hf_folder, hf_modernbert
+from bert_jax.finetune import hf_export, init_from, losses
+from bert_jax.finetune.model import build_finetune_model
+from bert_jax.finetune.optimizer import make_optimizer
+from bert_jax.finetune.run import _pretrained, finetune
+from bert_jax.train.state import make_init_fn
+from bert_jax.train.step import make_train_step
 from conftest import small_model_config
 
 torch = pytest.importorskip("torch")
@@ -37,36 +43,80 @@ FAMILIES = {
 EXPORTS = {"electra", "deberta_v3", "distilbert"}  # modernbert's HF heads are not ours: its export fails, saying so
 
 
-def write_tiny_hf_folder(family: str, out: str) -> str:
-    """A random-init transformers model of `family` (2 layers, hidden 32) with the made data's WordPiece tokenizer."""
-    fd.write_tiny_hf_bert(out)  # the tokenizer; the BERT weights are replaced below
-    vocab = json.load(open(os.path.join(out, "config.json")))["vocab_size"]
+def write_tiny_hf_folder(family: str, out: str, tokenizer_dir: str) -> str:
+    """A random-init transformers model of `family` (2 layers, hidden 32) with the made data's WordPiece tokenizer
+    (the one in `tokenizer_dir`, a tiny BERT folder of finetune_data's)."""
+    vocab = json.load(open(os.path.join(tokenizer_dir, "config.json")))["vocab_size"]
     overrides, hf_config, class_name = FAMILIES[family]
-    model_cfg = small_model_config(**SIZES, family=family, vocab_size=vocab, **overrides)
-    hf_cfg = hf_config(model_cfg)
-    for name in os.listdir(out):
-        if name in ("config.json", "model.safetensors"):
-            os.remove(os.path.join(out, name))
+    hf_cfg = hf_config(small_model_config(**SIZES, family=family, vocab_size=vocab, **overrides))
     torch.manual_seed(0)
     model_class = getattr(transformers, class_name)
     model_class(model_class.config_class(**hf_cfg)).save_pretrained(out)
+    hf_folder.copy_tokenizer_files(tokenizer_dir, out)
     return out
 
 
-def micro_config(init_from: str, files: dict, workdir_steps: int = 4):
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    return fd.write_tiny_hf_bert(str(tmp_path_factory.mktemp("tokenizer")))
+
+
+TEXTS = ["good fine the a", "bad awful of to in with the", "happy", "the sad dark day"]
+NAMES = ["neg", "pos"]
+
+
+def transformers_logits(folder: str) -> tuple[dict, np.ndarray]:
+    """(the tokenized TEXTS, as the exported model takes them; its logits) of an exported classifier folder."""
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    assert [model.config.id2label[i] for i in range(len(NAMES))] == NAMES
+    enc = transformers.AutoTokenizer.from_pretrained(folder)(TEXTS, padding="max_length", max_length=LENGTH,
+                                                             return_tensors="np")
+    enc = {k: v for k, v in enc.items() if k in inspect.signature(model.forward).parameters}  # DistilBERT: no types
+    with torch.no_grad():
+        return enc, model(**{k: torch.tensor(v) for k, v in enc.items()}).logits.numpy()
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_family_fine_tunes_from_its_hf_folder_and_exports_with_transformers_logits(family, tokenizer_dir,
+                                                                                      tmp_path):
+    """A few steps of bert_jax.finetune's train step on the encoder read from the folder, then the export: the fast
+    one of the tests below (no data files, checkpoints or evaluation)."""
+    hf_dir = write_tiny_hf_folder(family, str(tmp_path / "hf"), tokenizer_dir)
     c = configs.finetune.classification.get_config()
-    c.init_from = init_from
-    c.data.train, c.data.test = files["train.csv"], files["test.csv"]
-    c.data.max_seq_length = LENGTH
-    c.model.dropout_rate = 0.0
-    c.train.batch_size = 8
-    c.train.learning_rate = 1e-3
-    c.train.epochs = workdir_steps * c.train.batch_size / 32  # 32 training rows: a few steps
-    c.train.log_every_steps = 1
-    c.checkpoint.async_save = False
-    c.checkpoint.every_steps = 1000  # at the end only
-    c.logging.plots = False
-    return c
+    c.init_from, c.data.max_seq_length, c.model.dropout_rate, c.train.learning_rate = hf_dir, LENGTH, 0.0, 1e-3
+    source = init_from.resolve(hf_dir, c.model)
+    assert source.family.name == family
+    model = build_finetune_model(source.family, source.model_cfg, c.task, len(NAMES), "pooler" in source.params)
+    enc = transformers.AutoTokenizer.from_pretrained(hf_dir)(TEXTS, padding="max_length", max_length=LENGTH,
+                                                             return_tensors="np")
+    batch = {k: np.asarray(v, np.int32) for k, v in enc.items()} | {
+        "labels": np.array([1, 0, 1, 0], np.int32), "label_weights": np.ones(4, np.float32)}
+    steps = 3
+    tx, _ = make_optimizer(c.train, steps + 1, source.model_cfg.num_layers)
+    state = make_init_fn(model, tx, None, c.seed, example=batch)()
+    state = state.replace(params=_pretrained(state.params, source, c))
+    train_step = jax.jit(make_train_step(model, losses.objective_for(c.task), tx, 1))
+    losses_ = []
+    for _ in range(steps):
+        state, metrics = train_step(state, batch)
+        losses_.append(float(metrics["loss"]))
+    print(f"{family}: train losses {np.round(losses_, 4).tolist()}")
+    assert np.all(np.isfinite(losses_)) and losses_[-1] < losses_[0]
+
+    config = c.copy_and_resolve_references()
+    config.model = source.model_cfg
+    params = jax.device_get(state.params)
+    if family not in EXPORTS:
+        with pytest.raises(ValueError, match=rf"family='{family}'.*does not export"):
+            hf_export.hf_task_state(params, config, NAMES)
+        return
+    state_dict, hf_cfg = hf_export.hf_task_state(params, config, NAMES)
+    hf_folder.write_hf_folder(str(tmp_path / "exported"), state_dict, hf_cfg, hf_dir)
+    enc, theirs = transformers_logits(str(tmp_path / "exported"))
+    ours = np.asarray(model.apply({"params": params}, batch, deterministic=True)["logits"])
+    diff = relative_error(ours, theirs)
+    print(f"{family}: {hf_cfg['architectures'][0]} relative logit error {diff:.2e}")
+    assert diff <= TRANSFORMERS
 
 
 @pytest.fixture(scope="module")
@@ -76,32 +126,35 @@ def files(tmp_path_factory):
             "test.csv": fd.write_csv(d / "test.csv", fd.sentiment_rows(8, 1))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_a_family_fine_tunes_from_its_hf_folder_and_exports_with_transformers_logits(family, files, tmp_path,
-                                                                                      xla_compile_cache):
-    hf_dir = write_tiny_hf_folder(family, str(tmp_path / "hf"))
+def test_a_whole_finetuning_run_from_a_family_hf_folder_exports_with_transformers_logits(
+        family, tokenizer_dir, files, tmp_path, xla_compile_cache):
+    """`python -m bert_jax.finetune`'s run (data files, checkpoints, evaluation) and `hf_export.export`."""
+    hf_dir = write_tiny_hf_folder(family, str(tmp_path / "hf"), tokenizer_dir)
+    c = configs.finetune.classification.get_config()
+    c.init_from = hf_dir
+    c.data.train, c.data.test = files["train.csv"], files["test.csv"]
+    c.data.max_seq_length, c.model.dropout_rate = LENGTH, 0.0
+    c.train.batch_size, c.train.learning_rate, c.train.epochs, c.train.log_every_steps = 8, 1e-3, 1.0, 1
+    c.checkpoint.async_save, c.checkpoint.every_steps, c.logging.plots = False, 1000, False
     workdir = str(tmp_path / "run")
-    finetune(micro_config(hf_dir, files), workdir)
+    finetune(c, workdir)
     rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
-    losses = [r["train/loss"] for r in rows if "train/loss" in r]
-    config = json.load(open(os.path.join(workdir, "config.json")))
-    print(f"{family}: train losses {np.round(losses, 4).tolist()}")
-    assert config["model"]["family"] == family
-    assert len(losses) >= 3 and np.all(np.isfinite(losses))
+    losses_ = [r["train/loss"] for r in rows if "train/loss" in r]
+    print(f"{family}: train losses {np.round(losses_, 4).tolist()}")
+    assert json.load(open(os.path.join(workdir, "config.json")))["model"]["family"] == family
+    assert len(losses_) == 4 and np.all(np.isfinite(losses_))
     out = str(tmp_path / "exported")
     if family not in EXPORTS:
         with pytest.raises(ValueError, match=rf"family='{family}'.*does not export"):
-            export(workdir, out)
+            hf_export.export(workdir, out)
         return
-    export(workdir, out)
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
-    enc = tokenizer(["good fine the a", "bad awful of to in with the", "happy"], padding=True, return_tensors="np")
-    enc = {k: v for k, v in enc.items() if k in inspect.signature(model.forward).parameters}  # DistilBERT: no types
-    with torch.no_grad():
-        theirs = model(**{k: torch.tensor(v) for k, v in enc.items()}).logits.numpy()
-    model_ours, params, _, _ = load_finetuned(workdir)
-    ours = np.asarray(model_ours.apply({"params": params}, enc, deterministic=True)["logits"])
+    hf_export.export(workdir, out)
+    enc, theirs = transformers_logits(out)
+    model, params, _, names = hf_export.load_finetuned(workdir)
+    assert names == NAMES
+    ours = np.asarray(model.apply({"params": params}, enc, deterministic=True)["logits"])
     diff = relative_error(ours, theirs)
-    print(f"{family}: {type(model).__name__} relative logit error {diff:.2e}")
+    print(f"{family}: exported relative logit error {diff:.2e}")
     assert diff <= TRANSFORMERS
