@@ -1,6 +1,7 @@
 """Fine-tuning reaches every family's encoder: a random tiny transformers model of each family, saved as a Hugging
 Face folder, fine-tunes a classifier through bert_jax.finetune with finite losses, and the export gives
-transformers' logits where the family's HF task class takes our head (else it fails naming why)."""
+transformers' logits where the family's HF task class takes our head (else it fails naming why); and each
+folder is a distillation teacher, or fails before compiling saying why not."""
 import inspect
 import json
 import os
@@ -11,12 +12,14 @@ import jax
 import numpy as np
 import pytest
 
+import configs.distilbert_base
 import configs.finetune.classification
 import finetune_data as fd
 from bert_jax.checkpoint import hf_deberta_v3, hf_distilbert, hf_electra, hf_folder, hf_modernbert
 from bert_jax.finetune import hf_export, init_from, losses
 from bert_jax.finetune.model import build_finetune_model
 from bert_jax.finetune.run import _pretrained, finetune
+from bert_jax.train import teacher as teacher_lib
 from conftest import small_model_config
 
 torch = pytest.importorskip("torch")
@@ -158,3 +161,22 @@ def test_a_whole_finetuning_run_from_a_family_hf_folder_exports_with_transformer
     diff = relative_error(ours, theirs)
     print(f"{family}: exported relative logit error {diff:.2e}")
     assert diff <= TRANSFORMERS
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_family_hf_folder_is_a_distillation_teacher_or_fails_naming_it(family, tokenizer_dir, tmp_path):
+    """An MLM family's folder teaches (its mlm_logits and last_hidden_state traced, nothing compiled); a
+    replaced-token-detection one (whose forward samples replacements) fails before compiling, naming the path."""
+    hf_dir = write_tiny_hf_folder(family, str(tmp_path / "hf"), tokenizer_dir)
+    c = configs.distilbert_base.get_config("tiny")
+    c.model.update(vocab_size=json.load(open(os.path.join(hf_dir, "config.json")))["vocab_size"], hidden_size=32,
+                   num_heads=2, intermediate_size=64, max_position_embeddings=64, num_layers=1)
+    c.data.max_seq_length, c.data.max_predictions_per_seq = LENGTH, 4
+    c.distill.teacher, c.distill.cosine_weight = hf_dir, 1.0
+    if family in ("electra", "deberta_v3"):
+        with pytest.raises(ValueError, match=rf"teacher='{hf_dir}' is a {family} model, which does not run as a "
+                                             r"frozen teacher"):
+            teacher_lib.resolve_teacher(c)
+        return
+    teacher = teacher_lib.resolve_teacher(c)
+    assert teacher.family.name == family and teacher_lib.has_cosine(c, teacher)
