@@ -14,6 +14,8 @@ import pytest
 
 import configs.distilbert_base
 import configs.finetune.classification
+import configs.finetune.span_qa
+import configs.finetune.token_classification
 import finetune_data as fd
 from bert_jax.checkpoint import hf_deberta_v3, hf_distilbert, hf_electra, hf_folder, hf_modernbert
 from bert_jax.finetune import hf_export, init_from, losses
@@ -180,3 +182,42 @@ def test_a_family_hf_folder_is_a_distillation_teacher_or_fails_naming_it(family,
         return
     teacher = teacher_lib.resolve_teacher(c)
     assert teacher.family.name == family and teacher_lib.has_cosine(c, teacher)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["token_classification", "span_qa"])
+@pytest.mark.parametrize("family", sorted(EXPORTS))
+def test_token_and_span_heads_on_a_family_export_with_transformers_logits(family, kind, tokenizer_dir, tmp_path):
+    """HF's ForTokenClassification (`classifier`) and ForQuestionAnswering (`qa_outputs`) heads are every family's
+    the same: the family's encoder export and a renaming."""
+    hf_dir = write_tiny_hf_folder(family, str(tmp_path / "hf"), tokenizer_dir)
+    c = {"token_classification": configs.finetune.token_classification,
+         "span_qa": configs.finetune.span_qa}[kind].get_config()
+    c.init_from, c.data.max_seq_length = hf_dir, LENGTH
+    source = init_from.resolve(hf_dir, c.model)
+    names = ["O", "B-PER", "I-PER"] if kind == "token_classification" else []
+    model = build_finetune_model(source.family, source.model_cfg, c.task, len(names) or 2, "pooler" in source.params)
+    enc = transformers.AutoTokenizer.from_pretrained(hf_dir)(TEXTS, padding="max_length", max_length=LENGTH,
+                                                             return_tensors="np")
+    batch = {k: np.asarray(v, np.int32) for k, v in enc.items()}
+    shapes = jax.eval_shape(lambda: nn.meta.unbox(model.init(jax.random.key(0), batch, deterministic=True)["params"]))
+    rng = np.random.default_rng(0)
+    params = _pretrained(jax.tree.map(lambda s: (0.02 * rng.standard_normal(s.shape)).astype(s.dtype), shapes),
+                         source, c)
+    config = c.copy_and_resolve_references()
+    config.model = source.model_cfg
+    state_dict, hf_cfg = hf_export.hf_task_state(params, config, names)
+    hf_folder.write_hf_folder(str(tmp_path / "exported"), state_dict, hf_cfg, hf_dir)
+    auto = {"token_classification": transformers.AutoModelForTokenClassification,
+            "span_qa": transformers.AutoModelForQuestionAnswering}[kind]
+    hf_model = auto.from_pretrained(str(tmp_path / "exported")).eval()
+    inputs = {k: torch.tensor(v) for k, v in batch.items() if k in inspect.signature(hf_model.forward).parameters}
+    with torch.no_grad():
+        out = hf_model(**inputs)
+    theirs = (np.stack([out.start_logits.numpy(), out.end_logits.numpy()], -1) if kind == "span_qa"
+              else out.logits.numpy())
+    ours = np.asarray(model.apply({"params": params}, batch, deterministic=True)["logits"])
+    real = batch["attention_mask"].astype(bool)
+    diff = relative_error(ours[real], theirs[real])
+    print(f"{family} {kind}: {type(hf_model).__name__} relative logit error {diff:.2e}")
+    assert diff <= TRANSFORMERS
