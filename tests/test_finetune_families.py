@@ -14,6 +14,7 @@ import pytest
 
 import configs.distilbert_base
 import configs.finetune.classification
+import configs.finetune.sentence_embedding
 import configs.finetune.span_qa
 import configs.finetune.token_classification
 import finetune_data as fd
@@ -79,27 +80,42 @@ def transformers_logits(folder: str) -> tuple[dict, np.ndarray]:
         return enc, model(**{k: torch.tensor(v) for k, v in enc.items()}).logits.numpy()
 
 
+def random_task_model(family: str, task_config, num_outputs: int, tokenizer_dir: str, tmp_path):
+    """(model, params, batch of TEXTS, resolved config) of a task model on the family's random tiny HF folder, its
+    head random (a compiled model.init costs more than the rest)."""
+    hf_dir = write_tiny_hf_folder(family, str(tmp_path / "hf"), tokenizer_dir)
+    c = task_config.get_config()
+    c.init_from, c.data.max_seq_length = hf_dir, LENGTH
+    source = init_from.resolve(hf_dir, c.model)
+    model = build_finetune_model(source.family, source.model_cfg, c.task, num_outputs, "pooler" in source.params)
+    enc = transformers.AutoTokenizer.from_pretrained(hf_dir)(TEXTS, padding="max_length", max_length=LENGTH,
+                                                             return_tensors="np")
+    batch = {k: np.asarray(v, np.int32) for k, v in enc.items()}
+    pairs = {f"pair_{k}": v for k, v in batch.items()} if c.task.kind == "sentence_embedding" else {}
+    shapes = jax.eval_shape(
+        lambda: nn.meta.unbox(model.init(jax.random.key(0), batch | pairs, deterministic=True)["params"]))
+    rng = np.random.default_rng(0)
+    params = _pretrained(jax.tree.map(lambda s: (0.02 * rng.standard_normal(s.shape)).astype(s.dtype), shapes),
+                         source, c)
+    config = c.copy_and_resolve_references()
+    config.model = source.model_cfg
+    return model, params, batch, config
+
+
+def torch_inputs(hf_model, batch: dict) -> dict:
+    return {k: torch.tensor(v) for k, v in batch.items() if k in inspect.signature(hf_model.forward).parameters}
+
+
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_a_task_model_on_a_family_hf_folder_has_a_finite_loss_and_exports_with_transformers_logits(
         family, tokenizer_dir, tmp_path):
-    """The fast part: the encoder read from the folder through `encode`, a fresh classifier head, its loss
+    """The fast part: the encoder read from the folder through `encode`, a random classifier head, its loss
     and the export; training steps are the slow test's below (a train step's compile per family is ~12 s here)."""
-    hf_dir = write_tiny_hf_folder(family, str(tmp_path / "hf"), tokenizer_dir)
-    c = configs.finetune.classification.get_config()
-    c.init_from, c.data.max_seq_length = hf_dir, LENGTH
-    source = init_from.resolve(hf_dir, c.model)
-    assert source.family.name == family
-    model = build_finetune_model(source.family, source.model_cfg, c.task, len(NAMES), "pooler" in source.params)
-    enc = transformers.AutoTokenizer.from_pretrained(hf_dir)(TEXTS, padding="max_length", max_length=LENGTH,
-                                                             return_tensors="np")
-    batch = {k: np.asarray(v, np.int32) for k, v in enc.items()} | {
-        "labels": np.array([1, 0, 1, 0], np.int32), "label_weights": np.ones(4, np.float32)}
-    # A random head of the model's shapes (compiling model.init costs more than the rest of the test together).
-    shapes = jax.eval_shape(lambda: nn.meta.unbox(model.init(jax.random.key(0), batch, deterministic=True)["params"]))
-    rng = np.random.default_rng(0)
-    fresh = jax.tree.map(lambda s: (0.02 * rng.standard_normal(s.shape)).astype(s.dtype), shapes)
-    params = _pretrained(fresh, source, c)
-    objective = losses.objective_for(c.task)
+    model, params, batch, config = random_task_model(family, configs.finetune.classification, len(NAMES),
+                                                     tokenizer_dir, tmp_path)
+    assert config.model.family == family
+    batch |= {"labels": np.array([1, 0, 1, 0], np.int32), "label_weights": np.ones(4, np.float32)}
+    objective = losses.objective_for(config.task)
 
     @jax.jit
     def forward(params, batch):
@@ -108,16 +124,14 @@ def test_a_task_model_on_a_family_hf_folder_has_a_finite_loss_and_exports_with_t
 
     ours, loss = forward(params, batch)
     print(f"{family}: loss of the fresh head {float(loss):.4f}")
-    assert abs(float(loss) - np.log(2)) < 0.1  # a fresh head (std 0.02) is all but uniform over two labels
+    assert abs(float(loss) - np.log(2)) < 0.1  # a head of std 0.02 is all but uniform over two labels
 
-    config = c.copy_and_resolve_references()
-    config.model = source.model_cfg
     if family not in EXPORTS:
         with pytest.raises(ValueError, match=rf"family='{family}'.*does not export"):
             hf_export.hf_task_state(params, config, NAMES)
         return
     state_dict, hf_cfg = hf_export.hf_task_state(params, config, NAMES)
-    hf_folder.write_hf_folder(str(tmp_path / "exported"), state_dict, hf_cfg, hf_dir)
+    hf_folder.write_hf_folder(str(tmp_path / "exported"), state_dict, hf_cfg, config.init_from)
     _, theirs = transformers_logits(str(tmp_path / "exported"))
     diff = relative_error(np.asarray(ours), theirs)
     print(f"{family}: {hf_cfg['architectures'][0]} relative logit error {diff:.2e}")
@@ -190,30 +204,17 @@ def test_a_family_hf_folder_is_a_distillation_teacher_or_fails_naming_it(family,
 def test_token_and_span_heads_on_a_family_export_with_transformers_logits(family, kind, tokenizer_dir, tmp_path):
     """HF's ForTokenClassification (`classifier`) and ForQuestionAnswering (`qa_outputs`) heads are every family's
     the same: the family's encoder export and a renaming."""
-    hf_dir = write_tiny_hf_folder(family, str(tmp_path / "hf"), tokenizer_dir)
-    c = {"token_classification": configs.finetune.token_classification,
-         "span_qa": configs.finetune.span_qa}[kind].get_config()
-    c.init_from, c.data.max_seq_length = hf_dir, LENGTH
-    source = init_from.resolve(hf_dir, c.model)
     names = ["O", "B-PER", "I-PER"] if kind == "token_classification" else []
-    model = build_finetune_model(source.family, source.model_cfg, c.task, len(names) or 2, "pooler" in source.params)
-    enc = transformers.AutoTokenizer.from_pretrained(hf_dir)(TEXTS, padding="max_length", max_length=LENGTH,
-                                                             return_tensors="np")
-    batch = {k: np.asarray(v, np.int32) for k, v in enc.items()}
-    shapes = jax.eval_shape(lambda: nn.meta.unbox(model.init(jax.random.key(0), batch, deterministic=True)["params"]))
-    rng = np.random.default_rng(0)
-    params = _pretrained(jax.tree.map(lambda s: (0.02 * rng.standard_normal(s.shape)).astype(s.dtype), shapes),
-                         source, c)
-    config = c.copy_and_resolve_references()
-    config.model = source.model_cfg
+    task_config = {"token_classification": configs.finetune.token_classification,
+                   "span_qa": configs.finetune.span_qa}[kind]
+    model, params, batch, config = random_task_model(family, task_config, len(names) or 2, tokenizer_dir, tmp_path)
     state_dict, hf_cfg = hf_export.hf_task_state(params, config, names)
-    hf_folder.write_hf_folder(str(tmp_path / "exported"), state_dict, hf_cfg, hf_dir)
+    hf_folder.write_hf_folder(str(tmp_path / "exported"), state_dict, hf_cfg, config.init_from)
     auto = {"token_classification": transformers.AutoModelForTokenClassification,
             "span_qa": transformers.AutoModelForQuestionAnswering}[kind]
     hf_model = auto.from_pretrained(str(tmp_path / "exported")).eval()
-    inputs = {k: torch.tensor(v) for k, v in batch.items() if k in inspect.signature(hf_model.forward).parameters}
     with torch.no_grad():
-        out = hf_model(**inputs)
+        out = hf_model(**torch_inputs(hf_model, batch))
     theirs = (np.stack([out.start_logits.numpy(), out.end_logits.numpy()], -1) if kind == "span_qa"
               else out.logits.numpy())
     ours = np.asarray(model.apply({"params": params}, batch, deterministic=True)["logits"])
@@ -221,3 +222,22 @@ def test_token_and_span_heads_on_a_family_export_with_transformers_logits(family
     diff = relative_error(ours[real], theirs[real])
     print(f"{family} {kind}: {type(hf_model).__name__} relative logit error {diff:.2e}")
     assert diff <= TRANSFORMERS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_family_sentence_encoder_exports_as_an_auto_model_with_our_embeddings(family, tokenizer_dir, tmp_path):
+    """The sentence-transformers export's encoder (AutoModel, ModernBERT's too) mean-pools to our embeddings."""
+    model, params, batch, config = random_task_model(family, configs.finetune.sentence_embedding, 1, tokenizer_dir,
+                                                     tmp_path)
+    out = str(tmp_path / "exported")
+    hf_export.write_sentence_transformers(out, params, config, config.init_from)
+    hf_model = transformers.AutoModel.from_pretrained(out).eval()
+    with torch.no_grad():
+        hidden = hf_model(**torch_inputs(hf_model, batch)).last_hidden_state.numpy()
+    mask = batch["attention_mask"][..., None]
+    theirs = (hidden * mask).sum(1) / mask.sum(1)
+    ours = np.asarray(model.apply({"params": params}, batch, True, method=model.embed))
+    diff = relative_error(ours, theirs)
+    print(f"{family}: {type(hf_model).__name__} mean-pooled relative error {diff:.2e}")
+    assert config.task.pooling == "mean" and diff <= TRANSFORMERS
