@@ -15,6 +15,18 @@ from bert_jax.objectives.objective import Objective
 
 
 @dataclasses.dataclass(frozen=True)
+class HfClassifierHead:
+    """The head Hugging Face's <Family>ForSequenceClassification puts on [CLS] for a family without a pooler:
+    dense -> activation -> classifier, in HF's tensor names (RobertaClassificationHead's by default). A
+    fine-tuned classifier (bert_jax.finetune) trains this head, and its export is a renaming."""
+
+    dense: str = "classifier.dense"
+    classifier: str = "classifier.out_proj"
+    activation: str = "tanh"  # a key of bert_jax.finetune.model.HEAD_ACTIVATIONS
+    config: tuple[tuple[str, Any], ...] = ()  # config.json values that make HF's head this one
+
+
+@dataclasses.dataclass(frozen=True)
 class Family:
     name: str
     # config.model -> module whose __call__(batch, deterministic) -> outputs, and whose
@@ -41,6 +53,10 @@ class Family:
     # its config.json `model_type`, and hf_model_config(config.json dict) -> config.model values.
     hf_model_type: str = ""
     hf_model_config: Callable[[dict], dict] | None = None
+    # Fine-tuned task heads: the sequence head a family without a pooler trains and exports (see HfClassifierHead);
+    # hf_task_heads_missing, when set, says why no HF task class takes our heads (their export then fails with it).
+    hf_classifier_head: HfClassifierHead = HfClassifierHead()
+    hf_task_heads_missing: str = ""
 
     def objective_for(self, model_cfg) -> Objective:
         """The objective a run of `config.model` trains: the loop, eval and validation ask this."""
@@ -89,14 +105,17 @@ def _register_builtin_families() -> None:
     ):
         register_family(Family(name=name, build_model=build, objective=objective,
                                hf_export=converter.hf_export, hf_import=converter.hf_import,
-                               hf_model_type=name, hf_model_config=converter.model_config_from_hf))
+                               hf_model_type=name, hf_model_config=converter.model_config_from_hf,
+                               hf_classifier_head=HfClassifierHead(**getattr(converter, "CLASSIFIER_HEAD", {}))))
 
     from bert_jax.checkpoint import hf_modernbert
     from bert_jax.models import modernbert
 
     register_family(Family(name="modernbert", build_model=modernbert.build_modernbert, objective=MLM_PRETRAINING,
                            hf_export=hf_modernbert.hf_export, hf_import=hf_modernbert.hf_import,
-                           validate_config=modernbert.validate_config))
+                           validate_config=modernbert.validate_config, hf_model_type=hf_modernbert.MODEL_TYPE,
+                           hf_model_config=hf_modernbert.model_config_from_hf,
+                           hf_task_heads_missing=hf_modernbert.TASK_HEADS_MISSING))
 
     from bert_jax.checkpoint import hf_deberta_v3, hf_electra
     from bert_jax.models import deberta_v3, electra
@@ -104,11 +123,15 @@ def _register_builtin_families() -> None:
 
     register_family(Family(name="electra", build_model=electra.build_electra,
                            objective=replaced_token_detection.objective_for, hf_export=hf_electra.hf_export,
-                           hf_import=hf_electra.hf_import, hf_subfolders=(hf_electra.GENERATOR_FOLDER,)))
+                           hf_import=hf_electra.hf_import, hf_subfolders=(hf_electra.GENERATOR_FOLDER,),
+                           hf_model_type="electra", hf_model_config=hf_electra.discriminator_config_from_hf,
+                           hf_classifier_head=HfClassifierHead(**hf_electra.CLASSIFIER_HEAD)))
     register_family(Family(name="deberta_v3", build_model=deberta_v3.build_deberta_v3,
                            objective=replaced_token_detection.objective_for,
                            hf_export=hf_deberta_v3.hf_export, hf_import=hf_deberta_v3.hf_import,
-                           hf_subfolders=(hf_deberta_v3.GENERATOR_FOLDER,)))
+                           hf_subfolders=(hf_deberta_v3.GENERATOR_FOLDER,),
+                           hf_model_type="deberta-v2", hf_model_config=hf_deberta_v3.model_config_from_hf,
+                           hf_classifier_head=HfClassifierHead(**hf_deberta_v3.CLASSIFIER_HEAD)))
 
 
 _register_builtin_families()

@@ -33,6 +33,9 @@ TIED_ON_EXPORT = {
 }
 IGNORED_ON_IMPORT = (f"{PREFIX}.embeddings.position_ids",)
 
+# DebertaV2ForSequenceClassification's head: ContextPooler (dense, pooler_hidden_act) then classifier (families.py).
+CLASSIFIER_HEAD = {"dense": "pooler.dense", "classifier": "classifier", "activation": "gelu",
+                   "config": (("pooler_hidden_act", "gelu"),)}
 CONFIG_KEYS = {
     **{k: v for k, v in hf_bert.CONFIG_KEYS.items() if k != "max_position_embeddings"},
     "position_buckets": "position_buckets",

@@ -6,6 +6,7 @@ carry the shared embeddings, as Google's released pairs do. Import reads the dis
 folder and, when present, its `generator/`; without one the generator stays as initialised
 (reported). The shared embeddings come from the discriminator. Pure functions on numpy arrays.
 """
+import math
 import types
 from typing import Any
 
@@ -23,6 +24,8 @@ GENERATOR_FOLDER = "generator"
 TIED_ON_EXPORT = {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"}
 IGNORED_ON_IMPORT = ("electra.embeddings.position_ids", "electra.embeddings.token_type_ids")
 
+# ElectraForSequenceClassification's head (ElectraClassificationHead): dense, exact GELU, out_proj (families.py).
+CLASSIFIER_HEAD = {"dense": "classifier.dense", "classifier": "classifier.out_proj", "activation": "gelu"}
 CONFIG_KEYS = {**hf_bert.CONFIG_KEYS, "embedding_size": "embedding_size", "hidden_act": "hidden_act"}
 
 
@@ -106,6 +109,17 @@ def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
         implemented={"position_embedding_type": ("absolute",),
                      "hidden_act": ("gelu", *sorted(set(ACTIVATIONS) - {"gelu"}))},
     )
+
+
+def discriminator_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
+    """config.model values for an ELECTRA discriminator folder read without a config of ours (fine-tuning).
+
+    The folder says nothing of a generator, which fine-tuning never runs; the ratio is the smallest
+    1/k that divides heads, hidden and FFN sizes evenly, so the unused generator is as small as can be.
+    """
+    values = model_config_from_hf(hf_cfg)
+    divisor = math.gcd(values["num_heads"], values["hidden_size"], values["intermediate_size"])
+    return dict(values, generator_size_ratio=1 / divisor)
 
 
 def _check_generator_config(hf_cfg: dict, model_cfg) -> None:

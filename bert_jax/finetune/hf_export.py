@@ -6,9 +6,10 @@ sentence-transformers folder.
 
 The encoder goes through the family's own `hf_export` hook (the pre-training heads it also
 writes are dropped: only tensors under the encoder's prefix are kept); the task head is
-renamed to Hugging Face's: `classifier` on the pooled [CLS] for a family with a pooler,
-`classifier.dense` + `classifier.out_proj` for one without (RobertaClassificationHead), and
-`classifier` on every token for tagging, `qa_outputs` for span QA.
+renamed to Hugging Face's: `classifier` on the pooled [CLS] for a family with a pooler, the
+family's `hf_classifier_head` names for one without (RobertaClassificationHead's `classifier.dense`
++ `classifier.out_proj` by default), `classifier` on every token for tagging, `qa_outputs` for
+span QA. A family whose HF task classes hold heads ours are not (`hf_task_heads_missing`) fails, saying so.
 """
 import json
 
@@ -73,13 +74,19 @@ def hf_task_state(params: dict, config, names: list[str]) -> tuple[dict, dict]:
     if kind in ("classification", "regression") and config.task.pooling != "cls":
         raise ValueError("config.task.pooling=mean has no Hugging Face ForSequenceClassification counterpart "
                          "(they pool [CLS]); fine-tune with pooling=cls to export")
+    family = get_family(config.model.family)
+    if family.hf_task_heads_missing:
+        raise ValueError(f"config.model.family={family.name!r}: a fine-tuned {kind} head does not export to "
+                         f"Hugging Face: {family.hf_task_heads_missing}")
     state, hf_cfg, base_arch = encoder_state(params, config)
     head = params["head"]
     if "qa_outputs" in head:
         _linear(state, "qa_outputs", head["qa_outputs"])
     elif "pooler" in head:
-        _linear(state, "classifier.dense", head["pooler"])
-        _linear(state, "classifier.out_proj", head["classifier"])
+        spec = family.hf_classifier_head
+        _linear(state, spec.dense, head["pooler"])
+        _linear(state, spec.classifier, head["classifier"])
+        hf_cfg = dict(hf_cfg, **dict(spec.config))
     else:
         _linear(state, "classifier", head["classifier"])
     hf_cfg = dict(hf_cfg, architectures=[base_arch + HF_TASK_CLASS[kind]])
@@ -98,10 +105,10 @@ def encoder_state(params: dict, config) -> tuple[dict, dict, str]:
     if family.hf_export is None:
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export")
     full = _merge(init_from.zeros_like_family_params(family, config.model), params["backbone"])
-    state, hf_cfg = family.hf_export(full, config.model)
-    word = next(k for k in state if k.endswith("embeddings.word_embeddings.weight"))
-    prefix = word[: -len("embeddings.word_embeddings.weight")]
-    base = hf_cfg.get("architectures", ["Model"])[0].split("For")[0]
+    state, hf_cfg = family.hf_export(full, config.model)[:2]  # a third value: subfolders (a generator), unused
+    embedding = next(k for k in state if k.startswith("embeddings.") or ".embeddings." in k)
+    prefix = embedding[: embedding.index("embeddings.")]
+    base = hf_cfg.get("architectures", ["Model"])[0].split("For")[0].removesuffix("Model")
     return {k: v for k, v in state.items() if k.startswith(prefix)}, hf_cfg, base
 
 

@@ -44,8 +44,10 @@ def _split_step(init_from: str) -> tuple[str, int | None]:
 def probe_batch(length: int = 8) -> dict:
     """The smallest batch every family module's __call__ accepts (for init and eval_shape)."""
     ids = jnp.zeros((1, length), jnp.int32)
+    predictions = jnp.zeros((1, 1), jnp.int32)
     return {"input_ids": ids, "attention_mask": jnp.ones_like(ids), "token_type_ids": ids,
-            "masked_positions": jnp.zeros((1, 1), jnp.int32)}
+            "masked_positions": predictions, "masked_ids": predictions,  # replaced-token detection reads these
+            "masked_weights": jnp.ones((1, 1), jnp.float32)}
 
 
 def zeros_like_family_params(family: Family, model_cfg) -> dict:

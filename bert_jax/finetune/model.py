@@ -4,12 +4,13 @@ The encoder keeps the family module's parameter names under `backbone/` (the pre
 minus the heads the task never calls), so a pre-training checkpoint or an HF import fills it
 leaf by leaf. Heads live under `head/`, and mirror Hugging Face's so the export is a renaming:
 a sequence head is `classifier` on the family's pooled [CLS] when it has a pooler (BERT,
-ALBERT), else dense + tanh (`pooler`) then `classifier` (RobertaClassificationHead).
+ALBERT), else dense + the activation of the family's HF head (`pooler`; tanh in RobertaClassificationHead,
+GELU in ELECTRA's and DeBERTa's, ReLU in DistilBERT's: `Family.hf_classifier_head`) then `classifier`.
 """
 import flax.linen as nn
 import jax.numpy as jnp
 
-from bert_jax.models.layers import Dense
+from bert_jax.models.layers import ACTIVATIONS, Dense
 
 SEQUENCE_KINDS = ("classification", "regression")
 KINDS = SEQUENCE_KINDS + ("token_classification", "span_qa", "sentence_embedding")
@@ -17,6 +18,7 @@ EMBEDDING_LOSSES = ("ranking", "cosine", "softmax")
 # SBERT's MultipleNegativesRankingLoss multiplies cosine similarities by 20 before the softmax.
 RANKING_SCALE = 20.0
 POOLINGS = ("cls", "mean")
+HEAD_ACTIVATIONS = {**ACTIVATIONS, "tanh": jnp.tanh, "relu": nn.relu}
 
 
 def mean_pool(hidden, attention_mask):
@@ -33,6 +35,7 @@ class TaskHead(nn.Module):
     hidden_size: int
     dropout_rate: float
     initializer_range: float
+    pooler_activation: str = "tanh"
 
     @nn.compact
     def __call__(self, encoded: dict, attention_mask, deterministic: bool):
@@ -50,7 +53,8 @@ class TaskHead(nn.Module):
         elif self.has_family_pooler:
             pooled = encoded["pooled"]
         else:
-            pooled = jnp.tanh(dense(self.hidden_size, "pooler")(dropout(hidden[:, 0], deterministic=deterministic)))
+            activation = HEAD_ACTIVATIONS[self.pooler_activation]
+            pooled = activation(dense(self.hidden_size, "pooler")(dropout(hidden[:, 0], deterministic=deterministic)))
         return dense(self.num_outputs, "classifier")(dropout(pooled, deterministic=deterministic))
 
 
@@ -124,5 +128,5 @@ def build_finetune_model(family, model_cfg, task_cfg, num_outputs: int, has_fami
     head = TaskHead(kind=task_cfg.kind, num_outputs=num_outputs, pooling=task_cfg.pooling,
                     has_family_pooler=has_family_pooler, hidden_size=model_cfg.hidden_size,
                     dropout_rate=float(model_cfg.dropout_rate), initializer_range=float(model_cfg.get("initializer_range", 0.02)),
-                    name="head")
+                    pooler_activation=family.hf_classifier_head.activation, name="head")
     return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)

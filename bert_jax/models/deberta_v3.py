@@ -249,6 +249,14 @@ class DebertaV3(ReplacedTokenDetection):
     def generator_logits(self, batch: dict, deterministic: bool = True) -> jax.Array:
         return self.generator(batch, deterministic)["mlm_logits"]
 
+    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+        """The discriminator's encoder, reading the GDES-merged word table (what a released DeBERTa-v3 is and
+        fine-tuning starts from): hidden [batch, length, hidden]; no `pooled` (HF's ContextPooler is a task
+        head's). The stop-gradient stays: fine-tuning moves the merged table through its delta alone."""
+        return {"hidden": self.discriminator.encoder(batch["input_ids"], batch["attention_mask"],
+                                                     batch.get("token_type_ids"), batch.get("segment_ids"),
+                                                     deterministic)}
+
     def discriminator_logits(self, batch: dict, deterministic: bool = True) -> jax.Array:
         return self.discriminator(batch, deterministic)
 

@@ -76,6 +76,12 @@ class DistilBertForMaskedLM(nn.Module):
             (cfg.vocab_size,), cfg.param_dtype,
         )
 
+    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+        """The encoder without the MLM head, for task heads (bert_jax.finetune): hidden [batch, length, hidden].
+        No `pooled`: DistilBERT has no pooler (DistilBertForSequenceClassification's pre_classifier is a head's)."""
+        return {"hidden": self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("position_ids"),
+                                       batch.get("segment_ids"), deterministic)}
+
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: input_ids, attention_mask, masked_positions; optional position_ids, segment_ids.
 

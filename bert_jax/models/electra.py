@@ -157,6 +157,11 @@ class Electra(ReplacedTokenDetection):
     def generator_logits(self, batch: dict, deterministic: bool = True) -> jax.Array:
         return self.generator(batch, deterministic)
 
+    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+        """The discriminator's encoder (shared embeddings included), which fine-tuning starts from as
+        ElectraForSequenceClassification does: hidden [batch, length, hidden]; no pooler, so no `pooled`."""
+        return {"hidden": self.discriminator.encoder(batch, deterministic)}
+
     def discriminator_logits(self, batch: dict, deterministic: bool = True) -> jax.Array:
         return self.discriminator(batch, deterministic)
 

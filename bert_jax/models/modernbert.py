@@ -249,10 +249,17 @@ class ModernBertForMaskedLM(nn.Module):
                                                                                        ("vocab",)),
                                        (cfg.vocab_size,), cfg.param_dtype)
 
+    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+        """The encoder without the MLM head, for task heads (bert_jax.finetune): hidden [batch, length, hidden],
+        after the final norm. No `pooled`: ModernBERT has no pooler (HF's task heads pool themselves)."""
+        return {"hidden": self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("position_ids"),
+                                       batch.get("segment_ids"), deterministic)}
+
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: input_ids, attention_mask, masked_positions; optional position_ids, segment_ids (packed rows).
 
-        Returns mlm_logits [batch, predictions, vocab] (float32). `token_type_ids` is ignored.
+        Returns mlm_logits [batch, predictions, vocab] (float32) and last_hidden_state [batch, length, hidden] (a
+        distillation teacher's). `token_type_ids` is ignored.
         """
         cfg = self.config
         hidden = self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("position_ids"),
@@ -261,7 +268,7 @@ class ModernBertForMaskedLM(nn.Module):
         bias = self.mlm_bias if cfg.decoder_bias else jnp.zeros((cfg.vocab_size,), cfg.dtype)
         logits = tied_mlm_logits(h, self.head_dense, ACTIVATIONS[cfg.hidden_act], self.head_norm,
                                  self.encoder.word, bias, cfg.dtype)
-        return {"mlm_logits": logits}
+        return {"mlm_logits": logits, "last_hidden_state": hidden}
 
 
 def build_modernbert(model_cfg) -> nn.Module:

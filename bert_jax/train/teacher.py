@@ -111,8 +111,30 @@ def resolve_teacher(config) -> Teacher | None:
                       attention_dropout_rate=0.0)
         model_cfg, is_workdir, tokenizer_dir = ml_collections.ConfigDict(values), False, path
     _check_distill_config(config, model_cfg, path)
-    return Teacher(path=path, is_workdir=is_workdir, family=family, model_cfg=model_cfg,
-                   model=family.build_model(model_cfg), tokenizer_dir=tokenizer_dir, seed=config.seed)
+    teacher = Teacher(path=path, is_workdir=is_workdir, family=family, model_cfg=model_cfg,
+                      model=family.build_model(model_cfg), tokenizer_dir=tokenizer_dir, seed=config.seed)
+    _check_outputs(teacher, config)
+    return teacher
+
+
+def _check_outputs(teacher: Teacher, config) -> None:
+    """The teacher runs as the step runs it (frozen, deterministic, no rng) and gives what the distillation loss
+    reads, traced without compiling; a family that does not (replaced-token detection samples its input)
+    fails here naming the path, not inside the step's compilation."""
+    from bert_jax.train.state import example_batch
+
+    needed = ("mlm_logits",) + (("last_hidden_state",) if has_cosine(config, teacher) else ())
+    batch = example_batch(config.data, 1)
+    try:
+        outputs = jax.eval_shape(lambda: teacher.model.apply(
+            {"params": nn.meta.unbox(teacher.init_params(config.data))}, batch, deterministic=True))
+    except ValueError as e:
+        raise _fail(teacher.path, f"is a {teacher.family.name} model, which does not run as a frozen teacher: "
+                                  f"{e}") from e
+    missing = [k for k in needed if k not in outputs]
+    if missing:
+        raise _fail(teacher.path, f"is a {teacher.family.name} model, whose outputs lack {missing}: distillation "
+                                  f"compares the teacher's {' and '.join(needed)} with the student's")
 
 
 def _check_distill_config(config, teacher_cfg, path: str) -> None:
