@@ -79,7 +79,7 @@ def test_tiny_electra_discriminator_beats_the_all_original_rate(tiny_run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="measured: the tiny generator reaches the most-frequent-token floor "
+@pytest.mark.xfail(strict=True, reason="measured: the tiny generator reaches the most-frequent-token floor "
                    "(0.0497 = 0.0497 at step 600; also at 1200 steps, and at lr 1e-3), not above it; a larger "
                    "tiny (configs/tiny.py's scale) was too slow to measure on the shared 2-core machine")
 def test_tiny_electra_generator_beats_the_most_frequent_token(tiny_run):
