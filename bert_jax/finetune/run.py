@@ -21,7 +21,7 @@ from bert_jax.finetune.model import build_finetune_model
 from bert_jax.finetune.optimizer import make_optimizer
 from bert_jax.parallel.mesh import batch_sharding, global_batch, logical_axis_rules, make_mesh
 from bert_jax.storage import paths
-from bert_jax.train.loop import _headline, _host_metrics, _nonfinite_steps
+from bert_jax.train.loop import headline, host_metrics, nonfinite_steps
 from bert_jax.train.metrics_writer import MetricsWriter
 from bert_jax.train.state import abstract_state_and_shardings, create_sharded_state, make_init_fn
 from bert_jax.train.step import make_train_step
@@ -200,13 +200,13 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
                 pending.append((step, m))
                 is_last = step == last_step
                 if step % t_cfg.log_every_steps == 0 or is_last:
-                    row = _host_metrics(pending, t_cfg.nan_policy)
+                    row = host_metrics(pending, t_cfg.nan_policy)
                     pending = []
                     row["train/learning_rate"] = float(schedule(step - 1))
                     row["train/epoch"] = step / steps_per_epoch
                     writer.write(step, row)
                     logging.info("step %d/%d | epoch %.2f | %s", step, num_steps, step / steps_per_epoch,
-                                 _headline(row, "train", objective))
+                                 headline(row, "train", objective))
                 if step % eval_every == 0 or step == num_steps:
                     outputs = predict_outputs(predict, state.params, eval_sets["validation"], data_sharding)
                     scores = evaluate(config, outputs, features["validation"], names, splits["validation"].rows)
@@ -234,7 +234,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
                                          best["step"])
                             stopped_early = True
                 if step % save_every == 0 or is_last or stopped_early:
-                    _nonfinite_steps(pending, t_cfg.nan_policy)
+                    nonfinite_steps(pending, t_cfg.nan_policy)
                     ckpt.save(manager, step, state, train_iter)
                 if stopped_early:
                     break

@@ -49,18 +49,15 @@ def sample_replacements(mlm_logits: jax.Array, key: jax.Array, temperature: floa
 
 
 class ReplacedTokenDetection(nn.Module):
-    """The generic two-network forward; subclasses define setup, generator_logits, discriminator_logits
-    (and sampling_temperature, if not 1.0 as in ELECTRA)."""
+    """The generic two-network forward. A family subclasses it and defines `setup` and
+    `generator_logits(batch, deterministic)` -> [batch, predictions, vocab] at the gathered masked
+    positions, and `discriminator_logits(batch, deterministic)` -> [batch, length] on the corrupted
+    ids (and `sampling_temperature`, if not 1.0 as in ELECTRA)."""
 
     def sampling_temperature(self) -> float:
         """The temperature of the generator's softmax when sampling replacements."""
         return 1.0
 
-    def generator_logits(self, batch: dict, deterministic: bool) -> jax.Array:
-        raise NotImplementedError
-
-    def discriminator_logits(self, batch: dict, deterministic: bool) -> jax.Array:
-        raise NotImplementedError
 
     def sample_key(self) -> jax.Array:
         if self.is_initializing() and not self.has_rng("sample"):

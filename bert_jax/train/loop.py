@@ -33,7 +33,7 @@ def _write_config(config, workdir: str, identity: dict) -> None:
         paths.write_atomically(paths.path(workdir) / "config.json", json.dumps(resolved, indent=2, sort_keys=True))
 
 
-def _nonfinite_steps(pending: list, nan_policy: str) -> list[int]:
+def nonfinite_steps(pending: list, nan_policy: str) -> list[int]:
     """Steps among `pending` whose loss or gradient was not finite; under policy `stop`, raises at the first."""
     bad = [step for step, m in pending if float(m["nonfinite"]) > 0]
     if bad and nan_policy == "stop":
@@ -44,23 +44,23 @@ def _nonfinite_steps(pending: list, nan_policy: str) -> list[int]:
     return bad
 
 
-def _host_metrics(pending: list, nan_policy: str) -> dict:
+def host_metrics(pending: list, nan_policy: str) -> dict:
     """Means of the device metrics of the steps since the last log, over the steps that were applied."""
     pending = jax.device_get(pending)  # one transfer for all the steps since the last log
-    bad = _nonfinite_steps(pending, nan_policy)
+    bad = nonfinite_steps(pending, nan_policy)
     host = [m for step, m in pending if step not in bad] or [pending[-1][1]]
     out = {f"train/{k}": float(np.mean([m[k] for m in host])) for k in host[0] if k != "nonfinite"}
     out["train/skipped_steps"] = float(len(bad))
     return out
 
 
-def _headline(row: dict, split: str, objective) -> str:
+def headline(row: dict, split: str, objective) -> str:
     return " | ".join(f"{name} {row[f'{split}/{name}']:.4f}" for name in ("loss",) + objective.headline)
 
 
 def _log_progress(step: int, num_steps: int, row: dict, objective) -> None:
     logging.info(
-        "step %d/%d | %s | %.0f tok/s | MFU %.2f%% | ETA %s", step, num_steps, _headline(row, "train", objective),
+        "step %d/%d | %s | %.0f tok/s | MFU %.2f%% | ETA %s", step, num_steps, headline(row, "train", objective),
         row["perf/tokens_per_s"], 100 * row["perf/mfu"], perf.format_duration(row["perf/eta_s"]),
     )
 
@@ -201,7 +201,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
                 pending.append((step, metrics))
                 is_last = step == last_step
                 if step % t_cfg.log_every_steps == 0 or is_last:
-                    row = _host_metrics(pending, t_cfg.nan_policy)
+                    row = host_metrics(pending, t_cfg.nan_policy)
                     pending = []
                     row["train/learning_rate"] = float(program.schedule(step - 1))
                     row.update(meter.measure(step))
@@ -214,12 +214,12 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
                     writer.write(step, row)
                     last_metrics.update(row)
                     logging.info("eval step %d | %s (MLM always-most-frequent-token: %.4f)",
-                                 step, _headline(row, "eval", objective), baseline)
+                                 step, headline(row, "eval", objective), baseline)
                     writer.plot(("loss",) + objective.headline)
                     meter.start(step)  # eval time is not train time
                 preempted = watch.should_stop(step)
                 if step % config.checkpoint.every_steps == 0 or is_last or preempted:
-                    _nonfinite_steps(pending, t_cfg.nan_policy)  # a NaN step stops the run before it is saved
+                    nonfinite_steps(pending, t_cfg.nan_policy)  # a NaN step stops the run before it is saved
                     ckpt.save(manager, step, state, train_iter)
                     writer.sync()  # a bucket gets the metrics up to this step (see metrics_writer.py)
                 if preempted:
