@@ -307,27 +307,74 @@ def pad_batch(batch: dict, batch_size: int) -> dict:
     return out
 
 
+def pack_examples(batch: dict, rows_multiple: int) -> dict:
+    """`batch` plus its encoder input packed: the examples end to end in rows of the same length.
+
+    Sentences are short next to max_seq_length (a third of it, often), so a padded batch is
+    mostly padding, and the encoder's cost is in tokens. Packing puts the examples longest
+    first into the first row with room (first-fit decreasing), each its own segment with
+    positions from 0, so attention stays inside it and its hidden states equal its unpacked
+    ones (bert_jax.finetune.model unpacks them). The row count is rounded up to
+    `rows_multiple`, so a run compiles a few shapes rather than one per batch, and it is a
+    function of the batch alone: a resumed run packs (and draws dropout) as the straight one.
+
+    Adds, per text ("" and, for pairs, "pair_"): packed_{input_ids, token_type_ids,
+    attention_mask, segment_ids, position_ids} [rows, length] and example_starts [batch]
+    (row * length + offset of each example's first token). Rows must be right-padded.
+    """
+    out = dict(batch)
+    for prefix in ("", "pair_"):
+        if f"{prefix}input_ids" not in batch:
+            continue
+        ids, mask = batch[f"{prefix}input_ids"], batch[f"{prefix}attention_mask"]
+        types = batch.get(f"{prefix}token_type_ids", np.zeros_like(ids))
+        n, length = ids.shape
+        lengths = mask.sum(1)
+        free, placed = [], np.zeros((n, 2), np.int64)  # per example: row, offset
+        for i in np.argsort(-lengths, kind="stable"):
+            row = next((r for r, room in enumerate(free) if room >= lengths[i]), len(free))
+            if row == len(free):
+                free.append(length)
+            placed[i] = row, length - free[row]
+            free[row] -= lengths[i]
+        rows = -(-len(free) // rows_multiple) * rows_multiple
+        packed = {k: np.zeros((rows, length), np.int32)
+                  for k in ("input_ids", "token_type_ids", "attention_mask", "segment_ids", "position_ids")}
+        for i, ((row, offset), size) in enumerate(zip(placed, lengths)):
+            where = (row, slice(offset, offset + size))
+            packed["input_ids"][where] = ids[i, :size]
+            packed["token_type_ids"][where] = types[i, :size]
+            packed["attention_mask"][where] = 1
+            packed["segment_ids"][where] = i + 1
+            packed["position_ids"][where] = np.arange(size)
+        out.update({f"{prefix}packed_{k}": v for k, v in packed.items()})
+        out[f"{prefix}example_starts"] = (placed[:, 0] * length + placed[:, 1]).astype(np.int32)
+    return out
+
+
 class _Gather:
-    def __init__(self, features: dict, batch_size: int):
-        self.features, self.batch_size = features, batch_size
+    def __init__(self, features: dict, batch_size: int, rows_multiple: int):
+        self.features, self.batch_size, self.rows_multiple = features, batch_size, rows_multiple
 
     def __call__(self, indices: np.ndarray) -> dict:
-        return pad_batch({k: self.features[k][indices] for k in model_keys(self.features)}, self.batch_size)
+        batch = pad_batch({k: self.features[k][indices] for k in model_keys(self.features)}, self.batch_size)
+        return pack_examples(batch, self.rows_multiple) if self.rows_multiple else batch
 
 
-def train_iterator(features: dict, batch_size: int, epochs: int, seed: int):
+def train_iterator(features: dict, batch_size: int, epochs: int, seed: int, rows_multiple: int = 0):
     """Batches of `batch_size` over `epochs` shuffled passes (a new order each epoch, from `seed`); the last
-    batch is padded with weight-0 rows. A grain iterator: get_state()/set_state() resume it exactly."""
+    batch is padded with weight-0 rows; with `rows_multiple`, packed (pack_examples). A grain iterator:
+    get_state()/set_state() resume it exactly."""
     n = len(features["input_ids"])
     ds = grain.MapDataset.range(n).shuffle(seed=seed).repeat(epochs).batch(batch_size, drop_remainder=False)
-    return iter(ds.map(_Gather(features, batch_size)))
+    return iter(ds.map(_Gather(features, batch_size, rows_multiple)))
 
 
 def steps_per_epoch(num_examples: int, batch_size: int) -> float:
     return num_examples / batch_size
 
 
-def eval_batches(features: dict, batch_size: int) -> list[dict]:
+def eval_batches(features: dict, batch_size: int, rows_multiple: int = 0) -> list[dict]:
     n = len(features["input_ids"])
-    return [pad_batch({k: features[k][i:i + batch_size] for k in model_keys(features)}, batch_size)
-            for i in range(0, n, batch_size)]
+    gather = _Gather(features, batch_size, rows_multiple)
+    return [gather(np.arange(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]

@@ -95,10 +95,31 @@ class FinetuneModel(nn.Module):
     backbone: nn.Module
     head: nn.Module
     pooling: str = "cls"
+    has_family_pooler: bool = False
+
+    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+        """The backbone's `encode` in the batch's example layout: hidden [batch, length, hidden] (and pooled).
+
+        A packed batch (bert_jax.finetune.data.pack_examples) runs the encoder on its packed
+        rows and gathers each example's tokens back from `example_starts`; past an example's
+        end the gathered states belong to others, which its attention_mask and label weights
+        ignore, as they ignore padding. The family's pooler then runs on each example's own
+        [CLS] (`pool`), not on the first token of a row.
+        """
+        if "packed_input_ids" not in batch:
+            return self.backbone.encode(batch, deterministic)
+        packed = {k[len("packed_"):]: v for k, v in batch.items() if k.startswith("packed_")}
+        hidden = self.backbone.encode(packed, deterministic)["hidden"]
+        rows, length, width = hidden.shape
+        index = batch["example_starts"][:, None] + jnp.arange(batch["attention_mask"].shape[1])
+        hidden = jnp.take(hidden.reshape(rows * length, width), index, axis=0, mode="clip")
+        if not self.has_family_pooler:
+            return {"hidden": hidden}
+        return {"hidden": hidden, "pooled": self.backbone.pool(hidden[:, 0])}
 
     def embed(self, batch: dict, deterministic: bool = True):
         """Sentence embeddings [batch, hidden]: the pooled encoder output."""
-        hidden = self.backbone.encode(batch, deterministic)["hidden"]
+        hidden = self.encode(batch, deterministic)["hidden"]
         return mean_pool(hidden, batch["attention_mask"]) if self.pooling == "mean" else hidden[:, 0]
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
@@ -107,7 +128,7 @@ class FinetuneModel(nn.Module):
             u, v = self.embed(batch, deterministic), self.embed(pair, deterministic)
             return {"logits": self.head(u, v).astype(jnp.float32), "u": u.astype(jnp.float32),
                     "v": v.astype(jnp.float32)}
-        encoded = self.backbone.encode(batch, deterministic)
+        encoded = self.encode(batch, deterministic)
         logits = self.head(encoded, batch["attention_mask"], deterministic)
         return {"logits": logits.astype(jnp.float32)}
 
@@ -124,9 +145,10 @@ def build_finetune_model(family, model_cfg, task_cfg, num_outputs: int, has_fami
                              f"{EMBEDDING_LOSSES}")
         head = SiameseHead(loss=task_cfg.embedding_loss, num_outputs=num_outputs, hidden_size=model_cfg.hidden_size,
                            initializer_range=float(model_cfg.get("initializer_range", 0.02)), name="head")
-        return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)
+        return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling,
+                             has_family_pooler=has_family_pooler)
     head = TaskHead(kind=task_cfg.kind, num_outputs=num_outputs, pooling=task_cfg.pooling,
                     has_family_pooler=has_family_pooler, hidden_size=model_cfg.hidden_size,
                     dropout_rate=float(model_cfg.dropout_rate), initializer_range=float(model_cfg.get("initializer_range", 0.02)),
                     pooler_activation=family.hf_classifier_head.activation, name="head")
-    return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)
+    return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling, has_family_pooler=has_family_pooler)

@@ -122,6 +122,24 @@ def headline_metric(kind: str, tagging: str) -> str:
             "token_classification": "token_accuracy" if tagging == "pos" else "entity_f1"}[kind]
 
 
+def packed_rows_multiple(config, mesh) -> int:
+    """What packed batches round their row count to (0: batches stay padded, one row per example).
+
+    config.data.pack_rows_multiple, times what the mesh splits the batch over, so every
+    device gets whole rows. Span QA does not pack: its windows fill max_seq_length by design,
+    and its loss reads the logits of every position of a window, padding included, as
+    Hugging Face's does.
+    """
+    if not config.data.packing:
+        return 0
+    if config.task.kind == "span_qa":
+        raise ValueError("config.data.packing=True, but span_qa windows already fill config.data.max_seq_length; "
+                         "set --config.data.packing=False")
+    if config.data.pack_rows_multiple < 1:
+        raise ValueError(f"config.data.pack_rows_multiple={config.data.pack_rows_multiple} must be >= 1")
+    return math.lcm(int(config.data.pack_rows_multiple), mesh.shape["data"] * mesh.shape["fsdp"])
+
+
 def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     """Fine-tunes one seed in `workdir` (resuming from its checkpoints); returns results.json's content."""
     t_cfg = config.train
@@ -172,7 +190,8 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     predict = jax.jit(lambda params, batch: model.apply({"params": params}, batch, deterministic=True),
                       in_shardings=(shardings.params, data_sharding))
 
-    train_iter = data.train_iterator(features["train"], batch_size, epochs, config.seed)
+    rows_multiple = packed_rows_multiple(config, mesh)
+    train_iter = data.train_iterator(features["train"], batch_size, epochs, config.seed, rows_multiple)
     manager = ckpt.make_manager(paths.absolute(root / "checkpoints"), config.checkpoint)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         state = ckpt.restore_latest(manager, abstract_state, train_iter)
@@ -189,7 +208,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     best_metric = es.metric
     best = _read_best(root)
     writer = MetricsWriter(workdir, config, start)
-    eval_sets = {name: data.eval_batches(f, batch_size) for name, f in features.items()}
+    eval_sets = {name: data.eval_batches(f, batch_size, rows_multiple) for name, f in features.items()}
     stale = best.get("stale", 0)
     stopped_early = False
     try:

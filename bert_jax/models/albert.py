@@ -149,7 +149,12 @@ class AlbertForPreTraining(nn.Module):
             batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
             batch.get("position_ids"), batch.get("segment_ids"), deterministic,
         )
-        return {"hidden": hidden, "pooled": jnp.tanh(self.pooler(hidden[:, 0]))}
+        return {"hidden": hidden, "pooled": self.pool(hidden[:, 0])}
+
+    def pool(self, first_token: jax.Array) -> jax.Array:
+        """[batch, hidden] [CLS] states -> the pooled tanh(dense(.)); fine-tuning on packed rows calls it on each
+        example's own [CLS]."""
+        return jnp.tanh(self.pooler(first_token))
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: the pipeline's dict. Returns mlm_logits [batch, predictions, vocab] and sop_logits [batch, 2],

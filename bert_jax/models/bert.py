@@ -156,7 +156,12 @@ class BertForPreTraining(nn.Module):
             batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
             batch.get("position_ids"), batch.get("segment_ids"), deterministic,
         )
-        return {"hidden": hidden, "pooled": jnp.tanh(self.pooler(hidden[:, 0]))}
+        return {"hidden": hidden, "pooled": self.pool(hidden[:, 0])}
+
+    def pool(self, first_token: jax.Array) -> jax.Array:
+        """[batch, hidden] [CLS] states -> the pooled tanh(dense(.)); fine-tuning on packed rows calls it on each
+        example's own [CLS]."""
+        return jnp.tanh(self.pooler(first_token))
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: the pipeline's dict (input_ids, attention_mask, token_type_ids, masked_positions, ...).
