@@ -197,8 +197,10 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
             pending = []
             if start == 0 and cadence.validates_at(0):  # the untrained model: where the learning curves start
                 outputs = predict_outputs(predict, state.params, eval_sets["validation"], data_sharding)
-                writer.write(0, {f"eval/{k}": v for k, v in evaluate(config, outputs, features["validation"], names,
-                                                                      splits["validation"].rows).items()})
+                scores = evaluate(config, outputs, features["validation"], names, splits["validation"].rows)
+                writer.write(0, {f"eval/{k}": v for k, v in scores.items()})
+                logging.info("eval step 0 (before training) | %s", " | ".join(f"{k} {v:.4f}" for k, v in scores.items()
+                                                                             if "/" not in k))
             for step in range(start + 1, last_step + 1):
                 state, m = train_step(state, global_batch(next(train_iter), data_sharding))
                 pending.append((step, m))
