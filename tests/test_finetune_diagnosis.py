@@ -63,6 +63,22 @@ def test_lower_is_better_metric_is_oriented():
     assert diagnosis.diagnose(error, diagnosis.default_config()).name == "just right"
 
 
+def test_a_loss_that_shoots_up_and_falls_back_to_its_start_has_learned_nothing():
+    """A step far too large: the train loss leaps from chance (0.69) to 2.3 and falls back, the validation loss
+    (first read at step 0, before any update, as fine-tuning runs do) never gets below where it started."""
+    rng = np.random.default_rng(0)
+    blowup = lambda s: 0.69 + 1.6 * (s / 50) * math.exp(1 - s / 50)  # noqa: E731  (peak 2.29 at step 50)
+    curves = diagnosis.Curves(
+        train_loss=[(s, blowup(s) + 0.05 * abs(rng.normal())) for s in STEPS[1:]],
+        val_loss=[(s, blowup(s) + 0.02 * abs(rng.normal())) for s in VAL_STEPS],
+        val_metric=[(s, 0.5) for s in VAL_STEPS], metric_name="accuracy", higher_is_better=True)
+    result = diagnosis.diagnose(curves, diagnosis.default_config())
+    assert result.name == "learns nothing", result.evidence
+    # Without the step-0 point the same curves once read as learned: the start was the blow-up.
+    late = diagnosis.Curves(curves.train_loss, curves.val_loss[1:], curves.val_metric[1:], "accuracy", True)
+    assert diagnosis.diagnose(late, diagnosis.default_config()).name != "learns nothing"
+
+
 def test_thresholds_come_from_the_config():
     cfg = diagnosis.default_config()
     cfg.saturated_max_gain = 10.0  # nothing counts as still improving

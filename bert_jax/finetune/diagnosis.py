@@ -9,10 +9,13 @@ at `config.diagnosis` by the fine-tuning configs) so a user can tune them.
 Definitions (curves sorted by step; "smoothed" is a 3-point running median, which removes a
 single odd evaluation but keeps a trend):
 
-- drop: how much a loss fell, relative to where it started. Train: (mean of the first
-  `head_fraction` of points - mean of the last `tail_fraction`) / first mean; per-batch train
-  losses are noisy, so both ends are averaged. Validation: (first value - lowest smoothed
-  value) / first value; the validation set is fixed, so its first point is exact.
+- drop: how much a loss fell, relative to where it started. Train: (start - mean of the last
+  `tail_fraction` of points) / start, where start is the mean of the first `head_fraction` of
+  points (per-batch train losses are noisy, so both ends are averaged), or the validation loss
+  of the untrained model if the validation curve starts before the train curve (fine-tuning runs
+  validate at step 0) and that is lower: a loss that shot up in the first steps (a step far too
+  large) and came back to where it started has not dropped. Validation: (first value - lowest
+  smoothed value) / first value; the validation set is fixed, so its first point is exact.
 - learned: the train drop or the validation drop reaches `learned_min_drop`.
 - jumpiness: root-mean-square of a validation curve around its smoothed self, divided by what
   that curve gained (its drop in loss units, or the metric's best smoothed gain). The larger of
@@ -175,6 +178,8 @@ def diagnose(curves: Curves, cfg: ml_collections.ConfigDict) -> Diagnosis:
     m_steps, metric = m_steps[finite], metric[finite]
 
     head = train[:_count(len(train), cfg.head_fraction)].mean()
+    if v_steps[0] < t_steps[0]:
+        head = min(head, val[0])
     tail = train[-_count(len(train), cfg.tail_fraction):].mean()
     train_drop = float((head - tail) / abs(head)) if head else 0.0
     val_smooth = _smoothed(val)

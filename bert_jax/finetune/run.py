@@ -17,6 +17,7 @@ from absl import logging
 from bert_jax.checkpoint import hf_folder
 from bert_jax.checkpoint import manager as ckpt
 from bert_jax.finetune import data, init_from, losses, metrics, squad
+from bert_jax.finetune.cadence import make_cadence
 from bert_jax.finetune.model import build_finetune_model
 from bert_jax.finetune.optimizer import make_optimizer
 from bert_jax.parallel.mesh import batch_sharding, global_batch, logical_axis_rules, make_mesh
@@ -169,8 +170,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     epochs = math.ceil(t_cfg.epochs)
     num_steps = max(1, math.ceil(t_cfg.epochs * n_train / batch_size))
     steps_per_epoch = max(1, math.ceil(n_train / batch_size))
-    eval_every = t_cfg.eval_every_steps or steps_per_epoch
-    save_every = config.checkpoint.every_steps or eval_every
+    cadence = make_cadence(t_cfg, config.checkpoint, num_steps, steps_per_epoch)
     last_step = num_steps if stop_at_step is None else min(stop_at_step, num_steps)
 
     kind = config.task.kind
@@ -207,18 +207,24 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     es = config.early_stopping
     best_metric = es.metric
     best = _read_best(root)
-    writer = MetricsWriter(workdir, config, start)
+    writer = MetricsWriter(workdir, config, start if start else -1)  # a fresh start re-runs step 0's evaluation
     eval_sets = {name: data.eval_batches(f, batch_size, rows_multiple) for name, f in features.items()}
     stale = best.get("stale", 0)
     stopped_early = False
     try:
         with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
             pending = []
+            if start == 0 and cadence.validates_at(0):  # the untrained model: where the learning curves start
+                outputs = predict_outputs(predict, state.params, eval_sets["validation"], data_sharding)
+                scores = evaluate(config, outputs, features["validation"], names, splits["validation"].rows)
+                writer.write(0, {f"eval/{k}": v for k, v in scores.items()})
+                logging.info("eval step 0 (before training) | %s", " | ".join(f"{k} {v:.4f}" for k, v in scores.items()
+                                                                             if "/" not in k))
             for step in range(start + 1, last_step + 1):
                 state, m = train_step(state, global_batch(next(train_iter), data_sharding))
                 pending.append((step, m))
                 is_last = step == last_step
-                if step % t_cfg.log_every_steps == 0 or is_last:
+                if step % cadence.log_every == 0 or is_last:
                     row = host_metrics(pending, t_cfg.nan_policy)
                     pending = []
                     row["train/learning_rate"] = float(schedule(step - 1))
@@ -226,7 +232,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
                     writer.write(step, row)
                     logging.info("step %d/%d | epoch %.2f | %s", step, num_steps, step / steps_per_epoch,
                                  headline(row, "train", objective))
-                if step % eval_every == 0 or step == num_steps:
+                if cadence.validates_at(step):
                     outputs = predict_outputs(predict, state.params, eval_sets["validation"], data_sharding)
                     scores = evaluate(config, outputs, features["validation"], names, splits["validation"].rows)
                     writer.write(step, {f"eval/{k}": v for k, v in scores.items()})
@@ -252,7 +258,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
                                          "(best %.4f at step %d)", step, best_metric, stale, best["value"],
                                          best["step"])
                             stopped_early = True
-                if step % save_every == 0 or is_last or stopped_early:
+                if step % cadence.save_every == 0 or is_last or stopped_early:
                     nonfinite_steps(pending, t_cfg.nan_policy)
                     ckpt.save(manager, step, state, train_iter)
                 if stopped_early:

@@ -5,7 +5,8 @@
 
 Pairs: --config.task.text_fields=sentence1,sentence2. From a Hugging Face folder:
 --config.init_from=/path/to/all-MiniLM-L6-v2. Prints accuracy, macro-F1 and Matthews
-correlation per epoch, the diagnosis of the learning curves, and writes DIR/predictions.jsonl.
+correlation at each validation (before training, then 10 times: `train.evals_per_run`), the diagnosis
+of the learning curves, and writes DIR/predictions.jsonl.
 """
 from configs.finetune import common
 

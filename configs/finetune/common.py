@@ -71,8 +71,11 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.train.freeze_embeddings = False
     c.train.freeze_layers = 0  # freeze the embeddings and the first N layers
     c.train.reinit_pooler = False
-    c.train.log_every_steps = 10
-    c.train.eval_every_steps = 0  # 0 = once per epoch
+    c.train.log_every_steps = 10  # or more often, to log at least once per validation
+    # Validation (bert_jax/finetune/cadence.py): before the first update, then every eval_every_steps, or with 0 at
+    # least evals_per_run times, evenly spaced, whatever the run's length: enough points for the diagnosis.
+    c.train.eval_every_steps = 0
+    c.train.evals_per_run = 10
     c.train.nan_policy = "stop"
     c.train.grad_accum_steps = 1
 
@@ -82,7 +85,7 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.early_stopping.patience = 0  # evaluations without improvement before stopping; 0 = never stop early
 
     c.checkpoint = ml_collections.ConfigDict()
-    c.checkpoint.every_steps = 0  # 0 = at each evaluation
+    c.checkpoint.every_steps = 0  # 0 = once per epoch
     c.checkpoint.max_to_keep = 2
     c.checkpoint.async_save = True
 

@@ -3,7 +3,8 @@
     python -m bert_jax.finetune --config=configs/finetune/regression.py --workdir=runs/sts \
         --config.init_from=runs/tiny --config.data.train=sts_train.csv --config.data.validation=sts_dev.csv
 
-Prints Pearson and Spearman correlations per epoch.
+Prints Pearson and Spearman correlations at each validation (before training, then 10 times:
+`train.evals_per_run`).
 """
 from configs.finetune import common
 
