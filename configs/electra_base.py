@@ -17,7 +17,7 @@ is 0 by default as everywhere here (`--config.model.attention_dropout_rate=0.1` 
 xla kernel then runs), masking is BERT's 80/10/10 (the paper's code uses 85% [MASK], 15% kept),
 and the examples are FULL-SENTENCES rows without the second segment.
 
-Tiny variant (`:tiny`): 300 steps on the embedded corpus with a WordPiece vocabulary of 2048
+Tiny variant (`:tiny`): configs/electra_small.py's, 1500 steps on the embedded corpus with a WordPiece of 2048
 trained first: a few minutes on a busy 2-core CPU; see configs/electra_small.py for what it reaches.
 """
 from configs import electra_small

@@ -17,13 +17,20 @@ position and type embeddings shared, lambda = 50, temperature 1, Adam (eps 1e-6)
 warmup, linear decay, weight decay 0.01, batch 128 for 1M steps, dropout 0.1. Attention dropout is 0
 here (0.1 in the paper: `--config.model.attention_dropout_rate=0.1`), masking BERT's 80/10/10.
 
-Tiny variant: 300 steps on the embedded corpus, a WordPiece of 2048 trained first; 3-4 minutes on a
-busy 2-core CPU:
+Tiny variant: 1500 steps of batch 16 x 64 tokens on the embedded corpus, a WordPiece of 2048 trained
+first; about 4-5 minutes on the busy 2-core CPU:
 
     python -m bert_jax.pretrain --config=configs/electra_small.py:tiny --workdir=runs/electra_tiny
 
-The progress line shows the discriminator: its accuracy, and its accuracy on replaced and on original
-tokens. Measured: see the README's ELECTRA section.
+At this scale it departs from the paper's recipe in two places (measured, below): 30% of tokens masked
+(ELECTRA-Large used 25% to even out the replaced/original imbalance) and replacements sampled at
+temperature 2. At 15% and temperature 1 the tiny generator's samples are close to unigram draws, which
+a 2-layer discriminator cannot yet tell from the original tokens by context in minutes: it settled on
+"original" everywhere (0.8598 vs the all-original 0.8591 after 600 steps at lr 5e-4; at 1e-3 and 2e-3
+its AUC fell to ~0.55-0.6). The progress line shows the discriminator: its accuracy, and its accuracy on
+replaced and on original tokens. Measured (test_electra_pretrain.py, slow): eval discriminator accuracy
+0.7477 against the all-original rate 0.7128 (replaced tokens 0.3445, original 0.9102), generator MLM
+accuracy 0.0713 against the most-frequent-token floor 0.0468.
 """
 from configs import base
 
@@ -82,13 +89,15 @@ def shrink_to_tiny(c) -> None:
     c.model.attention_dropout_rate = 0.0
     c.data.source = "embedded"
     c.data.max_seq_length = 64
-    c.data.max_predictions_per_seq = 10
-    c.data.mask_rate = 0.15
+    # 30% masked and samples at temperature 2: without them the tiny discriminator answers "original"
+    # everywhere (see the docstring).
+    c.data.max_predictions_per_seq = 20
+    c.data.mask_rate = 0.3
+    c.model.sampling_temperature = 2.0
     c.train.global_batch_size = 16
-    c.train.num_steps = 600
-    # 2e-3 (configs/tiny.py's) lets the discriminator settle on "all original" by step 100 here.
-    c.train.learning_rate = 5e-4
-    c.train.warmup_steps = 60
+    c.train.num_steps = 1500
+    c.train.learning_rate = 1e-3
+    c.train.warmup_steps = 100
     c.train.log_every_steps = 50
-    c.train.eval_every_steps = 300
-    c.checkpoint.every_steps = 300
+    c.train.eval_every_steps = 500
+    c.checkpoint.every_steps = 500

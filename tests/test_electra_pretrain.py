@@ -19,6 +19,9 @@ from numerics import TRANSFORMERS, relative_error  # noqa: E402
 from test_pretrain import read_metrics, train_losses  # noqa: E402
 
 STEPS = 40
+# How far above its trivial baseline each tiny metric must end: the runs repeat bit for bit, so this is
+# headroom against a change of recipe, not against noise.
+MARGIN = 0.01
 
 
 def micro_config(num_steps: int = STEPS):
@@ -69,22 +72,19 @@ def tiny_run(tmp_path_factory):
     return workdir, final
 
 
-@pytest.mark.slow  # 600 steps: ~8 min on a busy 2-core machine
+@pytest.mark.slow  # 1500 steps: 4-5 min of a busy 2-core machine
 def test_tiny_electra_discriminator_beats_the_all_original_rate(tiny_run):
     workdir, final = tiny_run
-    assert final["eval/discriminator_accuracy"] > 1.0 - final["eval/replaced_rate"]
-    assert final["eval/discriminator_replaced_accuracy"] > 0
+    assert final["eval/discriminator_accuracy"] > 1.0 - final["eval/replaced_rate"] + MARGIN
+    assert final["eval/discriminator_replaced_accuracy"] > MARGIN
     train_rows = [r for r in read_metrics(workdir) if "train/loss" in r]
     assert all("train/discriminator_accuracy" in r and "train/generator_mlm_accuracy" in r for r in train_rows)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="measured: the tiny generator reaches the most-frequent-token floor "
-                   "(0.0497 = 0.0497 at step 600; also at 1200 steps, and at lr 1e-3), not above it; a larger "
-                   "tiny (configs/tiny.py's scale) was too slow to measure on the shared 2-core machine")
 def test_tiny_electra_generator_beats_the_most_frequent_token(tiny_run):
     _, final = tiny_run
-    assert final["eval/generator_mlm_accuracy"] > final["eval/most_frequent_token_accuracy"]
+    assert final["eval/generator_mlm_accuracy"] > final["eval/most_frequent_token_accuracy"] + MARGIN
 
 
 @pytest.mark.slow
