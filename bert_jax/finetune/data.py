@@ -307,7 +307,40 @@ def pad_batch(batch: dict, batch_size: int) -> dict:
     return out
 
 
-def pack_examples(batch: dict, rows_multiple: int) -> dict:
+def _first_fit(lengths: np.ndarray, length: int) -> tuple[np.ndarray, int]:
+    """Longest first, each example into the first row with room: ([n, 2] row and offset of each, rows used)."""
+    free, placed = [], np.zeros((len(lengths), 2), np.int64)
+    for i in np.argsort(-lengths, kind="stable"):
+        row = next((r for r, room in enumerate(free) if room >= lengths[i]), len(free))
+        if row == len(free):
+            free.append(length)
+        placed[i] = row, length - free[row]
+        free[row] -= lengths[i]
+    return placed, len(free)
+
+
+def typical_rows(features: dict, batch_size: int, rows_multiple: int, samples: int = 16) -> int:
+    """The row count packed batches start from: the most that `samples` random full batches of `features` need.
+
+    Every batch packs into at least this many rows (pack_examples' min_rows), so a run's
+    short last batch and its eval batches reuse the shape the training step compiled for;
+    only a rare batch that needs more compiles another. Drawn from a fixed seed, so a
+    resumed run gets the same count.
+    """
+    rng = np.random.default_rng(0)
+    most = 1
+    for prefix in ("", "pair_"):
+        if f"{prefix}attention_mask" not in features:
+            continue
+        mask = features[f"{prefix}attention_mask"]
+        n, length = mask.shape
+        for _ in range(samples):
+            chosen = rng.choice(n, min(batch_size, n), replace=False)
+            most = max(most, _first_fit(mask[chosen].sum(1), length)[1])
+    return -(-most // rows_multiple) * rows_multiple
+
+
+def pack_examples(batch: dict, rows_multiple: int, min_rows: int = 0) -> dict:
     """`batch` plus its encoder input packed: the examples end to end in rows of the same length.
 
     Sentences are short next to max_seq_length (a third of it, often), so a padded batch is
@@ -315,8 +348,9 @@ def pack_examples(batch: dict, rows_multiple: int) -> dict:
     first into the first row with room (first-fit decreasing), each its own segment with
     positions from 0, so attention stays inside it and its hidden states equal its unpacked
     ones (bert_jax.finetune.model unpacks them). The row count is rounded up to
-    `rows_multiple`, so a run compiles a few shapes rather than one per batch, and it is a
-    function of the batch alone: a resumed run packs (and draws dropout) as the straight one.
+    `rows_multiple`, and raised to `min_rows` (typical_rows), so a run compiles a few shapes
+    rather than one per batch; it is a function of the batch and the run's fixed min_rows, so
+    a resumed run packs (and draws dropout) as the straight one.
 
     Adds, per text ("" and, for pairs, "pair_"): packed_{input_ids, token_type_ids,
     attention_mask, segment_ids, position_ids} [rows, length] and example_starts [batch]
@@ -330,14 +364,8 @@ def pack_examples(batch: dict, rows_multiple: int) -> dict:
         types = batch.get(f"{prefix}token_type_ids", np.zeros_like(ids))
         n, length = ids.shape
         lengths = mask.sum(1)
-        free, placed = [], np.zeros((n, 2), np.int64)  # per example: row, offset
-        for i in np.argsort(-lengths, kind="stable"):
-            row = next((r for r, room in enumerate(free) if room >= lengths[i]), len(free))
-            if row == len(free):
-                free.append(length)
-            placed[i] = row, length - free[row]
-            free[row] -= lengths[i]
-        rows = -(-len(free) // rows_multiple) * rows_multiple
+        placed, used = _first_fit(lengths, length)
+        rows = max(-(-used // rows_multiple) * rows_multiple, min_rows)
         packed = {k: np.zeros((rows, length), np.int32)
                   for k in ("input_ids", "token_type_ids", "attention_mask", "segment_ids", "position_ids")}
         for i, ((row, offset), size) in enumerate(zip(placed, lengths)):
@@ -353,28 +381,30 @@ def pack_examples(batch: dict, rows_multiple: int) -> dict:
 
 
 class _Gather:
-    def __init__(self, features: dict, batch_size: int, rows_multiple: int):
-        self.features, self.batch_size, self.rows_multiple = features, batch_size, rows_multiple
+    def __init__(self, features: dict, batch_size: int, rows_multiple: int, min_rows: int):
+        self.features, self.batch_size = features, batch_size
+        self.rows_multiple, self.min_rows = rows_multiple, min_rows
 
     def __call__(self, indices: np.ndarray) -> dict:
         batch = pad_batch({k: self.features[k][indices] for k in model_keys(self.features)}, self.batch_size)
-        return pack_examples(batch, self.rows_multiple) if self.rows_multiple else batch
+        return pack_examples(batch, self.rows_multiple, self.min_rows) if self.rows_multiple else batch
 
 
-def train_iterator(features: dict, batch_size: int, epochs: int, seed: int, rows_multiple: int = 0):
+def train_iterator(features: dict, batch_size: int, epochs: int, seed: int, rows_multiple: int = 0,
+                   min_rows: int = 0):
     """Batches of `batch_size` over `epochs` shuffled passes (a new order each epoch, from `seed`); the last
     batch is padded with weight-0 rows; with `rows_multiple`, packed (pack_examples). A grain iterator:
     get_state()/set_state() resume it exactly."""
     n = len(features["input_ids"])
     ds = grain.MapDataset.range(n).shuffle(seed=seed).repeat(epochs).batch(batch_size, drop_remainder=False)
-    return iter(ds.map(_Gather(features, batch_size, rows_multiple)))
+    return iter(ds.map(_Gather(features, batch_size, rows_multiple, min_rows)))
 
 
 def steps_per_epoch(num_examples: int, batch_size: int) -> float:
     return num_examples / batch_size
 
 
-def eval_batches(features: dict, batch_size: int, rows_multiple: int = 0) -> list[dict]:
+def eval_batches(features: dict, batch_size: int, rows_multiple: int = 0, min_rows: int = 0) -> list[dict]:
     n = len(features["input_ids"])
-    gather = _Gather(features, batch_size, rows_multiple)
+    gather = _Gather(features, batch_size, rows_multiple, min_rows)
     return [gather(np.arange(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]

@@ -191,7 +191,8 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
                       in_shardings=(shardings.params, data_sharding))
 
     rows_multiple = packed_rows_multiple(config, mesh)
-    train_iter = data.train_iterator(features["train"], batch_size, epochs, config.seed, rows_multiple)
+    min_rows = data.typical_rows(features["train"], batch_size, rows_multiple) if rows_multiple else 0
+    train_iter = data.train_iterator(features["train"], batch_size, epochs, config.seed, rows_multiple, min_rows)
     manager = ckpt.make_manager(paths.absolute(root / "checkpoints"), config.checkpoint)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         state = ckpt.restore_latest(manager, abstract_state, train_iter)
@@ -208,9 +209,10 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     best_metric = es.metric
     best = _read_best(root)
     writer = MetricsWriter(workdir, config, start if start else -1)  # a fresh start re-runs step 0's evaluation
-    eval_sets = {name: data.eval_batches(f, batch_size, rows_multiple) for name, f in features.items()}
+    eval_sets = {name: data.eval_batches(f, batch_size, rows_multiple, min_rows) for name, f in features.items()}
     stale = best.get("stale", 0)
     stopped_early = False
+    last_eval = {}
     try:
         with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
             pending = []
@@ -235,6 +237,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
                 if cadence.validates_at(step):
                     outputs = predict_outputs(predict, state.params, eval_sets["validation"], data_sharding)
                     scores = evaluate(config, outputs, features["validation"], names, splits["validation"].rows)
+                    last_eval = {"step": step, "scores": scores}
                     writer.write(step, {f"eval/{k}": v for k, v in scores.items()})
                     logging.info("eval step %d | %s", step, " | ".join(f"{k} {v:.4f}" for k, v in scores.items()
                                                                        if "/" not in k))
@@ -276,10 +279,13 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     if best_metric and "step" in best:
         params = _restore_best(root, abstract_state.params)
         logging.info("using the best params: %s %.4f at step %d", best_metric, best["value"], best["step"])
-    results = {"validation": evaluate(config, predict_outputs(predict, params, eval_sets["validation"],
-                                                              data_sharding), features["validation"], names,
-                                      splits["validation"].rows),
-               "num_steps": num_steps, "labels": names}
+        last_eval = {}
+    if last_eval.get("step") == int(state.step):  # the final params were just validated
+        validation = last_eval["scores"]
+    else:
+        validation = evaluate(config, predict_outputs(predict, params, eval_sets["validation"], data_sharding),
+                              features["validation"], names, splits["validation"].rows)
+    results = {"validation": validation, "num_steps": num_steps, "labels": names}
     if "test" in features:
         outputs = predict_outputs(predict, params, eval_sets["test"], data_sharding)
         results["test"] = evaluate(config, outputs, features["test"], names, splits["test"].rows)

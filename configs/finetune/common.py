@@ -39,10 +39,11 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.data.split_seed = 0
     c.data.max_seq_length = 128
     # Pack each batch's examples end to end into rows of max_seq_length for the encoder (exact: every example
-    # attends only to itself, positions from 0), so it computes tokens rather than padding; the row count is
-    # rounded up to pack_rows_multiple, so a run compiles a few shapes. False: pad every example to max_seq_length.
+    # attends only to itself, positions from 0), so it computes tokens rather than padding. A batch takes at least
+    # the rows a typical full batch needs, rounded up to pack_rows_multiple, so a run compiles a shape or two.
+    # False: pad every example to max_seq_length.
     c.data.packing = True
-    c.data.pack_rows_multiple = 4
+    c.data.pack_rows_multiple = 2
     c.data.doc_stride = 64  # span_qa: tokens two windows of a long context share
     c.data.tfds_name = ""
     c.data.tfds_data_dir = ""
