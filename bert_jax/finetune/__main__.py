@@ -1,4 +1,6 @@
 """`python -m bert_jax.finetune --config=configs/finetune/X.py --workdir=DIR` (see bert_jax/finetune/run.py)."""
+import os
+
 from absl import app, flags
 from ml_collections import config_flags
 
@@ -9,6 +11,11 @@ def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_info_quietly()
+    import jax
+
+    cache = flags.FLAGS.config.get("compilation_cache_dir")
+    if cache and jax.config.jax_compilation_cache_dir is None:  # JAX_COMPILATION_CACHE_DIR, if set, wins
+        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cache))
     from bert_jax.finetune.run import finetune
 
     finetune(flags.FLAGS.config, flags.FLAGS.workdir)
