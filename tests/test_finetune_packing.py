@@ -53,6 +53,16 @@ def test_packing_places_every_token_once_in_its_own_segment(multiple):
         np.testing.assert_array_equal(flat["attention_mask"], owner)
 
 
+def test_batches_pack_into_at_least_the_rows_a_typical_full_batch_needs():
+    features = padded_batch(2, n=256)
+    rows = data.typical_rows(features, 32, 2)
+    assert rows % 2 == 0 and rows == data.typical_rows(features, 32, 2)  # fixed by the data: a resume gets it too
+    short = {k: v[:5] for k, v in features.items()}  # a run's last batch
+    assert data.pack_examples(data.pad_batch(short, 32), 2, rows)["packed_input_ids"].shape[0] == rows
+    full = data.pack_examples({k: v[:32] for k, v in features.items()}, 2, rows)
+    assert full["packed_input_ids"].shape[0] >= rows
+
+
 FAMILIES = {
     "bert": {},
     "roberta": dict(pad_token_id=1, max_position_embeddings=LENGTH + 2, type_vocab_size=1),

@@ -241,7 +241,6 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
                     writer.write(step, {f"eval/{k}": v for k, v in scores.items()})
                     logging.info("eval step %d | %s", step, " | ".join(f"{k} {v:.4f}" for k, v in scores.items()
                                                                        if "/" not in k))
-                    writer.plot(("loss", headline_metric(kind, config.task.tagging)))
                     if best_metric:
                         if best_metric not in scores:
                             raise ValueError(f"config.early_stopping.metric={best_metric!r}; the validation "
@@ -264,6 +263,9 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
                 if step % cadence.save_every == 0 or is_last or stopped_early:
                     nonfinite_steps(pending, t_cfg.nan_policy)
                     ckpt.save(manager, step, state, train_iter)
+                    # Drawn with each checkpoint (once an epoch), not at every validation: rendering is host time
+                    # the device waits on.
+                    writer.plot(("loss", headline_metric(kind, config.task.tagging)))
                 if stopped_early:
                     break
     finally:
