@@ -1,10 +1,9 @@
 """`python -m bert_jax.finetune --config=configs/finetune/X.py --workdir=DIR` (see bert_jax/finetune/run.py)."""
-import os
-
 from absl import app, flags
 from ml_collections import config_flags
 
 from bert_jax.log_filter import log_info_quietly
+from bert_jax.storage import paths
 
 
 def _main(argv) -> None:
@@ -15,7 +14,7 @@ def _main(argv) -> None:
 
     cache = flags.FLAGS.config.get("compilation_cache_dir")
     if cache and jax.config.jax_compilation_cache_dir is None:  # JAX_COMPILATION_CACHE_DIR, if set, wins
-        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cache))
+        jax.config.update("jax_compilation_cache_dir", str(paths.path(cache).expanduser()))
     from bert_jax.finetune.run import finetune
 
     finetune(flags.FLAGS.config, flags.FLAGS.workdir)
