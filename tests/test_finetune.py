@@ -418,8 +418,8 @@ def test_frozen_embeddings_stay_exactly_as_loaded_and_seeds_report_mean_and_std(
     source = init_from.resolve(hf_dir, config.model)
     loaded = source.params["encoder"]["embeddings"]
     jax.tree.map(np.testing.assert_array_equal, params["backbone"]["encoder"]["embeddings"], loaded)
-    assert not np.array_equal(params["backbone"]["encoder"]["stack"]["layers_0"]["mlp_output"]["kernel"],
-                              source.params["encoder"]["stack"]["layers_0"]["mlp_output"]["kernel"])
+    trained, pretrained = params["backbone"]["encoder"]["stack"], source.params["encoder"]["stack"]
+    assert not any(jax.tree.leaves(jax.tree.map(np.array_equal, trained, pretrained)))  # the layers did learn
 
 
 # --- the diagnoser on real runs pushed into each regime (bert_jax/finetune/diagnosis.py) ---------------------
