@@ -361,7 +361,9 @@ def pack_examples(batch: dict, rows_multiple: int, min_rows: int = 0) -> dict:
         if f"{prefix}input_ids" not in batch:
             continue
         ids, mask = batch[f"{prefix}input_ids"], batch[f"{prefix}attention_mask"]
-        types = batch.get(f"{prefix}token_type_ids", np.zeros_like(ids))
+        types = batch.get(f"{prefix}token_type_ids")
+        if types is None:
+            types = np.zeros_like(ids)
         n, length = ids.shape
         lengths = mask.sum(1)
         placed, used = _first_fit(lengths, length)

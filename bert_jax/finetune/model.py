@@ -95,7 +95,6 @@ class FinetuneModel(nn.Module):
     backbone: nn.Module
     head: nn.Module
     pooling: str = "cls"
-    has_family_pooler: bool = False
 
     def encode(self, batch: dict, deterministic: bool = True) -> dict:
         """The backbone's `encode` in the batch's example layout: hidden [batch, length, hidden] (and pooled).
@@ -109,11 +108,11 @@ class FinetuneModel(nn.Module):
         if "packed_input_ids" not in batch:
             return self.backbone.encode(batch, deterministic)
         packed = {k[len("packed_"):]: v for k, v in batch.items() if k.startswith("packed_")}
-        hidden = self.backbone.encode(packed, deterministic)["hidden"]
-        rows, length, width = hidden.shape
+        encoded = self.backbone.encode(packed, deterministic)
+        rows, length, width = encoded["hidden"].shape
         index = batch["example_starts"][:, None] + jnp.arange(batch["attention_mask"].shape[1])
-        hidden = jnp.take(hidden.reshape(rows * length, width), index, axis=0, mode="clip")
-        if not self.has_family_pooler:
+        hidden = jnp.take(encoded["hidden"].reshape(rows * length, width), index, axis=0, mode="clip")
+        if "pooled" not in encoded:  # a family without a pooler
             return {"hidden": hidden}
         return {"hidden": hidden, "pooled": self.backbone.pool(hidden[:, 0])}
 
@@ -145,10 +144,9 @@ def build_finetune_model(family, model_cfg, task_cfg, num_outputs: int, has_fami
                              f"{EMBEDDING_LOSSES}")
         head = SiameseHead(loss=task_cfg.embedding_loss, num_outputs=num_outputs, hidden_size=model_cfg.hidden_size,
                            initializer_range=float(model_cfg.get("initializer_range", 0.02)), name="head")
-        return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling,
-                             has_family_pooler=has_family_pooler)
+        return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)
     head = TaskHead(kind=task_cfg.kind, num_outputs=num_outputs, pooling=task_cfg.pooling,
                     has_family_pooler=has_family_pooler, hidden_size=model_cfg.hidden_size,
                     dropout_rate=float(model_cfg.dropout_rate), initializer_range=float(model_cfg.get("initializer_range", 0.02)),
                     pooler_activation=family.hf_classifier_head.activation, name="head")
-    return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling, has_family_pooler=has_family_pooler)
+    return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)

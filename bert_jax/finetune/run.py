@@ -213,15 +213,22 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     stale = best.get("stale", 0)
     stopped_early = False
     last_eval = {}
+
+    def validate(step: int) -> dict:
+        """Scores the current params on the validation split; writes and logs them."""
+        outputs = predict_outputs(predict, state.params, eval_sets["validation"], data_sharding)
+        scores = evaluate(config, outputs, features["validation"], names, splits["validation"].rows)
+        last_eval.update(step=step, scores=scores)
+        writer.write(step, {f"eval/{k}": v for k, v in scores.items()})
+        logging.info("eval step %d%s | %s", step, " (before training)" if step == 0 else "",
+                     " | ".join(f"{k} {v:.4f}" for k, v in scores.items() if "/" not in k))
+        return scores
+
     try:
         with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
             pending = []
             if start == 0 and cadence.validates_at(0):  # the untrained model: where the learning curves start
-                outputs = predict_outputs(predict, state.params, eval_sets["validation"], data_sharding)
-                scores = evaluate(config, outputs, features["validation"], names, splits["validation"].rows)
-                writer.write(0, {f"eval/{k}": v for k, v in scores.items()})
-                logging.info("eval step 0 (before training) | %s", " | ".join(f"{k} {v:.4f}" for k, v in scores.items()
-                                                                             if "/" not in k))
+                validate(0)
             for step in range(start + 1, last_step + 1):
                 state, m = train_step(state, global_batch(next(train_iter), data_sharding))
                 pending.append((step, m))
@@ -235,12 +242,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
                     logging.info("step %d/%d | epoch %.2f | %s", step, num_steps, step / steps_per_epoch,
                                  headline(row, "train", objective))
                 if cadence.validates_at(step):
-                    outputs = predict_outputs(predict, state.params, eval_sets["validation"], data_sharding)
-                    scores = evaluate(config, outputs, features["validation"], names, splits["validation"].rows)
-                    last_eval = {"step": step, "scores": scores}
-                    writer.write(step, {f"eval/{k}": v for k, v in scores.items()})
-                    logging.info("eval step %d | %s", step, " | ".join(f"{k} {v:.4f}" for k, v in scores.items()
-                                                                       if "/" not in k))
+                    scores = validate(step)
                     if best_metric:
                         if best_metric not in scores:
                             raise ValueError(f"config.early_stopping.metric={best_metric!r}; the validation "
@@ -281,7 +283,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     if best_metric and "step" in best:
         params = _restore_best(root, abstract_state.params)
         logging.info("using the best params: %s %.4f at step %d", best_metric, best["value"], best["step"])
-        last_eval = {}
+        last_eval.clear()
     if last_eval.get("step") == int(state.step):  # the final params were just validated
         validation = last_eval["scores"]
     else:
