@@ -21,6 +21,7 @@ def _main(argv) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_info_quietly()
     determinism.set_xla_flags(_CONFIG.value)  # before JAX starts its backend
+    determinism.set_libtpu_init_args(_CONFIG.value)
     distributed.initialize(_CONFIG.value.distributed)  # before anything touches a device
     train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 

@@ -20,6 +20,8 @@ def get_config() -> ml_collections.ConfigDict:
     # GPU only: XLA's --xla_gpu_deterministic_ops (no autotuning, no atomics), so that the same
     # command gives the same losses on a GPU too, at a cost in speed (bench/deterministic_ops_cost.py).
     c.deterministic_gpu_ops = False
+    # TPU only: flags for the TPU compiler (LIBTPU_INIT_ARGS), set by pretrain and by `plan --tpu` alike.
+    c.libtpu_init_args = ""
 
     c.model = ml_collections.ConfigDict()
     c.model.family = "bert"
@@ -38,6 +40,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.layer_norm_eps = 1e-12
     c.model.initializer_range = 0.02
     c.model.scan_layers = True
+    c.model.scan_unroll = 1  # layers per iteration of the scanned loop (nn.scan unroll)
     c.model.remat_policy = "none"  # none | full | dots | dots_no_batch
     # Attention kernel (bert_jax/models/attention.py): auto | xla | cudnn | splash. auto: splash on
     # TPU, cudnn on NVIDIA GPUs (bf16), xla otherwise or when attention dropout is on; the one line

@@ -19,7 +19,7 @@ from bert_jax.models.scan_layout import stack_layers, unstack_layers
 from bert_jax.storage import paths
 
 # config.model keys a fine-tuning config sets whatever the source says: how to run, not what was trained.
-RUNTIME_KEYS = ("dtype", "param_dtype", "scan_layers", "remat_policy", "attention_impl", "splash_interpret",
+RUNTIME_KEYS = ("dtype", "param_dtype", "scan_layers", "scan_unroll", "remat_policy", "attention_impl", "splash_interpret",
                 "dropout_rate", "attention_dropout_rate")
 
 

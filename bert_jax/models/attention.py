@@ -14,8 +14,10 @@ documents) and a sliding window (`window` tokens either side). What a kernel can
 before compiling, naming the config key: cudnn takes no bidirectional window in jax 0.10, and
 neither cudnn nor splash drops attention probabilities.
 """
+import contextlib
+import contextvars
 import dataclasses
-from typing import Any
+from typing import Any, Iterator
 
 import flax.linen as nn
 import flax.struct
@@ -34,12 +36,32 @@ class KernelChoice:
     reason: str
 
 
-def platform_name() -> str:
-    """'tpu', 'gpu' (NVIDIA, cuDNN) or the backend's name ('cpu', 'rocm', ...)."""
-    backend = jax.default_backend()
-    if backend == "gpu" and "cuda" not in jax.devices()[0].client.platform_version.lower():
+# The platform a program is being built for, when that is not the host's: a TPU plan compiled on a
+# CPU host (bert_jax/plan.py) must choose splash, as the run on the TPU would.
+_TARGET_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("target_platform", default=None)
+
+
+def devices_platform(devices) -> str:
+    """'tpu', 'gpu' (NVIDIA, cuDNN), 'rocm' or 'cpu': the platform of these devices (a mesh's, say)."""
+    device = next(iter(devices))
+    if device.platform == "gpu" and "cuda" not in device.client.platform_version.lower():
         return "rocm"
-    return backend
+    return device.platform
+
+
+@contextlib.contextmanager
+def building_for(platform: str) -> Iterator[None]:
+    """Within it, kernel choices and config checks are made for `platform` rather than the host's."""
+    token = _TARGET_PLATFORM.set(platform)
+    try:
+        yield
+    finally:
+        _TARGET_PLATFORM.reset(token)
+
+
+def platform_name() -> str:
+    """The target's platform (see `building_for`), else the host backend's: 'tpu', 'gpu', 'rocm', 'cpu'."""
+    return _TARGET_PLATFORM.get() or devices_platform(jax.devices())
 
 
 def choose_kernel(model_cfg, platform: str | None = None, window: bool = False) -> KernelChoice:

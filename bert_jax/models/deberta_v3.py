@@ -119,7 +119,7 @@ class DebertaStack(nn.Module):
             stack = nn.scan(
                 layer, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
                 in_axes=(nn.broadcast, nn.broadcast, nn.broadcast), length=cfg.num_layers,
-                metadata_params={nn.PARTITION_NAME: "layers"},
+                unroll=cfg.scan_unroll, metadata_params={nn.PARTITION_NAME: "layers"},
             )
             x, _ = stack(cfg, name="layers")(x, rel_embeddings, mask, deterministic)
             return x

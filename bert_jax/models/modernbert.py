@@ -62,6 +62,9 @@ class ModernBertConfig:
     classifier_bias: bool = False  # the MLM head's dense layer
     pad_token_id: int = 0
     scan_layers: bool = True
+    # Layers per iteration of the scanned loop (nn.scan's unroll): the planner compiles 2 to count every
+    # layer's FLOPs and bytes, which the TPU compiler counts once for a loop body.
+    scan_unroll: int = 1
     remat_policy: str = "none"
     attention_impl: str = "xla"
     splash_interpret: bool = False
@@ -203,6 +206,7 @@ class ModernBertEncoder(nn.Module):
                 split_rngs={"params": True, "dropout": True},
                 in_axes=(nn.broadcast, nn.broadcast, 0, nn.broadcast),
                 length=cfg.num_layers - 1,
+                unroll=cfg.scan_unroll,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )(cfg)
         else:

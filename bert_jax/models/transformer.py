@@ -70,6 +70,7 @@ class TransformerStack(nn.Module):
                 split_rngs={"params": True, "dropout": True},
                 in_axes=(nn.broadcast, nn.broadcast),
                 length=cfg.num_layers,
+                unroll=cfg.scan_unroll,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
             x, _ = stack(cfg, name="layers")(x, mask, deterministic)

@@ -13,7 +13,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.config_validation import validate_mesh_fit
-from bert_jax.models.attention import choose_kernel
+from bert_jax.models.attention import building_for, choose_kernel, devices_platform
 from bert_jax.families import Family, get_family
 from bert_jax.objectives.distillation import distillation_objective
 from bert_jax.objectives.objective import Objective
@@ -62,7 +62,16 @@ class TrainProgram:
 
 
 def build_program(config, mesh: Mesh) -> TrainProgram:
-    """Call and run the steps under `jax.set_mesh(program.mesh)` and `nn.logical_axis_rules(program.rules)`."""
+    """Call and run the steps under `jax.set_mesh(program.mesh)` and `nn.logical_axis_rules(program.rules)`.
+
+    Everything is built for the platform of the mesh's devices, which is not the host's when the
+    planner compiles for a TPU slice from a CPU host: `auto` picks that platform's kernel.
+    """
+    with building_for(devices_platform(mesh.devices.flat)):
+        return _build_program(config, mesh)
+
+
+def _build_program(config, mesh: Mesh) -> TrainProgram:
     validate_mesh_fit(config, mesh)
     family = get_family(config.model.family)
     rules = logical_axis_rules(config.mesh)

@@ -1,0 +1,109 @@
+"""Every family's paper-scale config planned by the TPU compiler for real TPU slices, from this host.
+
+    python -m bench.tpu_plans                         # every row below (hours of compiling on 2 cores)
+    python -m bench.tpu_plans --rows=bert_large_128 --slices=v5e-16 --search
+    python -m bench.tpu_plans --out=tpu_plans.jsonl   # one JSON object per row, as they finish
+
+Each row keeps the config's global batch (the paper's) and reaches it by gradient accumulation
+over a per-chip micro-batch of --tokens_per_chip tokens (64 x 128, 16 x 512, 1 x 8192); it prints
+the peak per chip against the HBM, the roofline tokens/s per chip and MFU bound
+(bert_jax/roofline.py), and with --search the best configuration `plan --search` finds.
+Each plan runs in its own process (libtpu starts there).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROWS = {  # name: (config module, overrides)
+    "bert_large_128": ("configs.bert_large", {}),
+    "bert_large_512": ("configs.bert_large", {"data.max_seq_length": 512, "data.max_predictions_per_seq": 80}),
+    "roberta_large": ("configs.roberta_large", {}),
+    "albert_xxlarge": ("configs.albert_xxlarge", {}),
+    "electra_large": ("configs.electra_large", {}),
+    "deberta_v3_large": ("configs.deberta_v3_large", {}),
+    "modernbert_large_8192": ("configs.modernbert_large", {"data.max_seq_length": 8192,
+                                                           "model.max_position_embeddings": 8192}),
+}
+SLICES = ("v4-32", "v5e-16", "v5p-32")
+
+ONE_ROW = """
+import json, sys
+from bert_jax import plan, plan_search, tpu_slices
+import importlib
+name, module, overrides, tpu, tokens, search = json.loads(sys.argv[1])
+c = importlib.import_module(module).get_config()
+for key, value in overrides.items():
+    section, k = key.split(".")
+    c[section][k] = value
+s = tpu_slices.parse_slice(tpu)
+shards = s.total_chips // c.mesh.shape[2] if c.mesh.shape[2] > 0 else s.total_chips
+micro = max(1, tokens // c.data.max_seq_length)
+c.train.grad_accum_steps = max(1, c.train.global_batch_size // (shards * micro))
+p = plan.make_plan(c, s)
+r = p.roofline
+row = dict(row=name, tpu=tpu, global_batch=c.train.global_batch_size, seq=c.data.max_seq_length,
+           micro_batch_per_chip=p.micro_batch_per_chip, grad_accum_steps=c.train.grad_accum_steps,
+           remat=p.remat_policy, scan=p.scan_layers, kernel=p.kernel, fits=plan.fits(p)[0], peak_gib=p.peak_bytes / 2**30,
+           hbm_gib=s.chip.hbm_gib, tokens_per_s_per_chip=r.tokens_per_s, mfu_bound=r.mfu, bound=r.bound,
+           gb_per_step=r.bytes / 1e9, kb_per_token=r.bytes_per_token / 1e3, flops_vs_formula=r.flops / r.formula_flops,
+           compile_s=p.compile_s)
+if search:
+    tried = plan_search.search(c, s, log=lambda line: print(line, file=sys.stderr, flush=True))
+    best = next((t for t in tried if t.fits), None)
+    row["search_best"] = best.candidate.flags() if best else "nothing tried fits"
+    if best:
+        row["search_mfu_bound"] = best.plan.roofline.mfu
+        row["search_tokens_per_s_per_chip"] = best.plan.roofline.tokens_per_s
+print("ROW " + json.dumps(row))
+"""
+
+
+def run_row(name: str, tpu: str, tokens: int, search: bool) -> dict:
+    module, overrides = ROWS[name]
+    env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_SKIP_MDS_QUERY="1")
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", ONE_ROW, json.dumps([name, module, overrides, tpu, tokens, search])],
+                          capture_output=True, text=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)) or ".")
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("ROW ")), None)
+    if line is None:
+        error = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return dict(row=name, tpu=tpu, error=error[:300], wall_s=time.perf_counter() - start)
+    return dict(json.loads(line[4:]), wall_s=time.perf_counter() - start)
+
+
+def markdown(row: dict) -> str:
+    if "error" in row:
+        return f"| {row['row']} | {row['tpu']} | failed: {row['error']} | | | | | |"
+    fit = "fits" if row["fits"] else "**does not fit**"
+    search = row.get("search_best", "not run")
+    return (f"| {row['row']} | {row['tpu']} | {row['global_batch']} x {row['seq']} ({row['micro_batch_per_chip']} per chip"
+            f" x {row['grad_accum_steps']}), remat {row['remat']} | {fit}, {row['peak_gib']:.1f} / {row['hbm_gib']:g} GiB | "
+            f"{row['tokens_per_s_per_chip']:,.0f} | {row['mfu_bound']:.1%} ({row['bound']}, {row['kb_per_token']:.0f} kB/token) | "
+            f"{search} | {row['compile_s']:.0f} s |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(ROWS)}")
+    parser.add_argument("--slices", default=",".join(SLICES))
+    parser.add_argument("--tokens_per_chip", type=int, default=8192, help="tokens in one micro-batch on one chip")
+    parser.add_argument("--search", action="store_true", help="also run plan --search per row (many compiles)")
+    parser.add_argument("--out", default="", help="append each row as JSON to this file")
+    args = parser.parse_args()
+    print("| config | slice | global batch (per chip x accumulation) | fits, peak / HBM per chip | roofline tok/s per chip "
+          "| MFU bound | best --search | compile |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.rows.split(","):
+        for tpu in args.slices.split(","):
+            row = run_row(name, tpu, args.tokens_per_chip, args.search)
+            print(markdown(row), flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""`plan --tpu=... --search`: what researchers try by hand on a TPU they pay for, compiled here instead.
+
+Tries remat policy x mesh (data / fsdp / tensor) x per-chip batch x scan, keeping the config's
+global batch (a smaller per-chip batch is gradient accumulation, so training is unchanged).
+For each (scan, mesh, remat) it compiles per-chip batches from the largest down and keeps the
+first that fits: memory only grows with the batch, and a bigger micro-batch re-reads the
+weights less. Only those are compiled a second time to count every layer's FLOPs and bytes;
+they are ranked by the roofline step time. Each compile is a full TPU compile (about a minute
+for BERT-base on 2 cores), so the search prints as it goes.
+"""
+import dataclasses
+import math
+from typing import Callable
+
+from bert_jax import plan as planner
+from bert_jax import tpu_slices
+
+GIB = 1024**3
+REMATS = ("none", "dots", "full")
+MESHES = ("dp", "fsdp")
+SCANS = (True, False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    scan: bool
+    mesh: str  # dp | fsdp | tpN (fsdp with an N-way tensor axis)
+    remat: str
+    grad_accum_steps: int
+
+    def overrides(self) -> dict[str, object]:
+        return {"model.scan_layers": self.scan, "model.remat_policy": self.remat, "mesh.shape": mesh_shape(self.mesh),
+                "mesh.rules": "fsdp_tp", "train.grad_accum_steps": self.grad_accum_steps}
+
+    def flags(self) -> str:
+        def value(v):
+            return f"'{v}'" if isinstance(v, tuple) else v
+        return " ".join(f"--config.{k}={value(v)}".replace(" ", "") for k, v in self.overrides().items())
+
+
+@dataclasses.dataclass
+class Tried:
+    candidate: Candidate
+    plan: planner.Plan | None  # None: failed to build or compile
+    fits: bool
+    error: str = ""
+
+
+def mesh_shape(name: str) -> tuple[int, int, int]:
+    if name == "dp":
+        return (-1, 1, 1)
+    if name == "fsdp":
+        return (1, -1, 1)
+    if name.startswith("tp") and name[2:].isdigit():
+        return (1, -1, int(name[2:]))
+    raise ValueError(f"search mesh {name!r}: expected dp, fsdp or tpN (fsdp with an N-way tensor axis)")
+
+
+def apply(config, candidate: Candidate, num_slices: int):
+    c = config.copy_and_resolve_references()
+    for key, value in candidate.overrides().items():
+        section, name = key.split(".")
+        c[section][name] = value
+    if num_slices > 1:
+        c.mesh.dcn_shape = (num_slices, 1, 1)  # data parallel across slices, over DCN
+    return c
+
+
+def accumulation_steps(config, tpu_slice: tpu_slices.TpuSlice, mesh: str) -> list[int]:
+    """Accumulation steps from 1 up, each leaving a per-chip micro-batch of at least one sequence."""
+    tensor = mesh_shape(mesh)[2]
+    shards = tpu_slice.total_chips // tensor
+    batch = config.train.global_batch_size
+    return [k for k in (2**i for i in range(12)) if batch % k == 0 and (batch // k) % shards == 0]
+
+
+def search(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0, remats=REMATS, meshes=MESHES, scans=SCANS,
+           log: Callable[[str], None] = lambda _: None) -> list[Tried]:
+    """Every configuration tried, fitting ones first, ranked by roofline step time."""
+    tried: list[Tried] = []
+    for scan in scans:
+        for mesh in meshes:
+            for remat in remats:
+                for accum in accumulation_steps(config, tpu_slice, mesh):
+                    candidate = Candidate(scan, mesh, remat, accum)
+                    result = _try(config, candidate, tpu_slice, hbm_gib)
+                    tried.append(result)
+                    log(_describe(result, tpu_slice))
+                    if result.fits or result.plan is None:
+                        break
+    return sorted(tried, key=_rank)
+
+
+def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float) -> Tried:
+    c = apply(config, candidate, tpu_slice.num_slices)
+    try:
+        screened = planner.make_plan(c, tpu_slice, count_every_layer=False)
+    except ValueError as e:  # a mesh the model does not split over, say: named, not fatal to the search
+        return Tried(candidate, None, False, str(e).splitlines()[0])
+    if not planner.fits(screened, hbm_gib)[0]:
+        return Tried(candidate, screened, False)
+    counted = planner.make_plan(c, tpu_slice) if candidate.scan and c.model.num_layers > 1 else screened
+    return Tried(candidate, counted, True)
+
+
+def _rank(t: Tried):
+    if t.fits:
+        return (0, t.plan.roofline.step_s)
+    return (1, t.plan.peak_bytes if t.plan else math.inf)
+
+
+def _describe(t: Tried, tpu_slice) -> str:
+    c = t.candidate
+    micro = f"grad_accum {c.grad_accum_steps}"
+    head = f"scan={c.scan} mesh={c.mesh} remat={c.remat} {micro}"
+    if t.plan is None:
+        return f"{head}: not built ({t.error})"
+    text = f"{head}: peak {t.plan.peak_bytes / GIB:.2f} GiB per chip, compiled in {t.plan.compile_s:.0f} s"
+    if t.fits:
+        r = t.plan.roofline
+        text += f", fits; roofline {r.step_s * 1e3:.1f} ms, {r.tokens_per_s:,.0f} tok/s per chip, MFU <= {r.mfu:.1%}"
+    else:
+        text += ", does not fit"
+    return text
+
+
+def format_search(tried: list[Tried], tpu: str, num_slices: int, hbm_gib: float = 0.0) -> str:
+    fitting = [t for t in tried if t.fits]
+    lines = [
+        "| rank | scan | mesh | remat | per-chip batch | peak GiB | step >= ms | tok/s per chip | MFU bound | bound |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, t in enumerate(fitting, 1):
+        c, r, p = t.candidate, t.plan.roofline, t.plan
+        lines.append(f"| {i} | {c.scan} | {c.mesh} | {c.remat} | {p.micro_batch_per_chip} x {c.grad_accum_steps} | "
+                     f"{p.peak_bytes / GIB:.2f} | {r.step_s * 1e3:.1f} | {r.tokens_per_s:,.0f} | {r.mfu:.1%} | {r.bound} |")
+    if not fitting:
+        smallest = min((t for t in tried if t.plan), key=lambda t: t.plan.peak_bytes, default=None)
+        over = f"; the smallest peak was {smallest.plan.peak_bytes / GIB:.2f} GiB ({_describe(smallest, None)})" \
+            if smallest else ""
+        return "\n".join([f"Nothing tried fits on {tpu}{over}. Try a larger slice or a smaller global batch."])
+    best = fitting[0]
+    slices = f" --num_slices={num_slices}" if num_slices > 1 else ""
+    hbm = f" --hbm_gib={hbm_gib:g}" if hbm_gib else ""
+    lines += ["", f"{len(fitting)} of {len(tried)} configurations tried fit; the best:", "",
+              f"python -m bert_jax.plan --config=CONFIG --tpu={tpu}{slices}{hbm} {best.candidate.flags()}",
+              f"python -m bert_jax.pretrain --config=CONFIG --workdir=DIR {best.candidate.flags()}"]
+    return "\n".join(lines)
+
+
+def suggest_fit(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0) -> str:
+    """For a config that does not fit: the first single change (as --search would make it) that does."""
+    current = Candidate(bool(config.model.scan_layers), _mesh_name(config), config.model.remat_policy,
+                        config.train.grad_accum_steps)
+    changes = [dataclasses.replace(current, grad_accum_steps=k)
+               for k in accumulation_steps(config, tpu_slice, current.mesh) if k > current.grad_accum_steps][:2]
+    changes += [dataclasses.replace(current, mesh="fsdp")] if current.mesh != "fsdp" else []
+    changes += [dataclasses.replace(current, remat=r) for r in ("dots", "full") if r != current.remat]
+    for candidate in changes:
+        t = _try(config, candidate, tpu_slice, hbm_gib)
+        if t.fits:
+            return (f"It fits with {candidate.flags()}: {t.plan.peak_bytes / GIB:.2f} GiB per chip "
+                    f"(run --search to rank every configuration that fits).")
+    return "No single change among grad_accum_steps x2/x4, fsdp, remat dots/full fits; run --search, or use a larger slice."
+
+
+def _mesh_name(config) -> str:
+    shape = tuple(config.mesh.shape)
+    if shape[1] == 1 and shape[2] == 1:
+        return "dp"
+    if shape[2] == 1:
+        return "fsdp"
+    return f"tp{shape[2]}"

@@ -1,0 +1,173 @@
+"""`plan --tpu`: the real TPU compiler (libtpu, the `tpu` extra) compiles the train step for a TPU slice on this
+CPU host; the kernel and checks are chosen for the TPU; FLOPs agree with the formula; bad input is named.
+
+libtpu missing fails these tests (with the install command): CI installs the extra, nothing skips.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax import tpu_slices
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_SKIP_MDS_QUERY="1")
+
+# 2 layers, hidden 128, seq 128 (splash needs a multiple of 128), bf16: compiles for v5e:2x2 in about 15 s.
+MICRO = """
+import configs.base
+def micro_config(scan=True, batch=8, layers=2):
+    c = configs.base.get_config()
+    c.model.update(vocab_size=512, hidden_size=128, num_heads=2, intermediate_size=256, num_layers=layers,
+                   max_position_embeddings=128, scan_layers=scan)
+    c.data.update(max_seq_length=128, max_predictions_per_seq=20)
+    c.train.update(global_batch_size=batch)
+    return c
+"""
+
+
+def run_script(body: str, timeout: int = 900) -> dict:
+    """Runs MICRO + body in a fresh process (libtpu and JAX start there); body prints RESULT <json>."""
+    proc = subprocess.run([sys.executable, "-c", MICRO + body], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def test_libtpu_is_installed():
+    tpu_slices.ensure_libtpu()  # fails naming `pip install -e ".[tpu]"`: CI must install the extra
+
+
+@pytest.fixture(scope="module")
+def micro_plan():
+    return run_script("""
+import json
+from bert_jax import plan, tpu_slices
+p = plan.make_plan(micro_config(), tpu_slices.parse_slice("v5e-4"))
+r = p.roofline
+print("RESULT " + json.dumps(dict(compiler=p.compiler, version=p.compiler_version, kernel=p.kernel,
+    peak=p.peak_bytes, argument=p.argument_bytes, params=p.param_bytes, opt=p.opt_state_bytes,
+    compiled_flops=p.compiled_flops, pallas_flops=p.pallas_flops, formula_flops=p.formula_flops,
+    devices=p.num_devices, bytes=p.bytes_accessed, mfu=r.mfu, step_s=r.step_s, bound=r.bound,
+    layers_counted=p.layers_counted, report=plan.format_plan(p))))
+""")
+
+
+def test_micro_config_compiles_for_v5e_with_splash_through_the_tpu_compiler(micro_plan):
+    assert micro_plan["compiler"] == "tpu" and "libtpu 0.0." in micro_plan["version"]
+    assert micro_plan["kernel"] == "splash"  # `auto` chose the TPU's kernel, not this CPU host's
+    assert micro_plan["devices"] == 4
+    # Memory from the TPU compiler: the donated state is counted, parameters and Adam's moments included.
+    assert micro_plan["argument"] >= micro_plan["params"] + micro_plan["opt"] > 0
+    assert micro_plan["peak"] >= micro_plan["argument"]
+    report = micro_plan["report"]
+    assert "come from the TPU compiler (jax" in report and "v5e-4: 4 TPU v5 lite chips (v5e:2x2)" in report
+    assert "**fits**" in report and "MFU <=" in report and "added from the formula" in report
+
+
+def test_compiled_flops_with_every_layer_counted_match_the_formula(micro_plan):
+    per_chip = micro_plan["compiled_flops"] + micro_plan["pallas_flops"]
+    formula = micro_plan["formula_flops"] / micro_plan["devices"]
+    assert abs(per_chip / formula - 1) < 0.05, (per_chip, formula)
+    assert "counted 2 times" in micro_plan["layers_counted"]
+    assert micro_plan["bytes"] > 0 and 0 < micro_plan["mfu"] < 1
+
+
+def test_unknown_slice_lists_the_known_ones():
+    with pytest.raises(ValueError, match=r"--tpu='v9x-8' is not a TPU slice.*v4-8 \.\.\. .*v5e-1 .*v5p-8 .*v6e-1"):
+        tpu_slices.parse_slice("v9x-8")
+    with pytest.raises(ValueError, match="v5e slices come as v5e-1, v5e-2, v5e-4"):
+        tpu_slices.parse_slice("v5e-12")
+
+
+def test_slice_names_map_to_chips_and_topologies():
+    assert (tpu_slices.parse_slice("v4-32").num_chips, tpu_slices.parse_slice("v4-32").topology) == (16, "v4:2x2x4")
+    assert tpu_slices.parse_slice("v5p-128").topology == "v5p:4x4x4"
+    assert tpu_slices.parse_slice("v5litepod-16").topology == "v5e:4x4"
+    assert tpu_slices.parse_slice("v5e-16", num_slices=2).total_chips == 32
+
+
+def test_a_mesh_that_does_not_divide_the_chips_names_both():
+    result = run_script("""
+import json
+from bert_jax import plan, tpu_slices
+c = micro_config()
+c.mesh.shape = (3, -1, 1)
+try:
+    plan.make_plan(c, tpu_slices.parse_slice("v5e-8"))
+    print("RESULT " + json.dumps("no error"))
+except ValueError as e:
+    print("RESULT " + json.dumps(str(e)))
+""")
+    assert "config.mesh.shape=(3, -1, 1)" in result and "the 8 chips of v5e-8" in result
+
+
+def test_missing_libtpu_names_the_install_command():
+    result = run_script("""
+import json, sys
+sys.modules["libtpu"] = None  # as if the tpu extra were not installed
+from bert_jax import tpu_slices
+try:
+    tpu_slices.slice_devices(tpu_slices.parse_slice("v5e-4"))
+    print("RESULT " + json.dumps("no error"))
+except RuntimeError as e:
+    print("RESULT " + json.dumps(str(e)))
+""")
+    assert 'pip install -e ".[tpu]"' in result
+
+
+@pytest.mark.slow
+def test_bert_base_plans_on_v4_8():
+    result = run_script("""
+import json
+import configs.bert_base
+from bert_jax import plan, tpu_slices
+p = plan.make_plan(configs.bert_base.get_config(), tpu_slices.parse_slice("v4-8"))
+print("RESULT " + json.dumps(dict(devices=p.num_devices, kernel=p.kernel, peak=p.peak_bytes,
+    flops=p.compiled_flops + p.pallas_flops, formula=p.formula_flops / p.num_devices, report=plan.format_plan(p))))
+""")
+    print(result["report"].split("\n\n| parameter")[0])
+    assert result["devices"] == 4 and result["kernel"] == "splash"  # v4-8: 4 megacore chips
+    assert result["peak"] < 32 * 1024**3 and "**fits**" in result["report"]
+    assert abs(result["flops"] / result["formula"] - 1) < 0.05
+
+
+@pytest.mark.slow
+def test_a_two_slice_plan_puts_data_parallelism_across_slices():
+    result = run_script("""
+import json
+from bert_jax import plan, tpu_slices
+c = micro_config(batch=16)
+c.mesh.dcn_shape = (2, 1, 1)
+p = plan.make_plan(c, tpu_slices.parse_slice("v5e-4", num_slices=2))
+print("RESULT " + json.dumps(dict(devices=p.num_devices, mesh=p.mesh_shape, report=plan.format_plan(p))))
+""")
+    assert result["devices"] == 8 and result["mesh"]["data"] == 8
+    assert "2 x v5e-4: 8 TPU v5 lite chips" in result["report"] and "DCN" in result["report"]
+
+
+@pytest.mark.slow
+def test_search_finds_the_remat_or_fsdp_configuration_that_fits():
+    result = run_script("""
+import json
+from bert_jax import plan, plan_search, tpu_slices
+c = micro_config(batch=64, layers=4)
+c.model.update(hidden_size=512, num_heads=4, intermediate_size=2048, vocab_size=8192)
+c.train.grad_accum_steps = 1
+s = tpu_slices.parse_slice("v5e-4")
+base = plan.make_plan(c, s, count_every_layer=False)
+hbm = (base.peak_bytes * 0.8) / 1024**3  # the config as it is does not fit this budget
+tried = plan_search.search(c, s, hbm, remats=("none", "full"), meshes=("dp", "fsdp"), scans=(True,))
+print("RESULT " + json.dumps(dict(hbm=hbm, base=base.peak_bytes,
+    tried=[(t.candidate.mesh, t.candidate.remat, t.candidate.grad_accum_steps, t.fits) for t in tried],
+    text=plan_search.format_search(tried, "v5e-4", 1, hbm), suggestion=plan_search.suggest_fit(c, s, hbm))))
+""", timeout=1800)
+    print(result["text"])
+    fitting = [t for t in result["tried"] if t[3]]
+    assert fitting and ("dp", "none", 1, False) in [tuple(t) for t in result["tried"]]
+    assert all(t[1] != "none" or t[0] != "dp" or t[2] > 1 for t in fitting)
+    assert "python -m bert_jax.pretrain --config=CONFIG" in result["text"]
+    assert result["suggestion"].startswith("It fits with --config.")
