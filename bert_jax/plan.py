@@ -172,6 +172,38 @@ def _pallas_work(config, kernel: str, num_devices: int) -> tuple[float, float]:
     return flops / num_devices, bytes_ / num_devices
 
 
+SHALLOW_DEPTHS = (2, 3)
+
+
+def _count_every_layer(config, mesh) -> tuple[float, float, str, float]:
+    """(FLOPs, bytes, how, seconds) of a scanned step with every layer counted.
+
+    The TPU compiler counts a loop's body once, and within the body it counts the whole stacked
+    [layers, ...] buffers that each iteration slices (a micro model: a scanned 8-layer step's one
+    counted iteration moved as many bytes as all 8 unrolled layers). So the same step is compiled
+    at depths 2 and 3 with the loop fully unrolled (scan_unroll = depth): their difference is one
+    layer, and the step is extrapolated to num_layers. Memory still comes from the full compile.
+    """
+    depths = SHALLOW_DEPTHS if config.model.num_layers > SHALLOW_DEPTHS[1] else (config.model.num_layers,)
+    costs, seconds = [], 0.0
+    for depth in depths:
+        shallow = config.copy_and_resolve_references()
+        shallow.model.num_layers, shallow.model.scan_unroll = depth, depth
+        _, compiled, s = _compile(shallow, mesh)
+        seconds += s
+        cost = _cost(compiled)
+        costs.append((float(cost["flops"]), float(cost["bytes accessed"])))
+    if len(costs) == 1:
+        return (*costs[0], f"scanned layers: counted from the step compiled with its {depths[0]} layers unrolled "
+                           "(the compiler counts a scanned loop's body once)", seconds)
+    (f2, b2), (f3, b3) = costs
+    extra = config.model.num_layers - SHALLOW_DEPTHS[0]
+    how = (f"scanned layers: FLOPs and bytes extrapolated to {config.model.num_layers} layers from the step compiled "
+           f"at depths {SHALLOW_DEPTHS[0]} and {SHALLOW_DEPTHS[1]}, unrolled (one layer = {f3 - f2:.4g} FLOPs, "
+           f"{(b3 - b2) / 1e9:.3g} GB); the compiler counts a scanned loop's body once")
+    return f2 + extra * (f3 - f2), b2 + extra * (b3 - b2), how, seconds
+
+
 def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_layer: bool = True) -> Plan:
     """Compiles config's train step: for `tpu_slice` with the TPU compiler, else for the CPU devices JAX has now
     (set their number before JAX starts, `use_simulated_devices`). count_every_layer=False skips the second
@@ -192,19 +224,8 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
     m = config.model
     layers_counted = ""
     if tpu_slice is not None and count_every_layer and m.scan_layers and m.num_layers > 1:
-        # The compiler counts the loop body once: two layers per iteration show what one layer costs.
-        unrolled = config.copy_and_resolve_references()
-        unrolled.model.scan_unroll = 2 * m.get("scan_unroll", 1)
-        _, compiled2, seconds = _compile(unrolled, mesh)
+        flops, bytes_accessed, layers_counted, seconds = _count_every_layer(config, mesh)
         compile_s += seconds
-        cost2 = _cost(compiled2)
-        per_layer = (float(cost2["flops"]) - flops) / m.get("scan_unroll", 1)
-        per_layer_bytes = (float(cost2["bytes accessed"]) - bytes_accessed) / m.get("scan_unroll", 1)
-        flops += (m.num_layers - m.get("scan_unroll", 1)) * per_layer
-        bytes_accessed += (m.num_layers - m.get("scan_unroll", 1)) * per_layer_bytes
-        layers_counted = (f"scanned layers: the loop body counted {m.num_layers} times (one layer = "
-                          f"{per_layer:.4g} FLOPs, {per_layer_bytes / 1e9:.3g} GB, from a second compile with "
-                          f"scan_unroll={unrolled.model.scan_unroll})")
     accum = config.train.grad_accum_steps
     if tpu_slice is not None and accum > 1:
         # Micro-batches run in a loop the compiler also counts once: an upper bound, counting the optimizer's

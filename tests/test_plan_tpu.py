@@ -15,13 +15,15 @@ from bert_jax import tpu_slices
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_SKIP_MDS_QUERY="1")
 
-# 2 layers, hidden 128, seq 128 (splash needs a multiple of 128), bf16: compiles for v5e:2x2 in about 15 s.
+# Hidden 128, seq 128 (splash needs a multiple of 128), bf16: compiles for v5e:2x2 in about 10 s.
 MICRO = """
 import configs.base
 def micro_config(scan=True, batch=8, layers=2):
     c = configs.base.get_config()
     c.model.update(vocab_size=512, hidden_size=128, num_heads=2, intermediate_size=256, num_layers=layers,
-                   max_position_embeddings=128, scan_layers=scan)
+                   max_position_embeddings=128, scan_layers=scan,
+                   # Dropout's threefry bits count as FLOPs: 20 % of a step this narrow, 3 % at BERT-base's.
+                   dropout_rate=0.0)
     c.data.update(max_seq_length=128, max_predictions_per_seq=20)
     c.train.update(global_batch_size=batch)
     return c
@@ -46,7 +48,7 @@ def micro_plan():
     return run_script("""
 import json
 from bert_jax import plan, tpu_slices
-p = plan.make_plan(micro_config(), tpu_slices.parse_slice("v5e-4"))
+p = plan.make_plan(micro_config(layers=4), tpu_slices.parse_slice("v5e-4"))
 r = p.roofline
 print("RESULT " + json.dumps(dict(compiler=p.compiler, version=p.compiler_version, kernel=p.kernel,
     peak=p.peak_bytes, argument=p.argument_bytes, params=p.param_bytes, opt=p.opt_state_bytes,
@@ -72,7 +74,7 @@ def test_compiled_flops_with_every_layer_counted_match_the_formula(micro_plan):
     per_chip = micro_plan["compiled_flops"] + micro_plan["pallas_flops"]
     formula = micro_plan["formula_flops"] / micro_plan["devices"]
     assert abs(per_chip / formula - 1) < 0.05, (per_chip, formula)
-    assert "counted 2 times" in micro_plan["layers_counted"]
+    assert "extrapolated to 4 layers from the step compiled at depths 2 and 3" in micro_plan["layers_counted"]
     assert micro_plan["bytes"] > 0 and 0 < micro_plan["mfu"] < 1
 
 
