@@ -4,3 +4,28 @@ Entry points live in `bert_jax.pretrain` (and `bert_jax.cli` for the `bert-jax`
 console script); the library parts are `models`, `objectives`, `train`,
 `checkpoint` and `parallel`.
 """
+import glob
+import importlib.util
+import os
+import sys
+
+# Hosts that have libtpu (the `tpu` extra, for `plan --tpu`) but no TPU: JAX would try the TPU backend first
+# in every process, costing about 0.2 s and a screen of libtpu errors before it falls back to the CPU.
+_TPU_HINTS = ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "TPU_NAME", "TPU_SKIP_MDS_QUERY_FOR_TEST")
+
+
+def _cpu_only_without_a_tpu() -> None:
+    if os.environ.get("JAX_PLATFORMS") or importlib.util.find_spec("libtpu") is None:
+        return
+    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or any(os.environ.get(k) for k in _TPU_HINTS):
+        return  # a TPU VM (or one says so): leave the choice to JAX
+    if any(importlib.util.find_spec(p) for p in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin",
+                                                 "jax_rocm7_plugin")):
+        return  # a GPU build of JAX: its plugin decides
+    if "jax" in sys.modules:
+        sys.modules["jax"].config.update("jax_platforms", "cpu")
+    else:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+_cpu_only_without_a_tpu()
