@@ -17,8 +17,9 @@ LOCAL_ONLY_CALLS = {"open", "gzip.open", "glob.glob", "glob.iglob", "shutil.copy
                     "shutil.copytree", "shutil.rmtree", "shutil.move", "os.makedirs", "os.listdir", "os.remove",
                     "os.rename", "os.replace", "os.walk", "os.unlink", "os.scandir", "os.mkdir"}
 # Files whose paths are never a user's: the embedded corpus reads Python's own library;
-# a SLURM script and its logs live on the cluster's shared disk, which sbatch reads.
-NOT_USER_PATHS = {"data_pipelines/corpus.py", "launch/slurm.py"}
+# a SLURM script and its logs live on the cluster's shared disk, which sbatch reads; the package looks for
+# this host's TPU device files (/dev/accel*).
+NOT_USER_PATHS = {"data_pipelines/corpus.py", "launch/slurm.py", "bert_jax/__init__.py"}
 
 
 def _call_name(node: ast.Call) -> str:

@@ -30,8 +30,8 @@ class BertConfig:
     initializer_range: float = 0.02
     hidden_act: str = "gelu"  # a key of layers.ACTIVATIONS
     scan_layers: bool = True
-    # Layers per iteration of the scanned loop (nn.scan's unroll). The TPU planner unrolls shallow copies of
-    # a scanned step fully to count every layer's FLOPs and bytes (bert_jax/plan.py).
+    # Layers per iteration of the scanned loop (nn.scan's unroll; >= the loop's length unrolls it whole, which
+    # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/plan.py).
     scan_unroll: int = 1
     remat_policy: str = "none"
     # A kernel of models.attention: xla | cudnn | splash; from_config resolves "auto" for this platform.

@@ -62,8 +62,8 @@ class ModernBertConfig:
     classifier_bias: bool = False  # the MLM head's dense layer
     pad_token_id: int = 0
     scan_layers: bool = True
-    # Layers per iteration of the scanned loop (nn.scan's unroll). The TPU planner unrolls shallow copies of
-    # a scanned step fully to count every layer's FLOPs and bytes (bert_jax/plan.py).
+    # Layers per iteration of the scanned loop (nn.scan's unroll; >= the loop's length unrolls it whole, which
+    # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/plan.py).
     scan_unroll: int = 1
     remat_policy: str = "none"
     attention_impl: str = "xla"
