@@ -12,8 +12,8 @@ lowered from abstract shapes (no parameter is ever allocated) and compiled.
 (bert_jax/tpu_slices.py), with the LIBTPU_INIT_ARGS the run sets. Memory per chip, FLOPs and
 bytes accessed are the compiler's own; everything hardware-dependent (the attention kernel,
 config checks) is chosen for the TPU, not for this host. The TPU compiler counts a scanned
-loop's body once, so a scanned step is compiled a second time with two layers per iteration
-(config.model.scan_unroll=2): the difference is one layer, counted num_layers times. A Pallas
+loop's body once, so a scanned step's FLOPs and bytes come from a second compile with the loop
+unrolled (config.model.scan_unroll=num_layers); its memory from the scanned compile. A Pallas
 kernel's work (splash attention) is invisible to the compiler's count and is added from the
 formula. From FLOPs and bytes follows the roofline bound (bert_jax/roofline.py).
 
@@ -211,7 +211,7 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
     flops, bytes_accessed = float(cost.get("flops", float("nan"))), float(cost.get("bytes accessed", float("nan")))
     m = config.model
     layers_counted = ""
-    if tpu_slice is not None and count_every_layer and m.scan_layers and m.num_layers > 1:
+    if tpu_slice is not None and count_every_layer and m.scan_layers and m.get("scan_unroll", 1) < m.num_layers:
         flops, bytes_accessed, layers_counted, seconds = _count_every_layer(config, mesh)
         compile_s += seconds
     accum = config.train.grad_accum_steps
