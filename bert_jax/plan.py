@@ -187,8 +187,10 @@ def _count_every_layer(config, mesh) -> tuple[float, float, str, float]:
     unrolled.model.scan_unroll = config.model.num_layers
     _, compiled, seconds = _compile(unrolled, mesh)
     cost = _cost(compiled)
+    peak = memory_fit.compiled_peak_bytes(compiled.memory_analysis())
     how = (f"scanned layers: FLOPs and bytes from the same step compiled with its layer loop unrolled "
-           f"(scan_unroll={config.model.num_layers}); the compiler counts a loop's body once")
+           f"(scan_unroll={config.model.num_layers}, which peaks at {peak / GIB:.2f} GiB per chip: a config to "
+           f"consider); the compiler counts a loop's body once")
     return float(cost["flops"]), float(cost["bytes accessed"]), how, seconds
 
 
