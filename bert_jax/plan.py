@@ -366,7 +366,13 @@ def use_simulated_devices(num_devices: int) -> None:
 def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    config = _CONFIG.value
+    try:
+        _plan(_CONFIG.value)
+    except (ValueError, RuntimeError) as e:  # bad input, named: a message, not a traceback
+        raise SystemExit(f"bert_jax.plan: {e}") from None
+
+
+def _plan(config) -> None:
     if _TPU.value:
         if _GPU.value or _CPU.value or _TARGET.value:
             raise app.UsageError("--tpu compiles for a TPU slice; --gpu, --cpu and --target are for the CPU-compiler estimate")
