@@ -31,17 +31,16 @@ SLICES = ("v4-32", "v5e-16", "v5p-32")
 
 ONE_ROW = """
 import json, sys
-from bert_jax import plan, plan_search, tpu_slices
+from bert_jax import compiled_plan as plan, plan_search, tpu_slices
 import importlib
 name, module, overrides, tpu, tokens, search = json.loads(sys.argv[1])
-c = importlib.import_module(module).get_config()
-for key, value in overrides.items():
-    section, k = key.split(".")
-    c[section][k] = value
+c = plan_search.with_overrides(importlib.import_module(module).get_config(), overrides)
 s = tpu_slices.parse_slice(tpu)
-shards = s.total_chips // c.mesh.shape[2] if c.mesh.shape[2] > 0 else s.total_chips
-micro = max(1, tokens // c.data.max_seq_length)
-c.train.grad_accum_steps = max(1, c.train.global_batch_size // (shards * micro))
+# The fewest accumulation steps that bring one chip's micro-batch down to `tokens` tokens.
+steps = plan_search.accumulation_steps(c, s, plan_search.mesh_name(c))
+shards = s.total_chips // c.mesh.shape[2]
+c.train.grad_accum_steps = next((k for k in steps if c.train.global_batch_size // (shards * k) * c.data.max_seq_length
+                                 <= tokens), steps[-1])
 p = plan.make_plan(c, s)
 r = p.roofline
 row = dict(row=name, tpu=tpu, global_batch=c.train.global_batch_size, seq=c.data.max_seq_length,

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Callable
 
-from bert_jax import plan as planner
+from bert_jax import compiled_plan as planner
 from bert_jax import tpu_slices
 
 GIB = 1024**3
@@ -56,11 +56,17 @@ def mesh_shape(name: str) -> tuple[int, int, int]:
     raise ValueError(f"search mesh {name!r}: expected dp, fsdp or tpN (fsdp with an N-way tensor axis)")
 
 
-def apply(config, candidate: Candidate, num_slices: int):
+def with_overrides(config, overrides: dict[str, object]):
+    """A copy of config with {"section.key": value} set, as --config.section.key=value would."""
     c = config.copy_and_resolve_references()
-    for key, value in candidate.overrides().items():
+    for key, value in overrides.items():
         section, name = key.split(".")
         c[section][name] = value
+    return c
+
+
+def apply(config, candidate: Candidate, num_slices: int):
+    c = with_overrides(config, candidate.overrides())
     if num_slices > 1:
         c.mesh.dcn_shape = (num_slices, 1, 1)  # data parallel across slices, over DCN
     return c
@@ -150,7 +156,7 @@ def format_search(tried: list[Tried], tpu: str, num_slices: int, hbm_gib: float 
 
 def suggest_fit(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0) -> str:
     """For a config that does not fit: the first single change (as --search would make it) that does."""
-    current = Candidate(bool(config.model.scan_layers), _mesh_name(config), config.model.remat_policy,
+    current = Candidate(bool(config.model.scan_layers), mesh_name(config), config.model.remat_policy,
                         config.train.grad_accum_steps)
     changes = [dataclasses.replace(current, grad_accum_steps=k)
                for k in accumulation_steps(config, tpu_slice, current.mesh) if k > current.grad_accum_steps][:2]
@@ -164,7 +170,7 @@ def suggest_fit(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0) ->
     return "No single change among grad_accum_steps x2/x4, fsdp, remat dots/full fits; run --search, or use a larger slice."
 
 
-def _mesh_name(config) -> str:
+def mesh_name(config) -> str:
     shape = tuple(config.mesh.shape)
     if shape[1] == 1 and shape[2] == 1:
         return "dp"

@@ -6,6 +6,7 @@
 from absl import app, flags
 from ml_collections import config_flags
 
+from bert_jax import tpu_slices
 from bert_jax.log_filter import log_info_quietly
 from bert_jax.parallel import distributed
 from bert_jax.train import determinism
@@ -21,7 +22,7 @@ def _main(argv) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_info_quietly()
     determinism.set_xla_flags(_CONFIG.value)  # before JAX starts its backend
-    determinism.set_libtpu_init_args(_CONFIG.value)
+    tpu_slices.set_libtpu_init_args(_CONFIG.value)
     distributed.initialize(_CONFIG.value.distributed)  # before anything touches a device
     train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 

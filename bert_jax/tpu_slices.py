@@ -100,6 +100,19 @@ def parse_slice(name: str, num_slices: int = 1) -> TpuSlice:
     return TpuSlice(name, chip, chips, topology, num_slices)
 
 
+def set_libtpu_init_args(config) -> None:
+    """Adds config.libtpu_init_args to LIBTPU_INIT_ARGS, the TPU compiler's flags; call before libtpu starts.
+
+    The run on a TPU VM (`pretrain`) and the plan for a TPU slice on any host both call this, so the
+    plan's memory and bytes are those of the program the run compiles.
+    """
+    extra = config.get("libtpu_init_args", "").split()
+    current = os.environ.get("LIBTPU_INIT_ARGS", "").split()
+    missing = [f for f in extra if f not in current]
+    if missing:
+        os.environ["LIBTPU_INIT_ARGS"] = " ".join(current + missing)
+
+
 def ensure_libtpu() -> None:
     """Fails, naming the install command, when the TPU compiler (libtpu) is not installed."""
     try:

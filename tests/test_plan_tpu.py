@@ -47,7 +47,7 @@ def test_libtpu_is_installed():
 def micro_plan():
     return run_script("""
 import json
-from bert_jax import plan, tpu_slices
+from bert_jax import compiled_plan as plan, tpu_slices
 p = plan.make_plan(micro_config(layers=4), tpu_slices.parse_slice("v5e-4"))
 r = p.roofline
 print("RESULT " + json.dumps(dict(compiler=p.compiler, version=p.compiler_version, kernel=p.kernel,
@@ -95,7 +95,7 @@ def test_slice_names_map_to_chips_and_topologies():
 def test_a_mesh_that_does_not_divide_the_chips_names_both():
     result = run_script("""
 import json
-from bert_jax import plan, tpu_slices
+from bert_jax import compiled_plan as plan, tpu_slices
 c = micro_config()
 c.mesh.shape = (3, -1, 1)
 try:
@@ -126,7 +126,7 @@ def test_bert_base_plans_on_v4_8():
     result = run_script("""
 import json
 import configs.bert_base
-from bert_jax import plan, tpu_slices
+from bert_jax import compiled_plan as plan, tpu_slices
 p = plan.make_plan(configs.bert_base.get_config(), tpu_slices.parse_slice("v4-8"))
 print("RESULT " + json.dumps(dict(devices=p.num_devices, kernel=p.kernel, peak=p.peak_bytes,
     flops=p.compiled_flops + p.pallas_flops, formula=p.formula_flops / p.num_devices, report=plan.format_plan(p))))
@@ -141,7 +141,7 @@ print("RESULT " + json.dumps(dict(devices=p.num_devices, kernel=p.kernel, peak=p
 def test_a_two_slice_plan_puts_data_parallelism_across_slices():
     result = run_script("""
 import json
-from bert_jax import plan, tpu_slices
+from bert_jax import compiled_plan as plan, tpu_slices
 c = micro_config(batch=16)
 c.mesh.dcn_shape = (2, 1, 1)
 p = plan.make_plan(c, tpu_slices.parse_slice("v5e-4", num_slices=2))
@@ -157,7 +157,7 @@ def test_search_finds_that_only_fsdp_fits_and_suggests_it():
     # data parallelism needs, only FSDP (which splits them over the 4 chips) fits, at any remat or batch.
     result = run_script("""
 import json
-from bert_jax import plan, plan_search, tpu_slices
+from bert_jax import compiled_plan as plan, plan_search, tpu_slices
 c = micro_config(batch=8, layers=2)
 c.model.vocab_size = 32768
 s = tpu_slices.parse_slice("v5e-4")

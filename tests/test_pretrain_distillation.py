@@ -279,7 +279,7 @@ def test_a_distilled_student_beats_one_trained_from_scratch(tmp_path):
 
 @pytest.mark.slow
 def test_the_planner_compiles_the_distillation_step_with_the_teacher(teacher_dir):
-    from bert_jax import plan
+    from bert_jax import compiled_plan as plan
 
     c = student_config(teacher_dir)
     result = plan.make_plan(c)

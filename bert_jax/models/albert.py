@@ -83,8 +83,7 @@ class SharedLayerStack(nn.Module):
                 # Parameters broadcast (not stacked): every repeat reads the group's one copy.
                 scanned = nn.scan(layer, variable_broadcast="params", variable_axes={"intermediates": 0},
                                   split_rngs={"params": False, "dropout": True},
-                                  in_axes=(nn.broadcast, nn.broadcast), length=repeats,
-                                  unroll=min(cfg.scan_unroll, repeats))
+                                  in_axes=(nn.broadcast, nn.broadcast), length=repeats, unroll=cfg.scan_unroll)
                 x, _ = scanned(cfg, name=f"group_{group}")(x, mask, deterministic)
             else:
                 shared = layer(cfg, name=f"group_{group}")

@@ -63,7 +63,7 @@ class ModernBertConfig:
     pad_token_id: int = 0
     scan_layers: bool = True
     # Layers per iteration of the scanned loop (nn.scan's unroll; >= the loop's length unrolls it whole, which
-    # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/plan.py).
+    # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/compiled_plan.py).
     scan_unroll: int = 1
     remat_policy: str = "none"
     attention_impl: str = "xla"

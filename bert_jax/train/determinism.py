@@ -30,15 +30,3 @@ def check_xla_flags(config) -> None:
             f"XLA_FLAGS='{FLAG}' before starting Python"
         )
 
-
-def set_libtpu_init_args(config) -> None:
-    """Adds config.libtpu_init_args to LIBTPU_INIT_ARGS, the TPU compiler's flags; call before JAX starts.
-
-    The run on a TPU VM and the plan compiled for a TPU slice on any host (bert_jax/plan.py) both
-    call this, so the plan's memory and bytes are those of the program the run compiles.
-    """
-    extra = config.get("libtpu_init_args", "").split()
-    current = os.environ.get("LIBTPU_INIT_ARGS", "").split()
-    missing = [f for f in extra if f not in current]
-    if missing:
-        os.environ["LIBTPU_INIT_ARGS"] = " ".join(current + missing)

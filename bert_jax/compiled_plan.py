@@ -1,0 +1,330 @@
+"""A train step compiled ahead of time for devices this host may not have, and what it costs per device.
+
+`make_plan` lowers the exact step `bert_jax.train.program.build_program` makes from abstract shapes
+and compiles it: with the TPU compiler for a TPU slice (`tpu_slices`), or with the XLA CPU compiler
+for simulated CPU devices. `format_plan` is the report `python -m bert_jax.plan` prints; the
+module docstring of bert_jax/plan.py says what each figure means and where it comes from.
+"""
+import dataclasses
+import math
+import os
+import time
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from bert_jax import memory_fit, tpu_slices
+from bert_jax.config_validation import validate_config
+from bert_jax.models.attention import building_for, devices_platform
+from bert_jax.parallel.mesh import make_mesh, resolve_mesh_shapes
+from bert_jax.roofline import Roofline
+from bert_jax.train import perf
+from bert_jax.train.program import build_program
+from bert_jax.train.state import example_batch
+
+GIB = 1024**3
+
+
+@dataclasses.dataclass
+class ParamRow:
+    path: str
+    global_shape: tuple[int, ...]
+    spec: str
+    shard_shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclasses.dataclass
+class Plan:
+    mesh_shape: dict[str, int]
+    num_devices: int
+    param_count: int
+    param_bytes: int  # per device
+    opt_state_bytes: int  # per device
+    frozen_bytes: int  # per device: a distillation teacher's params (no gradient, no optimizer state)
+    argument_bytes: int  # per device: state + batch, as the compiler counts them
+    output_bytes: int
+    alias_bytes: int  # outputs that reuse donated inputs
+    temp_bytes: int  # per device: activations, gradients, collectives' buffers
+    compiled_flops: float  # per device, from cost_analysis (includes remat recomputation)
+    formula_flops: float  # whole step, from bert_jax/train/perf.py
+    compile_s: float
+    compiler: str  # e.g. "cpu", "tpu": the XLA backend whose figures these are
+    compiler_version: str
+    scan_layers: bool
+    params: list[ParamRow]
+
+    peak_bytes: int  # per device: arguments + outputs - aliased + temporaries
+    bytes_accessed: float = float("nan")  # per device, from cost_analysis
+    kernel: str = ""  # the attention kernel the step runs
+    remat_policy: str = ""
+    tokens_per_step: int = 0  # whole step
+    micro_batch_per_chip: int = 0  # sequences in one forward/backward on one chip (or device)
+    # Scanned layers on the TPU: compiled FLOPs and bytes count every layer (see the module docstring).
+    layers_counted: str = ""
+    pallas_flops: float = 0.0  # per device, added from the formula: a Pallas kernel's work the compiler cannot see
+    pallas_bytes: float = 0.0
+    tpu_slice: tpu_slices.TpuSlice | None = None
+    libtpu_init_args: str = ""
+
+    @property
+    def roofline(self) -> Roofline | None:
+        if self.tpu_slice is None:
+            return None
+        chip = self.tpu_slice.chip
+        return Roofline(flops=self.compiled_flops + self.pallas_flops, bytes=self.bytes_accessed + self.pallas_bytes,
+                        formula_flops=self.formula_flops / self.num_devices, tokens=self.tokens_per_step / self.num_devices,
+                        peak_flops=chip.peak_flops, hbm_bytes_per_s=chip.hbm_bytes_per_s)
+
+
+def _path(path) -> str:
+    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+
+
+def _bytes_per_device(abstract_tree) -> int:
+    return sum(
+        math.prod(leaf.sharding.shard_shape(leaf.shape)) * leaf.dtype.itemsize
+        for leaf in jax.tree.leaves(abstract_tree)
+    )
+
+
+def _compile(config, mesh):
+    """(program, compiled step, seconds to compile) for config's train step on mesh."""
+    program = build_program(config, mesh)
+    batch = jax.eval_shape(lambda: example_batch(config.data, config.train.global_batch_size))
+    batch = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=program.data_sharding), batch
+    )
+    start = time.perf_counter()
+    with jax.set_mesh(mesh), nn.logical_axis_rules(program.rules):
+        compiled = program.train_step.lower(program.abstract_state, batch, program.abstract_frozen).compile()
+    return program, compiled, time.perf_counter() - start
+
+
+def _cost(compiled) -> dict:
+    cost = compiled.cost_analysis()
+    return cost[0] if isinstance(cost, (list, tuple)) else cost
+
+
+def _kernel(program) -> str:
+    """The attention kernel the built model runs (a family may override `auto`'s choice)."""
+    return getattr(getattr(program.model, "config", None), "attention_impl", "xla")
+
+
+def tpu_mesh(config, tpu_slice: tpu_slices.TpuSlice):
+    """The run's mesh over the slice's devices; a config.mesh that does not divide the chips fails naming both."""
+    devices = tpu_slices.slice_devices(tpu_slice)
+    try:
+        resolve_mesh_shapes(config.mesh, len(devices))
+    except ValueError as e:
+        raise ValueError(f"config.mesh.shape={tuple(config.mesh.shape)} (dcn_shape="
+                         f"{tuple(config.mesh.get('dcn_shape', (1, 1, 1)))}) does not fit the {len(devices)} chips of "
+                         f"{tpu_slice.label}: {e}") from None
+    return make_mesh(config.mesh, devices)
+
+
+def _pallas_work(config, kernel: str, num_devices: int) -> tuple[float, float]:
+    """(FLOPs, bytes) per device of the Pallas attention kernel, which cost_analysis does not see.
+
+    FLOPs: the formula's attention term, 12 * layers * hidden * S^2 * B (forward and backward).
+    Bytes: what a flash kernel must move, its inputs and outputs: q, k, v, out forward; q, k, v, out,
+    d_out, dq, dk, dv backward: 12 tensors of [B, S, hidden] in the compute dtype per layer.
+    """
+    if kernel != "splash":
+        return 0.0, 0.0
+    m, b, s = config.model, config.train.global_batch_size, config.data.max_seq_length
+    itemsize = np.dtype(m.dtype).itemsize
+    flops = 12.0 * m.num_layers * m.hidden_size * s * s * b
+    bytes_ = 12.0 * m.num_layers * b * s * m.hidden_size * itemsize
+    return flops / num_devices, bytes_ / num_devices
+
+
+def _count_every_layer(config, mesh) -> tuple[float, float, str, float]:
+    """(FLOPs, bytes, how, seconds) of a scanned step with every layer counted.
+
+    The TPU compiler counts a loop's body once, and within the body it counts the whole stacked
+    [layers, ...] buffers each iteration slices (a micro model: one counted iteration of a scanned
+    8-layer step moved as many bytes as all 8 layers unrolled). So the step is compiled again with
+    its scanned loops fully unrolled (scan_unroll=num_layers). Extrapolating from shallow copies
+    instead was measured off by 15 % in bytes (BERT-base, depths 2 and 3 against 12), while an
+    unrolled compile costs little more than a shallow one (a fixed cost dominates). Memory still
+    comes from the scanned compile: that is the program that runs.
+    """
+    unrolled = config.copy_and_resolve_references()
+    unrolled.model.scan_unroll = config.model.num_layers
+    _, compiled, seconds = _compile(unrolled, mesh)
+    cost = _cost(compiled)
+    peak = memory_fit.compiled_peak_bytes(compiled.memory_analysis())
+    how = (f"scanned layers: FLOPs and bytes from the same step compiled with its layer loop unrolled "
+           f"(scan_unroll={config.model.num_layers}, which peaks at {peak / GIB:.2f} GiB per chip: a config to "
+           f"consider); the compiler counts a loop's body once")
+    return float(cost["flops"]), float(cost["bytes accessed"]), how, seconds
+
+
+def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_layer: bool = True) -> Plan:
+    """Compiles config's train step: for `tpu_slice` with the TPU compiler, else for the CPU devices JAX has now
+    (set their number before JAX starts, `use_simulated_devices`). count_every_layer=False skips the second
+    compile that counts a scanned TPU step's every layer (memory alone: what a search screens with)."""
+    if tpu_slice is not None:
+        tpu_slices.set_libtpu_init_args(config)  # the flags the run on the TPU sets
+        with building_for("tpu"):
+            validate_config(config, 1)
+        mesh = tpu_mesh(config, tpu_slice)
+    else:
+        validate_config(config, 1)
+        mesh = make_mesh(config.mesh)
+    program, compiled, compile_s = _compile(config, mesh)
+    memory = compiled.memory_analysis()
+    cost = _cost(compiled)
+    flops, bytes_accessed = float(cost.get("flops", float("nan"))), float(cost.get("bytes accessed", float("nan")))
+    m = config.model
+    layers_counted = ""
+    if tpu_slice is not None and count_every_layer and m.scan_layers and m.get("scan_unroll", 1) < m.num_layers:
+        flops, bytes_accessed, layers_counted, seconds = _count_every_layer(config, mesh)
+        compile_s += seconds
+    accum = config.train.grad_accum_steps
+    if tpu_slice is not None and accum > 1:
+        # Micro-batches run in a loop the compiler also counts once: an upper bound, counting the optimizer's
+        # pass once per micro-batch rather than once per step.
+        flops, bytes_accessed = flops * accum, bytes_accessed * accum
+        layers_counted = "; ".join(filter(None, [layers_counted, (
+            f"grad_accum_steps={accum}: the micro-batch loop counted {accum} times, the optimizer's pass with it "
+            "(an upper bound on FLOPs and bytes)")]))
+    kernel = _kernel(program)
+    pallas_flops, pallas_bytes = _pallas_work(config, kernel, mesh.size) if tpu_slice is not None else (0.0, 0.0)
+    state = program.abstract_state
+    rows = [
+        ParamRow(_path(path), tuple(leaf.shape), str(tuple(leaf.sharding.spec)),
+                 tuple(leaf.sharding.shard_shape(leaf.shape)), str(leaf.dtype))
+        for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]
+    ]
+    return Plan(
+        mesh_shape=dict(mesh.shape), num_devices=mesh.size,
+        param_count=perf.count_params(state.params),
+        param_bytes=_bytes_per_device(state.params), opt_state_bytes=_bytes_per_device(state.opt_state),
+        frozen_bytes=_bytes_per_device(program.abstract_frozen),
+        argument_bytes=memory.argument_size_in_bytes, output_bytes=memory.output_size_in_bytes,
+        alias_bytes=memory.alias_size_in_bytes, temp_bytes=memory.temp_size_in_bytes,
+        compiled_flops=flops, formula_flops=perf.step_flops(program, config),
+        peak_bytes=memory_fit.compiled_peak_bytes(memory), compile_s=compile_s,
+        compiler=devices_platform(mesh.devices.flat), compiler_version=_compiler_version(tpu_slice),
+        scan_layers=bool(m.scan_layers), params=rows, bytes_accessed=bytes_accessed, kernel=kernel,
+        remat_policy=m.remat_policy, tokens_per_step=config.train.global_batch_size * config.data.max_seq_length,
+        micro_batch_per_chip=config.train.global_batch_size // accum // (mesh.size // mesh.shape["tensor"]),
+        layers_counted=layers_counted, pallas_flops=pallas_flops, pallas_bytes=pallas_bytes, tpu_slice=tpu_slice,
+        libtpu_init_args=os.environ.get("LIBTPU_INIT_ARGS", "") if tpu_slice is not None else "",
+    )
+
+
+def _compiler_version(tpu_slice) -> str:
+    if tpu_slice is None:
+        return f"jax {jax.__version__}"
+    import importlib.metadata
+
+    return f"jax {jax.__version__}, libtpu {importlib.metadata.version('libtpu')}"
+
+
+def fits(plan: Plan, hbm_gib: float = 0.0) -> tuple[bool, float]:
+    """(whether a TPU plan's peak fits one chip's HBM, or hbm_gib when given; the chip's usable bytes)."""
+    usable = (hbm_gib or plan.tpu_slice.chip.hbm_gib) * GIB
+    return plan.peak_bytes <= usable, usable
+
+
+def format_plan(plan: Plan, target: str = "", hbm_gib: float = 0.0, max_rows: int = 0) -> str:
+    """The Markdown report `bert_jax.plan` prints; a fit verdict when a TPU slice, a target or hbm_gib is given."""
+    gib = lambda b: f"{b / GIB:.3f}"  # noqa: E731
+    mesh = ", ".join(f"{k}={v}" for k, v in plan.mesh_shape.items())
+    unit = "chip" if plan.tpu_slice else "device"
+    if plan.tpu_slice:
+        s = plan.tpu_slice
+        where = f"{s.label}: {s.total_chips} {s.chip.device_kind} chips ({s.topology})"
+        source = (f"Memory, FLOPs and bytes below come from the TPU compiler ({plan.compiler_version}) compiling for "
+                  f"{where}, with LIBTPU_INIT_ARGS={plan.libtpu_init_args!r}: exact for this program, no band.")
+    else:
+        where = f"{plan.num_devices} devices"
+        source = (f"Memory and FLOPs below come from the XLA {plan.compiler.upper()} compiler ({plan.compiler_version}) "
+                  f"compiling for {plan.num_devices} simulated {plan.compiler.upper()} device(s): parameter and optimizer "
+                  "bytes are exact, temporaries are this compiler's schedule and differ on accelerators: any accelerator "
+                  "figure from them is an estimate.")
+    lines = [
+        f"mesh ({mesh}) = {where}; {plan.param_count:,} parameters; attention kernel {plan.kernel or '?'}, "
+        f"remat {plan.remat_policy or '?'}, scan_layers {plan.scan_layers}; compiled in {plan.compile_s:.1f} s",
+        "",
+        source,
+        "",
+        f"| per {unit} | GiB |",
+        "|---|---|",
+        f"| parameters | {gib(plan.param_bytes)} |",
+        f"| optimizer state | {gib(plan.opt_state_bytes)} |",
+        *([f"| frozen teacher parameters | {gib(plan.frozen_bytes)} |"] if plan.frozen_bytes else []),
+        f"| temporaries (activations, gradients) | {gib(plan.temp_bytes)} |",
+        f"| arguments / outputs / aliased (donated) | {gib(plan.argument_bytes)} / {gib(plan.output_bytes)} / "
+        f"{gib(plan.alias_bytes)} |",
+        f"| **peak** (arguments + outputs - aliased + temporaries) | **{gib(plan.peak_bytes)}** |",
+        "",
+        f"FLOPs per step: compiled {plan.compiled_flops:.4g} per {unit} x {plan.num_devices} = "
+        f"{plan.compiled_flops * plan.num_devices:.4g}; formula {plan.formula_flops:.4g} "
+        "(6*N*B*S + 12*layers*hidden*S^2*B + 6*hidden*vocab*B*P, plus a teacher's forward, a third of that "
+        "with its sizes, bert_jax/train/perf.py; "
+        "the compiled count adds rematerialisation, optimizer and softmax/norm work"
+        + ("; with scan_layers XLA counts the scanned layer once, not once per layer)"
+           if plan.scan_layers and not plan.layers_counted else ")"),
+    ]
+    if plan.layers_counted:
+        lines.append(f"({plan.layers_counted})")
+    if plan.tpu_slice:
+        lines += _tpu_lines(plan, hbm_gib)
+    else:
+        kind, usable_gib = memory_fit.resolve_target(target, hbm_gib)
+        if usable_gib > 0:
+            fit = memory_fit.judge(plan.peak_bytes, usable_gib, kind, planned_on=plan.compiler)
+            device = kind.name if kind else "an unknown device kind"
+            if kind and kind.compiler == "gpu":
+                device += (f" ({hbm_gib or kind.hbm_gib:g} GiB, of which JAX lets a program use "
+                           f"{memory_fit.gpu_memory_fraction():.0%}, XLA_PYTHON_CLIENT_MEM_FRACTION)")
+            lines.append(f"\n**{fit.verdict}** on {device} (an estimate): {fit.explanation}")
+    rows = plan.params if max_rows <= 0 else plan.params[:max_rows]
+    lines += ["", "| parameter | global shape | partition spec | per-device shape | dtype |", "|---|---|---|---|---|"]
+    lines += [f"| {r.path} | {r.global_shape} | {r.spec} | {r.shard_shape} | {r.dtype} |" for r in rows]
+    if len(rows) < len(plan.params):
+        lines.append(f"| ... {len(plan.params) - len(rows)} more (--max_param_rows=0 for all) | | | | |")
+    return "\n".join(lines)
+
+
+def _tpu_lines(plan: Plan, hbm_gib: float) -> list[str]:
+    chip = plan.tpu_slice.chip
+    ok, usable = fits(plan, hbm_gib)
+    memory = f"{hbm_gib:g} GiB (--hbm_gib)" if hbm_gib else f"{chip.hbm_gib:g} GiB of HBM"
+    if ok:
+        verdict = f"**fits**: {plan.peak_bytes / GIB:.2f} GiB of {memory} per chip ({(usable - plan.peak_bytes) / GIB:.2f} GiB free)"
+    else:
+        verdict = (f"**does not fit**: {plan.peak_bytes / GIB:.2f} GiB per chip against {memory}, "
+                   f"{(plan.peak_bytes - usable) / GIB:.2f} GiB over")
+    r = plan.roofline
+    lines = ["", verdict, ""]
+    if plan.pallas_flops:
+        lines.append(f"The {plan.kernel} kernel is Pallas, invisible to the compiler's count: added from the formula "
+                     f"{plan.pallas_flops:.4g} FLOPs (12*layers*hidden*S^2*B) and {plan.pallas_bytes / 1e9:.3g} GB "
+                     "(its q, k, v, out and gradients) per chip.")
+    lines += [
+        f"Bytes accessed per chip per step: {r.bytes / 1e9:.4g} GB ({r.bytes_per_token / 1e3:.4g} kB per token); "
+        f"FLOPs per chip: {r.flops:.4g} (formula {r.formula_flops:.4g}).",
+        f"Roofline ({chip.device_kind}: {chip.peak_flops / 1e12:g} TFLOP/s bf16, {chip.hbm_bytes_per_s / 1e9:g} GB/s HBM, "
+        f"data sheet): compute {r.compute_s * 1e3:.2f} ms, memory {r.memory_s * 1e3:.2f} ms -> step >= "
+        f"{r.step_s * 1e3:.2f} ms, **{r.bound}**; at most {r.tokens_per_s:,.0f} tokens/s per chip, "
+        f"**MFU <= {r.mfu:.1%}**.",
+    ]
+    if plan.tpu_slice.num_slices > 1:
+        lines.append("Collectives across slices (DCN) are not in this bound: it counts each chip's FLOPs and HBM bytes.")
+    return lines
+
+
+def use_simulated_devices(num_devices: int) -> None:
+    """Gives JAX `num_devices` CPU devices; must run before JAX initialises its backend."""
+    # An XLA_FLAGS device count would contradict jax_num_cpu_devices: this flag decides.
+    xla_flags = os.environ.get("XLA_FLAGS", "").split()
+    os.environ["XLA_FLAGS"] = " ".join(f for f in xla_flags if "xla_force_host_platform_device_count" not in f)
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", num_devices)
