@@ -12,7 +12,8 @@ import pytest
 
 import configs.tiny
 from bert_jax.export import restore_params
-from bert_jax.train.loop import NonFiniteLossError, train_and_evaluate
+from bert_jax.train.harness import NonFiniteLossError
+from bert_jax.train.loop import train_and_evaluate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
