@@ -70,6 +70,7 @@ class FinetuneModel(nn.Module):
     backbone: nn.Module
     head: nn.Module
     texts: tuple[str, ...] = ("",)  # the feature prefixes of the texts each example has (pairs: "", "pair_")
+    pooling: str = "cls"  # how `embed` makes a sentence's vector (config.task.pooling)
 
     def encode(self, batch: dict, deterministic: bool = True) -> dict:
         """The backbone's `encode` in the batch's example layout: hidden [batch, length, hidden] (and pooled).
@@ -90,6 +91,10 @@ class FinetuneModel(nn.Module):
         if "pooled" not in encoded:  # a family without a pooler
             return {"hidden": hidden}
         return {"hidden": hidden, "pooled": self.backbone.pool(hidden[:, 0])}
+
+    def embed(self, batch: dict, deterministic: bool = True):
+        """Sentence embeddings [batch, hidden] of one text per example: what a sentence-transformers export gives."""
+        return pool(self.encode(batch, deterministic), batch["attention_mask"], self.pooling)
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         encoded = [self.encode(text_inputs(batch, prefix), deterministic) for prefix in self.texts]

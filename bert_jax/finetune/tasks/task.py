@@ -81,7 +81,7 @@ class Task:
         self.validate(task_cfg)
         backbone = family.build_model(model_cfg).clone(name="backbone")
         head = self.build_head(family, model_cfg, task_cfg, num_outputs, has_family_pooler).clone(name="head")
-        return FinetuneModel(backbone=backbone, head=head, texts=self.texts(task_cfg))
+        return FinetuneModel(backbone=backbone, head=head, texts=self.texts(task_cfg), pooling=task_cfg.pooling)
 
     def texts(self, task_cfg) -> tuple[str, ...]:
         """The feature-key prefixes of the texts the encoder reads per example ("" and, for pairs, "pair_")."""
