@@ -37,8 +37,8 @@ def command(workdir: str, inputs: dict, *flags: str) -> list[str]:
             f"--config.data.train={inputs['train.csv']}", f"--config.data.test={inputs['test.csv']}",
             "--config.data.max_seq_length=16", "--config.model.dropout_rate=0.1", "--config.train.batch_size=16",
             "--config.train.learning_rate=3e-3", "--config.train.epochs=1.0", "--config.train.log_every_steps=1",
-            "--config.checkpoint.every_steps=2", "--config.checkpoint.async_save=False",
-            "--config.logging.plots=False", f"--config.compilation_cache_dir={inputs['xla_cache']}", *flags]
+            "--config.checkpoint.every_steps=2", "--config.checkpoint.max_to_keep=8",
+            "--config.checkpoint.async_save=False", "--config.logging.plots=False", f"--config.compilation_cache_dir={inputs['xla_cache']}", *flags]
 
 
 def read_rows(workdir) -> list[dict]:
@@ -85,7 +85,7 @@ def test_two_processes_give_the_one_process_losses_and_resume_identically(inputs
     os.remove(os.path.join(killed, "results.json"))
     assert run_local(command(killed, inputs), num_processes=2, devices_per_process=1, out=out, timeout_s=600) == 0, \
         out.getvalue()[-4000:]
-    assert "starting at step 4 of 8" in out.getvalue()
+    assert "starting at step 4 of 8" in out.getvalue(), out.getvalue()[-4000:]
     assert train_losses(killed) == double  # bit for bit
     assert results(killed)["test"] == results(two)["test"]
 
