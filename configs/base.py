@@ -24,6 +24,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.deterministic_gpu_ops = False
     # TPU only: flags for the TPU compiler (LIBTPU_INIT_ARGS), set by pretrain and by `plan --tpu` alike.
     c.libtpu_init_args = ""
+    # JAX's persistent compilation cache for the run's programs ("" = off), set up by the harness as for
+    # fine-tuning (bert_jax/train/harness.py): a relaunch of the same shapes skips compiling.
+    c.compilation_cache_dir = ""
 
     c.model = ml_collections.ConfigDict()
     c.model.family = "bert"
