@@ -10,12 +10,13 @@ def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_info_quietly()
+    # Loaded once the flags parsed: --help and a bad flag answer without loading JAX and the fine-tuning code.
     import jax
 
     cache = flags.FLAGS.config.get("compilation_cache_dir")
     if cache and jax.config.jax_compilation_cache_dir is None:  # JAX_COMPILATION_CACHE_DIR, if set, wins
         jax.config.update("jax_compilation_cache_dir", str(paths.path(cache).expanduser()))
-    from bert_jax.finetune.run import finetune
+    from bert_jax.finetune.run import finetune  # as jax above
 
     finetune(flags.FLAGS.config, flags.FLAGS.workdir)
 

@@ -243,10 +243,11 @@ def write(workdir: str, curves: Curves, result: Diagnosis) -> None:
               "metric_name": curves.metric_name, "higher_is_better": curves.higher_is_better}
     paths.write_atomically(root / DIAGNOSIS_FILE, json.dumps(_json_safe(record), indent=2) + "\n")
 
+    # matplotlib costs about half a second to load, and only plots need it.
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"), so no display is needed
 
     fig, (loss_ax, metric_ax) = plt.subplots(1, 2, figsize=(10, 4))
     for label, points, marker in (("train loss", curves.train_loss, None),
