@@ -155,7 +155,7 @@ def test_export_to_a_bucket_and_init_from_hf_from_it_give_the_trained_logits(gs_
     import transformers
 
     from bert_jax.checkpoint import hf_folder
-    from bert_jax.export import load_workdir_config, restore_params
+    from bert_jax.storage.workdir import Workdir
     from bert_jax.families import get_family
 
     workdir, corpus_glob, _ = gs_run
@@ -170,9 +170,9 @@ def test_export_to_a_bucket_and_init_from_hf_from_it_give_the_trained_logits(gs_
     pretrain(f"{workdir}_from_hf", corpus_glob, xla_cache, f"--config.init_from_hf={out}",
              "--config.train.learning_rate=0", "--config.train.warmup_steps=0", "--config.train.num_steps=1",
              "--config.checkpoint.every_steps=1", "--config.train.eval_every_steps=1")
-    config = load_workdir_config(workdir)
-    trained, _ = restore_params(workdir, config)
-    imported, _ = restore_params(f"{workdir}_from_hf", config)
+    config = Workdir(workdir).config()
+    trained, _ = Workdir(workdir).restore_params()
+    imported, _ = Workdir(f"{workdir}_from_hf").restore_params()
     model = get_family("bert").build_model(config.model)
     tokenizer = transformers.AutoTokenizer.from_pretrained(local)
     enc = tokenizer("the python [MASK] is a list", return_tensors="np")

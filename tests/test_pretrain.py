@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import configs.tiny
-from bert_jax.export import restore_params
+from bert_jax.storage.workdir import Workdir
 from bert_jax.train.loop import NonFiniteLossError, train_and_evaluate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,5 +151,5 @@ def test_skip_policy_skips_nonfinite_steps_and_checkpoints_only_finite_params(st
     saved = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
     assert saved[-1] == 8
     for step in saved:  # no checkpoint holds a NaN or an Inf
-        params, _ = restore_params(workdir, c, step)
+        params, _ = Workdir(workdir).restore_params(step)
         assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(params)), step

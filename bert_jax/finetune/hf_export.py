@@ -24,6 +24,7 @@ from bert_jax.families import get_family
 from bert_jax.finetune import init_from
 from bert_jax.finetune.model import build_finetune_model
 from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
 
 HF_TASK_CLASS = {"classification": "ForSequenceClassification", "regression": "ForSequenceClassification",
                  "token_classification": "ForTokenClassification", "span_qa": "ForQuestionAnswering"}
@@ -32,23 +33,23 @@ HF_TASK_CLASS = {"classification": "ForSequenceClassification", "regression": "F
 def load_finetuned(workdir: str):
     """(model, params as numpy, config, label names) of a fine-tuning workdir: its best params if early
     stopping kept some, else its newest checkpoint's."""
-    root = paths.path(workdir)
-    if not (root / "config.json").exists():
-        raise ValueError(f"{root / 'config.json'} does not exist: --workdir must be a fine-tuning run's directory")
-    config = ml_collections.ConfigDict(json.loads((root / "config.json").read_text()))
-    names = json.loads((root / "labels.json").read_text()) if (root / "labels.json").exists() else []
+    run = Workdir(workdir)
+    if not run.config_json.exists():
+        raise ValueError(f"{run.config_json} does not exist: --workdir must be a fine-tuning run's directory")
+    config = ml_collections.ConfigDict(json.loads(run.config_json.read_text()))
+    names = json.loads(run.labels_json.read_text()) if run.labels_json.exists() else []
     family = get_family(config.model.family)
     has_pooler = "pooler" in init_from.zeros_like_family_params(family, config.model)
     num_outputs = {"regression": 1, "span_qa": 2}.get(config.task.kind, max(len(names), 1))
     model = build_finetune_model(family, config.model, config.task, num_outputs, has_pooler)
-    if (root / "best" / "params").exists():
-        params = ocp.StandardCheckpointer().restore(paths.absolute(root / "best" / "params"))
+    if run.best_params.exists():
+        params = ocp.StandardCheckpointer().restore(paths.absolute(run.best_params))
     else:
-        manager = ocp.CheckpointManager(paths.absolute(root / "checkpoints"),
+        manager = ocp.CheckpointManager(paths.absolute(run.checkpoints),
                                         item_handlers={"state": ocp.StandardCheckpointHandler()})
         step = manager.latest_step()
         if step is None:
-            raise ValueError(f"{root / 'checkpoints'} holds no checkpoint")
+            raise ValueError(f"{run.checkpoints} holds no checkpoint")
         params = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]["params"]
         manager.close()
     return model, jax.tree.map(np.asarray, jax.device_get(params)), config, names
@@ -135,7 +136,7 @@ def write_sentence_transformers(out: str, params: dict, config, tokenizer_dir: s
 def export(workdir: str, out: str) -> None:
     """A sentence-embedding run -> a sentence-transformers folder; any other kind -> an HF task folder."""
     _, params, config, names = load_finetuned(workdir)
-    tokenizer_dir = str(paths.path(workdir) / "tokenizer")
+    tokenizer_dir = str(Workdir(workdir).tokenizer)
     if config.task.kind == "sentence_embedding":
         write_sentence_transformers(out, params, config, tokenizer_dir)
         logging.info("exported %s as a sentence-transformers folder to %s", workdir, out)
