@@ -13,9 +13,13 @@ import sys
 import threading
 import time
 
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
 from bert_jax.train.metrics_file import read_rows
 from data_pipelines import corpus
 from test_parallel_mesh import FAST_COMPILE
@@ -92,6 +96,16 @@ def test_a_run_with_workdir_and_corpus_in_gs_writes_everything_there_and_nothing
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["1", "2"]
     assert any((run / "tensorboard").iterdir()) and (run / "plots" / "loss.png").read_bytes()[:4] == b"\x89PNG"
     assert not list(cwd.iterdir())
+
+
+def test_a_workdir_in_gs_restores_the_params_its_newest_checkpoint_saved(gs_run):
+    run = Workdir(gs_run[0])
+    assert str(run.checkpoints) == f"{gs_run[0]}/checkpoints"
+    assert run.config().train.num_steps == 2
+    params, step = run.restore_params()
+    saved = ocp.PyTreeCheckpointer().restore(paths.absolute(run.checkpoints / "2" / "state"))["params"]
+    assert step == 2 and jax.tree.structure(params) == jax.tree.structure(saved)
+    jax.tree.map(lambda ours, theirs: np.testing.assert_array_equal(ours, np.asarray(theirs)), params, saved)
 
 
 @pytest.mark.slow

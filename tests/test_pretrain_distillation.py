@@ -153,6 +153,11 @@ def test_bad_teachers_fail_before_compiling_naming_the_path_or_key(hf_teacher, t
     (empty / "config.json").write_text(json.dumps({"model_type": "bert"}))
     with pytest.raises(ValueError, match=rf"teacher='{empty}' holds no weights"):
         train_and_evaluate(fast_student_config(str(empty)), str(tmp_path / "b"))
+    unsaved = tmp_path / "no_checkpoint"  # a pre-training workdir killed before its first checkpoint
+    (unsaved / "checkpoints").mkdir(parents=True)
+    (unsaved / "config.json").write_text(json.dumps({"model": {"family": "bert"}}))
+    with pytest.raises(ValueError, match=rf"teacher='{unsaved}' is a workdir whose checkpoints/ holds no checkpoint"):
+        train_and_evaluate(fast_student_config(str(unsaved)), str(tmp_path / "b2"))
     with pytest.raises(ValueError, match=r"cosine_weight=1\.0 .*config\.model\.hidden_size=64 differs from the "
                                          r"teacher's 32"):
         train_and_evaluate(fast_student_config(path, hidden_size=64, intermediate_size=128), str(tmp_path / "c"))
