@@ -1,9 +1,10 @@
 """The import graph of bert_jax/ and data_pipelines/, read from the source: no circles, no unexplained lazy imports.
 
 A circle makes a module's behaviour depend on which of its members was imported first, and
-hides a layer that should sit below both; an import inside a function hides a dependency
-from this graph, so each one must say why it is there (a heavy optional dependency, a
-circle being undone), on its line or the line above.
+hides a layer that should sit below both. The graph counts every import, top-level or not:
+an import inside a function only delays a dependency, so it cannot break a circle, and each
+one must say why it is delayed (a heavy or optional library, an order of start-up), on its
+line or on the line above its run of imports.
 """
 import ast
 import pathlib

@@ -51,10 +51,10 @@ def test_a_folder_without_config_json_fails_naming_it(tmp_path):
 def test_a_workdir_without_a_checkpoint_fails_naming_its_checkpoints_folder(tmp_path):
     write_config_as_a_run_does(tmp_path, configs.tiny.get_config())
     run = Workdir(tmp_path)
-    assert not run.is_pretraining_run() and run.checkpoint_steps() == []
+    assert not run.holds_a_run() and run.checkpoint_steps() == []
     with pytest.raises(ValueError, match=rf"{run.checkpoints} holds no checkpoint"):
         run.restore_params()
     (tmp_path / "checkpoints" / "4.orbax-checkpoint-tmp-0").mkdir(parents=True)  # a save killed before its commit
-    assert run.is_pretraining_run() and run.checkpoint_steps() == []
+    assert run.holds_a_run() and run.checkpoint_steps() == []
     with pytest.raises(ValueError, match=rf"{run.checkpoints} holds no checkpoint"):
         run.restore_params()

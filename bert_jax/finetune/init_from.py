@@ -67,7 +67,7 @@ def resolve(init_from: str, runtime_model_cfg) -> Source:
                          "Face model folder")
     path, step = _split_step(init_from)
     root, run = paths.path(path), Workdir(path)
-    if run.is_pretraining_run():
+    if run.holds_a_run():
         params, step = run.restore_params(step)
         model_cfg = _with_runtime(run.config().model.to_dict(), runtime_model_cfg)
         family = get_family(model_cfg.family)

@@ -135,7 +135,7 @@ class Workdir:
         return Workdir(self.root / f"seed_{seed}")
 
     # Reading a run back.
-    def is_pretraining_run(self) -> bool:
+    def holds_a_run(self) -> bool:
         """Holds a run's config.json and checkpoints/ (as opposed to, say, a Hugging Face folder)."""
         return self.config_json.exists() and self.checkpoints.is_dir()
 
