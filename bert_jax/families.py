@@ -11,7 +11,12 @@ from typing import Any, Callable
 
 import flax.linen as nn
 
+from bert_jax.checkpoint import (hf_albert, hf_bert, hf_deberta_v3, hf_distilbert, hf_electra, hf_modernbert,
+                                 hf_roberta)
+from bert_jax.models import albert, bert, deberta_v3, distilbert, electra, modernbert, roberta
+from bert_jax.objectives import replaced_token_detection
 from bert_jax.objectives.objective import Objective
+from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,10 +98,6 @@ def family_of_hf_config(hf_cfg: dict, where: str) -> Family:
 
 
 def _register_builtin_families() -> None:
-    from bert_jax.checkpoint import hf_albert, hf_bert, hf_distilbert, hf_roberta
-    from bert_jax.models import albert, bert, distilbert, roberta
-    from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING
-
     for name, build, objective, converter in (
         ("bert", bert.build_bert, BERT_PRETRAINING, hf_bert),
         ("roberta", roberta.build_roberta, MLM_PRETRAINING, hf_roberta),
@@ -108,18 +109,11 @@ def _register_builtin_families() -> None:
                                hf_model_type=name, hf_model_config=converter.model_config_from_hf,
                                hf_classifier_head=HfClassifierHead(**getattr(converter, "CLASSIFIER_HEAD", {}))))
 
-    from bert_jax.checkpoint import hf_modernbert
-    from bert_jax.models import modernbert
-
     register_family(Family(name="modernbert", build_model=modernbert.build_modernbert, objective=MLM_PRETRAINING,
                            hf_export=hf_modernbert.hf_export, hf_import=hf_modernbert.hf_import,
                            validate_config=modernbert.validate_config, hf_model_type=hf_modernbert.MODEL_TYPE,
                            hf_model_config=hf_modernbert.model_config_from_hf,
                            hf_task_heads_missing=hf_modernbert.TASK_HEADS_MISSING))
-
-    from bert_jax.checkpoint import hf_deberta_v3, hf_electra
-    from bert_jax.models import deberta_v3, electra
-    from bert_jax.objectives import replaced_token_detection
 
     register_family(Family(name="electra", build_model=electra.build_electra,
                            objective=replaced_token_detection.objective_for, hf_export=hf_electra.hf_export,

@@ -17,28 +17,29 @@ from bert_jax.families import get_family
 from bert_jax.finetune import init_from
 from bert_jax.finetune.tasks import get_task
 from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
 
 
 def load_finetuned(workdir: str):
     """(model, params as numpy, config, label names) of a fine-tuning workdir: its best params if early
     stopping kept some, else its newest checkpoint's."""
-    root = paths.path(workdir)
-    if not (root / "config.json").exists():
-        raise ValueError(f"{root / 'config.json'} does not exist: --workdir must be a fine-tuning run's directory")
-    config = ml_collections.ConfigDict(json.loads((root / "config.json").read_text()))
-    names = json.loads((root / "labels.json").read_text()) if (root / "labels.json").exists() else []
+    run = Workdir(workdir)
+    if not run.config_json.exists():
+        raise ValueError(f"{run.config_json} does not exist: --workdir must be a fine-tuning run's directory")
+    config = ml_collections.ConfigDict(json.loads(run.config_json.read_text()))
+    names = json.loads(run.labels_json.read_text()) if run.labels_json.exists() else []
     family = get_family(config.model.family)
     has_pooler = "pooler" in init_from.zeros_like_family_params(family, config.model)
     task = get_task(config.task.kind)
     model = task.build_model(family, config.model, config.task, task.num_outputs(names), has_pooler)
-    if (root / "best" / "params").exists():
-        params = ocp.StandardCheckpointer().restore(paths.absolute(root / "best" / "params"))
+    if run.best_params.exists():
+        params = ocp.StandardCheckpointer().restore(paths.absolute(run.best_params))
     else:
-        manager = ocp.CheckpointManager(paths.absolute(root / "checkpoints"),
+        manager = ocp.CheckpointManager(paths.absolute(run.checkpoints),
                                         item_handlers={"state": ocp.StandardCheckpointHandler()})
         step = manager.latest_step()
         if step is None:
-            raise ValueError(f"{root / 'checkpoints'} holds no checkpoint")
+            raise ValueError(f"{run.checkpoints} holds no checkpoint")
         params = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]["params"]
         manager.close()
     return model, jax.tree.map(np.asarray, jax.device_get(params)), config, names
@@ -51,7 +52,7 @@ def hf_task_state(params: dict, config, names: list[str]) -> tuple[dict, dict]:
 
 def export(workdir: str, out: str) -> None:
     _, params, config, names = load_finetuned(workdir)
-    tokenizer_dir = str(paths.path(workdir) / "tokenizer")
+    tokenizer_dir = str(Workdir(workdir).tokenizer)
     wrote = get_task(config.task.kind).export(out, params, config, names, tokenizer_dir)
     logging.info("exported %s (%s) to %s", workdir, wrote, out)
 

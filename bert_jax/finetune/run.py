@@ -23,6 +23,7 @@ from bert_jax.finetune.splits import label_names, read_splits
 from bert_jax.finetune.tasks import get_task
 from bert_jax.parallel.mesh import batch_sharding, global_batch, logical_axis_rules, make_mesh
 from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
 from bert_jax.train import harness
 from bert_jax.train.metrics_file import read_rows
 from bert_jax.train.state import abstract_state_and_shardings, create_sharded_state, make_init_fn
@@ -37,7 +38,7 @@ def _labels(config, splits, workdir) -> list[str]:
     names = label_names(config.task, splits)
     if not names:
         return []
-    saved = paths.path(workdir) / "labels.json"
+    saved = Workdir(workdir).labels_json
     if saved.exists():
         before = json.loads(saved.read_text())
         if len(before) != len(names):
@@ -85,11 +86,11 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     t_cfg = config.train
     task = get_task(config.task.kind)
     task.validate(config.task)
-    root = paths.path(workdir)
+    root = Workdir(workdir)
     harness.check_storage(config, workdir, {f"config.data.{split}": config.data.get(split, "")
                                             for split in ("train", "validation", "test")})
     source = init_from.resolve(config.init_from, config.model)
-    tokenizer_dir = str(root / "tokenizer")
+    tokenizer_dir = str(root.tokenizer)
 
     def copy_tokenizer():
         if not tokenizer_lib.has_tokenizer(tokenizer_dir):
@@ -108,7 +109,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     if jax.process_index() == 0:
         resolved = json.loads(config.to_json_best_effort())
         resolved["model"] = source.model_cfg.to_dict()
-        paths.write_atomically(root / "config.json", json.dumps(resolved, indent=2, sort_keys=True))
+        paths.write_atomically(root.config_json, json.dumps(resolved, indent=2, sort_keys=True))
 
     n_train = len(features["train"]["input_ids"])
     batch_size = t_cfg.batch_size
@@ -181,10 +182,10 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
         outputs, results["test"] = scores_of(params, "test")
         lines = task.predictions(config.task, outputs, features["test"], splits["test"].rows, names)
         if jax.process_index() == 0:
-            paths.write_atomically(root / "predictions.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
+            paths.write_atomically(root.predictions_jsonl, "".join(json.dumps(line) + "\n" for line in lines))
     results["diagnosis"] = _diagnose(config, workdir, task.headline_metric(config.task))
     if jax.process_index() == 0:
-        paths.write_atomically(root / "results.json", json.dumps(results, indent=2))
+        paths.write_atomically(root.results_json, json.dumps(results, indent=2))
     logging.info("validation: %s", " | ".join(f"{k} {v:.4f}" for k, v in results["validation"].items()
                                               if "/" not in k))
     return results
@@ -236,7 +237,7 @@ class _FinetuneHooks:
         else:
             self.best["stale"] = self.best.get("stale", 0) + 1
         if jax.process_index() == 0:
-            paths.write_atomically(self.root / "best.json", json.dumps(self.best))
+            paths.write_atomically(self.root.best_json, json.dumps(self.best))
         if es.patience and self.best["stale"] >= es.patience:
             logging.info("early stopping at step %d: %s has not improved for %d evaluations (best %.4f at step %d)",
                          step, es.metric, self.best["stale"], self.best["value"], self.best["step"])
@@ -264,24 +265,23 @@ def _pretrained(fresh_params, source, config) -> dict:
     return {**fresh, "backbone": backbone}
 
 
-def _read_best(root) -> dict:
-    path = root / "best.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+def _read_best(root: Workdir) -> dict:
+    return json.loads(root.best_json.read_text()) if root.best_json.exists() else {}
 
 
-def _save_best(root, params) -> None:
+def _save_best(root: Workdir, params) -> None:
     checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(paths.absolute(root / "best" / "params"), params, force=True)
+    checkpointer.save(paths.absolute(root.best_params), params, force=True)
     checkpointer.wait_until_finished()
 
 
-def _restore_best(root, abstract_params):
-    return ocp.StandardCheckpointer().restore(paths.absolute(root / "best" / "params"), abstract_params)
+def _restore_best(root: Workdir, abstract_params):
+    return ocp.StandardCheckpointer().restore(paths.absolute(root.best_params), abstract_params)
 
 
 def _diagnose(config, workdir: str, metric: str) -> dict:
     """The learning-curve diagnosis (bert_jax/finetune/diagnosis.py), printed and written to DIR."""
-    rows = read_rows(paths.path(workdir) / "metrics.jsonl")
+    rows = read_rows(Workdir(workdir).metrics_jsonl)
     curves = diagnosis.Curves(
         train_loss=[(r["step"], r["train/loss"]) for r in rows if "train/loss" in r],
         val_loss=[(r["step"], r["eval/loss"]) for r in rows if "eval/loss" in r],
@@ -306,7 +306,7 @@ def finetune(config, workdir: str, stop_at_step: int | None = None) -> dict:
     for seed in seeds:
         c = config.copy_and_resolve_references()
         c.seed, c.seeds = seed, ""
-        per_seed[seed] = run(c, str(paths.path(workdir) / f"seed_{seed}"), stop_at_step)
+        per_seed[seed] = run(c, str(Workdir(workdir).seed(seed)), stop_at_step)
         if "preempted_at" in per_seed[seed]:  # the same command resumes this seed, then runs the rest
             return {"seeds": per_seed}
     if any("validation" not in r for r in per_seed.values()):
@@ -322,5 +322,5 @@ def finetune(config, workdir: str, stop_at_step: int | None = None) -> dict:
         logging.info("%s over seeds %s: %.4f ± %.4f", key, seeds, s["mean"], s["std"])
         print(f"{key} over seeds {seeds}: {s['mean']:.4f} ± {s['std']:.4f}")
     if jax.process_index() == 0:
-        paths.write_atomically(paths.path(workdir) / "seeds.json", json.dumps(summary, indent=2))
+        paths.write_atomically(Workdir(workdir).seeds_json, json.dumps(summary, indent=2))
     return {"seeds": per_seed, "summary": summary}

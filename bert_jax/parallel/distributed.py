@@ -20,6 +20,7 @@ import os
 import jax
 import ml_collections
 from absl import logging
+from jax.experimental import multihost_utils
 
 # Environment variables whose presence means a TPU VM slice with several workers.
 _TPU_ENV = ("TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES")
@@ -87,6 +88,4 @@ def initialize(dist_cfg) -> None:
 def sync(name: str) -> None:
     """A barrier across all processes (no-op for one): e.g. process 0 has written the tokenizer."""
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
         multihost_utils.sync_global_devices(name)

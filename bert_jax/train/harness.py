@@ -21,6 +21,7 @@ from bert_jax.checkpoint import manager as ckpt
 from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import global_batch
 from bert_jax.storage import paths, preflight
+from bert_jax.storage.workdir import Workdir
 from bert_jax.train import determinism
 from bert_jax.train.metrics_writer import MetricsWriter
 from bert_jax.train.preemption import PreemptionWatch
@@ -143,7 +144,7 @@ def restore_or_init(program: Program, manager):
 def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int) -> Outcome:
     """Restores or initialises, then trains to `last_step` (or a preemption, or the hooks' stop), saving
     per the hooks, at the last step and at a stop. The saves already started complete on any exit."""
-    manager = ckpt.make_manager(paths.absolute(paths.path(workdir) / "checkpoints"), config.checkpoint)
+    manager = ckpt.make_manager(paths.absolute(Workdir(workdir).checkpoints), config.checkpoint)
     writer = None
     try:
         state = restore_or_init(program, manager)

@@ -11,6 +11,7 @@ from bert_jax.checkpoint import hf_folder
 from bert_jax.config_validation import validate_config
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
 from bert_jax.train import harness, perf, run_identity
 from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.program import build_program
@@ -22,7 +23,7 @@ def _write_config(config, workdir: str, identity: dict) -> None:
     if jax.process_index() == 0:
         resolved = json.loads(config.to_json_best_effort())
         resolved[run_identity.IDENTITY_KEY] = identity
-        paths.write_atomically(paths.path(workdir) / "config.json", json.dumps(resolved, indent=2, sort_keys=True))
+        paths.write_atomically(Workdir(workdir).config_json, json.dumps(resolved, indent=2, sort_keys=True))
 
 
 def _log_progress(step: int, num_steps: int, row: dict, objective) -> None:
@@ -74,7 +75,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     t_cfg = config.train
     last_step = t_cfg.num_steps if stop_at_step is None else min(stop_at_step, t_cfg.num_steps)
 
-    tokenizer_dir = str(paths.path(workdir) / "tokenizer")
+    tokenizer_dir = str(Workdir(workdir).tokenizer)
     init_from_hf = config.init_from_hf
     if init_from_hf:
         hf_folder.read_hf_config(init_from_hf)  # fails now, naming the path, if it is no HF folder
