@@ -38,9 +38,8 @@ def load_finetuned(workdir: str):
     config = ml_collections.ConfigDict(json.loads((root / "config.json").read_text()))
     names = json.loads((root / "labels.json").read_text()) if (root / "labels.json").exists() else []
     family = get_family(config.model.family)
-    has_pooler = "pooler" in init_from.zeros_like_family_params(family, config.model)
     num_outputs = {"regression": 1, "span_qa": 2}.get(config.task.kind, max(len(names), 1))
-    model = build_finetune_model(family, config.model, config.task, num_outputs, has_pooler)
+    model = build_finetune_model(family, config.model, config.task, num_outputs)
     if (root / "best" / "params").exists():
         params = ocp.StandardCheckpointer().restore(paths.absolute(root / "best" / "params"))
     else:
@@ -105,7 +104,8 @@ def encoder_state(params: dict, config) -> tuple[dict, dict, str]:
     if family.hf_export is None:
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export")
     full = _merge(init_from.zeros_like_family_params(family, config.model), params["backbone"])
-    state, hf_cfg = family.hf_export(full, config.model)[:2]  # a third value: subfolders (a generator), unused
+    exported = family.hf_export(full, config.model)  # its subfolders (a generator) are not the encoder's
+    state, hf_cfg = exported.state, exported.config
     embedding = next(k for k in state if k.startswith("embeddings.") or ".embeddings." in k)
     prefix = embedding[: embedding.index("embeddings.")]
     base = hf_cfg.get("architectures", ["Model"])[0].split("For")[0].removesuffix("Model")

@@ -132,7 +132,14 @@ class FinetuneModel(nn.Module):
         return {"logits": logits.astype(jnp.float32)}
 
 
-def build_finetune_model(family, model_cfg, task_cfg, num_outputs: int, has_family_pooler: bool) -> FinetuneModel:
+def build_finetune_model(family, model_cfg, task_cfg, num_outputs: int,
+                         has_family_pooler: bool | None = None) -> FinetuneModel:
+    """has_family_pooler: whether the encoder pools [CLS] itself; it is what the family declares
+    (`Family.roles.pooler`), and a caller's answer that contradicts it fails."""
+    declared = family.roles.pooler is not None
+    if has_family_pooler is not None and has_family_pooler != declared:
+        raise ValueError(f"config.model.family={family.name!r} declares {'a' if declared else 'no'} pooler, but the "
+                         f"pre-trained parameters {'lack' if declared else 'hold'} one")
     if task_cfg.kind not in KINDS:
         raise ValueError(f"config.task.kind={task_cfg.kind!r}; expected one of {KINDS}")
     if task_cfg.pooling not in POOLINGS:
@@ -146,7 +153,7 @@ def build_finetune_model(family, model_cfg, task_cfg, num_outputs: int, has_fami
                            initializer_range=float(model_cfg.get("initializer_range", 0.02)), name="head")
         return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)
     head = TaskHead(kind=task_cfg.kind, num_outputs=num_outputs, pooling=task_cfg.pooling,
-                    has_family_pooler=has_family_pooler, hidden_size=model_cfg.hidden_size,
+                    has_family_pooler=declared, hidden_size=model_cfg.hidden_size,
                     dropout_rate=float(model_cfg.dropout_rate), initializer_range=float(model_cfg.get("initializer_range", 0.02)),
                     pooler_activation=family.hf_classifier_head.activation, name="head")
     return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)
