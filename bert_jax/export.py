@@ -9,7 +9,6 @@
 import orbax.checkpoint as ocp
 from absl import app, flags, logging
 
-from bert_jax.checkpoint import hf_folder
 from bert_jax.families import get_family
 from bert_jax.log_filter import log_info_quietly
 from bert_jax.storage import paths, preflight
@@ -35,14 +34,9 @@ def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> 
     family = get_family(config.model.family)
     if family.hf_export is None:
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export; use --format=params")
-    # (state dict, config.json), plus {subfolder: (state dict, config.json)} for a family that exports
-    # several models (ELECTRA's generator beside its discriminator).
-    state, hf_cfg, *extras = family.hf_export(params, config.model)
     tokenizer = str(run.tokenizer) if run.tokenizer.is_dir() else None
-    hf_folder.write_hf_folder(out, state, hf_cfg, tokenizer, model_max_length=config.data.max_seq_length)
-    for name, (sub_state, sub_cfg) in (extras[0] if extras else {}).items():
-        hf_folder.write_hf_folder(str(paths.path(out) / name), sub_state, sub_cfg, tokenizer,
-                                  model_max_length=config.data.max_seq_length)
+    # The main folder and any beside it (ELECTRA's generator, as OUT/generator).
+    family.hf_export(params, config.model).write(out, tokenizer, model_max_length=config.data.max_seq_length)
     return step
 
 

@@ -51,7 +51,8 @@ def test_bert_in_transformers_matches_our_mlm_and_nsp_logits(tmp_path, scan_laye
     model, params = init_params(model_cfg)
     batch = random_batch(1)
     ours = model.apply({"params": params}, batch, deterministic=True)
-    state, hf_cfg = get_family("bert").hf_export(params, model_cfg)
+    exported = get_family("bert").hf_export(params, model_cfg)
+    state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     hf_model = transformers.BertForPreTraining.from_pretrained(str(tmp_path)).eval()
     with torch.no_grad():

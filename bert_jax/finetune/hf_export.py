@@ -14,7 +14,6 @@ import orbax.checkpoint as ocp
 from absl import app, flags, logging
 
 from bert_jax.families import get_family
-from bert_jax.finetune import init_from
 from bert_jax.finetune.tasks import get_task
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
@@ -29,9 +28,8 @@ def load_finetuned(workdir: str):
     config = ml_collections.ConfigDict(json.loads(run.config_json.read_text()))
     names = json.loads(run.labels_json.read_text()) if run.labels_json.exists() else []
     family = get_family(config.model.family)
-    has_pooler = "pooler" in init_from.zeros_like_family_params(family, config.model)
     task = get_task(config.task.kind)
-    model = task.build_model(family, config.model, config.task, task.num_outputs(names), has_pooler)
+    model = task.build_model(family, config.model, config.task, task.num_outputs(names))
     if run.best_params.exists():
         params = ocp.StandardCheckpointer().restore(paths.absolute(run.best_params))
     else:

@@ -36,7 +36,8 @@ def encoder_state(params: dict, config) -> tuple[dict, dict, str]:
     if family.hf_export is None:
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export")
     full = _merge(init_from.zeros_like_family_params(family, config.model), params["backbone"])
-    state, hf_cfg = family.hf_export(full, config.model)[:2]  # a third value: subfolders (a generator), unused
+    exported = family.hf_export(full, config.model)  # its subfolders (a generator) are not the encoder's
+    state, hf_cfg = exported.state, exported.config
     embedding = next(k for k in state if k.startswith("embeddings.") or ".embeddings." in k)
     prefix = embedding[: embedding.index("embeddings.")]
     base = hf_cfg.get("architectures", ["Model"])[0].split("For")[0].removesuffix("Model")

@@ -121,7 +121,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     has_pooler = "pooler" in source.params
     model = task.build_model(source.family, source.model_cfg, config.task, task.num_outputs(names), has_pooler)
     objective = task.objective(config.task)
-    tx, schedule = make_optimizer(t_cfg, num_steps, source.model_cfg.num_layers)
+    tx, schedule = make_optimizer(t_cfg, num_steps, source.model_cfg.num_layers, source.family)
     mesh = make_mesh(config.mesh)
     _check_batch(batch_size, mesh)
     rules = logical_axis_rules(config.mesh)

@@ -74,13 +74,23 @@ class Task:
     def build_head(self, family, model_cfg, task_cfg, num_outputs: int, has_family_pooler: bool) -> nn.Module:
         raise NotImplementedError
 
-    def build_model(self, family, model_cfg, task_cfg, num_outputs: int, has_family_pooler: bool) -> FinetuneModel:
-        """The family's encoder (as `backbone`) under this task's head (as `head`)."""
+    def build_model(self, family, model_cfg, task_cfg, num_outputs: int,
+                    has_family_pooler: bool | None = None) -> FinetuneModel:
+        """The family's encoder (as `backbone`) under this task's head (as `head`).
+
+        has_family_pooler: whether the encoder pools [CLS] itself; it is what the family declares
+        (`Family.roles.pooler`), and a caller's answer that contradicts it (pre-trained
+        parameters with or without one) fails.
+        """
+        declared = family.roles.pooler is not None
+        if has_family_pooler is not None and has_family_pooler != declared:
+            raise ValueError(f"config.model.family={family.name!r} declares {'a' if declared else 'no'} pooler, but "
+                             f"the pre-trained parameters {'lack' if declared else 'hold'} one")
         if task_cfg.pooling not in POOLINGS:
             raise ValueError(f"config.task.pooling={task_cfg.pooling!r}; expected one of {POOLINGS}")
         self.validate(task_cfg)
         backbone = family.build_model(model_cfg).clone(name="backbone")
-        head = self.build_head(family, model_cfg, task_cfg, num_outputs, has_family_pooler).clone(name="head")
+        head = self.build_head(family, model_cfg, task_cfg, num_outputs, declared).clone(name="head")
         return FinetuneModel(backbone=backbone, head=head, texts=self.texts(task_cfg), pooling=task_cfg.pooling)
 
     def texts(self, task_cfg) -> tuple[str, ...]:
