@@ -260,8 +260,9 @@ def _pretrained(fresh_params, source, config) -> dict:
     """The fresh task model's params with the backbone from the source (and, if asked, a fresh pooler)."""
     fresh = jax.device_get(fresh_params)
     backbone = init_from.backbone_subset(source.params, fresh["backbone"])
-    if config.train.reinit_pooler and "pooler" in backbone:
-        backbone["pooler"] = fresh["backbone"]["pooler"]
+    pooler = source.family.roles.pooler
+    if config.train.reinit_pooler and pooler in backbone:
+        backbone[pooler] = fresh["backbone"][pooler]
     return {**fresh, "backbone": backbone}
 
 
