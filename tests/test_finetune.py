@@ -390,7 +390,7 @@ def train_rows(workdir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["classification", "token_classification"])
+@pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_a_killed_finetuning_run_resumes_with_identical_losses(kind, pretrain_workdir, files, tmp_path):
     c = micro_config(kind, pretrain_workdir, files)
     c.model.dropout_rate = 0.1  # dropout keys must resume too
@@ -422,6 +422,31 @@ def test_frozen_embeddings_stay_exactly_as_loaded_and_seeds_report_mean_and_std(
     jax.tree.map(np.testing.assert_array_equal, params["backbone"]["encoder"]["embeddings"], loaded)
     trained, pretrained = params["backbone"]["encoder"]["stack"], source.params["encoder"]["stack"]
     assert not any(jax.tree.leaves(jax.tree.map(np.array_equal, trained, pretrained)))  # the layers did learn
+
+
+@pytest.mark.slow
+def test_early_stopping_results_are_the_best_points_and_frozen_layers_stay_as_loaded(hf_dir, files, tmp_path):
+    from bert_jax.finetune.hf_export import load_finetuned
+
+    c = micro_config("classification", hf_dir, files)
+    c.train.learning_rate = 3e-2  # large enough that validation loss does not only fall
+    c.train.freeze_layers = 1
+    c.early_stopping.metric = "loss"
+    results = finetune(c, str(tmp_path))
+    best = json.load(open(tmp_path / "best.json"))
+    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    at_best = next(r for r in rows if r["step"] == best["step"] and "eval/loss" in r)
+    assert best["value"] == min(r["eval/loss"] for r in rows if "eval/loss" in r and r["step"] > 0)
+    assert results["validation"]["loss"] == pytest.approx(at_best["eval/loss"], rel=1e-6)  # the best params' scores
+    assert results["validation"]["accuracy"] == at_best["eval/accuracy"]
+    _, params, config, _ = load_finetuned(str(tmp_path))  # the best params, which the export writes
+    source = init_from.resolve(hf_dir, config.model)
+    jax.tree.map(np.testing.assert_array_equal, params["backbone"]["encoder"]["embeddings"],
+                 source.params["encoder"]["embeddings"])
+    for trained, loaded in zip(jax.tree.leaves(params["backbone"]["encoder"]["stack"]),
+                               jax.tree.leaves(source.params["encoder"]["stack"])):  # scanned: a row per layer
+        np.testing.assert_array_equal(trained[0], loaded[0])  # layer 1 frozen
+        assert not np.array_equal(trained[1], loaded[1])  # layer 2 learns
 
 
 # --- the diagnoser on real runs pushed into each regime (bert_jax/finetune/diagnosis.py) ---------------------
