@@ -31,7 +31,7 @@ def logged(workdir: str) -> list[dict]:
     return [{k: v for k, v in row.items() if k.startswith(("train/loss", "eval/")) or k == "step"} for row in rows]
 
 
-@pytest.mark.slow  # ~25 s per kind: three runs of 11 steps, compiled once (the XLA cache)
+@pytest.mark.slow  # ~25 s per kind: three runs of 11 to 15 steps, compiled once (the XLA cache)
 @pytest.mark.parametrize("kind", ["regression", "span_qa", "sentence_embedding"])
 def test_a_killed_finetuning_run_of_every_kind_resumes_with_identical_results(kind, inputs, tmp_path,
                                                                               xla_compile_cache):
