@@ -30,10 +30,20 @@ def read_records(data_cfg, source: str) -> list[dict]:
     """The records of a csv, tsv, jsonl, conll or tfds source, as dicts (CoNLL: {"columns"} or {"ragged"})."""
     fmt = data_cfg.format
     if fmt in ("csv", "tsv"):
-        reader = csv.DictReader(io.StringIO(_read_text(source)), delimiter="," if fmt == "csv" else "\t")
-        return list(reader)
+        # TSV has no quoting (GLUE's files leave quotes bare; BERT's run_classifier reads them with quotechar=None).
+        quoting = csv.QUOTE_MINIMAL if fmt == "csv" else csv.QUOTE_NONE
+        reader = csv.DictReader(io.StringIO(_read_text(source)), delimiter="," if fmt == "csv" else "\t",
+                                quoting=quoting)
+        records = []
+        for record in reader:
+            if None in record:  # a stray delimiter: every later column would hold its neighbour's value
+                raise ValueError(f"{source}, line {reader.line_num}: {len(reader.fieldnames) + len(record[None])} "
+                                 f"fields where its header has {len(reader.fieldnames)}")
+            records.append(record)
+        return records
     if fmt == "jsonl":
-        return [json.loads(line) for line in _read_text(source).splitlines() if line.strip()]
+        return [_json_object(line, source, number)
+                for number, line in enumerate(_read_text(source).splitlines(), start=1) if line.strip()]
     if fmt == "conll":
         return _conll_sentences(_read_text(source))
     if fmt == "tfds":
@@ -45,6 +55,16 @@ def read_records(data_cfg, source: str) -> list[dict]:
         decode = lambda v: v.decode("utf-8") if isinstance(v, bytes) else v  # noqa: E731
         return [{k: decode(v) for k, v in source_[i].items()} for i in range(len(source_))]
     raise ValueError(f"config.data.format={fmt!r}; expected one of {FORMATS}")
+
+
+def _json_object(line: str, source: str, number: int) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{source}, line {number}: not a JSON object ({e.msg}, column {e.colno})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{source}, line {number}: a JSON {type(record).__name__}, not a JSON object")
+    return record
 
 
 def _conll_sentences(text: str) -> list[dict]:
