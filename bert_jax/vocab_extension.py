@@ -69,7 +69,7 @@ def extend_vocab(request: ExtendRequest) -> dict:
     """Writes the extended HF folder to request.out, with its report (REPORT_FILE, REPORT_TABLE); returns the report."""
     if request.init not in vocab_rows.INITS:
         raise ValueError(f"--init={request.init!r}; expected one of {vocab_rows.INITS}")
-    vocab_mining.choose([], request.add, request.min_saving)  # bad --add / --min_saving fail before any work
+    vocab_mining.check_choice(request.add, request.min_saving)  # before any work
     _check_out(request.out, request.overwrite)
     data_cfg = corpus_config(request.corpus, request.corpus_source, request.field)
     sources.check_source(data_cfg)

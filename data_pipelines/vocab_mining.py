@@ -81,17 +81,22 @@ def rank_candidates(tokenizer: Tokenizer, word_counts: collections.Counter) -> l
     return sorted(candidates, key=lambda c: (-c.saving, c.word))
 
 
-def choose(candidates: list[Candidate], add: int | None, min_saving: int | None) -> list[Candidate]:
-    """The top `add` candidates, or every one saving at least `min_saving` tokens (both: the stricter).
-
-    Fewer candidates than `add` is not an error: they are all taken, with a warning naming both numbers.
-    """
+def check_choice(add: int | None, min_saving: int | None) -> None:
+    """ValueError naming the flag if --add / --min_saving cannot choose words."""
     if add is None and min_saving is None:
         raise ValueError("give --add=N (how many words) or --min_saving=S (tokens a word must save), or both")
     if add is not None and add < 1:
         raise ValueError(f"--add={add} must be at least 1")
     if min_saving is not None and min_saving < 1:
         raise ValueError(f"--min_saving={min_saving} must be at least 1")
+
+
+def choose(candidates: list[Candidate], add: int | None, min_saving: int | None) -> list[Candidate]:
+    """The top `add` candidates, or every one saving at least `min_saving` tokens (both: the stricter).
+
+    Fewer candidates than `add` is not an error: they are all taken, with a warning naming both numbers.
+    """
+    check_choice(add, min_saving)
     chosen = [c for c in candidates if min_saving is None or c.saving >= min_saving]
     if add is not None:
         if len(chosen) < add:
