@@ -61,9 +61,9 @@ def folders(workspace, tokenizer_dirs):
     built = {}
 
     def get(family: str, kind: str | None = None):
+        kind = kind or FAMILIES[family][1]
         key = (family, kind)
         if key not in built:
-            kind = kind or FAMILIES[family][1]
             tokenizer_dir = tokenizer_dirs[kind]
             original, extended = workspace / f"{family}_{kind}", workspace / f"{family}_{kind}_ext"
             write_family_folder(family, tokenizer_dir, load_tokenizer(tokenizer_dir).get_vocab_size(), str(original))
@@ -83,7 +83,7 @@ def model_outputs(folder: str, cls: str, texts: list[str]):
     """(input ids, first output: logits or hidden states) of transformers' `cls` loaded from `folder`."""
     tokenizer = hf_tokenizer(folder)
     model = getattr(transformers, cls).from_pretrained(folder).eval()
-    inputs = tokenizer(texts, padding=True, return_tensors="pt")
+    inputs = tokenizer(texts, padding=True, truncation=True, max_length=48, return_tensors="pt")
     with torch.no_grad():
         return inputs["input_ids"], model(**inputs)[0]
 
@@ -204,7 +204,7 @@ def test_new_rows_warmup_changes_only_the_new_rows_then_everything():
              "bias": nn.LogicallyPartitioned(jnp.ones((5,)), ("vocab",)),
              "dense": nn.LogicallyPartitioned(jnp.ones((5, 2)), ("embed", "mlp"))}
     tx = make_optimizer(train_cfg)
-    opt_state = tx.init(boxed)
+    opt_state = nn.meta.unbox(tx.init(boxed))  # as bert_jax.train.state unboxes the state it builds
     params = nn.meta.unbox(boxed)
     grads = jax.tree.map(jnp.ones_like, params)
     history = []
