@@ -9,7 +9,8 @@
 The domain corpus is legal text: the licences Debian ships in /usr/share/common-licenses (GPL, LGPL,
 Apache, MPL, Artistic, GFDL, CC0...), paragraphs as documents, 5% held out for eval by the pipeline's
 usual split. The runs tokenize differently, so eval MLM loss is compared in bits per character:
-eval/loss / ln 2 / (characters per token of the held-out text under the run's tokenizer).
+eval/mlm_loss / ln 2 / (characters per token of the held-out text under the run's tokenizer). Step 0
+is the imported model before any update (one step at learning rate 0).
 
     python bench/vocab_extension_learning.py --out=/tmp/vocab_bench [--steps=300 --add=256]
 
@@ -22,6 +23,8 @@ import pathlib
 import shutil
 import sys
 import time
+
+import ml_collections
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -84,8 +87,9 @@ def eval_rows(workdir: pathlib.Path) -> list[dict]:
 
 
 def compare(out: pathlib.Path, base_steps: int, steps: int, eval_every: int, add: int, warmup: int,
-            learning_rate: float = 5e-4, runs=RUNS) -> dict:
-    """Trains the base model, extends it, continues each run; returns {run: [{step, loss, accuracy, bpc}]}."""
+            learning_rate: float = 5e-4, runs=RUNS, step0: bool = True, stop_at: int | None = None) -> dict:
+    """Trains the base model, extends it, continues each run (to `stop_at`, on the schedule of `steps`);
+    returns {"curves": {run: [{step, mlm_loss, accuracy, bpc}]}, "report": extend-vocab's figures}."""
     out.mkdir(parents=True, exist_ok=True)
     text = domain_corpus(out)
     base_dir = out / "base"
@@ -114,15 +118,23 @@ def compare(out: pathlib.Path, base_steps: int, steps: int, eval_every: int, add
         if run.endswith("_warmup"):
             config.train.new_rows_warmup_steps = warmup
             config.train.new_rows_start = reports["fvt"]["first_new_id"]
-        workdir = out / f"run_{run}"
-        if not (workdir / "DONE").exists():
-            shutil.rmtree(workdir, ignore_errors=True)
-            start = time.perf_counter()
-            train_and_evaluate(config, str(workdir))
-            print(f"{run}: {time.perf_counter() - start:.0f} s", flush=True)
+        # Step 0, before any training: one step at learning rate 0 leaves the params as imported.
+        untrained = ml_collections.ConfigDict(config.to_dict())
+        untrained.train.update(num_steps=1, learning_rate=0.0, end_learning_rate=0.0, warmup_steps=1,
+                               eval_every_steps=1, log_every_steps=1)
+        untrained.checkpoint.every_steps = 1
+        rows = []
+        stages = ((out / f"run_{run}_step0", untrained, None),) if step0 else ()
+        for workdir, run_config, stop in (*stages, (out / f"run_{run}", config, stop_at)):
+            if not (workdir / "DONE").exists():
+                shutil.rmtree(workdir, ignore_errors=True)
+                start = time.perf_counter()
+                train_and_evaluate(run_config, str(workdir), stop_at_step=stop)
+                print(f"{workdir.name}: {time.perf_counter() - start:.0f} s", flush=True)
+            rows += [dict(r, step=0) if workdir.name.endswith("step0") else r for r in eval_rows(workdir)]
         cpt = chars_per_token(str(folder), config.data)
-        curves[run] = [{"step": r["step"], "loss": r["eval/loss"], "accuracy": r["eval/mlm_accuracy"],
-                        "bpc": r["eval/loss"] / math.log(2) / cpt, "chars_per_token": cpt} for r in eval_rows(workdir)]
+        curves[run] = [{"step": r["step"], "mlm_loss": r["eval/mlm_loss"], "accuracy": r["eval/mlm_accuracy"],
+                        "bpc": r["eval/mlm_loss"] / math.log(2) / cpt, "chars_per_token": cpt} for r in rows]
     return {"curves": curves, "report": {k: {key: v[key] for key in ("tokens_per_word_before",
                                                                        "tokens_per_word_after", "first_new_id",
                                                                        "vocab_size")} for k, v in reports.items()}}
@@ -130,7 +142,7 @@ def compare(out: pathlib.Path, base_steps: int, steps: int, eval_every: int, add
 
 def table(result: dict) -> str:
     curves = result["curves"]
-    steps = [point["step"] for point in curves["none"]]
+    steps = [point["step"] for point in next(iter(curves.values()))]
     lines = ["| eval step | " + " | ".join(f"{run} bpc (acc)" for run in curves) + " |",
              "|---|" + "---|" * len(curves)]
     for i, step in enumerate(steps):
@@ -147,7 +159,7 @@ def table(result: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--base_steps", type=int, default=600)
+    parser.add_argument("--base_steps", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--eval_every", type=int, default=50)
     parser.add_argument("--add", type=int, default=256)
