@@ -35,10 +35,6 @@ BYTE_LEVEL_SPACE = "Ġ"
 _WORD = re.compile(r"^[^\W\d_]+$")
 
 
-def extendable_kinds() -> tuple[str, ...]:
-    return ("wordpiece", "bpe", "unigram", "sentencepiece_bpe")
-
-
 def check_extendable(tokenizer: Tokenizer, where: str) -> None:
     """ValueError naming the tokenizer's kind (and `where` it came from) if words cannot be added to it."""
     supported = (tokenizer.kind in ("wordpiece", "bpe") and isinstance(tokenizer, HfTokenizer)) or (
@@ -57,7 +53,10 @@ def words_of(tokenizer: Tokenizer, text: str) -> list[str]:
     else:
         hf = tokenizer.hf
         normalized = hf.normalizer.normalize_str(text) if hf.normalizer is not None else text
-        units = [unit for unit, _ in hf.pre_tokenizer.pre_tokenize_str(normalized)]
+        if hf.pre_tokenizer is None:
+            units = normalized.split()
+        else:
+            units = [unit for unit, _ in hf.pre_tokenizer.pre_tokenize_str(normalized)]
         if tokenizer.kind == "bpe":  # only a word after a space: `Ġword`; a word after `(` is cut differently
             units = [unit[1:] for unit in units if unit.startswith(BYTE_LEVEL_SPACE)]
     return [unit for unit in units if _WORD.match(unit)]
