@@ -6,6 +6,7 @@ for simulated CPU devices. `format_plan` is the report `python -m bert_jax.plan`
 module docstring of bert_jax/plan.py says what each figure means and where it comes from.
 """
 import dataclasses
+import importlib.metadata
 import math
 import os
 import time
@@ -220,8 +221,6 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
 def _compiler_version(tpu_slice) -> str:
     if tpu_slice is None:
         return f"jax {jax.__version__}"
-    import importlib.metadata
-
     return f"jax {jax.__version__}, libtpu {importlib.metadata.version('libtpu')}"
 
 

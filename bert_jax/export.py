@@ -6,95 +6,37 @@
 `transformers.AutoModelForMaskedLM.from_pretrained(OUT)` and `AutoTokenizer` load;
 `--format=params` writes OUT/params (orbax, params only) and OUT/config.json, for JAX users.
 """
-import json
-
-import jax
-import ml_collections
 import orbax.checkpoint as ocp
 from absl import app, flags, logging
 
-from bert_jax.checkpoint import hf_folder
-from bert_jax.checkpoint import manager as ckpt
+from bert_jax.families import get_family
 from bert_jax.log_filter import log_info_quietly
-from bert_jax.parallel.mesh import make_mesh
 from bert_jax.storage import paths, preflight
-from bert_jax.train.program import build_program
+from bert_jax.storage.workdir import CONFIG_FILE, Workdir
 
 FORMATS = ("hf", "params")
-
-
-def _tuples(value):
-    """JSON turns the config's tuples (mesh shape, axis rules) into lists; the code expects tuples."""
-    if isinstance(value, dict):
-        return {k: _tuples(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return tuple(_tuples(v) for v in value)
-    return value
-
-
-def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
-    """The run's config, rebuilt from DIR/config.json (ml_collections' `to_json_best_effort` output)."""
-    path = paths.path(workdir) / "config.json"
-    if not path.exists():
-        raise ValueError(f"{path} does not exist: --workdir must be a pre-training run's directory")
-    return ml_collections.ConfigDict(_tuples(json.loads(path.read_text())))
-
-
-def restore_params(workdir: str, config, step: int | None = None) -> tuple[dict, int]:
-    """Params (numpy, unrolled or scanned as trained) of checkpoint `step` (default: the newest), and the step.
-
-    The state is restored on this host's first device, whatever mesh the run used: the
-    abstract target (from the model and optimizer, as in training) carries that placement.
-    """
-    config = ml_collections.ConfigDict(config.to_dict())
-    config.mesh.shape = (1, 1, 1)
-    config.train.grad_accum_steps = 1
-    config.train.global_batch_size = 1
-    if config.get("distill"):
-        config.distill.teacher = ""  # checkpoints hold the student alone: restoring it needs no teacher
-    program = build_program(config, make_mesh(config.mesh, jax.devices()[:1]))
-    directory = paths.absolute(paths.path(workdir) / "checkpoints")
-    if not paths.path(directory).is_dir():
-        raise ValueError(f"{directory} holds no checkpoint")
-    manager = ckpt.make_manager(directory, config.checkpoint)
-    steps = manager.all_steps()
-    if not steps:
-        raise ValueError(f"{directory} holds no checkpoint")
-    step = max(steps) if step is None else step
-    if step not in steps:
-        raise ValueError(f"--step={step}: {directory} holds steps {sorted(steps)}")
-    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(program.abstract_state)))
-    manager.close()
-    return jax.device_get(restored["state"].params), step
 
 
 def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> int:
     """Writes the export to `out`; returns the step exported."""
     if fmt not in FORMATS:
         raise ValueError(f"--format={fmt!r}; expected one of {FORMATS}")
-    config = load_workdir_config(workdir)
-    params, step = restore_params(workdir, config, step)
+    run = Workdir(workdir)
+    config = run.config()
+    params, step = run.restore_params(step)
     if fmt == "params":
         preflight.check_checkpoint_store(out)
         checkpointer = ocp.StandardCheckpointer()
         checkpointer.save(paths.absolute(paths.path(out) / "params"), params, force=True)
         checkpointer.wait_until_finished()
-        paths.copy_file(paths.path(workdir) / "config.json", paths.path(out) / "config.json")
+        paths.copy_file(run.config_json, paths.path(out) / CONFIG_FILE)
         return step
-    from bert_jax.families import get_family
-
     family = get_family(config.model.family)
     if family.hf_export is None:
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export; use --format=params")
-    # (state dict, config.json), plus {subfolder: (state dict, config.json)} for a family that exports
-    # several models (ELECTRA's generator beside its discriminator).
-    state, hf_cfg, *extras = family.hf_export(params, config.model)
-    tokenizer_dir = paths.path(workdir) / "tokenizer"
-    tokenizer = str(tokenizer_dir) if tokenizer_dir.is_dir() else None
-    hf_folder.write_hf_folder(out, state, hf_cfg, tokenizer, model_max_length=config.data.max_seq_length)
-    for name, (sub_state, sub_cfg) in (extras[0] if extras else {}).items():
-        hf_folder.write_hf_folder(str(paths.path(out) / name), sub_state, sub_cfg, tokenizer,
-                                  model_max_length=config.data.max_seq_length)
+    tokenizer = str(run.tokenizer) if run.tokenizer.is_dir() else None
+    # The main folder and any beside it (ELECTRA's generator, as OUT/generator).
+    family.hf_export(params, config.model).write(out, tokenizer, model_max_length=config.data.max_seq_length)
     return step
 
 

@@ -21,7 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from bert_jax.finetune import init_from
 from bert_jax.storage import paths
+from data_pipelines.tokenizer import load_tokenizer
 
 MODES = ("fill_mask", "attention")
 MASK_MARKERS = ("[MASK]", "<mask>")
@@ -49,9 +51,6 @@ class Inspector:
 
 def load(source: str, scan_layers: bool = False) -> Inspector:
     """The model `source` names (a workdir, `DIR:STEP`, or an HF folder); fails naming the path otherwise."""
-    from bert_jax.finetune import init_from
-    from data_pipelines.tokenizer import load_tokenizer
-
     resolved = init_from.resolve(source, dict(RUNTIME, scan_layers=scan_layers))
     module = resolved.family.build_model(resolved.model_cfg)
     return Inspector(module, resolved.params, load_tokenizer(resolved.tokenizer_dir),
@@ -134,10 +133,11 @@ def attention_maps(inspector: Inspector, text: str) -> tuple[list[str], np.ndarr
 
 def plot_attention(tokens: list[str], probs: np.ndarray, out: str) -> None:
     """A PNG grid, a row per layer and a column per head; queries down, keys across, tokens on both axes."""
+    # matplotlib costs about half a second to load, and only plots need it.
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"), so no display is needed
 
     num_layers, num_heads, length, _ = probs.shape
     cell = max(1.6, 0.16 * length)

@@ -6,10 +6,8 @@
 from absl import app, flags
 from ml_collections import config_flags
 
-from bert_jax import tpu_slices
 from bert_jax.log_filter import log_info_quietly
-from bert_jax.parallel import distributed
-from bert_jax.train import determinism
+from bert_jax.train import harness
 from bert_jax.train.loop import train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file.", lock_config=True)
@@ -21,9 +19,7 @@ def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_info_quietly()
-    determinism.set_xla_flags(_CONFIG.value)  # before JAX starts its backend
-    tpu_slices.set_libtpu_init_args(_CONFIG.value)
-    distributed.initialize(_CONFIG.value.distributed)  # before anything touches a device
+    harness.setup_process(_CONFIG.value)  # before JAX starts its backend
     train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 
 

@@ -128,6 +128,7 @@ def slice_devices(tpu_slice: TpuSlice) -> list:
     # Several planner processes at once (parallel tests, a sweep of plans) share libtpu's lockfile.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # no metadata server to ask: this is not a TPU VM
+    # This module loads no JAX at import: pretrain sets libtpu's flags through it before JAX starts.
     from jax.experimental import topologies
 
     kwargs = {}

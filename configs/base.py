@@ -5,6 +5,8 @@ can be overridden on the command line: `--config.train.learning_rate=2e-4`.
 """
 import ml_collections
 
+from bert_jax.parallel import distributed
+
 
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
@@ -22,6 +24,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.deterministic_gpu_ops = False
     # TPU only: flags for the TPU compiler (LIBTPU_INIT_ARGS), set by pretrain and by `plan --tpu` alike.
     c.libtpu_init_args = ""
+    # JAX's persistent compilation cache for the run's programs ("" = off), set up by the harness as for
+    # fine-tuning (bert_jax/train/harness.py): a relaunch of the same shapes skips compiling.
+    c.compilation_cache_dir = ""
 
     c.model = ml_collections.ConfigDict()
     c.model.family = "bert"
@@ -142,15 +147,7 @@ def get_config() -> ml_collections.ConfigDict:
 
     # Multi-host (bert_jax/parallel/distributed.py): one process per host (TPU VM worker, or GPU
     # node under SLURM). Explicit coordinator for localhost; auto-detected on TPU VMs and SLURM.
-    c.distributed = ml_collections.ConfigDict()
-    c.distributed.coordinator_address = ""  # "host:port" of process 0; "" = single process or auto
-    c.distributed.num_processes = 1
-    c.distributed.process_id = 0
-    c.distributed.auto = False  # True: jax.distributed.initialize() detects the cluster itself
-    c.distributed.initialization_timeout_s = 300  # wait this long for every process to join
-    # A process silent this long counts as dead: the others stop with an error instead of hanging.
-    c.distributed.heartbeat_timeout_s = 100
-    c.distributed.shutdown_timeout_s = 300
+    c.distributed = distributed.default_config()
 
     # Knowledge distillation (bert_jax/train/teacher.py, bert_jax/objectives/distillation.py): a
     # frozen teacher runs in the same jitted step, and the loss becomes kl_weight * T^2 * KL(teacher ||

@@ -27,11 +27,11 @@ point through `remember`.
 from __future__ import annotations
 
 import collections
-import dataclasses
-from collections.abc import Sequence
 
 import numpy as np
 
+from data_pipelines import packing
+from data_pipelines.example_types import BuildStats, Document, Example, nonempty_segments
 from data_pipelines.tokenizer import SpecialIds
 
 BUILDERS = ("nsp", "sop", "full_sentences", "doc_sentences", "packed")
@@ -45,31 +45,6 @@ EXAMPLE_KEYS = {
     "doc_sentences": (),
     "packed": ("segment_ids", "position_ids"),
 }
-
-Document = Sequence[np.ndarray]
-Example = dict[str, np.ndarray]
-
-
-@dataclasses.dataclass
-class BuildStats:
-    """What example building used, skipped and cut; logged by the pipeline."""
-
-    documents: int = 0
-    examples: int = 0
-    empty_documents: int = 0  # No non-empty segment: nothing to build from.
-    single_segment_documents: int = 0  # Pair builders: no boundary between A and B.
-    unpaired_segments: int = 0  # A run of one last segment drew a true next it lacks.
-    random_next_without_reservoir: int = 0  # NSP: label forced to 0, no other document yet.
-    truncated_tokens: int = 0  # Pair builders cut these to fit max_seq_length.
-    split_segments: int = 0  # Packing builders: segments longer than a row, split (not cut).
-
-    def as_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
-
-
-def _nonempty(document: Document) -> list[np.ndarray]:
-    return [np.asarray(s, np.int32) for s in document if len(s)]
-
 
 def _truncate_pair(a, b, max_tokens: int, rng: np.random.Generator):
     """Cuts tokens from the longer side, front or back at random, until A + B fit.
@@ -135,7 +110,7 @@ class PairBuilder:
     def remember(self, document: Document, position: int) -> None:
         """Adds a document to the ring without building from it (replay on resume)."""
         if self.lookback:
-            segments = _nonempty(document)
+            segments = nonempty_segments(document)
             if segments:
                 self._ring.append((position, segments))
 
@@ -166,7 +141,7 @@ class PairBuilder:
     def add_document(self, document: Document, rng: np.random.Generator, position: int = 0) -> list[Example]:
         """The examples of one document; `position` (its place in the feed) tags the ring."""
         self.stats.documents += 1
-        segments = _nonempty(document)
+        segments = nonempty_segments(document)
         if not segments:
             self.stats.empty_documents += 1
             return []
@@ -240,8 +215,6 @@ class PairBuilder:
 
 def make_builder(data_cfg, special_ids: SpecialIds):
     """The builder `config.data.example_builder` names; ValueError naming the key otherwise."""
-    from data_pipelines import packing  # noqa: PLC0415 (packing imports this module)
-
     kind = data_cfg.example_builder
     if kind in ("nsp", "sop"):
         return PairBuilder(kind, data_cfg, special_ids)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from data_pipelines.builders import BuildStats, Document, Example, _nonempty
+from data_pipelines.example_types import BuildStats, Document, Example, nonempty_segments
 from data_pipelines.tokenizer import SpecialIds
 
 
@@ -64,7 +64,7 @@ class PackingBuilder:
     def add_document(self, document: Document, rng: np.random.Generator, position: int = 0) -> list[Example]:
         del rng, position  # Packing is deterministic.
         self.stats.documents += 1
-        segments = _nonempty(document)
+        segments = nonempty_segments(document)
         if not segments:
             self.stats.empty_documents += 1
             return []

@@ -33,8 +33,6 @@ from collections.abc import Iterable, Sequence
 import ml_collections
 import tokenizers
 from absl import app, flags, logging
-from etils import epath
-from tokenizers import models, normalizers, pre_tokenizers
 
 from bert_jax.storage import paths
 from data_pipelines.tokenizer_kinds import (  # noqa: F401 (the module's public names)
@@ -50,6 +48,8 @@ from data_pipelines.tokenizer_kinds import (  # noqa: F401 (the module's public 
     SpecialTokens,
     Tokenizer,
     add_pair_template,
+    bert_wordpiece,
+    parse_specials,
 )
 
 # What a trained tokenizer was trained on (tokenizer_training.SampleRecord), beside its files.
@@ -98,7 +98,7 @@ def tokenizer_hash(directory: str) -> str:
     tokenizers of equal hash saw the same token ids.
     """
     digest = hashlib.sha256()
-    files = sorted(p for p in epath.Path(directory).iterdir() if p.is_file() and p.name != SAMPLE_FILE)
+    files = sorted(p for p in paths.path(directory).iterdir() if p.is_file() and p.name != SAMPLE_FILE)
     if not files:
         raise FileNotFoundError(f"{directory} holds no tokenizer files to hash")
     for path in files:
@@ -107,22 +107,7 @@ def tokenizer_hash(directory: str) -> str:
 
 
 def write_sample_record(directory: str, record: dict) -> None:
-    epath.Path(directory, SAMPLE_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-
-
-def parse_specials(kind: str, names: str | Sequence[str] = "") -> SpecialTokens:
-    """Kind's default specials, or five comma-separated names in pad,unk,cls,sep,mask order."""
-    if kind not in KINDS:
-        raise ValueError(f"config.data.tokenizer.kind={kind!r} is not one of {KINDS}")
-    if not names:
-        return DEFAULT_SPECIALS[kind]
-    names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
-    if len(names) != 5 or not all(names) or len(set(names)) != 5:
-        raise ValueError(
-            f"config.data.tokenizer.special_tokens={names!r} must be five distinct names in the "
-            "order pad,unk,cls,sep,mask"
-        )
-    return SpecialTokens(*names)
+    (paths.path(directory) / SAMPLE_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def _read_config(directory: str) -> dict:
@@ -140,27 +125,6 @@ def _specials_from_config(kind: str, config: dict) -> SpecialTokens:
 def _hf_kind(hf: tokenizers.Tokenizer) -> str:
     model = json.loads(hf.to_str())["model"]["type"]
     return {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}.get(model, "")
-
-
-def bert_wordpiece(
-    vocab: dict[str, int] | str, lowercase: bool = True, specials: SpecialTokens | None = None
-) -> tokenizers.Tokenizer:
-    """BERT's pipeline (normaliser, splitter, [CLS] A [SEP] B [SEP] template) on a WordPiece vocab.
-
-    vocab: token -> id, or a vocab.txt path (local or in a bucket). specials: BERT's unless given.
-    """
-    specials = specials or DEFAULT_SPECIALS["wordpiece"]
-    if isinstance(vocab, str):
-        # As WordPiece.from_file reads it (line i is id i, trailing blanks trimmed), from any path.
-        vocab = {line.rstrip(): i for i, line in enumerate(paths.path(vocab).read_text(encoding="utf-8").splitlines())}
-    model = models.WordPiece(vocab, unk_token=specials.unk)
-    hf = tokenizers.Tokenizer(model)
-    hf.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
-    hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    hf.decoder = tokenizers.decoders.WordPiece(prefix="##")
-    if hf.token_to_id(specials.cls) is not None and hf.token_to_id(specials.sep) is not None:
-        add_pair_template(hf, specials)  # A vocabulary still to be trained has no [CLS] yet.
-    return hf
 
 
 def load_tokenizer(path: str, lowercase: bool | None = None) -> Tokenizer:
@@ -254,9 +218,9 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
 
             tokenizer, record = tokenizer_training.train_from_config(data_cfg)
             sample_record = record.to_json()
-        if source_dir and epath.Path(source_dir, SAMPLE_FILE).exists():
+        if source_dir and (paths.path(source_dir) / SAMPLE_FILE).exists():
             # A given tokenizer's record goes with it (a sweep's shared one, prepare's).
-            sample_record = json.loads(epath.Path(source_dir, SAMPLE_FILE).read_text())
+            sample_record = json.loads((paths.path(source_dir) / SAMPLE_FILE).read_text())
         tokenizer.save(tokenizer_dir)
         if sample_record:
             write_sample_record(tokenizer_dir, sample_record)

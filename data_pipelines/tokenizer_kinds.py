@@ -1,8 +1,8 @@
 """The tokenizer object: one interface over `tokenizers` (WordPiece, byte-level BPE) and
 SentencePiece (unigram, BPE), with each kind's special tokens and Hugging Face files.
 
-tokenizer.py loads, trains (through tokenizer_training.py) and hands these out; import
-from there.
+tokenizer.py loads, trains (through tokenizer_training.py, which builds on this module
+alone) and hands these out; import from there.
 """
 
 from __future__ import annotations
@@ -57,6 +57,42 @@ _HF_CLASS = {
     # AlbertTokenizer reads spiece.model as unigram only: the generic class reads tokenizer.json.
     "sentencepiece_bpe": "PreTrainedTokenizerFast",
 }
+
+
+def parse_specials(kind: str, names: str | Sequence[str] = "") -> SpecialTokens:
+    """Kind's default specials, or five comma-separated names in pad,unk,cls,sep,mask order."""
+    if kind not in KINDS:
+        raise ValueError(f"config.data.tokenizer.kind={kind!r} is not one of {KINDS}")
+    if not names:
+        return DEFAULT_SPECIALS[kind]
+    names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+    if len(names) != 5 or not all(names) or len(set(names)) != 5:
+        raise ValueError(
+            f"config.data.tokenizer.special_tokens={names!r} must be five distinct names in the "
+            "order pad,unk,cls,sep,mask"
+        )
+    return SpecialTokens(*names)
+
+
+def bert_wordpiece(
+    vocab: dict[str, int] | str, lowercase: bool = True, specials: SpecialTokens | None = None
+) -> tokenizers.Tokenizer:
+    """BERT's pipeline (normaliser, splitter, [CLS] A [SEP] B [SEP] template) on a WordPiece vocab.
+
+    vocab: token -> id, or a vocab.txt path (local or in a bucket). specials: BERT's unless given.
+    """
+    specials = specials or DEFAULT_SPECIALS["wordpiece"]
+    if isinstance(vocab, str):
+        # As WordPiece.from_file reads it (line i is id i, trailing blanks trimmed), from any path.
+        vocab = {line.rstrip(): i for i, line in enumerate(paths.path(vocab).read_text(encoding="utf-8").splitlines())}
+    model = models.WordPiece(vocab, unk_token=specials.unk)
+    hf = tokenizers.Tokenizer(model)
+    hf.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    hf.decoder = tokenizers.decoders.WordPiece(prefix="##")
+    if hf.token_to_id(specials.cls) is not None and hf.token_to_id(specials.sep) is not None:
+        add_pair_template(hf, specials)  # A vocabulary still to be trained has no [CLS] yet.
+    return hf
 
 
 class Tokenizer(abc.ABC):

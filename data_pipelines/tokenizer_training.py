@@ -45,9 +45,8 @@ import tokenizers
 from absl import logging
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from data_pipelines import corpus, sources
-from data_pipelines import tokenizer as tokenizer_lib
-from data_pipelines.tokenizer import SpecialTokens
+from data_pipelines import corpus, sources, tokenizer_kinds
+from data_pipelines.tokenizer_kinds import SpecialTokens
 
 # SentencePiece skips sentences longer than this (its own default is 4192 bytes).
 _MAX_SENTENCE_BYTES = 16_384
@@ -115,7 +114,7 @@ def train_wordpiece(
     *,
     lowercase: bool = True,
     specials: SpecialTokens | None = None,
-) -> tokenizer_lib.HfTokenizer:
+) -> tokenizer_kinds.HfTokenizer:
     """BERT WordPiece (BertNormalizer, BertPreTokenizer), deterministic; specials get ids 0..4.
 
     Ids in canonical order: the specials (pad..mask), the single characters by code point, the
@@ -130,9 +129,9 @@ def train_wordpiece(
     one that only ever stands alone (a one-letter word) is kept as an unused entry. The
     texts are held in memory for this second look (bounded by the sample's size).
     """
-    specials = specials or tokenizer_lib.DEFAULT_SPECIALS["wordpiece"]
+    specials = specials or tokenizer_kinds.DEFAULT_SPECIALS["wordpiece"]
     texts = list(texts)
-    hf = tokenizer_lib.bert_wordpiece({specials.unk: 0}, lowercase, specials)
+    hf = tokenizer_kinds.bert_wordpiece({specials.unk: 0}, lowercase, specials)
     seeds = sorted(_continuation_pieces(hf, texts))
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size,
@@ -149,9 +148,9 @@ def train_wordpiece(
                   key=lambda t: (t.startswith("##"), t))
     learned = sorted((t for t, i in vocab.items() if i >= first_learned), key=vocab.get)
     canonical = [*specials.all(), *base, *learned]
-    trained = tokenizer_lib.bert_wordpiece({t: i for i, t in enumerate(canonical)}, lowercase, specials)
+    trained = tokenizer_kinds.bert_wordpiece({t: i for i, t in enumerate(canonical)}, lowercase, specials)
     trained.add_special_tokens(list(specials.all()))
-    return tokenizer_lib.HfTokenizer("wordpiece", trained, specials)
+    return tokenizer_kinds.HfTokenizer("wordpiece", trained, specials)
 
 
 def _continuation_pieces(hf: tokenizers.Tokenizer, texts: list[str]) -> set[str]:
@@ -174,13 +173,13 @@ def train_byte_bpe(
     *,
     lowercase: bool = False,
     specials: SpecialTokens | None = None,
-) -> tokenizer_lib.HfTokenizer:
+) -> tokenizer_kinds.HfTokenizer:
     """RoBERTa's byte-level BPE: no unknown bytes; specials <s> <pad> </s> <unk> <mask> = 0..4.
 
     Every segment is encoded with a prefix space (add_prefix_space=True), so a segment's
     first word is a `Ġ` word start like any other: whole-word masking then sees it.
     """
-    specials = specials or tokenizer_lib.DEFAULT_SPECIALS["bpe"]
+    specials = specials or tokenizer_kinds.DEFAULT_SPECIALS["bpe"]
     hf = tokenizers.Tokenizer(models.BPE())
     if lowercase:
         hf.normalizer = normalizers.Lowercase()
@@ -200,7 +199,7 @@ def train_byte_bpe(
         (specials.cls, hf.token_to_id(specials.cls)),
         add_prefix_space=True,
     )
-    return tokenizer_lib.HfTokenizer("bpe", hf, specials)
+    return tokenizer_kinds.HfTokenizer("bpe", hf, specials)
 
 
 def train_sentencepiece(
@@ -210,16 +209,16 @@ def train_sentencepiece(
     kind: str = "unigram",
     lowercase: bool = True,
     specials: SpecialTokens | None = None,
-) -> tokenizer_lib.SentencePieceTokenizer:
+) -> tokenizer_kinds.SentencePieceTokenizer:
     """ALBERT's SentencePiece (unigram or BPE): <pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4.
 
     Lowercasing is the model's own normalisation rule (nmt_nfkc_cf), so spiece.model
     carries it to every loader. The vocabulary may come out smaller than vocab_size on a
     small sample (hard_vocab_limit off) rather than failing.
     """
-    if kind not in tokenizer_lib.SENTENCEPIECE_KINDS:
-        raise ValueError(f"kind={kind!r} is not a SentencePiece kind {tokenizer_lib.SENTENCEPIECE_KINDS}")
-    specials = specials or tokenizer_lib.DEFAULT_SPECIALS[kind]
+    if kind not in tokenizer_kinds.SENTENCEPIECE_KINDS:
+        raise ValueError(f"kind={kind!r} is not a SentencePiece kind {tokenizer_kinds.SENTENCEPIECE_KINDS}")
+    specials = specials or tokenizer_kinds.DEFAULT_SPECIALS[kind]
     model = io.BytesIO()
     spm.set_random_generator_seed(_SENTENCEPIECE_SEED)  # Sampling and shuffles, if any apply.
     spm.SentencePieceTrainer.train(
@@ -241,7 +240,7 @@ def train_sentencepiece(
         num_threads=_SENTENCEPIECE_THREADS,
         minloglevel=2,
     )
-    return tokenizer_lib.SentencePieceTokenizer(kind, model.getvalue(), specials, lowercase)
+    return tokenizer_kinds.SentencePieceTokenizer(kind, model.getvalue(), specials, lowercase)
 
 
 def training_sample(
@@ -267,7 +266,7 @@ def training_sample(
                 return
 
 
-def train_from_config(data_cfg: ml_collections.ConfigDict) -> tuple[tokenizer_lib.Tokenizer, SampleRecord]:
+def train_from_config(data_cfg: ml_collections.ConfigDict) -> tuple[tokenizer_kinds.Tokenizer, SampleRecord]:
     """Trains `data.tokenizer.kind` with `data.vocab_size` tokens on the source's sample.
 
     Reads only `training_settings(data_cfg)`. Returns the tokenizer and its sample's record.
@@ -277,7 +276,7 @@ def train_from_config(data_cfg: ml_collections.ConfigDict) -> tuple[tokenizer_li
     data_cfg = ml_collections.ConfigDict(training_settings(data_cfg))
     tok_cfg = data_cfg.tokenizer
     kind = tok_cfg.kind
-    specials = tokenizer_lib.parse_specials(kind, tok_cfg.get("special_tokens", ""))
+    specials = tokenizer_kinds.parse_specials(kind, tok_cfg.get("special_tokens", ""))
     stats = sources.SkipStats()
     record = SampleRecord(vocab_size_asked=data_cfg.vocab_size)
     texts = _RecordedSample(training_sample(data_cfg, tok_cfg.sample_bytes, stats), record)

@@ -44,6 +44,7 @@ import subprocess
 import sys
 
 from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
 from bert_jax.train.metrics_file import read_rows
 
 SUMMARY_KEYS = ("train/loss", "train/mlm_accuracy", "eval/loss", "eval/mlm_accuracy", "perf/tokens_per_s")
@@ -216,7 +217,7 @@ def run_sweep(args) -> int:
 
 def _tokenizer_used(workdir) -> tuple[str | None, str | None]:
     """(sha256, kind) of the tokenizer a run used, from its config.json's run identity."""
-    path = paths.path(workdir) / "config.json"
+    path = Workdir(workdir).config_json
     if not path.exists():
         return None, None
     config = json.loads(path.read_text())
@@ -232,7 +233,7 @@ def summarize(sweep_dir: str) -> list[dict]:
     table, curves, tokenizers = [], {}, {}
     for run in runs:
         workdir = sweep_dir / run["name"]
-        rows = read_rows(workdir / "metrics.jsonl")
+        rows = read_rows(Workdir(workdir).metrics_jsonl)
         final = {"run": run["name"], "step": max((r["step"] for r in rows), default=0)}
         for key in keys:
             values = [r[key] for r in rows if key in r]

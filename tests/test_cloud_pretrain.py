@@ -13,9 +13,13 @@ import sys
 import threading
 import time
 
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
 from bert_jax.train.metrics_file import read_rows
 from data_pipelines import corpus
 from test_parallel_mesh import FAST_COMPILE
@@ -94,6 +98,16 @@ def test_a_run_with_workdir_and_corpus_in_gs_writes_everything_there_and_nothing
     assert not list(cwd.iterdir())
 
 
+def test_a_workdir_in_gs_restores_the_params_its_newest_checkpoint_saved(gs_run):
+    run = Workdir(gs_run[0])
+    assert str(run.checkpoints) == f"{gs_run[0]}/checkpoints"
+    assert run.config().train.num_steps == 2
+    params, step = run.restore_params()
+    saved = ocp.PyTreeCheckpointer().restore(paths.absolute(run.checkpoints / "2" / "state"))["params"]
+    assert step == 2 and jax.tree.structure(params) == jax.tree.structure(saved)
+    jax.tree.map(lambda ours, theirs: np.testing.assert_array_equal(ours, np.asarray(theirs)), params, saved)
+
+
 @pytest.mark.slow
 def test_a_run_in_a_bucket_gives_the_local_losses_bit_for_bit(gcs, local_run, xla_cache):
     bucket = gcs.new()
@@ -155,7 +169,7 @@ def test_export_to_a_bucket_and_init_from_hf_from_it_give_the_trained_logits(gs_
     import transformers
 
     from bert_jax.checkpoint import hf_folder
-    from bert_jax.export import load_workdir_config, restore_params
+    from bert_jax.storage.workdir import Workdir
     from bert_jax.families import get_family
 
     workdir, corpus_glob, _ = gs_run
@@ -170,9 +184,9 @@ def test_export_to_a_bucket_and_init_from_hf_from_it_give_the_trained_logits(gs_
     pretrain(f"{workdir}_from_hf", corpus_glob, xla_cache, f"--config.init_from_hf={out}",
              "--config.train.learning_rate=0", "--config.train.warmup_steps=0", "--config.train.num_steps=1",
              "--config.checkpoint.every_steps=1", "--config.train.eval_every_steps=1")
-    config = load_workdir_config(workdir)
-    trained, _ = restore_params(workdir, config)
-    imported, _ = restore_params(f"{workdir}_from_hf", config)
+    config = Workdir(workdir).config()
+    trained, _ = Workdir(workdir).restore_params()
+    imported, _ = Workdir(f"{workdir}_from_hf").restore_params()
     model = get_family("bert").build_model(config.model)
     tokenizer = transformers.AutoTokenizer.from_pretrained(local)
     enc = tokenizer("the python [MASK] is a list", return_tensors="np")

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import configs.deberta_v3_base
-from bert_jax.export import export, load_workdir_config, restore_params
+from bert_jax.export import export
+from bert_jax.storage.workdir import Workdir
 from bert_jax.families import get_family
 from bert_jax.train.loop import train_and_evaluate
 
@@ -115,8 +116,8 @@ def test_exported_deberta_v3_loads_in_transformers_with_our_discriminator_states
     with torch.no_grad():
         theirs = model(input_ids=torch.tensor(enc["input_ids"]),
                        attention_mask=torch.tensor(enc["attention_mask"])).last_hidden_state.numpy()
-    config = load_workdir_config(workdir)
-    params, _ = restore_params(workdir, config)
+    config = Workdir(workdir).config()
+    params, _ = Workdir(workdir).restore_params()
     ours = np.asarray(get_family("deberta_v3").build_model(config.model).apply(
         {"params": params}, enc, method=lambda m, b: m.discriminator.encoder(b["input_ids"], b["attention_mask"])))
     real = enc["attention_mask"].astype(bool)
@@ -132,8 +133,8 @@ def test_init_from_hf_continues_from_the_exported_discriminator(exported, tmp_pa
     c.train.learning_rate, c.train.warmup_steps, c.train.num_steps = 0.0, 0, 1
     c.train.eval_every_steps = c.checkpoint.every_steps = 1
     train_and_evaluate(c, str(tmp_path))
-    restarted, _ = restore_params(str(tmp_path), load_workdir_config(str(tmp_path)))
-    trained, _ = restore_params(workdir, load_workdir_config(workdir))
+    restarted, _ = Workdir(str(tmp_path)).restore_params()
+    trained, _ = Workdir(workdir).restore_params()
     # The generator folder came along: every network is back, the delta up to one float32 rounding.
     for part in ("discriminator", "generator", "word"):
         jax.tree.map(np.testing.assert_array_equal, restarted[part], trained[part])

@@ -83,7 +83,8 @@ def test_export_is_the_discriminator_with_the_merged_table_and_transformers_give
     merged = params["word"]["embedding"] + params["discriminator_word"]["delta"]
     np.testing.assert_array_equal(ours, np.asarray(merged)[np.asarray(batch["input_ids"])])
     rtd_logits = np.asarray(model.apply({"params": params}, batch, method=lambda m, b: m.discriminator(b, True)))
-    state, hf_cfg, _ = get_family("deberta_v3").hf_export(params, model_cfg)
+    exported = get_family("deberta_v3").hf_export(params, model_cfg)
+    state, hf_cfg = exported.state, exported.config
     np.testing.assert_array_equal(state["deberta.embeddings.word_embeddings.weight"], merged)
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     bare = transformers.AutoModel.from_pretrained(str(tmp_path)).eval()
@@ -120,7 +121,7 @@ def test_a_released_deberta_v3_checkpoint_imports_and_exports_back_exactly(model
     assert report.kept_from_fallback[0].startswith("generator/ (no generator folder")
     np.testing.assert_array_equal(params["discriminator_word"]["delta"], 0)
     assert jax.tree.structure(params) == jax.tree.structure(jax.tree.map(np.asarray, fallback))
-    again = get_family("deberta_v3").hf_export(params, model_cfg)[0]
+    again = get_family("deberta_v3").hf_export(params, model_cfg).state
     assert set(again) == set(state)
     for name in sorted(state):
         np.testing.assert_array_equal(again[name], state[name], err_msg=name)
@@ -128,7 +129,8 @@ def test_a_released_deberta_v3_checkpoint_imports_and_exports_back_exactly(model
 
 def test_our_export_with_its_generator_folder_imports_back_to_the_same_model(model_and_params):
     model_cfg, _, params = model_and_params
-    state, hf_cfg, extras = get_family("deberta_v3").hf_export(params, model_cfg)
+    exported = get_family("deberta_v3").hf_export(params, model_cfg)
+    state, hf_cfg, extras = exported.state, exported.config, exported.subfolders
     gen_state, gen_cfg = extras["generator"]
     assert gen_cfg["architectures"] == ["DebertaV2ForMaskedLM"] and gen_cfg["num_hidden_layers"] == 1
     np.testing.assert_array_equal(gen_state["deberta.embeddings.word_embeddings.weight"], params["word"]["embedding"])

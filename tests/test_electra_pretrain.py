@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import configs.electra_small
-from bert_jax.export import export, load_workdir_config, restore_params
+from bert_jax.export import export
+from bert_jax.storage.workdir import Workdir
 from bert_jax.families import get_family
 from bert_jax.models.electra import Electra
 from bert_jax.train.loop import train_and_evaluate
@@ -115,8 +116,8 @@ def test_exported_electra_loads_in_transformers_with_our_logits(exported):
         hf_disc = discriminator(**inputs).logits.numpy()
         hf_gen = generator(**inputs).logits.numpy()[:, position]
 
-    config = load_workdir_config(workdir)
-    params, _ = restore_params(workdir, config)
+    config = Workdir(workdir).config()
+    params, _ = Workdir(workdir).restore_params()
     batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
              "token_type_ids": enc["token_type_ids"], "masked_positions": np.array([[position], [position]], np.int32)}
     model = get_family("electra").build_model(config.model)
@@ -136,6 +137,6 @@ def test_init_from_hf_restarts_electra_from_both_exported_folders(exported, tmp_
     c.train.learning_rate, c.train.warmup_steps = 0.0, 0
     c.train.eval_every_steps = c.checkpoint.every_steps = 1
     train_and_evaluate(c, str(tmp_path))
-    restarted, _ = restore_params(str(tmp_path), load_workdir_config(str(tmp_path)))
-    trained, _ = restore_params(workdir, load_workdir_config(workdir))
+    restarted, _ = Workdir(str(tmp_path)).restore_params()
+    trained, _ = Workdir(workdir).restore_params()
     jax.tree.map(np.testing.assert_array_equal, restarted, trained)  # the generator too: it came from generator/

@@ -15,6 +15,8 @@ import configs.finetune.span_qa
 import configs.finetune.token_classification
 import finetune_data as fd
 from bert_jax.finetune import data, init_from, metrics, squad
+from bert_jax.finetune import splits as splits_lib
+from bert_jax.finetune.tasks import get_task
 from bert_jax.finetune.run import finetune
 
 torch = pytest.importorskip("torch")
@@ -167,14 +169,15 @@ def test_a_task_model_on_an_hf_encoder_exports_with_transformers_logits(kind, hf
     """Without training (that is the slow tests'): the encoder read from an HF folder, a fresh head, the export."""
     from bert_jax.checkpoint import hf_folder
     from bert_jax.finetune import hf_export
-    from bert_jax.finetune.model import build_finetune_model
     from bert_jax.finetune.run import _pretrained
+    from bert_jax.finetune.tasks import get_task
 
     c = CONFIGS[kind].get_config()
     source = init_from.resolve(hf_dir, c.model)
     names = ["O", "B-PER", "I-PER"] if kind == "token_classification" else ["neg", "pos"]
-    model = build_finetune_model(source.family, source.model_cfg, c.task, 2 if kind == "span_qa" else len(names),
-                                 "pooler" in source.params)
+    task = get_task(kind)
+    model = task.build_model(source.family, source.model_cfg, c.task, task.num_outputs(names),
+                             "pooler" in source.params)
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
     enc = {k: np.asarray(v) for k, v in tokenizer(["where did bob go", "alice went to rome ."],
                                                    ["bob went to oslo .", "a"], padding=True,
@@ -222,9 +225,9 @@ def test_a_validation_label_the_training_file_never_had_fails_naming_label_and_f
     rows = fd.sentiment_rows(4, 1)
     rows[2]["label"] = "meh"
     c.data.validation = fd.write_csv(tmp_path / "v.csv", rows)
-    splits = data.read_splits(c.data, c.task)
+    splits = splits_lib.read_splits(c.data, c.task)
     with pytest.raises(ValueError, match=r"label 'meh' in .*v\.csv"):
-        data.label_names(c.task, splits)
+        splits_lib.label_names(c.task, splits)
 
 
 def test_bad_rows_are_skipped_and_counted_by_reason(tmp_path):
@@ -235,14 +238,13 @@ def test_bad_rows_are_skipped_and_counted_by_reason(tmp_path):
     fd.write_csv(path, rows)
     with open(path, "a") as f:
         f.write("only one column\n")  # csv.DictReader: label missing
-    records = data._records(c.data, str(path))
-    kept, skipped = data.parse_rows(c.task, records)
+    kept, skipped = get_task(c.task.kind).read(c.data, c.task, "train", str(path))
     assert len(kept) == 5 and skipped == {"empty text": 1, "missing column 'label'": 1}
 
     c.task.labels = "neg"
     c.data.train = str(path)
-    splits = data.read_splits(c.data, c.task)
-    data.label_names(c.task, splits)
+    splits = splits_lib.read_splits(c.data, c.task)
+    splits_lib.label_names(c.task, splits)
     assert splits["train"].skipped["unknown label"] > 0
 
 
@@ -250,7 +252,7 @@ def test_a_ragged_conll_sentence_is_skipped_and_counted(tmp_path):
     c = configs.finetune.token_classification.get_config()
     path = tmp_path / "t.conll"
     path.write_text("alice NN B-PER\nwent NN O\n\nbob B-PER\nmet NN O\n\nrome NN B-LOC\n")
-    kept, skipped = data.parse_rows(c.task, data._records(c.data, str(path)))
+    kept, skipped = get_task(c.task.kind).read(c.data, c.task, "train", str(path))
     assert [r["words"] for r in kept] == [["alice", "went"], ["rome"]]
     assert skipped == {"ragged CoNLL columns": 1}
 
@@ -268,7 +270,7 @@ def test_a_head_whose_label_count_differs_from_the_checkpoint_fails_naming_both(
     (tmp_path / "labels.json").write_text(json.dumps(["a", "b", "c"]))
     c.data.train = fd.write_csv(tmp_path / "t.csv", fd.sentiment_rows(10, 0))
     with pytest.raises(ValueError, match=r"head of 3 labels .* gives 2 labels"):
-        _labels(c, data.read_splits(c.data, c.task), str(tmp_path))
+        _labels(c, splits_lib.read_splits(c.data, c.task), str(tmp_path))
 
 
 def test_squad_answers_that_do_not_match_their_context_are_skipped_and_counted(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from bert_jax.families import get_family
 from bert_jax.finetune import data
-from bert_jax.finetune.model import build_finetune_model
+from bert_jax.finetune.tasks import get_task
 from conftest import small_model_config
 from numerics import assert_close
 
@@ -77,7 +77,7 @@ def test_packed_hidden_states_equal_padded_ones(family):
     fam = get_family(family)
     has_pooler = family == "bert"
     task = ml_collections.ConfigDict({"kind": "classification", "pooling": "cls"})
-    model = build_finetune_model(fam, cfg, task, 2, has_pooler)
+    model = get_task(task.kind).build_model(fam, cfg, task, 2, has_pooler)
     batch = padded_batch(1)
     if family == "roberta":
         batch["token_type_ids"] = np.zeros_like(batch["token_type_ids"])

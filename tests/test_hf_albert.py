@@ -50,7 +50,8 @@ def test_albert_in_transformers_matches_our_mlm_and_sop_logits(tmp_path, scan_la
     batch = random_batch(1)
     params = random_params(model, batch)
     ours = model.apply({"params": params}, batch)
-    state, hf_cfg = get_family("albert").hf_export(params, model_cfg)
+    exported = get_family("albert").hf_export(params, model_cfg)
+    state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     inputs = {k: torch.tensor(np.asarray(batch[k])) for k in ("input_ids", "attention_mask", "token_type_ids")}
     with torch.no_grad():

@@ -20,7 +20,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from bert_jax.checkpoint import hf_bert, hf_folder  # noqa: E402
-from bert_jax.export import export, load_workdir_config, restore_params  # noqa: E402
+from bert_jax.export import export  # noqa: E402
+from bert_jax.storage.workdir import Workdir  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 from bert_jax.models.bert import BertConfig, BertEncoder  # noqa: E402
 from bert_jax.train.loop import train_and_evaluate  # noqa: E402
@@ -50,7 +51,8 @@ def test_bert_in_transformers_matches_our_mlm_and_nsp_logits(tmp_path, scan_laye
     model, params = init_params(model_cfg)
     batch = random_batch(1)
     ours = model.apply({"params": params}, batch, deterministic=True)
-    state, hf_cfg = get_family("bert").hf_export(params, model_cfg)
+    exported = get_family("bert").hf_export(params, model_cfg)
+    state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     hf_model = transformers.BertForPreTraining.from_pretrained(str(tmp_path)).eval()
     with torch.no_grad():
@@ -156,8 +158,8 @@ def test_init_from_hf_trains_from_the_hf_weights_and_tokenizer(hf_source, export
     workdir, _ = exported_run
     with open(os.path.join(workdir, "tokenizer", "vocab.txt")) as a, open(os.path.join(hf_source, "vocab.txt")) as b:
         assert a.read() == b.read()
-    config = load_workdir_config(workdir)
-    params, step = restore_params(workdir, config)
+    config = Workdir(workdir).config()
+    params, step = Workdir(workdir).restore_params()
     assert step == 1
     source = hf_folder.read_hf_state(hf_source)
     ours = hf_bert.params_to_hf(params, config.model)
@@ -180,8 +182,8 @@ def test_exported_run_fills_mask_in_transformers_with_our_logits(exported_run):
     filled = tokenizer.decode([int(np.argmax(hf_logits))])
     assert filled.strip()
 
-    config = load_workdir_config(workdir)
-    params, _ = restore_params(workdir, config)
+    config = Workdir(workdir).config()
+    params, _ = Workdir(workdir).restore_params()
     batch = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
     batch["masked_positions"] = np.array([[position]], np.int32)
     ours = get_family("bert").build_model(config.model).apply({"params": params}, batch, deterministic=True)
@@ -196,7 +198,7 @@ def test_params_export_restores_the_trained_params(exported_run, tmp_path):
     workdir, _ = exported_run
     export(workdir, str(tmp_path), fmt="params")
     saved = ocp.StandardCheckpointer().restore(str(tmp_path / "params"))
-    trained, _ = restore_params(workdir, load_workdir_config(workdir))
+    trained, _ = Workdir(workdir).restore_params()
     jax.tree.map(np.testing.assert_array_equal, saved, trained)
     assert json.load(open(tmp_path / "config.json"))["model"]["hidden_size"] == 32
 

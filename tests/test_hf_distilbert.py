@@ -23,7 +23,8 @@ def distilbert_config(**overrides):
 
 
 def exported_model(tmp_path, params, model_cfg):
-    state, hf_cfg = get_family("distilbert").hf_export(params, model_cfg)
+    exported = get_family("distilbert").hf_export(params, model_cfg)
+    state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     return transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path)).eval()
 

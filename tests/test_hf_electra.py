@@ -40,7 +40,8 @@ def test_electra_in_transformers_matches_our_discriminator_and_generator_logits(
     batch = random_batch(1)
     params = random_params(get_family("electra").build_model(model_cfg), batch)
     discriminator, generator = our_logits(model_cfg, params, batch)
-    state, hf_cfg, extras = get_family("electra").hf_export(params, model_cfg)
+    exported = get_family("electra").hf_export(params, model_cfg)
+    state, hf_cfg, extras = exported.state, exported.config, exported.subfolders
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     hf_folder.write_hf_folder(str(tmp_path / "generator"), *extras["generator"], tokenizer_dir=None)
     inputs = {k: torch.tensor(np.asarray(batch[k])) for k in ("input_ids", "attention_mask", "token_type_ids")}
@@ -76,8 +77,8 @@ def test_hf_electra_to_ours_to_hf_round_trips_both_models_exactly(scan_layers):
     extras = {"generator": (gen_state, hf_electra.hf_config(model_cfg, True))}
     params, report = hf_electra.hf_import(disc_state, hf_electra.hf_config(model_cfg), model_cfg, None, extras)
     assert report.kept_from_fallback == [] and report.unused == []
-    disc_again, _, again_extras = hf_electra.hf_export(params, model_cfg)
-    gen_again = again_extras["generator"][0]
+    exported = hf_electra.hf_export(params, model_cfg)
+    disc_again, gen_again = exported.state, exported.subfolders["generator"][0]
     for original, again in ((disc_state, disc_again), (gen_state, gen_again)):
         names = set(original) - set(hf_electra.IGNORED_ON_IMPORT)
         assert names == set(again)

@@ -46,7 +46,8 @@ def params():
 
 
 def hf_model_from(tmp_path, params, model_cfg, attn_implementation="eager"):
-    state, hf_cfg = get_family("modernbert").hf_export(params, model_cfg)
+    exported = get_family("modernbert").hf_export(params, model_cfg)
+    state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     return transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path),
                                                              attn_implementation=attn_implementation).eval()
@@ -169,7 +170,8 @@ def test_modernbert_bpe_tokenizer_exports_to_auto_tokenizer_with_the_same_ids(tm
     tokenizer.save(str(tmp_path / "tok"))
     model_cfg = modernbert_config(vocab_size=tokenizer.get_vocab_size(), pad_token_id=1)
     params = random_params(get_family("modernbert").build_model(model_cfg), batch_of())
-    state, hf_cfg = get_family("modernbert").hf_export(params, model_cfg)
+    exported = get_family("modernbert").hf_export(params, model_cfg)
+    state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path / "hf"), state, hf_cfg, str(tmp_path / "tok"))
     hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     ids = tokenizer_lib.special_ids(tokenizer)

@@ -40,7 +40,8 @@ def perturbed_params(model_cfg, seed: int = 0):
 
 
 def exported_model(tmp_path, params, model_cfg):
-    state, hf_cfg = get_family("roberta").hf_export(params, model_cfg)
+    exported = get_family("roberta").hf_export(params, model_cfg)
+    state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     return transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path)).eval()
 

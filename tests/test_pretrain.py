@@ -8,11 +8,13 @@ import sys
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 import configs.tiny
-from bert_jax.export import restore_params
-from bert_jax.train.loop import NonFiniteLossError, train_and_evaluate
+from bert_jax.storage.workdir import Workdir
+from bert_jax.train.harness import NonFiniteLossError
+from bert_jax.train.loop import train_and_evaluate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -77,6 +79,27 @@ def test_workdir_holds_the_contracted_files(straight_run):
     assert [r["step"] for r in rows if "eval/loss" in r] == [4, 8]
     assert {"eval/loss", "eval/mlm_accuracy", "eval/nsp_accuracy"} <= set(final)
     assert json.load(open(os.path.join(workdir, "config.json")))["model"]["hidden_size"] == 32
+
+
+def test_workdir_restores_exactly_the_params_each_checkpoint_saved(straight_run):
+    workdir = Workdir(straight_run[0])
+    assert workdir.checkpoint_steps() == [4, 8]
+    restored = {}
+    for step in (4, 8):
+        # The whole train state as orbax saved it (optimizer state too), read without a target.
+        saved = ocp.PyTreeCheckpointer().restore(str(workdir.checkpoints / str(step) / "state"))["params"]
+        restored[step], got_step = workdir.restore_params(step)
+        assert got_step == step
+        assert jax.tree.structure(restored[step]) == jax.tree.structure(saved)
+        for ours, theirs in zip(jax.tree.leaves(restored[step]), jax.tree.leaves(saved)):
+            assert isinstance(ours, np.ndarray)  # on the host, whatever mesh trained it
+            np.testing.assert_array_equal(ours, np.asarray(theirs))
+    newest, step = workdir.restore_params()
+    assert step == 8
+    jax.tree.map(np.testing.assert_array_equal, newest, restored[8])
+    assert not np.array_equal(jax.tree.leaves(restored[4])[0], jax.tree.leaves(restored[8])[0])
+    with pytest.raises(ValueError, match=r"step 5: .*checkpoints holds steps \[4, 8\]"):
+        workdir.restore_params(5)
 
 
 def test_resume_gives_identical_losses(straight_run, tmp_path):
@@ -151,5 +174,5 @@ def test_skip_policy_skips_nonfinite_steps_and_checkpoints_only_finite_params(st
     saved = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
     assert saved[-1] == 8
     for step in saved:  # no checkpoint holds a NaN or an Inf
-        params, _ = restore_params(workdir, c, step)
+        params, _ = Workdir(workdir).restore_params(step)
         assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(params)), step

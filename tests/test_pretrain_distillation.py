@@ -21,7 +21,8 @@ import pytest
 
 import configs.distilbert_base
 from bert_jax.checkpoint import hf_folder
-from bert_jax.export import export, load_workdir_config, restore_params
+from bert_jax.export import export
+from bert_jax.storage.workdir import Workdir
 from bert_jax.families import get_family
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.train import perf
@@ -79,7 +80,8 @@ def hf_teacher(tmp_path_factory):
     """A random micro BERT (2 layers) as a Hugging Face folder with a WordPiece vocabulary of its size: no training."""
     model_cfg = small_model_config(dropout_rate=0.0, attention_dropout_rate=0.0)
     params = random_params(get_family("bert").build_model(model_cfg), random_batch(0), scale=0.05)
-    state, hf_cfg = get_family("bert").hf_export(params, model_cfg)
+    exported = get_family("bert").hf_export(params, model_cfg)
+    state, hf_cfg = exported.state, exported.config
     vocab_dir, out = tmp_path_factory.mktemp("vocab"), tmp_path_factory.mktemp("hf_teacher")
     tokens = SPECIALS + [f"w{i}" for i in range(VOCAB - len(SPECIALS))]
     (vocab_dir / "vocab.txt").write_text("\n".join(tokens) + "\n")
@@ -152,6 +154,11 @@ def test_bad_teachers_fail_before_compiling_naming_the_path_or_key(hf_teacher, t
     (empty / "config.json").write_text(json.dumps({"model_type": "bert"}))
     with pytest.raises(ValueError, match=rf"teacher='{empty}' holds no weights"):
         train_and_evaluate(fast_student_config(str(empty)), str(tmp_path / "b"))
+    unsaved = tmp_path / "no_checkpoint"  # a pre-training workdir killed before its first checkpoint
+    (unsaved / "checkpoints").mkdir(parents=True)
+    (unsaved / "config.json").write_text(json.dumps({"model": {"family": "bert"}}))
+    with pytest.raises(ValueError, match=rf"teacher='{unsaved}' is a workdir whose checkpoints/ holds no checkpoint"):
+        train_and_evaluate(fast_student_config(str(unsaved)), str(tmp_path / "b2"))
     with pytest.raises(ValueError, match=r"cosine_weight=1\.0 .*config\.model\.hidden_size=64 differs from the "
                                          r"teacher's 32"):
         train_and_evaluate(fast_student_config(path, hidden_size=64, intermediate_size=128), str(tmp_path / "c"))
@@ -184,7 +191,7 @@ def student_dir(tmp_path_factory, teacher_dir):
 
 
 def _teacher_params(teacher_dir):
-    return restore_params(teacher_dir, load_workdir_config(teacher_dir))[0]
+    return Workdir(teacher_dir).restore_params()[0]
 
 
 @pytest.mark.slow
@@ -200,7 +207,7 @@ def test_a_distillation_run_logs_every_term_and_keeps_the_teacher_out_of_its_che
     evals = [r for r in rows if "eval/teacher_mlm_accuracy" in r]
     print(f"student eval: mlm_accuracy {evals[-1]['eval/mlm_accuracy']:.4f}, teacher "
           f"{evals[-1]['eval/teacher_mlm_accuracy']:.4f}, kl {evals[-1]['eval/kl_loss']:.4f}")
-    params, _ = restore_params(student_dir, load_workdir_config(student_dir))
+    params, _ = Workdir(student_dir).restore_params()
     teacher = _teacher_params(teacher_dir)
     student_layers = params["encoder"]["stack"]["layers"]["attention"]["query"]["kernel"].shape[0]
     assert student_layers == 1 and "token_type" not in params["encoder"]["embeddings"]
@@ -313,7 +320,7 @@ def test_the_real_minilm_teaches_a_three_layer_student_that_exports(tmp_path):
     assert type(model).__name__ == "DistilBertForMaskedLM" and model.config.n_layers == 3
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     assert tokenizer.vocab == transformers.AutoTokenizer.from_pretrained(hf_dir).vocab
-    params, _ = restore_params(workdir, load_workdir_config(workdir))
+    params, _ = Workdir(workdir).restore_params()
     word = params["encoder"]["embeddings"]["word"]["embedding"]
     # Two Adam steps at lr <= 2e-3 move a copied tensor by at most ~4e-3 per entry.
     assert np.max(np.abs(word - minilm["embeddings.word_embeddings.weight"])) < 1e-2

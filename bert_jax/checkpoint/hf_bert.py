@@ -14,6 +14,7 @@ from typing import Any
 import flax.linen as nn
 import numpy as np
 
+from bert_jax.checkpoint.hf_exported import HfExport
 from bert_jax.models.scan_layout import SCANNED, stack_layers, unstack_layers
 
 # Layouts: how one tensor goes between our shape and Hugging Face's.
@@ -322,9 +323,9 @@ def check_values_match(values: dict, model_cfg, hf_names: dict[str, str]) -> Non
                              f"{hf_names[ours]}={value!r}; set --config.model.{ours}={value!r}")
 
 
-def hf_export(params: dict, model_cfg) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The family hook: (HF state dict, HF config.json) for our params."""
-    return params_to_hf(params, model_cfg), hf_config(model_cfg)
+def hf_export(params: dict, model_cfg) -> HfExport:
+    """The family hook: the HF state dict and config.json of our params."""
+    return HfExport(params_to_hf(params, model_cfg), hf_config(model_cfg))
 
 
 def hf_import(state: dict[str, np.ndarray], hf_cfg: dict, model_cfg, fallback_params: dict

@@ -21,6 +21,7 @@ import ml_collections
 import numpy as np
 
 from bert_jax.checkpoint import hf_bert
+from bert_jax.checkpoint.hf_exported import HfExport
 from bert_jax.checkpoint.hf_bert import COPY, HEAD, HEADS_IN, HEADS_OUT, LINEAR, ImportReport, TensorSpec
 from bert_jax.models.deberta_v3 import DebertaV3Config
 from bert_jax.models.scan_layout import SCANNED
@@ -213,11 +214,11 @@ def hf_to_discriminator(state, model_cfg, fallback_params: dict, generator=None)
             "discriminator": imported, "generator": gen_params}, report
 
 
-def hf_export(params: dict, model_cfg):
+def hf_export(params: dict, model_cfg) -> HfExport:
     """The family hook: the discriminator as a DebertaV2Model folder, the generator as `generator/`."""
     generator = (generator_to_hf(params, model_cfg), hf_config(generator_config(model_cfg)))
-    return (discriminator_to_hf(params, model_cfg), hf_config(model_cfg, architecture="DebertaV2Model"),
-            {GENERATOR_FOLDER: generator})
+    return HfExport(discriminator_to_hf(params, model_cfg), hf_config(model_cfg, architecture="DebertaV2Model"),
+                    {GENERATOR_FOLDER: generator})
 
 
 def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict, extras: dict | None = None

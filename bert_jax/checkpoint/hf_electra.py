@@ -16,6 +16,7 @@ import ml_collections
 import numpy as np
 
 from bert_jax.checkpoint import hf_bert
+from bert_jax.checkpoint.hf_exported import HfExport
 from bert_jax.checkpoint.hf_bert import COPY, HEAD, LINEAR, ImportReport, TensorSpec
 from bert_jax.models.electra import ElectraConfig
 from bert_jax.models.layers import ACTIVATIONS
@@ -98,11 +99,11 @@ def hf_config(model_cfg, generator: bool = False) -> dict[str, Any]:
     )
 
 
-def hf_export(params: dict, model_cfg):
-    """The family hook: the discriminator's (state dict, config.json), and the generator's as folder `generator`."""
+def hf_export(params: dict, model_cfg) -> HfExport:
+    """The family hook: the discriminator's state dict and config.json, and the generator's as folder `generator`."""
     discriminator = hf_bert.specs_to_hf(params, discriminator_specs(model_cfg), {})
     generator = hf_bert.specs_to_hf(params, generator_specs(model_cfg), TIED_ON_EXPORT)
-    return discriminator, hf_config(model_cfg), {GENERATOR_FOLDER: (generator, hf_config(model_cfg, True))}
+    return HfExport(discriminator, hf_config(model_cfg), {GENERATOR_FOLDER: (generator, hf_config(model_cfg, True))})
 
 
 def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:

@@ -10,6 +10,8 @@ import io
 import json
 
 import numpy as np
+from absl import logging
+from safetensors.numpy import load, save
 
 from bert_jax.storage import paths
 
@@ -48,8 +50,6 @@ def write_hf_folder(out_dir: str, state: dict[str, np.ndarray], hf_cfg: dict, to
     config.json's `tokenizer_class`: it then replaces the class a SentencePiece tokenizer saved, and
     the model is written under every name such classes read.
     """
-    from safetensors.numpy import save
-
     out = paths.path(out_dir)
     paths.write_atomically(out / "config.json", json.dumps(hf_cfg, indent=2, sort_keys=True))
     tensors = {name: np.ascontiguousarray(array, dtype=np.float32) for name, array in state.items()}
@@ -96,13 +96,11 @@ def read_hf_state(hf_dir: str) -> dict[str, np.ndarray]:
     """The folder's weights as numpy arrays, from model.safetensors (or pytorch_model.bin, which needs torch)."""
     safetensors_path = paths.path(hf_dir) / SAFETENSORS_FILE
     if safetensors_path.exists():
-        from safetensors.numpy import load
-
         return load(safetensors_path.read_bytes())
     torch_path = paths.path(hf_dir) / TORCH_FILE
     if torch_path.exists():
         try:
-            import torch
+            import torch  # optional (the `test` extra): only a pytorch_model.bin needs it
         except ImportError as e:
             raise ValueError(f"{torch_path} is a torch pickle and needs torch installed; or convert it to "
                              f"{SAFETENSORS_FILE}") from e
@@ -116,8 +114,6 @@ def read_hf_state(hf_dir: str) -> dict[str, np.ndarray]:
 def import_params(family, model_cfg, hf_dir: str, fallback_params: dict) -> dict:
     """Params for `family` from the HF folder `hf_dir`; tensors it lacks that the family may keep
     (e.g. pre-training heads of a BertModel-only checkpoint) come from `fallback_params`, and are logged."""
-    from absl import logging
-
     if family.hf_import is None:
         raise ValueError(f"config.init_from_hf={hf_dir!r} is set, but config.model.family={family.name!r} "
                          f"has no Hugging Face import")

@@ -10,6 +10,7 @@ classifier_bias / decoder_bias say. Pure functions on numpy arrays.
 from typing import Any
 
 from bert_jax.checkpoint import hf_bert
+from bert_jax.checkpoint.hf_exported import HfExport
 from bert_jax.checkpoint.hf_bert import (COPY, GLU_BIAS, GLU_IN, HEAD, HEADS_OUT, LINEAR, QKV_BIAS, QKV_IN,
                                          ImportReport, TensorSpec, add_tensor)
 from bert_jax.models.scan_layout import SCANNED
@@ -159,9 +160,9 @@ def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
                                       defaults=HF_DEFAULTS, implemented={"classifier_activation": ("gelu",)})
 
 
-def hf_export(params: dict, model_cfg):
-    """The family hook: (HF state dict, HF config.json) for our params."""
-    return params_to_hf(params, model_cfg), hf_config(model_cfg)
+def hf_export(params: dict, model_cfg) -> HfExport:
+    """The family hook: the HF state dict and config.json of our params."""
+    return HfExport(params_to_hf(params, model_cfg), hf_config(model_cfg))
 
 
 def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[dict, ImportReport]:

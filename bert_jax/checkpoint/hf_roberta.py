@@ -6,6 +6,7 @@ layer_norm, bias, decoder tied to the word embeddings). Pure functions on numpy 
 from typing import Any
 
 from bert_jax.checkpoint import hf_bert
+from bert_jax.checkpoint.hf_exported import HfExport
 from bert_jax.checkpoint.hf_bert import COPY, HEAD, LINEAR, ImportReport, TensorSpec
 
 PREFIX = "roberta"
@@ -58,9 +59,9 @@ def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
     )
 
 
-def hf_export(params: dict, model_cfg):
-    """The family hook: (HF state dict, HF config.json) for our params."""
-    return params_to_hf(params, model_cfg), hf_config(model_cfg)
+def hf_export(params: dict, model_cfg) -> HfExport:
+    """The family hook: the HF state dict and config.json of our params."""
+    return HfExport(params_to_hf(params, model_cfg), hf_config(model_cfg))
 
 
 def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[dict, ImportReport]:

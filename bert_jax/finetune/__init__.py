@@ -1,8 +1,10 @@
-"""Fine-tuning: task heads on any registered family's encoder, trained by the pre-training machinery.
+"""Fine-tuning: task heads on any registered family's encoder, run by the harness that runs pre-training.
 
     python -m bert_jax.finetune --config=configs/finetune/classification.py --workdir=DIR
 
-`run.py` is the loop, `model.py` the heads, `losses.py` their objectives, `data.py` the
-files, `metrics.py` the scores, `init_from.py` where the encoder comes from, `hf_export.py`
-the Hugging Face folder of the result.
+`run.py` wires a run for bert_jax/train/harness.py; `tasks/` is the registry of task kinds (a
+file each: rows, features, head, loss, metrics, predictions, export); `model.py` the encoder
+under a head; `splits.py` and `data.py` the files, batches and packing; `metrics.py` the scores;
+`init_from.py` where the encoder comes from; `hf_heads.py` and `hf_export.py` the Hugging Face
+folder of the result; `cadence.py` and `diagnosis.py` when to validate and what the curves say.
 """

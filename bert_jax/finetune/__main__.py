@@ -3,20 +3,17 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from bert_jax.log_filter import log_info_quietly
-from bert_jax.storage import paths
 
 
 def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_info_quietly()
-    import jax
-
-    cache = flags.FLAGS.config.get("compilation_cache_dir")
-    if cache and jax.config.jax_compilation_cache_dir is None:  # JAX_COMPILATION_CACHE_DIR, if set, wins
-        jax.config.update("jax_compilation_cache_dir", str(paths.path(cache).expanduser()))
+    # Loaded once the flags parsed: --help and a bad flag answer without loading JAX and the fine-tuning code.
     from bert_jax.finetune.run import finetune
+    from bert_jax.train import harness  # as finetune above
 
+    harness.setup_process(flags.FLAGS.config)  # before JAX starts its backend
     finetune(flags.FLAGS.config, flags.FLAGS.workdir)
 
 

@@ -1,33 +1,22 @@
-"""The user's labelled files -> tokenized arrays and batches: CSV/TSV, JSONL, CoNLL, TFDS.
+"""The user's labelled files -> records, tokenized arrays and batches: CSV/TSV, JSONL, CoNLL, TFDS.
 
-Rows that cannot be used (a missing column, an empty text, an unknown label, a ragged
-CoNLL line) are skipped and counted by reason, and the counts logged, as in pre-training.
-A validation or test label the training file never had is an error naming it and the
-file: silently dropping it would score a different task.
+Which rows a task keeps is the task's (bert_jax/finetune/tasks/); the helpers here count the
+ones it cannot use by reason, as pre-training does.
 """
 import collections
 import csv
-import dataclasses
 import io
 import json
 
 import grain
 import numpy as np
 import tokenizers
-from absl import logging
 
+from bert_jax.parallel.mesh import host_share
 from bert_jax.storage import paths
 
 FORMATS = ("csv", "tsv", "jsonl", "conll", "squad", "tfds")
 IGNORED = -100  # a label position that carries no loss (HF's convention)
-
-
-@dataclasses.dataclass
-class Split:
-    name: str
-    source: str  # the file (or tfds split) it came from, for messages
-    rows: list[dict]
-    skipped: collections.Counter
 
 
 def _read_text(path: str) -> str:
@@ -37,7 +26,8 @@ def _read_text(path: str) -> str:
     return p.read_text(encoding="utf-8")
 
 
-def _records(data_cfg, source: str) -> list[dict]:
+def read_records(data_cfg, source: str) -> list[dict]:
+    """The records of a csv, tsv, jsonl, conll or tfds source, as dicts (CoNLL: {"columns"} or {"ragged"})."""
     fmt = data_cfg.format
     if fmt in ("csv", "tsv"):
         reader = csv.DictReader(io.StringIO(_read_text(source)), delimiter="," if fmt == "csv" else "\t")
@@ -47,7 +37,8 @@ def _records(data_cfg, source: str) -> list[dict]:
     if fmt == "conll":
         return _conll_sentences(_read_text(source))
     if fmt == "tfds":
-        import tensorflow_datasets as tfds  # noqa: PLC0415 (only for this format; no TensorFlow needed)
+        # Imported here: tensorflow_datasets is heavy and only this format needs it (no TensorFlow needed).
+        import tensorflow_datasets as tfds  # noqa: PLC0415
 
         # Built with file_format="array_record": read by index, without TensorFlow.
         source_ = tfds.data_source(data_cfg.tfds_name, split=source, data_dir=data_cfg.tfds_data_dir or None)
@@ -79,14 +70,15 @@ def _conll_sentences(text: str) -> list[dict]:
     return sentences
 
 
-def _field(row: dict, name: str, skipped: collections.Counter):
+def field(row: dict, name: str, skipped: collections.Counter):
+    """row[name], or None counted as a missing column."""
     value = row.get(name)
     if value is None:
         skipped[f"missing column {name!r}"] += 1
     return value
 
 
-def _number(value, name: str, skipped: collections.Counter):
+def number(value, name: str, skipped: collections.Counter) -> float | None:
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -94,130 +86,16 @@ def _number(value, name: str, skipped: collections.Counter):
         return None
 
 
-def parse_rows(task_cfg, records: list[dict], split: str = "train") -> tuple[list[dict], collections.Counter]:
-    """Records -> rows {"texts": [a] or [a, b], "label": raw} or {"words", "tags"}; bad ones counted.
-
-    Sentence embeddings: a training row's label is what its loss needs (none for ranking, the score
-    for cosine, a class for softmax); validation and test rows need the `score_field` (Spearman).
-    """
-    skipped, rows = collections.Counter(), []
-    fields = [f.strip() for f in task_cfg.text_fields.split(",") if f.strip()]
-    for record in records:
-        if task_cfg.kind == "token_classification":
-            if "ragged" in record:
-                skipped["ragged CoNLL columns"] += 1
-                continue
-            cols = record["columns"]
-            rows.append({"words": cols[task_cfg.word_column], "tags": cols[task_cfg.tag_column]})
-            continue
-        texts = [_field(record, f, skipped) for f in fields]
-        if task_cfg.kind == "sentence_embedding":
-            row = _embedding_row(task_cfg, record, texts, split, skipped)
-            if row is not None:
-                rows.append(row)
-            continue
-        label = _field(record, task_cfg.label_field, skipped)
-        if any(t is None for t in texts) or label is None:
-            continue
-        if any(not str(t).strip() for t in texts):
-            skipped["empty text"] += 1
-            continue
-        if task_cfg.kind == "regression":
-            try:
-                label = float(label)
-            except ValueError:
-                skipped["label not a number"] += 1
-                continue
-        rows.append({"texts": [str(t) for t in texts], "label": str(label) if task_cfg.kind != "regression"
-                     else label})
-    return rows, skipped
+def text_field_names(task_cfg) -> list[str]:
+    return [f.strip() for f in task_cfg.text_fields.split(",") if f.strip()]
 
 
-def _embedding_row(task_cfg, record: dict, texts: list, split: str, skipped: collections.Counter) -> dict | None:
-    if len(texts) != 2:
-        raise ValueError(f"config.task.text_fields={task_cfg.text_fields!r}: sentence embeddings need two columns")
-    if any(t is None for t in texts):
-        return None
+def any_empty(texts: list, skipped: collections.Counter) -> bool:
+    """Whether a text is blank (counted): a row to skip, not to train on."""
     if any(not str(t).strip() for t in texts):
         skipped["empty text"] += 1
-        return None
-    row = {"texts": [str(t) for t in texts], "label": None, "score": None}
-    loss = task_cfg.embedding_loss
-    if split != "train" or loss == "cosine":
-        raw = _field(record, task_cfg.score_field, skipped)
-        row["score"] = None if raw is None else _number(raw, task_cfg.score_field, skipped)
-        if row["score"] is None:
-            return None
-        row["label"] = row["score"]
-    if split == "train" and loss == "softmax":
-        row["label"] = _field(record, task_cfg.label_field, skipped)
-        if row["label"] is None:
-            return None
-        row["label"] = str(row["label"])
-    return row
-
-
-def read_splits(data_cfg, task_cfg) -> dict[str, Split]:
-    """train, validation (its file, or a held-out `validation_fraction` of train by `split_seed`), test (optional)."""
-    out = {}
-    for name in ("train", "validation", "test"):
-        source = data_cfg.get(name, "")
-        if source and task_cfg.kind == "span_qa":
-            from bert_jax.finetune import squad  # noqa: PLC0415
-
-            rows, skipped = squad.read_squad(source)
-            out[name] = Split(name, source, rows, skipped)
-        elif source:
-            rows, skipped = parse_rows(task_cfg, _records(data_cfg, source), name)
-            out[name] = Split(name, source, rows, skipped)
-    if "train" not in out:
-        raise ValueError("config.data.train names no file: set --config.data.train=PATH")
-    if "validation" not in out:
-        train = out["train"]
-        order = np.random.default_rng(data_cfg.split_seed).permutation(len(train.rows))
-        held = max(1, int(round(data_cfg.validation_fraction * len(train.rows))))
-        out["validation"] = Split("validation", f"{train.source} (held-out {data_cfg.validation_fraction:.0%})",
-                                  [train.rows[i] for i in sorted(order[:held])], collections.Counter())
-        train.rows = [train.rows[i] for i in sorted(order[held:])]
-    for split in out.values():
-        if split.skipped:
-            reasons = ", ".join(f"{reason}: {n}" for reason, n in split.skipped.most_common())
-            logging.warning("%s: skipped %d bad row(s) of %s (%s)", split.name, sum(split.skipped.values()),
-                            split.source, reasons)
-        if not split.rows:
-            raise ValueError(f"{split.source} holds no usable row for the {split.name} split")
-    return out
-
-
-def label_names(task_cfg, splits: dict[str, Split]) -> list[str]:
-    """The label vocabulary: config.task.labels if given, else the training file's labels, sorted.
-
-    Rows with a label outside a given vocabulary are skipped and counted; without one, a
-    validation or test label the training file lacks fails, naming it and the file.
-    """
-    key = "tags" if task_cfg.kind == "token_classification" else "label"
-    values = lambda row: row[key] if key == "tags" else [row[key]]  # noqa: E731
-    train = splits["train"]
-    if task_cfg.kind == "sentence_embedding":  # softmax classes: evaluation reads scores, not classes
-        splits = {"train": train}
-    if task_cfg.labels:
-        names = [n.strip() for n in task_cfg.labels.split(",")]
-        for split in splits.values():
-            kept = [row for row in split.rows if set(values(row)) <= set(names)]
-            if len(kept) < len(split.rows):
-                split.skipped["unknown label"] += len(split.rows) - len(kept)
-                logging.warning("%s: skipped %d row(s) of %s with a label outside config.task.labels", split.name,
-                                len(split.rows) - len(kept), split.source)
-                split.rows = kept
-    else:
-        names = sorted({v for row in train.rows for v in values(row)})
-    for split in splits.values():
-        for row in split.rows:
-            unknown = set(values(row)) - set(names)
-            if unknown:
-                raise ValueError(f"label {sorted(unknown)[0]!r} in {split.source} ({split.name}) never occurs in "
-                                 f"the training file {train.source}; its labels are {names}")
-    return names
+        return True
+    return False
 
 
 def fast_tokenizer(tokenizer, max_length: int) -> tokenizers.Tokenizer:
@@ -236,53 +114,17 @@ def fast_tokenizer(tokenizer, max_length: int) -> tokenizers.Tokenizer:
     return fast
 
 
-def featurize(task_cfg, fast: tokenizers.Tokenizer, rows: list[dict], names: list[str]) -> dict:
-    """rows -> {input_ids, attention_mask, token_type_ids: [n, length] int32, labels, label_weights,
-    and (tagging) word_positions: [n, length] int32, the word-piece index of each word's first piece, -1 past
-    the words kept}."""
-    index = {n: i for i, n in enumerate(names)}
-    if task_cfg.kind == "sentence_embedding":
-        first, second = ([fast.encode_batch([row["texts"][i] for row in rows]) for i in (0, 1)])
-        out = {}
-        for prefix, encodings in (("", first), ("pair_", second)):
-            out[f"{prefix}input_ids"] = np.array([e.ids for e in encodings], np.int32)
-            out[f"{prefix}attention_mask"] = np.array([e.attention_mask for e in encodings], np.int32)
-            out[f"{prefix}token_type_ids"] = np.array([e.type_ids for e in encodings], np.int32)
-        labels = [0 if row["label"] is None else index[row["label"]] if names else row["label"] for row in rows]
-        out["labels"] = np.array(labels, np.int32 if names else np.float32)
-        out["scores"] = np.array([np.nan if row["score"] is None else row["score"] for row in rows], np.float32)
-        out["label_weights"] = np.ones(len(rows), np.float32)
-        return out
-    if task_cfg.kind == "token_classification":
-        encodings = fast.encode_batch([row["words"] for row in rows], is_pretokenized=True)
-    else:
-        encodings = fast.encode_batch([tuple(row["texts"]) if len(row["texts"]) == 2 else row["texts"][0]
-                                       for row in rows])
-    out = {"input_ids": np.array([e.ids for e in encodings], np.int32),
-           "attention_mask": np.array([e.attention_mask for e in encodings], np.int32),
-           "token_type_ids": np.array([e.type_ids for e in encodings], np.int32)}
-    n, length = out["input_ids"].shape
-    if task_cfg.kind == "classification":
-        out["labels"] = np.array([index[row["label"]] for row in rows], np.int32)
-        out["label_weights"] = np.ones(n, np.float32)
-    elif task_cfg.kind == "regression":
-        out["labels"] = np.array([row["label"] for row in rows], np.float32)
-        out["label_weights"] = np.ones(n, np.float32)
-    else:
-        labels = np.zeros((n, length), np.int32)
-        weights = np.zeros((n, length), np.float32)
-        word_positions = np.full((n, length), -1, np.int32)
-        for i, (row, enc) in enumerate(zip(rows, encodings)):
-            seen = set()
-            for position, word in enumerate(enc.word_ids):
-                if word is None or word in seen:
-                    continue  # specials, padding, and every piece after a word's first carry no label
-                seen.add(word)
-                labels[i, position] = index[row["tags"][word]]
-                weights[i, position] = 1.0
-                word_positions[i, word] = position
-        out.update(labels=labels, label_weights=weights, word_positions=word_positions)
-    return out
+def encode(encodings, prefix: str = "") -> dict:
+    """`tokenizers` encodings -> the encoder's inputs [n, length] int32, their keys prefixed (pairs: "pair_")."""
+    return {f"{prefix}input_ids": np.array([e.ids for e in encodings], np.int32),
+            f"{prefix}attention_mask": np.array([e.attention_mask for e in encodings], np.int32),
+            f"{prefix}token_type_ids": np.array([e.type_ids for e in encodings], np.int32)}
+
+
+def encode_texts(fast: tokenizers.Tokenizer, rows: list[dict]) -> dict:
+    """Rows of one text or a pair ([CLS] A [SEP] B [SEP]) -> the encoder's inputs."""
+    return encode(fast.encode_batch([tuple(row["texts"]) if len(row["texts"]) == 2 else row["texts"][0]
+                                     for row in rows]))
 
 
 # Host-side bookkeeping of some tasks' features, never fed to the model.
@@ -383,30 +225,31 @@ def pack_examples(batch: dict, rows_multiple: int, min_rows: int = 0) -> dict:
 
 
 class _Gather:
-    def __init__(self, features: dict, batch_size: int, rows_multiple: int, min_rows: int):
+    """Index batch -> this host's share of the (padded, packed) batch every host builds whole."""
+
+    def __init__(self, features: dict, batch_size: int, rows_multiple: int, min_rows: int, share: tuple[int, int]):
         self.features, self.batch_size = features, batch_size
-        self.rows_multiple, self.min_rows = rows_multiple, min_rows
+        self.rows_multiple, self.min_rows, self.share = rows_multiple, min_rows, share
 
     def __call__(self, indices: np.ndarray) -> dict:
         batch = pad_batch({k: self.features[k][indices] for k in model_keys(self.features)}, self.batch_size)
-        return pack_examples(batch, self.rows_multiple, self.min_rows) if self.rows_multiple else batch
+        batch = pack_examples(batch, self.rows_multiple, self.min_rows) if self.rows_multiple else batch
+        return host_share(batch, *self.share)
 
 
 def train_iterator(features: dict, batch_size: int, epochs: int, seed: int, rows_multiple: int = 0,
-                   min_rows: int = 0):
+                   min_rows: int = 0, share: tuple[int, int] = (0, 1)):
     """Batches of `batch_size` over `epochs` shuffled passes (a new order each epoch, from `seed`); the last
-    batch is padded with weight-0 rows; with `rows_multiple`, packed (pack_examples). A grain iterator:
-    get_state()/set_state() resume it exactly."""
+    batch is padded with weight-0 rows; with `rows_multiple`, packed (pack_examples). Each host gets its
+    `share` (process index, process count) of every batch. A grain iterator: get_state()/set_state() resume it
+    exactly."""
     n = len(features["input_ids"])
     ds = grain.MapDataset.range(n).shuffle(seed=seed).repeat(epochs).batch(batch_size, drop_remainder=False)
-    return iter(ds.map(_Gather(features, batch_size, rows_multiple, min_rows)))
+    return iter(ds.map(_Gather(features, batch_size, rows_multiple, min_rows, share)))
 
 
-def steps_per_epoch(num_examples: int, batch_size: int) -> float:
-    return num_examples / batch_size
-
-
-def eval_batches(features: dict, batch_size: int, rows_multiple: int = 0, min_rows: int = 0) -> list[dict]:
+def eval_batches(features: dict, batch_size: int, rows_multiple: int = 0, min_rows: int = 0,
+                 share: tuple[int, int] = (0, 1)) -> list[dict]:
     n = len(features["input_ids"])
-    gather = _Gather(features, batch_size, rows_multiple, min_rows)
+    gather = _Gather(features, batch_size, rows_multiple, min_rows, share)
     return [gather(np.arange(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]

@@ -55,6 +55,7 @@ import ml_collections
 import numpy as np
 
 from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
 
 JUST_RIGHT = "just right"
 COULD_LEARN_MORE = "could learn more"
@@ -74,8 +75,7 @@ ADVICE = {
     OVERLEARNING: "Regularise more (more weight decay), take a smaller step, or get more data.",
 }
 
-DIAGNOSIS_FILE = "diagnosis.json"
-PLOT_FILE = "learning_curves.png"
+PLOT_FILE = "learning_curves.png"  # in DIR/plots/
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -238,15 +238,16 @@ def _json_safe(value):
 
 def write(workdir: str, curves: Curves, result: Diagnosis) -> None:
     """Writes DIR/diagnosis.json and DIR/plots/learning_curves.png, each whole (DIR may be a bucket)."""
-    root = paths.path(workdir)
+    run = Workdir(workdir)
     record = {"name": result.name, "advice": result.advice, "evidence": result.evidence,
               "metric_name": curves.metric_name, "higher_is_better": curves.higher_is_better}
-    paths.write_atomically(root / DIAGNOSIS_FILE, json.dumps(_json_safe(record), indent=2) + "\n")
+    paths.write_atomically(run.diagnosis_json, json.dumps(_json_safe(record), indent=2) + "\n")
 
+    # matplotlib costs about half a second to load, and only plots need it.
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"), so no display is needed
 
     fig, (loss_ax, metric_ax) = plt.subplots(1, 2, figsize=(10, 4))
     for label, points, marker in (("train loss", curves.train_loss, None),
@@ -266,4 +267,4 @@ def write(workdir: str, curves: Curves, result: Diagnosis) -> None:
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
-    paths.write_atomically(root / "plots" / PLOT_FILE, png.getvalue())
+    paths.write_atomically(run.plots / PLOT_FILE, png.getvalue())

@@ -7,16 +7,16 @@ the subtree its `encode` uses. The family of an HF folder is the registered one 
 """
 import dataclasses
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from bert_jax.checkpoint import hf_folder
 from bert_jax.families import Family, family_of_hf_config, get_family
+from bert_jax.models.probe import abstract_params
 from bert_jax.models.scan_layout import stack_layers, unstack_layers
 from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
 
 # config.model keys a fine-tuning config sets whatever the source says: how to run, not what was trained.
 RUNTIME_KEYS = ("dtype", "param_dtype", "scan_layers", "scan_unroll", "remat_policy", "attention_impl", "splash_interpret",
@@ -41,21 +41,10 @@ def _split_step(init_from: str) -> tuple[str, int | None]:
     return init_from, None
 
 
-def probe_batch(length: int = 8) -> dict:
-    """The smallest batch every family module's __call__ accepts (for init and eval_shape)."""
-    ids = jnp.zeros((1, length), jnp.int32)
-    predictions = jnp.zeros((1, 1), jnp.int32)
-    return {"input_ids": ids, "attention_mask": jnp.ones_like(ids), "token_type_ids": ids,
-            "masked_positions": predictions, "masked_ids": predictions,  # replaced-token detection reads these
-            "masked_weights": jnp.ones((1, 1), jnp.float32)}
-
-
 def zeros_like_family_params(family: Family, model_cfg) -> dict:
     """The family module's full parameter tree (pre-training heads included), as zeros: a fallback for
     tensors a source lacks, and the frame the family's hf_export fills."""
-    shapes = jax.eval_shape(lambda: family.build_model(model_cfg).init(
-        jax.random.key(0), probe_batch(), deterministic=True)["params"])
-    return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), nn.meta.unbox(shapes))
+    return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), abstract_params(family.build_model(model_cfg)))
 
 
 def _with_runtime(model_cfg: dict, runtime) -> ml_collections.ConfigDict:
@@ -77,18 +66,15 @@ def resolve(init_from: str, runtime_model_cfg) -> Source:
         raise ValueError("config.init_from is empty: name a pre-training workdir (DIR or DIR:STEP) or a Hugging "
                          "Face model folder")
     path, step = _split_step(init_from)
-    root = paths.path(path)
-    if (root / "config.json").exists() and (root / "checkpoints").is_dir():
-        from bert_jax.export import load_workdir_config, restore_params  # noqa: PLC0415
-
-        config = load_workdir_config(path)
-        params, step = restore_params(path, config, step)
-        model_cfg = _with_runtime(config.model.to_dict(), runtime_model_cfg)
+    root, run = paths.path(path), Workdir(path)
+    if run.holds_a_run():
+        params, step = run.restore_params(step)
+        model_cfg = _with_runtime(run.config().model.to_dict(), runtime_model_cfg)
         family = get_family(model_cfg.family)
-        return Source("workdir", path, step, family, model_cfg, str(root / "tokenizer"),
+        return Source("workdir", path, step, family, model_cfg, str(run.tokenizer),
                       _relayout(params, model_cfg.scan_layers))
     weights = any((root / name).exists() for name in (hf_folder.SAFETENSORS_FILE, hf_folder.TORCH_FILE))
-    if (root / "config.json").exists() and weights:
+    if (root / "config.json").exists() and weights:  # a Hugging Face folder's config.json
         if step is not None:
             raise ValueError(f"config.init_from={init_from!r}: a Hugging Face folder has no steps")
         hf_cfg = hf_folder.read_hf_config(path)

@@ -1,22 +1,18 @@
-"""Task heads on a family's encoder (`Family.build_model(...).encode`): one module per run.
+"""The task model: a family's encoder (`Family.build_model(...).encode`) under a task's head, one module per run.
 
 The encoder keeps the family module's parameter names under `backbone/` (the pre-training tree
 minus the heads the task never calls), so a pre-training checkpoint or an HF import fills it
-leaf by leaf. Heads live under `head/`, and mirror Hugging Face's so the export is a renaming:
-a sequence head is `classifier` on the family's pooled [CLS] when it has a pooler (BERT,
-ALBERT), else dense + the activation of the family's HF head (`pooler`; tanh in RobertaClassificationHead,
-GELU in ELECTRA's and DeBERTa's, ReLU in DistilBERT's: `Family.hf_classifier_head`) then `classifier`.
+leaf by leaf. Heads (bert_jax/finetune/tasks/) live under `head/`, and mirror Hugging Face's so
+the export is a renaming. The sequence head shared by classification and regression is here: `classifier`
+on the family's pooled [CLS] when it has a pooler (BERT, ALBERT), else dense + the activation of the
+family's HF head (`pooler`; tanh in RobertaClassificationHead, GELU in ELECTRA's and DeBERTa's, ReLU in
+DistilBERT's: `Family.hf_classifier_head`) then `classifier`.
 """
 import flax.linen as nn
 import jax.numpy as jnp
 
 from bert_jax.models.layers import ACTIVATIONS, Dense
 
-SEQUENCE_KINDS = ("classification", "regression")
-KINDS = SEQUENCE_KINDS + ("token_classification", "span_qa", "sentence_embedding")
-EMBEDDING_LOSSES = ("ranking", "cosine", "softmax")
-# SBERT's MultipleNegativesRankingLoss multiplies cosine similarities by 20 before the softmax.
-RANKING_SCALE = 20.0
 POOLINGS = ("cls", "mean")
 HEAD_ACTIVATIONS = {**ACTIVATIONS, "tanh": jnp.tanh, "relu": nn.relu}
 
@@ -27,8 +23,18 @@ def mean_pool(hidden, attention_mask):
     return (hidden * mask).sum(1) / jnp.maximum(mask.sum(1), 1.0)
 
 
-class TaskHead(nn.Module):
-    kind: str
+def pool(encoded: dict, attention_mask, pooling: str):
+    """A sentence's vector [batch, hidden]: its [CLS] state, or the mean of its tokens' states."""
+    return mean_pool(encoded["hidden"], attention_mask) if pooling == "mean" else encoded["hidden"][:, 0]
+
+
+def head_dense(n_in: int, n_out: int, initializer_range: float, name: str) -> Dense:
+    return Dense((n_in,), (n_out,), ("embed", None), kernel_init=nn.initializers.normal(initializer_range), name=name)
+
+
+class SequenceHead(nn.Module):
+    """One vector of outputs per example: [batch, num_outputs]."""
+
     num_outputs: int
     pooling: str
     has_family_pooler: bool
@@ -38,63 +44,33 @@ class TaskHead(nn.Module):
     pooler_activation: str = "tanh"
 
     @nn.compact
-    def __call__(self, encoded: dict, attention_mask, deterministic: bool):
-        dense = lambda n_out, name: Dense(  # noqa: E731
-            (self.hidden_size,), (n_out,), ("embed", None),
-            kernel_init=nn.initializers.normal(self.initializer_range), name=name)
+    def __call__(self, encoded: list[dict], batch: dict, deterministic: bool) -> dict:
         dropout = nn.Dropout(self.dropout_rate)
-        hidden = encoded["hidden"]
-        if self.kind == "span_qa":  # start and end logits of every token (HF's qa_outputs)
-            return dense(2, "qa_outputs")(hidden)
-        if self.kind == "token_classification":
-            return dense(self.num_outputs, "classifier")(dropout(hidden, deterministic=deterministic))
+        (text,) = encoded
         if self.pooling == "mean":
-            pooled = mean_pool(hidden, attention_mask)
+            pooled = mean_pool(text["hidden"], batch["attention_mask"])
         elif self.has_family_pooler:
-            pooled = encoded["pooled"]
+            pooled = text["pooled"]
         else:
             activation = HEAD_ACTIVATIONS[self.pooler_activation]
-            pooled = activation(dense(self.hidden_size, "pooler")(dropout(hidden[:, 0], deterministic=deterministic)))
-        return dense(self.num_outputs, "classifier")(dropout(pooled, deterministic=deterministic))
+            dense = head_dense(self.hidden_size, self.hidden_size, self.initializer_range, "pooler")
+            pooled = activation(dense(dropout(text["hidden"][:, 0], deterministic=deterministic)))
+        classifier = head_dense(self.hidden_size, self.num_outputs, self.initializer_range, "classifier")
+        return {"logits": classifier(dropout(pooled, deterministic=deterministic)).astype(jnp.float32)}
 
 
-def cosine(u, v):
-    return jnp.sum(u * v, -1) / jnp.maximum(jnp.linalg.norm(u, axis=-1) * jnp.linalg.norm(v, axis=-1), 1e-9)
-
-
-class SiameseHead(nn.Module):
-    """SBERT (Reimers & Gurevych 2019): embeddings u, v of the two sentences by one encoder, then per loss:
-    ranking -> scaled cosine of every u with every v [batch, batch] (in-batch negatives); cosine -> cos(u, v)
-    [batch]; softmax -> classifier over (u, v, |u - v|) [batch, num_labels]."""
-
-    loss: str
-    num_outputs: int
-    hidden_size: int
-    initializer_range: float
-
-    @nn.compact
-    def __call__(self, u, v):
-        if self.loss == "ranking":
-            un = u / jnp.maximum(jnp.linalg.norm(u, axis=-1, keepdims=True), 1e-9)
-            vn = v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-9)
-            return RANKING_SCALE * un @ vn.T
-        if self.loss == "cosine":
-            return cosine(u, v)
-        features = jnp.concatenate([u, v, jnp.abs(u - v)], -1)
-        return Dense((3 * self.hidden_size,), (self.num_outputs,), (None, None),
-                     kernel_init=nn.initializers.normal(self.initializer_range), name="classifier")(features)
+def text_inputs(batch: dict, prefix: str) -> dict:
+    """The encoder's inputs of one text of each example: the batch's keys under `prefix` ("" or "pair_")."""
+    return batch if not prefix else {k[len(prefix):]: v for k, v in batch.items() if k.startswith(prefix)}
 
 
 class FinetuneModel(nn.Module):
-    """backbone: the family's module; __call__(batch, deterministic) -> {"logits": float32}.
-
-    logits: [batch, num_labels] (classification), [batch, 1] (regression), [batch, length, num_labels] (tagging),
-    [batch, length, 2] (span QA: start, end).
-    """
+    """backbone: the family's module; head(encoded texts, batch, deterministic) -> {"logits": float32, ...}."""
 
     backbone: nn.Module
     head: nn.Module
-    pooling: str = "cls"
+    texts: tuple[str, ...] = ("",)  # the feature prefixes of the texts each example has (pairs: "", "pair_")
+    pooling: str = "cls"  # how `embed` makes a sentence's vector (config.task.pooling)
 
     def encode(self, batch: dict, deterministic: bool = True) -> dict:
         """The backbone's `encode` in the batch's example layout: hidden [batch, length, hidden] (and pooled).
@@ -117,36 +93,9 @@ class FinetuneModel(nn.Module):
         return {"hidden": hidden, "pooled": self.backbone.pool(hidden[:, 0])}
 
     def embed(self, batch: dict, deterministic: bool = True):
-        """Sentence embeddings [batch, hidden]: the pooled encoder output."""
-        hidden = self.encode(batch, deterministic)["hidden"]
-        return mean_pool(hidden, batch["attention_mask"]) if self.pooling == "mean" else hidden[:, 0]
+        """Sentence embeddings [batch, hidden] of one text per example: what a sentence-transformers export gives."""
+        return pool(self.encode(batch, deterministic), batch["attention_mask"], self.pooling)
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
-        if isinstance(self.head, SiameseHead):
-            pair = {k[len("pair_"):]: v for k, v in batch.items() if k.startswith("pair_")}
-            u, v = self.embed(batch, deterministic), self.embed(pair, deterministic)
-            return {"logits": self.head(u, v).astype(jnp.float32), "u": u.astype(jnp.float32),
-                    "v": v.astype(jnp.float32)}
-        encoded = self.encode(batch, deterministic)
-        logits = self.head(encoded, batch["attention_mask"], deterministic)
-        return {"logits": logits.astype(jnp.float32)}
-
-
-def build_finetune_model(family, model_cfg, task_cfg, num_outputs: int, has_family_pooler: bool) -> FinetuneModel:
-    if task_cfg.kind not in KINDS:
-        raise ValueError(f"config.task.kind={task_cfg.kind!r}; expected one of {KINDS}")
-    if task_cfg.pooling not in POOLINGS:
-        raise ValueError(f"config.task.pooling={task_cfg.pooling!r}; expected one of {POOLINGS}")
-    backbone = family.build_model(model_cfg).clone(name="backbone")
-    if task_cfg.kind == "sentence_embedding":
-        if task_cfg.embedding_loss not in EMBEDDING_LOSSES:
-            raise ValueError(f"config.task.embedding_loss={task_cfg.embedding_loss!r}; expected one of "
-                             f"{EMBEDDING_LOSSES}")
-        head = SiameseHead(loss=task_cfg.embedding_loss, num_outputs=num_outputs, hidden_size=model_cfg.hidden_size,
-                           initializer_range=float(model_cfg.get("initializer_range", 0.02)), name="head")
-        return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)
-    head = TaskHead(kind=task_cfg.kind, num_outputs=num_outputs, pooling=task_cfg.pooling,
-                    has_family_pooler=has_family_pooler, hidden_size=model_cfg.hidden_size,
-                    dropout_rate=float(model_cfg.dropout_rate), initializer_range=float(model_cfg.get("initializer_range", 0.02)),
-                    pooler_activation=family.hf_classifier_head.activation, name="head")
-    return FinetuneModel(backbone=backbone, head=head, pooling=task_cfg.pooling)
+        encoded = [self.encode(text_inputs(batch, prefix), deterministic) for prefix in self.texts]
+        return self.head(encoded, batch, deterministic)

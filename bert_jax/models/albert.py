@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.attention import AttentionMask, attention_mask_from_batch
-from bert_jax.models.bert import BertConfig, gather_positions, tied_mlm_logits
-from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm
+from bert_jax.models.bert import BertConfig
+from bert_jax.models.layers import Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.transformer import REMAT_POLICIES, TransformerLayer
 
 @dataclasses.dataclass(frozen=True)
@@ -118,56 +118,35 @@ class AlbertEncoder(nn.Module):
         return self.stack(x, attention_mask_from_batch(attention_mask, segment_ids), deterministic)
 
 
-class AlbertForPreTraining(nn.Module):
+class AlbertForPreTraining(EncoderModel):
     """Encoder + MLM head in E space (gathered at the masked positions) + SOP head on the pooled [CLS]."""
 
     config: AlbertConfig
 
     def setup(self):
         cfg = self.config
-        dense = lambda shape_in, shape_out, axes: Dense(  # noqa: E731
-            shape_in, shape_out, axes, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-            kernel_init=nn.initializers.normal(cfg.initializer_range),
-        )
+        init = nn.initializers.normal(cfg.initializer_range)
         self.encoder = AlbertEncoder(cfg)
-        self.mlm_transform = dense((cfg.hidden_size,), (cfg.embedding_size,), ("embed", None))
-        self.mlm_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype)
-        self.mlm_bias = self.param(
-            "mlm_output_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-            (cfg.vocab_size,), cfg.param_dtype,
-        )
-        self.pooler = dense((cfg.hidden_size,), (cfg.hidden_size,), ("embed", None))
-        self.sop = dense((cfg.hidden_size,), (2,), ("embed", None))
+        self.mlm_head = MaskedLMHead(cfg.embedding_size, cfg.vocab_size, cfg.hidden_act, cfg.layer_norm_eps,
+                                     cfg.dtype, cfg.param_dtype, init)
+        nn.share_scope(self, self.mlm_head)
+        dense = lambda shape_out: Dense(  # noqa: E731
+            (cfg.hidden_size,), shape_out, ("embed", None), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            kernel_init=init)
+        self.pooler = dense((cfg.hidden_size,))
+        self.sop = dense((2,))
         self.sop_dropout = nn.Dropout(cfg.dropout_rate)
 
-    def encode(self, batch: dict, deterministic: bool = True) -> dict:
-        """The encoder without the pre-training heads, for task heads (bert_jax.finetune).
-
-        Returns hidden [batch, length, hidden] and pooled [batch, hidden] (tanh(dense([CLS]))).
-        """
-        hidden = self.encoder(
-            batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-            batch.get("position_ids"), batch.get("segment_ids"), deterministic,
-        )
-        return {"hidden": hidden, "pooled": self.pool(hidden[:, 0])}
-
-    def pool(self, first_token: jax.Array) -> jax.Array:
-        """[batch, hidden] [CLS] states -> the pooled tanh(dense(.)); fine-tuning on packed rows calls it on each
-        example's own [CLS]."""
-        return jnp.tanh(self.pooler(first_token))
+    def hidden_states(self, batch: dict, deterministic: bool) -> jax.Array:
+        return self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                            batch.get("position_ids"), batch.get("segment_ids"), deterministic)
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: the pipeline's dict. Returns mlm_logits [batch, predictions, vocab] and sop_logits [batch, 2],
         both float32, and last_hidden_state [batch, length, hidden] (a distillation teacher's)."""
-        cfg = self.config
-        hidden = self.encoder(
-            batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-            batch.get("position_ids"), batch.get("segment_ids"), deterministic,
-        )
-        h = gather_positions(hidden, batch["masked_positions"])
-        logits = tied_mlm_logits(h, self.mlm_transform, ACTIVATIONS[cfg.hidden_act], self.mlm_norm,
-                                 self.encoder.embeddings.word, self.mlm_bias, cfg.dtype)
-        pooled = self.sop_dropout(jnp.tanh(self.pooler(hidden[:, 0])), deterministic=deterministic)
+        hidden = self.hidden_states(batch, deterministic)
+        logits = self.mlm_head(hidden, batch["masked_positions"], self.encoder.embeddings.word)
+        pooled = self.sop_dropout(self.pool(hidden[:, 0]), deterministic=deterministic)
         return {"mlm_logits": logits, "sop_logits": self.sop(pooled).astype(jnp.float32),
                 "last_hidden_state": hidden}
 

@@ -13,6 +13,7 @@ same gradients.
 import functools
 from typing import Callable
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -177,6 +178,7 @@ def splash_attention(q, k, v, segments, window: int | None, interpret: bool) -> 
     Under a mesh the kernel runs in shard_map over the batch and heads axes (a Pallas call is
     not partitioned by XLA), each device on its own rows and heads.
     """
+    # Pallas' TPU kernels: loaded only by a run that picked splash (a TPU, or interpret mode in tests).
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
     scale = 1.0 / np.sqrt(q.shape[-1])
@@ -191,8 +193,6 @@ def splash_attention(q, k, v, segments, window: int | None, interpret: bool) -> 
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
         return run(q, k, v, segments)
-    import flax.linen as nn
-
     spec = nn.logical_to_mesh_axes(("batch", None, "heads", None))
     return jax.shard_map(run, mesh=mesh, in_specs=(spec, spec, spec, jax.P(spec[0], None)), out_specs=spec,
                          check_vma=False)(q, k, v, segments)

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.attention import attention_mask_from_batch, choose_kernel
-from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm, gelu
+from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.transformer import REMAT_POLICIES, TransformerStack
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -109,62 +109,28 @@ class BertEncoder(nn.Module):
         return self.stack(x, attention_mask_from_batch(attention_mask, segment_ids), deterministic)
 
 
-def gather_positions(hidden: jax.Array, positions: jax.Array) -> jax.Array:
-    """hidden: [batch, length, hidden], positions: [batch, predictions] -> [batch, predictions, hidden]."""
-    return jnp.take_along_axis(hidden, positions[..., None], axis=1)
-
-
-def tied_mlm_logits(h: jax.Array, transform: nn.Module, activation, norm: nn.Module, word: Embed,
-                    bias: jax.Array, dtype) -> jax.Array:
-    """The MLM head BERT, RoBERTa and ALBERT share: norm(activation(transform(h))), then the tied decoder + bias.
-
-    h: [batch, predictions, hidden] (already gathered) -> float32 logits [batch, predictions, vocab].
-    """
-    h = norm(activation(transform(h)))
-    logits = word.attend(h) + bias.astype(dtype)
-    return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", None, "vocab"))
-
-
-class BertForPreTraining(nn.Module):
-    """Encoder + MLM head (only at the masked positions) + NSP head on the pooled [CLS].
-
-    The MLM head gathers the `masked_positions` before its transform and the tied
-    decoder, so the vocabulary projection costs predictions x vocab, not length x vocab.
-    """
+class BertForPreTraining(EncoderModel):
+    """Encoder + MLM head (only at the masked positions) + NSP head on the pooled [CLS]."""
 
     config: BertConfig
 
     def setup(self):
         cfg = self.config
-        dense = lambda shape_in, shape_out, axes, name: Dense(  # noqa: E731
-            shape_in, shape_out, axes, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-            kernel_init=nn.initializers.normal(cfg.initializer_range), name=name,
-        )
+        init = nn.initializers.normal(cfg.initializer_range)
         self.encoder = BertEncoder(cfg)
-        self.mlm_transform = dense((cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), "mlm_transform")
-        self.mlm_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype)
-        self.mlm_bias = self.param(
-            "mlm_output_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-            (cfg.vocab_size,), cfg.param_dtype,
-        )
-        self.pooler = dense((cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), "pooler")
-        self.nsp = dense((cfg.hidden_size,), (2,), ("embed", None), "nsp")
+        # BERT's head uses the exact GELU whatever hidden_act says, as Hugging Face's BertLMPredictionHead.
+        self.mlm_head = MaskedLMHead(cfg.hidden_size, cfg.vocab_size, "gelu", cfg.layer_norm_eps, cfg.dtype,
+                                     cfg.param_dtype, init)
+        nn.share_scope(self, self.mlm_head)
+        dense = lambda shape_out, name: Dense(  # noqa: E731
+            (cfg.hidden_size,), shape_out, ("embed", None), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            kernel_init=init, name=name)
+        self.pooler = dense((cfg.hidden_size,), "pooler")
+        self.nsp = dense((2,), "nsp")
 
-    def encode(self, batch: dict, deterministic: bool = True) -> dict:
-        """The encoder without the pre-training heads, for task heads (bert_jax.finetune).
-
-        Returns hidden [batch, length, hidden] and pooled [batch, hidden] (tanh(dense([CLS]))).
-        """
-        hidden = self.encoder(
-            batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-            batch.get("position_ids"), batch.get("segment_ids"), deterministic,
-        )
-        return {"hidden": hidden, "pooled": self.pool(hidden[:, 0])}
-
-    def pool(self, first_token: jax.Array) -> jax.Array:
-        """[batch, hidden] [CLS] states -> the pooled tanh(dense(.)); fine-tuning on packed rows calls it on each
-        example's own [CLS]."""
-        return jnp.tanh(self.pooler(first_token))
+    def hidden_states(self, batch: dict, deterministic: bool) -> jax.Array:
+        return self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                            batch.get("position_ids"), batch.get("segment_ids"), deterministic)
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: the pipeline's dict (input_ids, attention_mask, token_type_ids, masked_positions, ...).
@@ -172,15 +138,9 @@ class BertForPreTraining(nn.Module):
         Returns mlm_logits [batch, predictions, vocab] (float32) and nsp_logits [batch, 2]; last_hidden_state
         [batch, length, hidden] for distillation (unused outputs cost nothing under jit).
         """
-        hidden = self.encoder(
-            batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-            batch.get("position_ids"), batch.get("segment_ids"), deterministic,
-        )
-        h = gather_positions(hidden, batch["masked_positions"])
-        logits = tied_mlm_logits(h, self.mlm_transform, gelu, self.mlm_norm, self.encoder.embeddings.word,
-                                 self.mlm_bias, self.config.dtype)
-        pooled = jnp.tanh(self.pooler(hidden[:, 0]))
-        return {"mlm_logits": logits, "nsp_logits": self.nsp(pooled).astype(jnp.float32),
+        hidden = self.hidden_states(batch, deterministic)
+        logits = self.mlm_head(hidden, batch["masked_positions"], self.encoder.embeddings.word)
+        return {"mlm_logits": logits, "nsp_logits": self.nsp(self.pool(hidden[:, 0])).astype(jnp.float32),
                 "last_hidden_state": hidden}
 
 

@@ -26,9 +26,9 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.attention import AttentionMask, attention_mask_from_batch
-from bert_jax.models.bert import BertConfig, gather_positions, tied_mlm_logits
+from bert_jax.models.bert import BertConfig
 from bert_jax.models.disentangled_attention import DisentangledSelfAttention
-from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm
+from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.replaced_token_detection import GradientDisentangledEmbed, ReplacedTokenDetection
 from bert_jax.models.transformer import REMAT_POLICIES
 
@@ -168,7 +168,7 @@ class DebertaEncoder(nn.Module):
         return self.stack(x, rel, attention_mask_from_batch(attention_mask, segment_ids), deterministic)
 
 
-class DebertaV3ForMaskedLM(nn.Module):
+class DebertaV3ForMaskedLM(EncoderModel):
     """Encoder + DebertaV2ForMaskedLM's (legacy) head at the masked positions. Head parameter names are
     BERT's (`mlm_transform`, `mlm_norm`, `mlm_output_bias`)."""
 
@@ -178,28 +178,21 @@ class DebertaV3ForMaskedLM(nn.Module):
     def setup(self):
         cfg = self.config
         self.encoder = DebertaEncoder(cfg, self.shared_word)
-        self.mlm_transform = Dense(
-            (cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-            kernel_init=nn.initializers.normal(cfg.initializer_range),
-        )
-        self.mlm_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype)
-        self.mlm_bias = self.param(
-            "mlm_output_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-            (cfg.vocab_size,), cfg.param_dtype,
-        )
+        self.mlm_head = MaskedLMHead(cfg.hidden_size, cfg.vocab_size, cfg.hidden_act, cfg.layer_norm_eps, cfg.dtype,
+                                     cfg.param_dtype, nn.initializers.normal(cfg.initializer_range))
+        nn.share_scope(self, self.mlm_head)
+
+    def hidden_states(self, batch: dict, deterministic: bool) -> jax.Array:
+        return self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                            batch.get("segment_ids"), deterministic)
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: input_ids, attention_mask, masked_positions [batch, ...]; optional token_type_ids, segment_ids.
 
         Returns mlm_logits [batch, predictions, vocab] (float32).
         """
-        cfg = self.config
-        hidden = self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-                              batch.get("segment_ids"), deterministic)
-        h = gather_positions(hidden, batch["masked_positions"])
-        logits = tied_mlm_logits(h, self.mlm_transform, ACTIVATIONS[cfg.hidden_act], self.mlm_norm,
-                                 self.encoder.word_embeddings(), self.mlm_bias, cfg.dtype)
-        return {"mlm_logits": logits}
+        hidden = self.hidden_states(batch, deterministic)
+        return {"mlm_logits": self.mlm_head(hidden, batch["masked_positions"], self.encoder.word_embeddings())}
 
 
 class DebertaV3Discriminator(nn.Module):
@@ -249,13 +242,12 @@ class DebertaV3(ReplacedTokenDetection):
     def generator_logits(self, batch: dict, deterministic: bool = True) -> jax.Array:
         return self.generator(batch, deterministic)["mlm_logits"]
 
-    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+    def hidden_states(self, batch: dict, deterministic: bool) -> jax.Array:
         """The discriminator's encoder, reading the GDES-merged word table (what a released DeBERTa-v3 is and
-        fine-tuning starts from): hidden [batch, length, hidden]; no `pooled` (HF's ContextPooler is a task
-        head's). The stop-gradient stays: fine-tuning moves the merged table through its delta alone."""
-        return {"hidden": self.discriminator.encoder(batch["input_ids"], batch["attention_mask"],
-                                                     batch.get("token_type_ids"), batch.get("segment_ids"),
-                                                     deterministic)}
+        fine-tuning starts from); no pooler (HF's ContextPooler is a task head's). The stop-gradient stays:
+        fine-tuning moves the merged table through its delta alone."""
+        return self.discriminator.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                                          batch.get("segment_ids"), deterministic)
 
     def discriminator_logits(self, batch: dict, deterministic: bool = True) -> jax.Array:
         return self.discriminator(batch, deterministic)

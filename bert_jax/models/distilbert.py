@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.attention import attention_mask_from_batch
-from bert_jax.models.bert import BertConfig, gather_positions, tied_mlm_logits
-from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm
+from bert_jax.models.bert import BertConfig
+from bert_jax.models.layers import Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.transformer import TransformerStack
 
 
@@ -58,41 +58,30 @@ class DistilBertEncoder(nn.Module):
         return self.stack(x, attention_mask_from_batch(attention_mask, segment_ids), deterministic)
 
 
-class DistilBertForMaskedLM(nn.Module):
-    """Encoder + the MLM head at the masked positions (dense, activation, LayerNorm, tied decoder, bias)."""
+class DistilBertForMaskedLM(EncoderModel):
+    """Encoder + the MLM head at the masked positions (dense, activation, LayerNorm, tied decoder, bias). No pooler:
+    DistilBertForSequenceClassification's pre_classifier is a task head's."""
 
     config: BertConfig
 
     def setup(self):
         cfg = self.config
         self.encoder = DistilBertEncoder(cfg)
-        self.mlm_transform = Dense(
-            (cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-            kernel_init=nn.initializers.normal(cfg.initializer_range),
-        )
-        self.mlm_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype)
-        self.mlm_bias = self.param(
-            "mlm_output_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-            (cfg.vocab_size,), cfg.param_dtype,
-        )
+        self.mlm_head = MaskedLMHead(cfg.hidden_size, cfg.vocab_size, cfg.hidden_act, cfg.layer_norm_eps, cfg.dtype,
+                                     cfg.param_dtype, nn.initializers.normal(cfg.initializer_range))
+        nn.share_scope(self, self.mlm_head)
 
-    def encode(self, batch: dict, deterministic: bool = True) -> dict:
-        """The encoder without the MLM head, for task heads (bert_jax.finetune): hidden [batch, length, hidden].
-        No `pooled`: DistilBERT has no pooler (DistilBertForSequenceClassification's pre_classifier is a head's)."""
-        return {"hidden": self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("position_ids"),
-                                       batch.get("segment_ids"), deterministic)}
+    def hidden_states(self, batch: dict, deterministic: bool) -> jax.Array:
+        return self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("position_ids"),
+                            batch.get("segment_ids"), deterministic)
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: input_ids, attention_mask, masked_positions; optional position_ids, segment_ids.
 
         Returns mlm_logits [batch, predictions, vocab] (float32) and last_hidden_state [batch, length, hidden].
         """
-        cfg = self.config
-        hidden = self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("position_ids"),
-                              batch.get("segment_ids"), deterministic)
-        h = gather_positions(hidden, batch["masked_positions"])
-        logits = tied_mlm_logits(h, self.mlm_transform, ACTIVATIONS[cfg.hidden_act], self.mlm_norm,
-                                 self.encoder.embeddings.word, self.mlm_bias, cfg.dtype)
+        hidden = self.hidden_states(batch, deterministic)
+        logits = self.mlm_head(hidden, batch["masked_positions"], self.encoder.embeddings.word)
         return {"mlm_logits": logits, "last_hidden_state": hidden}
 
 

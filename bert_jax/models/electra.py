@@ -21,8 +21,8 @@ import jax.numpy as jnp
 
 from bert_jax.models.albert import AlbertEmbeddings
 from bert_jax.models.attention import attention_mask_from_batch
-from bert_jax.models.bert import BertConfig, gather_positions, tied_mlm_logits
-from bert_jax.models.layers import ACTIVATIONS, Dense, LayerNorm, gelu
+from bert_jax.models.bert import BertConfig
+from bert_jax.models.layers import ACTIVATIONS, Dense, MaskedLMHead
 from bert_jax.models.replaced_token_detection import ReplacedTokenDetection
 from bert_jax.models.transformer import TransformerStack
 
@@ -109,17 +109,14 @@ class ElectraGenerator(nn.Module):
     def setup(self):
         cfg = self.config
         self.encoder = ElectraEncoder(cfg, self.embeddings)
-        self.mlm_transform = _dense(cfg, (cfg.hidden_size,), (cfg.embedding_size,), ("embed", None))
-        self.mlm_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype)
-        self.mlm_bias = self.param("mlm_output_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-                                   (cfg.vocab_size,), cfg.param_dtype)
+        # Hugging Face's generator head always uses the exact GELU, whatever hidden_act says.
+        self.mlm_head = MaskedLMHead(cfg.embedding_size, cfg.vocab_size, "gelu", cfg.layer_norm_eps, cfg.dtype,
+                                     cfg.param_dtype, nn.initializers.normal(cfg.initializer_range))
+        nn.share_scope(self, self.mlm_head)
 
     def __call__(self, batch: dict, deterministic: bool) -> jax.Array:
         """-> float32 logits [batch, predictions, vocab] at batch["masked_positions"]."""
-        h = gather_positions(self.encoder(batch, deterministic), batch["masked_positions"])
-        # Hugging Face's generator head always uses the exact GELU, whatever hidden_act says.
-        return tied_mlm_logits(h, self.mlm_transform, gelu, self.mlm_norm, self.embeddings.word, self.mlm_bias,
-                               self.config.dtype)
+        return self.mlm_head(self.encoder(batch, deterministic), batch["masked_positions"], self.embeddings.word)
 
 
 class ElectraDiscriminator(nn.Module):
@@ -157,10 +154,10 @@ class Electra(ReplacedTokenDetection):
     def generator_logits(self, batch: dict, deterministic: bool = True) -> jax.Array:
         return self.generator(batch, deterministic)
 
-    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+    def hidden_states(self, batch: dict, deterministic: bool) -> jax.Array:
         """The discriminator's encoder (shared embeddings included), which fine-tuning starts from as
-        ElectraForSequenceClassification does: hidden [batch, length, hidden]; no pooler, so no `pooled`."""
-        return {"hidden": self.discriminator.encoder(batch, deterministic)}
+        ElectraForSequenceClassification does; no pooler."""
+        return self.discriminator.encoder(batch, deterministic)
 
     def discriminator_logits(self, batch: dict, deterministic: bool = True) -> jax.Array:
         return self.discriminator(batch, deterministic)

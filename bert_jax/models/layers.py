@@ -122,3 +122,72 @@ def gelu(x: jax.Array) -> jax.Array:
 # config.model.hidden_act -> function, named as Hugging Face names them ("gelu_new": the tanh
 # approximation, ALBERT v2's default).
 ACTIVATIONS = {"gelu": gelu, "gelu_new": lambda x: nn.gelu(x, approximate=True)}
+
+
+def gather_positions(hidden: jax.Array, positions: jax.Array) -> jax.Array:
+    """hidden: [batch, length, hidden], positions: [batch, predictions] -> [batch, predictions, hidden]."""
+    return jnp.take_along_axis(hidden, positions[..., None], axis=1)
+
+
+class MaskedLMHead(nn.Module):
+    """The masked-LM head every family shares: transform, activation, LayerNorm, then the decoder tied to the
+    word table plus a bias, only at the gathered masked positions (predictions x vocab, not length x vocab).
+
+    Its parent adopts it with `nn.share_scope(parent, head)`, so its parameters sit beside the encoder under
+    the names checkpoints and the HF converters know (`mlm_transform`, `mlm_norm`, `mlm_output_bias`;
+    ModernBERT's `head_dense`, `head_norm`).
+    """
+
+    features: int  # the transform's output: hidden size, or E where the word table is factorised
+    vocab_size: int
+    activation: str  # a key of ACTIVATIONS
+    layer_norm_eps: float
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = nn.initializers.normal(0.02)
+    transform_bias: bool = True
+    norm_bias: bool = True
+    decoder_bias: bool = True
+    transform_name: str = "mlm_transform"
+    norm_name: str = "mlm_norm"
+
+    @nn.compact
+    def __call__(self, hidden: jax.Array, masked_positions: jax.Array, word) -> jax.Array:
+        """hidden [batch, length, hidden], masked_positions [batch, predictions], `word` the tied table (Embed's
+        `attend`) -> float32 logits [batch, predictions, vocab]."""
+        h = gather_positions(hidden, masked_positions)
+        h = Dense((h.shape[-1],), (self.features,), ("embed", None), use_bias=self.transform_bias, dtype=self.dtype,
+                  param_dtype=self.param_dtype, kernel_init=self.kernel_init, name=self.transform_name)(h)
+        h = LayerNorm(self.layer_norm_eps, self.dtype, self.param_dtype, self.norm_bias,
+                      name=self.norm_name)(ACTIVATIONS[self.activation](h))
+        logits = word.attend(h)
+        if self.decoder_bias:
+            bias = self.param("mlm_output_bias", logical(nn.initializers.zeros, ("vocab",)), (self.vocab_size,),
+                              self.param_dtype)
+            logits = logits + bias.astype(self.dtype)
+        return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", None, "vocab"))
+
+
+class EncoderModel(nn.Module):
+    """A family's module as task heads see it: `encode(batch)` -> {"hidden": [batch, length, hidden]}, plus
+    "pooled" [batch, hidden] (tanh(dense([CLS])), BERT's pooler) when the module has a `pooler` submodule.
+
+    A family defines `hidden_states(batch, deterministic)`, its encoder's call, which its own `__call__` uses
+    too; the family's `ParamRoles.pooler` declares the pooler (tests/test_family_conformance.py holds the two
+    together).
+    """
+
+    def hidden_states(self, batch: dict, deterministic: bool) -> jax.Array:
+        raise NotImplementedError(f"{type(self).__name__} defines no hidden_states(batch, deterministic)")
+
+    def encode(self, batch: dict, deterministic: bool = True) -> dict:
+        """The encoder without the pre-training heads, for task heads (bert_jax.finetune)."""
+        hidden = self.hidden_states(batch, deterministic)
+        if getattr(self, "pooler", None) is None:
+            return {"hidden": hidden}
+        return {"hidden": hidden, "pooled": self.pool(hidden[:, 0])}
+
+    def pool(self, first_token: jax.Array) -> jax.Array:
+        """[batch, hidden] [CLS] states -> tanh(dense(.)); fine-tuning on packed rows calls it on each example's
+        own [CLS]."""
+        return jnp.tanh(self.pooler(first_token))

@@ -30,8 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.models.attention import Attend, attention_mask_from_batch, choose_kernel
-from bert_jax.models.bert import DTYPES, gather_positions, tied_mlm_logits
-from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm
+from bert_jax.models.bert import DTYPES
+from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.transformer import REMAT_POLICIES
 
 
@@ -236,7 +236,7 @@ class ModernBertEncoder(nn.Module):
         return self.final_norm(x)
 
 
-class ModernBertForMaskedLM(nn.Module):
+class ModernBertForMaskedLM(EncoderModel):
     """Encoder + the MLM head at the masked positions: dense, act, norm, decoder tied to the token embedding + bias."""
 
     config: ModernBertConfig
@@ -245,19 +245,16 @@ class ModernBertForMaskedLM(nn.Module):
         cfg = self.config
         self.encoder = ModernBertEncoder(cfg)
         init_out = _init(cfg.initializer_range / np.sqrt(2.0 * cfg.num_layers), cfg.initializer_cutoff_factor)
-        self.head_dense = Dense((cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), use_bias=cfg.classifier_bias,
-                                dtype=cfg.dtype, param_dtype=cfg.param_dtype, kernel_init=init_out)
-        self.head_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, cfg.norm_bias)
-        if cfg.decoder_bias:
-            self.mlm_bias = self.param("mlm_output_bias", nn.with_logical_partitioning(nn.initializers.zeros,
-                                                                                       ("vocab",)),
-                                       (cfg.vocab_size,), cfg.param_dtype)
+        self.mlm_head = MaskedLMHead(cfg.hidden_size, cfg.vocab_size, cfg.hidden_act, cfg.layer_norm_eps, cfg.dtype,
+                                     cfg.param_dtype, init_out, transform_bias=cfg.classifier_bias,
+                                     norm_bias=cfg.norm_bias, decoder_bias=cfg.decoder_bias,
+                                     transform_name="head_dense", norm_name="head_norm")
+        nn.share_scope(self, self.mlm_head)
 
-    def encode(self, batch: dict, deterministic: bool = True) -> dict:
-        """The encoder without the MLM head, for task heads (bert_jax.finetune): hidden [batch, length, hidden],
-        after the final norm. No `pooled`: ModernBERT has no pooler (HF's task heads pool themselves)."""
-        return {"hidden": self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("position_ids"),
-                                       batch.get("segment_ids"), deterministic)}
+    def hidden_states(self, batch: dict, deterministic: bool) -> jax.Array:
+        """After the final norm; no pooler (HF's task heads pool themselves)."""
+        return self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("position_ids"),
+                            batch.get("segment_ids"), deterministic)
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: input_ids, attention_mask, masked_positions; optional position_ids, segment_ids (packed rows).
@@ -265,13 +262,8 @@ class ModernBertForMaskedLM(nn.Module):
         Returns mlm_logits [batch, predictions, vocab] (float32) and last_hidden_state [batch, length, hidden] (a
         distillation teacher's). `token_type_ids` is ignored.
         """
-        cfg = self.config
-        hidden = self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("position_ids"),
-                              batch.get("segment_ids"), deterministic)
-        h = gather_positions(hidden, batch["masked_positions"])
-        bias = self.mlm_bias if cfg.decoder_bias else jnp.zeros((cfg.vocab_size,), cfg.dtype)
-        logits = tied_mlm_logits(h, self.head_dense, ACTIVATIONS[cfg.hidden_act], self.head_norm,
-                                 self.encoder.word, bias, cfg.dtype)
+        hidden = self.hidden_states(batch, deterministic)
+        logits = self.mlm_head(hidden, batch["masked_positions"], self.encoder.word)
         return {"mlm_logits": logits, "last_hidden_state": hidden}
 
 

@@ -17,7 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models.layers import Embed, logical
+from bert_jax.models.layers import Embed, EncoderModel, logical
 
 
 def corrupt_masked_tokens(input_ids: jax.Array, masked_positions: jax.Array, masked_ids: jax.Array,
@@ -48,11 +48,12 @@ def sample_replacements(mlm_logits: jax.Array, key: jax.Array, temperature: floa
     return jax.random.categorical(key, logits, axis=-1)
 
 
-class ReplacedTokenDetection(nn.Module):
+class ReplacedTokenDetection(EncoderModel):
     """The generic two-network forward. A family subclasses it and defines `setup` and
     `generator_logits(batch, deterministic)` -> [batch, predictions, vocab] at the gathered masked
     positions, and `discriminator_logits(batch, deterministic)` -> [batch, length] on the corrupted
-    ids (and `sampling_temperature`, if not 1.0 as in ELECTRA)."""
+    ids (and `sampling_temperature`, if not 1.0 as in ELECTRA), and `hidden_states` (EncoderModel's) of the
+    network fine-tuning starts from, the discriminator."""
 
     def sampling_temperature(self) -> float:
         """The temperature of the generator's softmax when sampling replacements."""

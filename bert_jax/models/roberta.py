@@ -16,8 +16,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models.bert import BertConfig, BertEncoder, gather_positions, tied_mlm_logits
-from bert_jax.models.layers import Dense, LayerNorm, gelu
+from bert_jax.models.bert import BertConfig, BertEncoder
+from bert_jax.models.layers import EncoderModel, MaskedLMHead
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,33 +39,21 @@ def roberta_position_ids(attention_mask: jax.Array, position_ids: jax.Array | No
     return jnp.where(real > 0, position_ids + pad_token_id + 1, pad_token_id).astype(jnp.int32)
 
 
-class RobertaForMaskedLM(nn.Module):
-    """Encoder + the MLM head at the masked positions (dense, GELU, LayerNorm, tied decoder, bias).
-
-    The head's parameter names are BERT's (`mlm_transform`, `mlm_norm`, `mlm_output_bias`),
-    so tools written for one family's tree read the other's.
-    """
+class RobertaForMaskedLM(EncoderModel):
+    """Encoder + the MLM head at the masked positions (dense, GELU, LayerNorm, tied decoder, bias), in BERT's
+    parameter names, so tools written for one family's tree read the other's. No pooler: heads pool [CLS]
+    themselves (as RobertaClassificationHead)."""
 
     config: RobertaConfig
 
     def setup(self):
         cfg = self.config
         self.encoder = BertEncoder(cfg)
-        self.mlm_transform = Dense(
-            (cfg.hidden_size,), (cfg.hidden_size,), ("embed", None), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-            kernel_init=nn.initializers.normal(cfg.initializer_range),
-        )
-        self.mlm_norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype)
-        self.mlm_bias = self.param(
-            "mlm_output_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-            (cfg.vocab_size,), cfg.param_dtype,
-        )
+        self.mlm_head = MaskedLMHead(cfg.hidden_size, cfg.vocab_size, "gelu", cfg.layer_norm_eps, cfg.dtype,
+                                     cfg.param_dtype, nn.initializers.normal(cfg.initializer_range))
+        nn.share_scope(self, self.mlm_head)
 
-    def encode(self, batch: dict, deterministic: bool = True) -> dict:
-        """The encoder without the MLM head, for task heads (bert_jax.finetune): hidden [batch, length, hidden].
-
-        No `pooled`: RoBERTa has no pooler; heads pool [CLS] themselves (as RobertaClassificationHead).
-        """
+    def hidden_states(self, batch: dict, deterministic: bool) -> jax.Array:
         cfg = self.config
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         if input_ids.shape[1] + cfg.pad_token_id + 1 > cfg.max_position_embeddings:
@@ -76,9 +64,8 @@ class RobertaForMaskedLM(nn.Module):
                 f"{cfg.pad_token_id + 1}); it is {cfg.max_position_embeddings}"
             )
         positions = roberta_position_ids(attention_mask, batch.get("position_ids"), cfg.pad_token_id)
-        hidden = self.encoder(input_ids, attention_mask, jnp.zeros_like(input_ids), positions,
-                              batch.get("segment_ids"), deterministic)
-        return {"hidden": hidden}
+        return self.encoder(input_ids, attention_mask, jnp.zeros_like(input_ids), positions,
+                            batch.get("segment_ids"), deterministic)
 
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: input_ids, attention_mask, masked_positions [batch, ...]; optional position_ids, segment_ids.
@@ -86,11 +73,8 @@ class RobertaForMaskedLM(nn.Module):
         Returns mlm_logits [batch, predictions, vocab] (float32) and last_hidden_state [batch, length,
         hidden] (for distillation; unused outputs cost nothing under jit). `token_type_ids` is ignored.
         """
-        cfg = self.config
-        hidden = self.encode(batch, deterministic)["hidden"]
-        h = gather_positions(hidden, batch["masked_positions"])
-        logits = tied_mlm_logits(h, self.mlm_transform, gelu, self.mlm_norm, self.encoder.embeddings.word,
-                                 self.mlm_bias, cfg.dtype)
+        hidden = self.hidden_states(batch, deterministic)
+        logits = self.mlm_head(hidden, batch["masked_positions"], self.encoder.embeddings.word)
         return {"mlm_logits": logits, "last_hidden_state": hidden}
 
 

@@ -18,10 +18,26 @@ hang in a collective.
 import os
 
 import jax
+import ml_collections
 from absl import logging
+from jax.experimental import multihost_utils
 
 # Environment variables whose presence means a TPU VM slice with several workers.
 _TPU_ENV = ("TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES")
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """config.distributed of every command: a single process unless told or detected otherwise."""
+    c = ml_collections.ConfigDict()
+    c.coordinator_address = ""  # "host:port" of process 0; "" = single process or auto
+    c.num_processes = 1
+    c.process_id = 0
+    c.auto = False  # True: jax.distributed.initialize() detects the cluster itself
+    c.initialization_timeout_s = 300  # wait this long for every process to join
+    # A process silent this long counts as dead: the others stop with an error instead of hanging.
+    c.heartbeat_timeout_s = 100
+    c.shutdown_timeout_s = 300
+    return c
 
 
 def detected_cluster(environ=os.environ) -> str | None:
@@ -72,6 +88,4 @@ def initialize(dist_cfg) -> None:
 def sync(name: str) -> None:
     """A barrier across all processes (no-op for one): e.g. process 0 has written the tokenizer."""
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
         multihost_utils.sync_global_devices(name)

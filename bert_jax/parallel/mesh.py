@@ -165,3 +165,19 @@ def global_batch(local_batch: dict, sharding: NamedSharding) -> dict:
         k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
         for k, v in local_batch.items()
     }
+
+
+def host_share(batch: dict, process_index: int, process_count: int) -> dict:
+    """This host's rows of a batch every host built whole: the global array is each host's share in process
+    order, so a packed batch's example_starts (global row offsets) stay right."""
+    if process_count == 1:
+        return batch
+    out = {}
+    for key, value in batch.items():
+        rows = len(value)
+        if rows % process_count:
+            raise ValueError(f"a batch's {key!r} has {rows} rows, which {process_count} processes cannot share "
+                             f"evenly; make the batch size (and config.data.pack_rows_multiple) a multiple of it")
+        share = rows // process_count
+        out[key] = value[process_index * share:(process_index + 1) * share]
+    return out

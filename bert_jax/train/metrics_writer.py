@@ -7,6 +7,7 @@ every checkpoint save and at the end. An upload is atomic, so after a kill the b
 holds the rows up to the last checkpoint, which are the steps a resume does not re-run;
 the re-run steps are logged again. Plots are rewritten whole at each eval.
 """
+import io
 import json
 import tempfile
 from typing import Any
@@ -15,11 +16,10 @@ import jax
 from absl import logging
 
 from bert_jax.storage import paths
+from bert_jax.storage.workdir import METRICS_FILE, TENSORBOARD_DIR, Workdir
 from bert_jax.train.metrics_file import as_text, read_rows, truncate_metrics
 
 WANDB_MODES = ("disabled", "offline", "online")
-METRICS_FILE = "metrics.jsonl"
-TENSORBOARD_DIR = "tensorboard"
 
 
 class MetricsWriter:
@@ -27,7 +27,7 @@ class MetricsWriter:
         self.active = jax.process_index() == 0
         self.workdir = paths.path(workdir)
         self.remote = paths.is_remote(workdir)
-        self.plots_dir = self.workdir / "plots" if config.logging.plots else None
+        self.plots_dir = Workdir(workdir).plots if config.logging.plots else None
         self.tb = self.wandb_run = None
         if not self.active:
             return
@@ -40,14 +40,14 @@ class MetricsWriter:
             logging.info("metrics and TensorBoard events are staged in %s and uploaded to %s at each checkpoint",
                          self.staging, workdir)
         if config.logging.tensorboard:
-            from tensorboardX import SummaryWriter
+            from tensorboardX import SummaryWriter  # loads protobuf: only config.logging.tensorboard needs it
 
             self.tb = SummaryWriter(str(self.staging / TENSORBOARD_DIR))
         mode = config.logging.wandb_mode
         if mode not in WANDB_MODES:
             raise ValueError(f"config.logging.wandb_mode={mode!r}; expected one of {WANDB_MODES}")
         if mode != "disabled":
-            import wandb
+            import wandb  # seconds to load: only a wandb_mode other than disabled needs it
 
             self.wandb_run = wandb.init(
                 project=config.logging.wandb_project, name=config.logging.wandb_run_name or None,
@@ -83,12 +83,11 @@ class MetricsWriter:
         """Learning curves of the named metrics, train and eval, one PNG each, from metrics.jsonl."""
         if not (self.active and self.plots_dir and self.path.exists()):
             return
-        import io
-
+        # matplotlib costs about half a second to load, and only plots need it.
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # after use("Agg"), so no display is needed
 
         rows = read_rows(self.path)
         for name in names:

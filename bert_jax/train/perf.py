@@ -7,7 +7,8 @@ FLOPs of one training step (forward + backward), for B sequences of length S:
   + 6 * hidden * vocab * B * P      the tied MLM decoder at P predicted positions
 
 N excludes the embedding tables (their lookups cost no FLOPs; the decoder's use of
-the word table is the third term).
+the word table is the third term): the leaves the family declares `embedding_tables`
+(bert_jax.families, ParamRoles), e.g. a GDES discriminator's `delta` on its word table.
 
 N counts every parameter of the family's module, so a module of two networks (ELECTRA's
 generator and discriminator) has both in the first term, the dominant one. The attention and
@@ -28,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.families import get_family
+
 # Dense bf16 peak FLOP/s per device, from the vendors' data sheets.
 PEAK_FLOPS_BY_DEVICE_KIND = {
     "TPU v4": 275e12,
@@ -41,10 +44,6 @@ PEAK_FLOPS_BY_DEVICE_KIND = {
     "NVIDIA H200": 989e12,
 }
 
-# Lookup tables, not matmuls: "delta" is a GDES discriminator's own share of its word table.
-EMBEDDING_PARAM_NAMES = ("word", "position", "token_type", "mlm_output_bias", "delta")
-
-
 def count_params(params, exclude: tuple[str, ...] = ()) -> int:
     """Counts parameters (arrays or ShapeDtypeStructs); leaves whose path names any of `exclude` are skipped."""
     total = 0
@@ -56,7 +55,7 @@ def count_params(params, exclude: tuple[str, ...] = ()) -> int:
 
 
 def train_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) -> float:
-    n = count_params(params, EMBEDDING_PARAM_NAMES)
+    n = count_params(params, get_family(model_cfg.family).roles.embedding_tables)
     b, s, p = global_batch_size, data_cfg.max_seq_length, data_cfg.max_predictions_per_seq
     h, layers, v = model_cfg.hidden_size, model_cfg.num_layers, model_cfg.vocab_size
     return 6.0 * n * b * s + 12.0 * layers * h * s * s * b + 6.0 * h * v * b * p

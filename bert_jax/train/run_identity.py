@@ -26,8 +26,9 @@ import platform
 import subprocess
 
 from absl import logging
-from etils import epath
 
+from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
 from data_pipelines import corpus, sources
 from data_pipelines import tokenizer as tokenizer_lib
 
@@ -68,7 +69,7 @@ def data_fingerprint(data_cfg) -> dict:
         from data_pipelines import records  # noqa: PLC0415 (imports array_record)
 
         records.read_manifest(data_cfg.path)  # names config.data.path if it is not prepared
-        manifest = epath.Path(data_cfg.path, records.MANIFEST_FILE)
+        manifest = paths.path(data_cfg.path) / records.MANIFEST_FILE
         fingerprint.update(path=data_cfg.path, manifest=str(manifest),
                            manifest_sha256=hashlib.sha256(manifest.read_bytes()).hexdigest())
     elif source == "embedded":
@@ -82,9 +83,9 @@ def data_fingerprint(data_cfg) -> dict:
 
 
 def _file_fingerprint(path: str) -> dict:
-    stat = epath.Path(path).stat()
+    stat = paths.path(path).stat()
     entry = {"path": path, "size": stat.length, "mtime": stat.mtime}
-    if "://" in path:
+    if paths.is_remote(path):
         # An object's generation (GCS) or ETag (S3) changes with every write, even one that
         # keeps its size within the same second.
         import fsspec  # noqa: PLC0415 (only buckets need it)
@@ -123,7 +124,7 @@ def git_commit() -> dict | None:
 
 def previous_identity(workdir: str) -> dict | None:
     """The identity recorded in DIR/config.json by an earlier start of this run, if any."""
-    path = epath.Path(workdir, "config.json")
+    path = Workdir(workdir).config_json
     if not path.exists():
         return None
     return json.loads(path.read_text()).get(IDENTITY_KEY)
@@ -135,7 +136,7 @@ def check_resume(previous: dict | None, current: dict, workdir: str, allow_data_
         return
     changes = []
     if previous.get("tokenizer_sha256") != current["tokenizer_sha256"]:
-        changes.append(f"the tokenizer in {workdir}/tokenizer changed (sha256 {previous.get('tokenizer_sha256')} "
+        changes.append(f"the tokenizer in {Workdir(workdir).tokenizer} changed (sha256 {previous.get('tokenizer_sha256')} "
                        f"-> {current['tokenizer_sha256']})")
     if previous.get("data") != current["data"]:
         changes.extend(_data_changes(previous.get("data") or {}, current["data"]))

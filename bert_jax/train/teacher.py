@@ -14,10 +14,14 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from bert_jax.checkpoint import hf_folder
 from bert_jax.families import Family, family_of_hf_config, get_family
 from bert_jax.models.scan_layout import SCANNED, stack_layers, unstack_layers
 from bert_jax.parallel.mesh import logical_shardings
 from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
+from bert_jax.train.state import example_batch
+from data_pipelines import tokenizer as tokenizer_lib
 
 EVERY_OTHER_LAYER = "every_other_layer"
 INIT_CHOICES = ("", EVERY_OTHER_LAYER)
@@ -37,8 +41,6 @@ class Teacher:
 
     def init_params(self, data_cfg):
         """A fresh initialisation, boxed with logical names (abstract under jax.eval_shape)."""
-        from bert_jax.train.state import example_batch
-
         return self.model.init(jax.random.key(self.seed), example_batch(data_cfg, 1), deterministic=True)["params"]
 
     def abstract_params(self, data_cfg, mesh, rules):
@@ -52,13 +54,9 @@ class Teacher:
     def load_params(self, data_cfg) -> dict:
         """The teacher's params as numpy arrays, read once from its checkpoint or Hugging Face folder."""
         if self.is_workdir:
-            from bert_jax.export import load_workdir_config, restore_params
-
-            params, step = restore_params(self.path, load_workdir_config(self.path))
+            params, step = Workdir(self.path).restore_params()
             logging.info("distillation teacher: step %d of the workdir %s", step, self.path)
             return params
-        from bert_jax.checkpoint import hf_folder
-
         fresh = jax.device_get(nn.meta.unbox(jax.jit(lambda: self.init_params(data_cfg))()))
         params, report = self.family.hf_import(hf_folder.read_hf_state(self.path), hf_folder.read_hf_config(self.path),
                                                self.model_cfg, fresh)
@@ -85,21 +83,17 @@ def resolve_teacher(config) -> Teacher | None:
         return None
     d, m = config.distill, config.model
     path = d.teacher
-    root = paths.path(path)
-    if not root.is_dir() or not (root / "config.json").exists():
-        raise _fail(path, "does not exist or holds no config.json: name a pre-training workdir or a Hugging Face "
-                          "model folder")
-    if (root / "checkpoints").is_dir():
-        from bert_jax.export import load_workdir_config
-
-        teacher_config = load_workdir_config(path)
-        if not [p for p in (root / "checkpoints").iterdir() if p.name.isdigit()]:
+    root, run = paths.path(path), Workdir(path)
+    if not root.is_dir() or not run.config_json.exists():
+        raise _fail(path, f"does not exist or holds no {run.config_json.name}: name a pre-training workdir or a "
+                          "Hugging Face model folder")
+    if run.checkpoints.is_dir():
+        teacher_config = run.config()
+        if not run.checkpoint_steps():
             raise _fail(path, "is a workdir whose checkpoints/ holds no checkpoint: no weights to teach with")
         model_cfg = ml_collections.ConfigDict(teacher_config.model.to_dict())
-        family, is_workdir, tokenizer_dir = get_family(model_cfg.family), True, str(root / "tokenizer")
+        family, is_workdir, tokenizer_dir = get_family(model_cfg.family), True, str(run.tokenizer)
     else:
-        from bert_jax.checkpoint import hf_folder
-
         hf_cfg = hf_folder.read_hf_config(path)
         if not any((root / name).exists() for name in (hf_folder.SAFETENSORS_FILE, hf_folder.TORCH_FILE)):
             raise _fail(path, f"holds no weights ({hf_folder.SAFETENSORS_FILE} or {hf_folder.TORCH_FILE})")
@@ -121,8 +115,6 @@ def _check_outputs(teacher: Teacher, config) -> None:
     """The teacher runs as the step runs it (frozen, deterministic, no rng) and gives what the distillation loss
     reads, traced without compiling; a family that does not (replaced-token detection samples its input)
     fails here naming the path, not inside the step's compilation."""
-    from bert_jax.train.state import example_batch
-
     needed = ("mlm_logits",) + (("last_hidden_state",) if has_cosine(config, teacher) else ())
     batch = example_batch(config.data, 1)
     try:
@@ -167,8 +159,6 @@ def _vocabulary(tokenizer) -> list[str]:
 
 def check_vocabulary(teacher: Teacher, student_tokenizer, student_tokenizer_dir: str) -> None:
     """The student must tokenize as its teacher did, token for token; else a ValueError naming both tokenizers."""
-    from data_pipelines import tokenizer as tokenizer_lib
-
     teacher_tokenizer = tokenizer_lib.load_tokenizer(teacher.tokenizer_dir)
     ours, theirs = _vocabulary(student_tokenizer), _vocabulary(teacher_tokenizer)
     if ours != theirs:

@@ -5,6 +5,7 @@ Every key can be overridden: `--config.train.learning_rate=3e-5 --config.seeds=0
 import ml_collections
 
 from bert_jax.finetune import diagnosis
+from bert_jax.parallel import distributed
 
 
 def get_config(kind: str) -> ml_collections.ConfigDict:
@@ -97,6 +98,11 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.mesh.shape = (-1, 1, 1)
     c.mesh.dcn_shape = (1, 1, 1)
     c.mesh.rules = "fsdp_tp"
+
+    # GPU only: XLA's --xla_gpu_deterministic_ops, as in pre-training (configs/base.py).
+    c.deterministic_gpu_ops = False
+    # Multi-host, as in pre-training: each host feeds its share of every batch (bert_jax/train/harness.py).
+    c.distributed = distributed.default_config()
 
     c.logging = ml_collections.ConfigDict()
     c.logging.wandb_mode = "disabled"

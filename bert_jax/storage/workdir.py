@@ -1,0 +1,182 @@
+"""A run's directory as a value: every file and folder a pre-training or fine-tuning run keeps there.
+
+The names are the contract of DESIGN.md's workdir table (config.json, checkpoints/,
+metrics.jsonl, tokenizer/, plots/, DONE) plus what fine-tuning adds; they are spelled here
+once, so the train loop, export, the distillation teacher, `init_from` and the launchers
+agree on them. The root may be local or a gs:// / s3:// URL (every sub-path is an
+`epath.Path` from the path layer).
+
+Reading a run back (`config()`, `restore_params()`) lives here rather than in the export
+command, so that whoever reads a workdir imports this module and not an entry point.
+Restoring params builds no optimizer and no train program: the abstract target is
+`jax.eval_shape` of the family module's init, placed on this host's first device,
+whatever mesh the run trained on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import jax
+import ml_collections
+import orbax.checkpoint as ocp
+from etils import epath
+
+from bert_jax.families import get_family
+from bert_jax.models.probe import abstract_params
+from bert_jax.storage import paths
+
+CONFIG_FILE = "config.json"
+CHECKPOINTS_DIR = "checkpoints"
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+TOKENIZER_DIR = "tokenizer"
+PLOTS_DIR = "plots"
+DONE_FILE = "DONE"
+# Fine-tuning adds these.
+LABELS_FILE = "labels.json"
+BEST_DIR = "best"
+BEST_FILE = "best.json"
+PREDICTIONS_FILE = "predictions.jsonl"
+RESULTS_FILE = "results.json"
+DIAGNOSIS_FILE = "diagnosis.json"
+SEEDS_FILE = "seeds.json"
+# The orbax item of a checkpoint that holds the train state (bert_jax/checkpoint/manager.py).
+_STATE_ITEM = "state"
+
+
+def _tuples(value):
+    """JSON turns the config's tuples (mesh shape, axis rules) into lists; the code expects tuples."""
+    if isinstance(value, dict):
+        return {k: _tuples(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Workdir:
+    """`Workdir("runs/tiny")`, `Workdir("gs://bucket/run")`: the root and its typed sub-paths."""
+
+    root: epath.Path
+
+    def __init__(self, root: str | os.PathLike):
+        object.__setattr__(self, "root", paths.path(root))
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    # What a pre-training run writes (DESIGN.md, "Workdir").
+    @property
+    def config_json(self) -> epath.Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def checkpoints(self) -> epath.Path:
+        return self.root / CHECKPOINTS_DIR
+
+    @property
+    def metrics_jsonl(self) -> epath.Path:
+        return self.root / METRICS_FILE
+
+    @property
+    def tensorboard(self) -> epath.Path:
+        return self.root / TENSORBOARD_DIR
+
+    @property
+    def tokenizer(self) -> epath.Path:
+        return self.root / TOKENIZER_DIR
+
+    @property
+    def plots(self) -> epath.Path:
+        return self.root / PLOTS_DIR
+
+    @property
+    def done(self) -> epath.Path:
+        return self.root / DONE_FILE
+
+    # What a fine-tuning run adds.
+    @property
+    def labels_json(self) -> epath.Path:
+        return self.root / LABELS_FILE
+
+    @property
+    def best(self) -> epath.Path:
+        return self.root / BEST_DIR
+
+    @property
+    def best_params(self) -> epath.Path:
+        """The best params by config.early_stopping.metric (a params-only orbax checkpoint)."""
+        return self.best / "params"
+
+    @property
+    def best_json(self) -> epath.Path:
+        return self.root / BEST_FILE
+
+    @property
+    def predictions_jsonl(self) -> epath.Path:
+        return self.root / PREDICTIONS_FILE
+
+    @property
+    def results_json(self) -> epath.Path:
+        return self.root / RESULTS_FILE
+
+    @property
+    def diagnosis_json(self) -> epath.Path:
+        return self.root / DIAGNOSIS_FILE
+
+    @property
+    def seeds_json(self) -> epath.Path:
+        """Mean and spread over the seeds of a `config.seeds` run, whose runs are `seed(s)`."""
+        return self.root / SEEDS_FILE
+
+    def seed(self, seed: int) -> Workdir:
+        return Workdir(self.root / f"seed_{seed}")
+
+    # Reading a run back.
+    def holds_a_run(self) -> bool:
+        """Holds a run's config.json and checkpoints/ (as opposed to, say, a Hugging Face folder)."""
+        return self.config_json.exists() and self.checkpoints.is_dir()
+
+    def config(self) -> ml_collections.ConfigDict:
+        """The run's config, rebuilt from config.json (ml_collections' `to_json_best_effort` output)."""
+        if not self.config_json.exists():
+            raise ValueError(f"{self.config_json} does not exist: {self.root} is not a run's directory")
+        return ml_collections.ConfigDict(_tuples(json.loads(self.config_json.read_text())))
+
+    def checkpoint_steps(self) -> list[int]:
+        """The committed checkpoints' steps, ascending (orbax skips unfinished saves); [] if none."""
+        if not self.checkpoints.is_dir():
+            return []
+        return sorted(ocp.utils.checkpoint_steps(paths.absolute(self.checkpoints)))
+
+    def restore_params(self, step: int | None = None) -> tuple[dict, int]:
+        """(params as numpy arrays, their step) of checkpoint `step` (default: the newest) of a pre-training run.
+
+        Unrolled or scanned as trained. Only the params are read (orbax partial restore):
+        not the optimizer state, not the data iterator.
+        """
+        config = self.config()
+        steps = self.checkpoint_steps()
+        if not steps:
+            raise ValueError(f"{self.checkpoints} holds no checkpoint")
+        step = steps[-1] if step is None else step
+        if step not in steps:
+            raise ValueError(f"step {step}: {self.checkpoints} holds steps {steps}")
+        model_cfg = ml_collections.ConfigDict(config.model.to_dict())
+        # Parameter shapes do not depend on the attention kernel; the reference one builds on any host.
+        model_cfg.attention_impl = "xla"
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
+                              abstract_params(get_family(model_cfg.family).build_model(model_cfg)))
+        restore_args = jax.tree.map(lambda a: ocp.ArrayRestoreArgs(sharding=device), target)
+        manager = ocp.CheckpointManager(
+            paths.absolute(self.checkpoints), options=ocp.CheckpointManagerOptions(create=False),
+            item_handlers={_STATE_ITEM: ocp.PyTreeCheckpointHandler()})
+        try:
+            restored = manager.restore(step, args=ocp.args.Composite(**{_STATE_ITEM: ocp.args.PyTreeRestore(
+                item={"params": target}, restore_args={"params": restore_args}, partial_restore=True)}))
+        finally:
+            manager.close()
+        return jax.device_get(restored[_STATE_ITEM]["params"]), step

@@ -1,0 +1,191 @@
+"""The one harness of every run: pre-training and fine-tuning are programs handed to it.
+
+It owns what a run does whatever it trains: setting the process up (XLA and libtpu flags,
+joining a multi-host run, the compilation cache), checking storage before anything is built,
+the barriers where process 0 writes what the others read, restoring the newest checkpoint
+(train state and data iterator) or initialising, the step / log / evaluate / checkpoint loop,
+the preemption save (SIGTERM: save at the next step boundary, exit 0, the same command
+resumes), and cleanup on any exit. What differs, a run gives as `Hooks`: when it evaluates
+and saves, what its evaluation writes, what its progress line says, and whether it stops early.
+"""
+import dataclasses
+from typing import Any, Callable, Iterator, Protocol
+
+import flax.linen as nn
+import jax
+import numpy as np
+from absl import logging
+
+from bert_jax import tpu_slices
+from bert_jax.checkpoint import manager as ckpt
+from bert_jax.parallel import distributed
+from bert_jax.parallel.mesh import global_batch
+from bert_jax.storage import paths, preflight
+from bert_jax.storage.workdir import Workdir
+from bert_jax.train import determinism
+from bert_jax.train.metrics_writer import MetricsWriter
+from bert_jax.train.preemption import PreemptionWatch
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+def setup_process(config) -> None:
+    """From a command's main, before JAX starts its backend: flags, then joining the run, then the cache."""
+    determinism.set_xla_flags(config)
+    tpu_slices.set_libtpu_init_args(config)
+    distributed.initialize(config.distributed)  # before anything touches a device
+    cache = config.get("compilation_cache_dir", "")
+    if cache and jax.config.jax_compilation_cache_dir is None:  # JAX_COMPILATION_CACHE_DIR, if set, wins
+        jax.config.update("jax_compilation_cache_dir", str(paths.path(cache).expanduser()))
+
+
+def check_storage(config, workdir: str, inputs: dict[str, str]) -> None:
+    """Before anything is built: the workdir's store exists and is writable (a missing bucket fails naming its
+    URL and is never created), and each bucket input {config key: url} is readable; then a local workdir is
+    made."""
+    determinism.check_xla_flags(config)
+    preflight.check_checkpoint_store(workdir)
+    preflight.check_writable(workdir, jax.process_index())
+    for key, url in inputs.items():
+        if url and paths.is_remote(url):
+            preflight.check_readable(url, key)
+    if not paths.is_remote(workdir):  # (a bucket has no folders to make)
+        paths.path(workdir).mkdir(parents=True, exist_ok=True)
+
+
+def written_by_process_0(name: str, write: Callable[[], Any], read: Callable[[], Any]):
+    """Process 0 writes (and gets write's value); the others wait at a barrier named `name`, then read."""
+    value = write() if jax.process_index() == 0 else None
+    distributed.sync(name)
+    return value if jax.process_index() == 0 else read()
+
+
+def nonfinite_steps(pending: list, nan_policy: str) -> list[int]:
+    """Steps among `pending` whose loss or gradient was not finite; under policy `stop`, raises at the first."""
+    bad = [step for step, m in pending if float(m["nonfinite"]) > 0]
+    if bad and nan_policy == "stop":
+        raise NonFiniteLossError(
+            f"non-finite loss or gradient at step {bad[0]}; the update was not applied and no checkpoint "
+            f"holds it. Set config.train.nan_policy=skip to skip such steps instead."
+        )
+    return bad
+
+
+def host_metrics(pending: list, nan_policy: str) -> dict:
+    """Means of the device metrics of the steps since the last log, over the steps that were applied."""
+    pending = jax.device_get(pending)  # one transfer for all the steps since the last log
+    bad = nonfinite_steps(pending, nan_policy)
+    host = [m for step, m in pending if step not in bad] or [pending[-1][1]]
+    out = {f"train/{k}": float(np.mean([m[k] for m in host])) for k in host[0] if k != "nonfinite"}
+    out["train/skipped_steps"] = float(len(bad))
+    return out
+
+
+def headline(row: dict, split: str, names: tuple[str, ...]) -> str:
+    return " | ".join(f"{name} {row[f'{split}/{name}']:.4f}" for name in ("loss",) + tuple(names))
+
+
+class Hooks(Protocol):
+    """What a run does its own way, called by `run` at each step boundary."""
+
+    def started(self, step: int, state, writer: MetricsWriter) -> None:
+        """Before the first step of this process (a fine-tuning run validates the untrained model here)."""
+
+    def logs_at(self, step: int) -> bool: ...
+
+    def logged(self, step: int, row: dict) -> None:
+        """Adds to a train row (rate, epoch, speed) and prints the progress line."""
+
+    def evaluates_at(self, step: int) -> bool: ...
+
+    def evaluate(self, step: int, state, writer: MetricsWriter) -> bool:
+        """Evaluates and writes the rows; True stops the run here (early stopping)."""
+
+    def saves_at(self, step: int) -> bool: ...
+
+    def saved(self, step: int, writer: MetricsWriter) -> None: ...
+
+    def closing(self, writer: MetricsWriter) -> None:
+        """On any exit, before the metrics are closed (a last plot)."""
+
+
+@dataclasses.dataclass
+class Program:
+    """The compiled pieces of a run: a jitted step over a mesh, and the data that feeds it."""
+
+    mesh: Any
+    rules: Any
+    abstract_state: Any
+    init_state: Callable[[], Any]  # a fresh sharded state (pre-trained weights loaded), when nothing resumes
+    train_step: Callable[[Any, dict], tuple[Any, dict]]  # (state, global batch) -> (state, device metrics)
+    data_sharding: Any
+    train_iter: Iterator[dict]  # this host's batches; checkpointed with the state, so a resume replays none
+    nan_policy: str = "stop"
+
+
+@dataclasses.dataclass
+class Outcome:
+    state: Any
+    start: int  # the step this process resumed from
+    step: int  # the last step run
+    stopped_early: bool = False
+    preempted: bool = False
+
+
+def restore_or_init(program: Program, manager):
+    """The newest checkpoint's state (and the iterator's position), or a fresh one."""
+    with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
+        state = ckpt.restore_latest(manager, program.abstract_state, program.train_iter)
+        return program.init_state() if state is None else state
+
+
+def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int) -> Outcome:
+    """Restores or initialises, then trains to `last_step` (or a preemption, or the hooks' stop), saving
+    per the hooks, at the last step and at a stop. The saves already started complete on any exit."""
+    manager = ckpt.make_manager(paths.absolute(Workdir(workdir).checkpoints), config.checkpoint)
+    writer = None
+    try:
+        state = restore_or_init(program, manager)
+        start = int(state.step)
+        outcome = Outcome(state, start, start)
+        writer = MetricsWriter(workdir, config, start if start else -1)  # a fresh start rewrites its step-0 rows
+        if start >= last_step:
+            logging.info("the checkpoint is already at step %d: nothing to train", start)
+        with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules), PreemptionWatch() as watch:
+            hooks.started(start, state, writer)
+            pending = []
+            for step in range(start + 1, last_step + 1):
+                state, metrics = program.train_step(state, global_batch(next(program.train_iter),
+                                                                        program.data_sharding))
+                pending.append((step, metrics))
+                is_last = step == last_step
+                if hooks.logs_at(step) or is_last:
+                    row = host_metrics(pending, program.nan_policy)
+                    pending = []
+                    hooks.logged(step, row)
+                    writer.write(step, row)
+                stop = hooks.evaluates_at(step) and hooks.evaluate(step, state, writer)
+                preempted = watch.should_stop(step)
+                if hooks.saves_at(step) or is_last or preempted or stop:
+                    nonfinite_steps(pending, program.nan_policy)  # a NaN step stops the run before it is saved
+                    ckpt.save(manager, step, state, program.train_iter)
+                    writer.sync()  # a bucket gets the metrics up to this step (see metrics_writer.py)
+                    hooks.saved(step, writer)
+                outcome = Outcome(state, start, step, stopped_early=stop, preempted=preempted)
+                if preempted:
+                    logging.warning("preempted: checkpoint of step %d saved; run the same command to resume", step)
+                if preempted or stop:
+                    break
+        return outcome
+    finally:
+        try:
+            ckpt.wait_until_finished(manager)
+        finally:
+            manager.close()
+            if writer is not None:
+                try:
+                    hooks.closing(writer)
+                finally:
+                    writer.close()
