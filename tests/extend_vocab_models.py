@@ -4,7 +4,6 @@ import numpy as np
 from conftest import random_batch, small_model_config
 from hf_parity import random_params
 
-from bert_jax.checkpoint import hf_folder
 from bert_jax.families import get_family
 from data_pipelines import corpus, tokenizer_training
 
@@ -69,8 +68,5 @@ def write_family_folder(family: str, tokenizer_dir: str, vocab_size: int, out: s
     """A random-weight HF folder of `family` (and its generator/) with the tokenizer in tokenizer_dir."""
     model_cfg = model_config(family, vocab_size)
     params = random_params(get_family(family).build_model(model_cfg), random_batch(0), seed=seed)
-    state, hf_cfg, *extras = get_family(family).hf_export(params, model_cfg)
-    hf_folder.write_hf_folder(out, state, hf_cfg, tokenizer_dir)
-    for name, (sub_state, sub_cfg) in (extras[0] if extras else {}).items():
-        hf_folder.write_hf_folder(f"{out}/{name}", sub_state, sub_cfg, tokenizer_dir)
+    get_family(family).hf_export(params, model_cfg).write(out, tokenizer_dir)
     return model_cfg
