@@ -7,6 +7,7 @@ made here: pharmacology sentences (extend_vocab_models.domain_lines). Skipped cl
 """
 import json
 import logging
+import pathlib
 
 import numpy as np
 import optax
@@ -91,6 +92,7 @@ def model_outputs(folder: str, cls: str, texts: list[str]):
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_extension_keeps_every_old_logit_bit_for_bit_and_starts_new_rows_at_their_pieces_mean(folders, family):
     original, extended, report = folders(family)
+    assert json.loads((pathlib.Path(extended) / REPORT_FILE).read_text()) == report
     first_new, words = report["first_new_id"], report["words"]
     assert [w["id"] for w in words] == list(range(first_new, first_new + ADD))
     _, _, main_cls, generator_cls = FAMILIES[family]
@@ -104,10 +106,11 @@ def test_extension_keeps_every_old_logit_bit_for_bit_and_starts_new_rows_at_thei
             old_out, new_out = old_out[..., :first_new], new_out[..., :first_new]
         assert torch.equal(old_out, new_out), f"{family} {sub or 'main'}: old logits moved"
         # The tensors: old rows untouched, new rows the float64 mean of the old pieces' rows.
-        old_state, new_state = hf_folder.read_hf_state(f"{original}/{sub}"), hf_folder.read_hf_state(f"{extended}/{sub}")
+        old_state = hf_folder.read_hf_state(f"{original}/{sub}")
+        new_state = hf_folder.read_hf_state(f"{extended}/{sub}")
         names = vocab_rows.vocab_tensors(get_family(family))[sub]
-        assert any(name in new_state for name in names[1:]) or sub == "" and family in ("electra", "deberta_v3")
-        for name in (n for n in names if n in new_state):
+        assert all(name in new_state for name in names), "every token-indexed tensor of the folder is extended"
+        for name in names:
             np.testing.assert_array_equal(new_state[name][:first_new], old_state[name][:first_new])
             for w in words:
                 expected = old_state[name][w["old_ids"]].astype(np.float64).mean(axis=0).astype(np.float32)
