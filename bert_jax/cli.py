@@ -4,6 +4,7 @@
     bert-jax tokenizer --out=/tmp/tok --vocab_size=8192
     bert-jax prepare --config=configs/tiny.py --out=/tmp/prepared --num_workers=2
     bert-jax export --workdir=/tmp/bert_tiny --out=/tmp/bert_tiny_hf
+    bert-jax extend-vocab --from=/tmp/bert_tiny_hf --corpus=/data/domain.txt --add=500 --out=/tmp/bert_tiny_domain
     bert-jax finetune --config=configs/finetune/classification.py --workdir=/tmp/cls --config.init_from=/tmp/bert_tiny
     bert-jax finetune-export --workdir=/tmp/cls --out=/tmp/cls_hf
     bert-jax inspect --from=/tmp/bert_tiny --text="the [MASK] sat on the mat" --mode=fill_mask
@@ -18,6 +19,7 @@ COMMANDS = {
     "tokenizer": "data_pipelines.tokenizer",
     "prepare": "data_pipelines.prepare",
     "export": "bert_jax.export",
+    "extend-vocab": "data_pipelines.extend_vocab",
     "plan": "bert_jax.plan",
     "inspect": "bert_jax.inspect",
     "finetune": "bert_jax.finetune.__main__",

@@ -114,6 +114,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.log_every_steps = 100
     c.train.eval_every_steps = 10_000
     c.train.nan_policy = "stop"  # stop: raise with the step number
+    # After extend-vocab: train only the new tokens' rows (ids from new_rows_start on) for this many steps first.
+    c.train.new_rows_warmup_steps = 0
+    c.train.new_rows_start = 0
 
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every_steps = 10_000

@@ -178,6 +178,8 @@ class HfTokenizer(Tokenizer):
         for token in self.specials.all():
             if self.token_to_id(token) is not None:
                 flags_[self.token_to_id(token)] = True
+        for index in self.hf.get_added_tokens_decoder():  # specials, and whole words added (tokenizer_extension)
+            flags_[index] = True
         return flags_
 
     def save(self, directory: str) -> None:
@@ -280,7 +282,10 @@ class SentencePieceTokenizer(Tokenizer):
         from sentencepiece import sentencepiece_model_pb2  # noqa: PLC0415
 
         model = sentencepiece_model_pb2.ModelProto.FromString(self._proto)
-        vocab = {p.piece: i for i, p in enumerate(model.pieces)}
+        # USER_DEFINED pieces (tokenizer_extension's added words, always last) are matched before the merges, as
+        # SentencePiece matches them: added tokens, numbered after the model's vocabulary.
+        user_defined = [p.piece for p in model.pieces if p.type == p.Type.USER_DEFINED]
+        vocab = {p.piece: i for i, p in enumerate(model.pieces) if p.type != p.Type.USER_DEFINED}
         specials = set(self.specials.all())
         merges = sorted(
             (vocab[piece], vocab[piece[:k]], vocab[piece[k:]], piece[:k], piece[k:])
@@ -299,6 +304,8 @@ class SentencePieceTokenizer(Tokenizer):
         hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
         hf.decoder = tokenizers.decoders.Metaspace(replacement="▁", prepend_scheme="always")
         hf.add_special_tokens(list(self.specials.all()))
+        hf.add_tokens([tokenizers.AddedToken(piece.removeprefix("▁"), single_word=True, lstrip=True, normalized=True)
+                       for piece in user_defined])
         add_pair_template(hf, self.specials)
         return hf
 

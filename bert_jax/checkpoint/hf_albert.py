@@ -16,6 +16,9 @@ TIED_ON_EXPORT = {
     "predictions.decoder.bias": "predictions.bias",
 }
 IGNORED_ON_IMPORT = ("albert.embeddings.position_ids", "albert.embeddings.token_type_ids")
+# Tensors indexed by token id, by folder, for extend-vocab (checkpoint/vocab_rows.py): the factorised word table
+# [vocab, embedding_size] first.
+VOCAB_TENSORS = {"": ("albert.embeddings.word_embeddings.weight", *TIED_ON_EXPORT, "predictions.bias")}
 
 CONFIG_KEYS = {
     **hf_bert.CONFIG_KEYS,

@@ -41,6 +41,9 @@ TIED_ON_EXPORT = {
 }
 # Buffers, not weights: present in some checkpoints, never needed.
 IGNORED_ON_IMPORT = ("bert.embeddings.position_ids",)
+# Tensors indexed by token id, by folder ("": the main one), for extend-vocab (checkpoint/vocab_rows.py): the word
+# embeddings first, then the tied decoder and the MLM output bias.
+VOCAB_TENSORS = {"": ("bert.embeddings.word_embeddings.weight", *TIED_ON_EXPORT, "cls.predictions.bias")}
 
 
 @dataclasses.dataclass(frozen=True)

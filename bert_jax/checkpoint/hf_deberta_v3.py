@@ -33,6 +33,11 @@ TIED_ON_EXPORT = {
     "cls.predictions.decoder.bias": "cls.predictions.bias",
 }
 IGNORED_ON_IMPORT = (f"{PREFIX}.embeddings.position_ids",)
+# Tensors indexed by token id, by folder, for extend-vocab (checkpoint/vocab_rows.py): the merged GDES table in the
+# main folder, the generator's shared table with its tied decoder and MLM bias in `generator/`.
+VOCAB_TENSORS = {"": (f"{PREFIX}.embeddings.word_embeddings.weight",),
+                 GENERATOR_FOLDER: (f"{PREFIX}.embeddings.word_embeddings.weight", *TIED_ON_EXPORT,
+                                    "cls.predictions.bias")}
 
 # DebertaV2ForSequenceClassification's head: ContextPooler (dense, pooler_hidden_act) then classifier (families.py).
 CLASSIFIER_HEAD = {"dense": "pooler.dense", "classifier": "classifier", "activation": "gelu",

@@ -17,6 +17,8 @@ PREFIX = "distilbert"
 HEAD_PREFIXES = ("vocab_transform.", "vocab_layer_norm.", "vocab_projector.")
 TIED_ON_EXPORT = {"vocab_projector.weight": f"{PREFIX}.embeddings.word_embeddings.weight"}
 IGNORED_ON_IMPORT = (f"{PREFIX}.embeddings.position_ids",)
+# Tensors indexed by token id, by folder, for extend-vocab (checkpoint/vocab_rows.py): the word embeddings first.
+VOCAB_TENSORS = {"": (f"{PREFIX}.embeddings.word_embeddings.weight", *TIED_ON_EXPORT, "vocab_projector.bias")}
 # DistilBertForSequenceClassification's head: pre_classifier, ReLU, classifier (families.py).
 CLASSIFIER_HEAD = {"dense": "pre_classifier", "classifier": "classifier", "activation": "relu"}
 # transformers hard-wires every DistilBERT LayerNorm's epsilon.

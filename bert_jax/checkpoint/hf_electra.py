@@ -24,6 +24,11 @@ from bert_jax.models.layers import ACTIVATIONS
 GENERATOR_FOLDER = "generator"
 TIED_ON_EXPORT = {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"}
 IGNORED_ON_IMPORT = ("electra.embeddings.position_ids", "electra.embeddings.token_type_ids")
+# Tensors indexed by token id, by folder, for extend-vocab (checkpoint/vocab_rows.py): the shared word table in
+# both, and the generator's tied decoder and MLM bias.
+VOCAB_TENSORS = {"": ("electra.embeddings.word_embeddings.weight",),
+                 GENERATOR_FOLDER: ("electra.embeddings.word_embeddings.weight", *TIED_ON_EXPORT,
+                                    "generator_lm_head.bias")}
 
 # ElectraForSequenceClassification's head (ElectraClassificationHead): dense, exact GELU, out_proj (families.py).
 CLASSIFIER_HEAD = {"dense": "classifier.dense", "classifier": "classifier.out_proj", "activation": "gelu"}

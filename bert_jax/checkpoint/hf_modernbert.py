@@ -18,6 +18,8 @@ from bert_jax.models.scan_layout import SCANNED
 PREFIX = "model"
 TIED_ON_EXPORT = {"decoder.weight": f"{PREFIX}.embeddings.tok_embeddings.weight"}
 MODEL_TYPE = "modernbert"
+# Tensors indexed by token id, by folder, for extend-vocab (checkpoint/vocab_rows.py): the word embeddings first.
+VOCAB_TENSORS = {"": (f"{PREFIX}.embeddings.tok_embeddings.weight", *TIED_ON_EXPORT, "decoder.bias")}
 # Why fine-tuned task heads do not export (families.py): ours have no LayerNorm before the classifier.
 TASK_HEADS_MISSING = ("Hugging Face's ModernBert task classes run ModernBertPredictionHead (dense, activation, "
                       "LayerNorm) before every classifier, a head bert_jax.finetune does not train")

@@ -15,6 +15,8 @@ TIED_ON_EXPORT = {
     "lm_head.decoder.bias": "lm_head.bias",
 }
 IGNORED_ON_IMPORT = ("roberta.embeddings.position_ids", "roberta.embeddings.token_type_ids")
+# Tensors indexed by token id, by folder, for extend-vocab (checkpoint/vocab_rows.py): the word embeddings first.
+VOCAB_TENSORS = {"": (f"{PREFIX}.embeddings.word_embeddings.weight", *TIED_ON_EXPORT, "lm_head.bias")}
 
 CONFIG_KEYS = {**hf_bert.CONFIG_KEYS, "pad_token_id": "pad_token_id"}
 

@@ -1,4 +1,7 @@
 """Optimizer and learning-rate schedule, all from optax."""
+from typing import Any, NamedTuple
+
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -49,15 +52,61 @@ def decay_mask(params):
     return jax.tree_util.tree_map_with_path(takes_decay, params)
 
 
+class NewRowsFirstState(NamedTuple):
+    count: jax.Array  # updates seen
+    first_rows: Any  # per param: the first row it may change during the warmup (its row count: none)
+
+
+def new_rows_first(warmup_steps: int, first_new_row: int) -> optax.GradientTransformation:
+    """For the first `warmup_steps` updates, only the rows from `first_new_row` on of the token-indexed params
+    (logical axis `vocab` first: word embeddings, MLM output biases) change; every other update is zeroed.
+
+    After extend-vocab this trains the new words' rows (and biases) alone before the whole model, the
+    warmup of exBERT-style vocabulary extension; the rows below stay bit-identical meanwhile. Which params
+    are token-indexed is read once, from the logical names of the boxed params `init` is given (as
+    bert_jax.train.state builds the optimizer state), and kept in the state as one int per param.
+    """
+
+    def first_row(leaf) -> jax.Array:
+        names = leaf.names if isinstance(leaf, nn.LogicallyPartitioned) else ()
+        value = nn.meta.unbox(leaf)
+        rows = value.shape[0] if value.ndim else 0
+        return jnp.asarray(first_new_row if names and names[0] == "vocab" else rows, jnp.int32)
+
+    def init(params) -> NewRowsFirstState:
+        is_box = lambda x: isinstance(x, nn.LogicallyPartitioned)  # noqa: E731
+        return NewRowsFirstState(jnp.zeros([], jnp.int32), jax.tree.map(first_row, params, is_leaf=is_box))
+
+    def update(updates, state: NewRowsFirstState, params=None):
+        del params
+        warming = state.count < warmup_steps
+
+        def masked(update, first):
+            rows = jnp.arange(update.shape[0] if update.ndim else 1).reshape((-1,) + (1,) * max(update.ndim - 1, 0))
+            keep = ~warming | (rows >= first)
+            return jnp.where(keep if update.ndim else keep[0], update, jnp.zeros_like(update))
+
+        updates = jax.tree.map(masked, updates, state.first_rows)
+        return updates, NewRowsFirstState(optax.safe_increment(state.count), state.first_rows)
+
+    return optax.GradientTransformation(init, update)
+
+
 def make_optimizer(train_cfg) -> optax.GradientTransformation:
     if train_cfg.optimizer not in OPTIMIZERS:
         raise ValueError(f"config.train.optimizer={train_cfg.optimizer!r}; expected one of {OPTIMIZERS}")
+    warmup_new_rows, first_new_row = train_cfg.get("new_rows_warmup_steps", 0), train_cfg.get("new_rows_start", 0)
+    if warmup_new_rows and first_new_row <= 0:
+        raise ValueError(f"config.train.new_rows_warmup_steps={warmup_new_rows} needs config.train.new_rows_start: "
+                         f"the first new token id (extend-vocab's report gives it)")
     schedule = learning_rate_schedule(train_cfg)
     make = optax.adamw if train_cfg.optimizer == "adamw" else optax.lamb
     opt = make(
         schedule, b1=train_cfg.b1, b2=train_cfg.b2, eps=train_cfg.eps,
         weight_decay=train_cfg.weight_decay, mask=decay_mask,
     )
+    if warmup_new_rows:
+        opt = optax.chain(opt, new_rows_first(warmup_new_rows, first_new_row))
     if train_cfg.max_grad_norm > 0:
         return optax.chain(optax.clip_by_global_norm(train_cfg.max_grad_norm), opt)
     return opt
