@@ -1,25 +1,17 @@
 """The task registry, and where a task model's encoder parameters come from (bert_jax/finetune/tasks/,
 run._pretrained). The readers and the SBERT losses: tests/test_finetune_readers.py, test_finetune_losses.py."""
-import collections
-import csv
-import json
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import configs.finetune.classification
-import configs.finetune.sentence_embedding
 import finetune_data as fd
 from bert_jax.finetune import init_from
 from bert_jax.finetune.run import _pretrained
 from bert_jax.finetune.tasks import get_task, known_tasks
-from bert_jax.finetune.tasks.sentence_embedding import OBJECTIVES, SiameseHead
 
 torch = pytest.importorskip("torch")
-st_util = pytest.importorskip("sentence_transformers.util")
 
 
 def test_the_registry_holds_the_five_kinds_and_an_unknown_one_is_named():
