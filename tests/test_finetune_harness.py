@@ -14,6 +14,7 @@ import finetune_data as fd
 from bert_jax.finetune.run import finetune
 from bert_jax.storage import paths
 from bert_jax.storage.preflight import StorageError
+from bert_jax.train.completion import read_done
 from launch.local import run_local
 from numerics import REORDERED, assert_close
 from test_finetune import micro_config
@@ -83,6 +84,7 @@ def test_two_processes_give_the_one_process_losses_and_resume_identically(inputs
         if step > 4:
             shutil.rmtree(os.path.join(killed, "checkpoints", str(step)))
     os.remove(os.path.join(killed, "results.json"))
+    os.remove(os.path.join(killed, "DONE"))
     assert run_local(command(killed, inputs), num_processes=2, devices_per_process=1, out=out, timeout_s=600) == 0, \
         out.getvalue()[-4000:]
     assert "starting at step 4 of 8" in out.getvalue(), out.getvalue()[-4000:]
@@ -109,6 +111,7 @@ def test_sigterm_saves_and_exits_0_and_the_same_command_resumes_to_the_straight_
     reader.join()
     assert any("preempted: checkpoint of step" in line for line in rest), "".join(rest)[-3000:]
     assert not os.path.exists(os.path.join(preempted, "results.json"))
+    assert read_done(preempted) is None
     stopped = max(int(d) for d in os.listdir(os.path.join(preempted, "checkpoints")) if d.isdigit())
     assert stopped < 8
     done = subprocess.run(command(preempted, inputs), cwd=REPO, check=True, capture_output=True, text=True,
@@ -116,6 +119,7 @@ def test_sigterm_saves_and_exits_0_and_the_same_command_resumes_to_the_straight_
     assert f"starting at step {stopped} of 8" in done.stderr
     assert train_losses(preempted) == train_losses(straight)
     assert results(preempted)["test"] == results(straight)["test"]
+    assert read_done(preempted)["step"] == 8 and read_done(preempted)["kind"] == "finetune"
 
 
 @pytest.mark.slow  # ~40 s: two runs of one process

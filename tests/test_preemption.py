@@ -36,6 +36,7 @@ def test_sigterm_saves_a_restorable_checkpoint_and_exits_0(tmp_path):
     steps = [int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit()]
     # No periodic save was due (every 1000 steps): the only checkpoint is the preemption one.
     assert len(steps) == 1 and steps[0] >= 1
+    assert not os.path.exists(os.path.join(workdir, "DONE"))  # a preempted run is not finished
     exported = subprocess.run(
         [sys.executable, "-m", "bert_jax.export", f"--workdir={workdir}", f"--out={tmp_path / 'out'}",
          "--format=params"],

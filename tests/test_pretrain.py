@@ -13,6 +13,7 @@ import pytest
 
 import configs.tiny
 from bert_jax.storage.workdir import Workdir
+from bert_jax.train.completion import read_done
 from bert_jax.train.harness import NonFiniteLossError
 from bert_jax.train.loop import train_and_evaluate
 
@@ -79,6 +80,8 @@ def test_workdir_holds_the_contracted_files(straight_run):
     assert [r["step"] for r in rows if "eval/loss" in r] == [4, 8]
     assert {"eval/loss", "eval/mlm_accuracy", "eval/nsp_accuracy"} <= set(final)
     assert json.load(open(os.path.join(workdir, "config.json")))["model"]["hidden_size"] == 32
+    assert read_done(workdir) == {"step": 8, "last_step": 8, "kind": "pretrain",
+                                  "finished_at": read_done(workdir)["finished_at"]}
 
 
 def test_workdir_restores_exactly_the_params_each_checkpoint_saved(straight_run):
@@ -107,11 +110,13 @@ def test_resume_gives_identical_losses(straight_run, tmp_path):
     resumed = str(tmp_path / "resumed")  # trains its own tokenizer: the same one (deterministic)
     train_and_evaluate(micro_config(), resumed, stop_at_step=4)
     assert [s for s, _ in train_losses(resumed)] == [1, 2, 3, 4]
+    assert read_done(resumed) is None  # stopped, not finished: a launcher relaunches it
     train_and_evaluate(micro_config(), resumed)  # a new process would do the same: restore step 4
     straight, again = train_losses(workdir), train_losses(resumed)
     assert [s for s, _ in again] == list(range(1, 9))
     for (s1, a), (s2, b) in zip(straight, again):
         assert s1 == s2 and a == b, (s1, a, b)  # the same compiled step on the same state and batch: bit for bit
+    assert read_done(resumed)["step"] == 8
 
 
 def test_incompatible_checkpoint_fails_with_a_message(straight_run):

@@ -24,7 +24,7 @@ from bert_jax.finetune.tasks import get_task
 from bert_jax.parallel.mesh import batch_sharding, global_batch, logical_axis_rules, make_mesh
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import harness
+from bert_jax.train import completion, harness
 from bert_jax.train.metrics_file import read_rows
 from bert_jax.train.state import abstract_state_and_shardings, create_sharded_state, make_init_fn
 from bert_jax.train.step import make_train_step
@@ -186,6 +186,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     results["diagnosis"] = _diagnose(config, workdir, task.headline_metric(config.task))
     if jax.process_index() == 0:
         paths.write_atomically(root.results_json, json.dumps(results, indent=2))
+        completion.write_done(workdir, outcome.step, num_steps, "finetune")  # last: the results are in
     logging.info("validation: %s", " | ".join(f"{k} {v:.4f}" for k, v in results["validation"].items()
                                               if "/" not in k))
     return results
@@ -324,4 +325,6 @@ def finetune(config, workdir: str, stop_at_step: int | None = None) -> dict:
         print(f"{key} over seeds {seeds}: {s['mean']:.4f} ± {s['std']:.4f}")
     if jax.process_index() == 0:
         paths.write_atomically(Workdir(workdir).seeds_json, json.dumps(summary, indent=2))
+        steps = per_seed[seeds[-1]]["num_steps"]
+        completion.write_done(workdir, steps, steps, "finetune-seeds")
     return {"seeds": per_seed, "summary": summary}

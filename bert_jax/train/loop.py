@@ -12,7 +12,7 @@ from bert_jax.config_validation import validate_config
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import harness, perf, run_identity
+from bert_jax.train import completion, harness, perf, run_identity
 from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.program import build_program
 from data_pipelines import pipeline
@@ -146,7 +146,9 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     meter = perf.PerfMeter(flops, t_cfg.global_batch_size * config.data.max_seq_length,
                            peak * jax.device_count(), t_cfg.num_steps)
     hooks = _PretrainHooks(config, program, frozen, eval_host_batches, baseline, meter, last_step, workdir)
-    harness.run(run, hooks, workdir, config, last_step)
+    outcome = harness.run(run, hooks, workdir, config, last_step)
+    if outcome.step >= t_cfg.num_steps and not outcome.preempted and jax.process_index() == 0:
+        completion.write_done(workdir, outcome.step, t_cfg.num_steps, "pretrain")
     return hooks.last_metrics
 
 
