@@ -85,3 +85,16 @@ def test_other_hosts_join_without_writing(tmp_path):
     joined = lease_lib.acquire(str(tmp_path), fast_config(), process_index=1, process_count=2)
     joined.check()
     assert lease_lib.read_lease(tmp_path) is None
+
+
+def test_the_lease_of_a_killed_process_on_this_host_is_stale_at_once(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    record = other_holder(tmp_path, age_s=0)
+    record.update(host=socket.gethostname(), pid=int(dead.stdout))
+    paths.write_atomically(tmp_path / "LEASE", json.dumps(record))
+    assert not lease_lib.lease_is_live(record, timeout_s=60)
+    lease_lib.acquire(str(tmp_path), fast_config(timeout_s=60), process_index=0, process_count=1).release()

@@ -47,7 +47,6 @@ def check_storage(config, workdir: str, inputs: dict[str, str]) -> lease_lib.Lea
     URL and is never created), and each bucket input {config key: url} is readable; then a local workdir is
     made, and the run takes its lease (train/lease.py: a second live run there stops here). `run` releases it."""
     determinism.check_xla_flags(config)
-    preflight.check_checkpoint_store(workdir)
     preflight.check_writable(workdir, jax.process_index())
     for key, url in inputs.items():
         if url and paths.is_remote(url):

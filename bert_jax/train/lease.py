@@ -9,7 +9,8 @@ written, process 0 takes `WORKDIR/LEASE`, and a heartbeat thread rewrites it eve
 - A live lease (heartbeat younger than `lease.timeout_s`) of another process stops this
   one before step 0, naming the holder; `lease.wait_s` > 0 waits that long for it to end
   first (a relauncher that knows the old hosts are gone sets it past the timeout).
-- A stale lease (its holder died without releasing it) is taken over, with a warning.
+- A stale lease (its holder died without releasing it) is taken over, with a warning. On the
+  holder's own host a dead pid is stale at once, so `kill -9` and the same command resume.
 - An object store has no compare-and-swap here, so a takeover is checked: the writer
   reads the lease back after `lease.settle_s`, and of two racing writers only the last
   one finds its own id. Each heartbeat checks it still holds the lease; a run that lost
@@ -64,8 +65,24 @@ def read_lease(workdir: str | os.PathLike) -> dict | None:
         return None
 
 
+def _process_gone(record: dict) -> bool:
+    """The holder ran on this host and its process has exited (a `kill -9`): no need to wait for the timeout."""
+    if record["host"] != socket.gethostname():
+        return False
+    try:
+        os.kill(record["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
 def lease_is_live(record: dict | None, timeout_s: float, now: float | None = None) -> bool:
-    return record is not None and (time.time() if now is None else now) - record["heartbeat"] < timeout_s
+    """Held by a process that still heartbeats (and, on this host, still exists)."""
+    if record is None or _process_gone(record):
+        return False
+    return (time.time() if now is None else now) - record["heartbeat"] < timeout_s
 
 
 def describe(record: dict, now: float | None = None) -> str:
