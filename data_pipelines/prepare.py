@@ -9,7 +9,7 @@ then train on it with `--config.data.source=prepared --config.data.path=/tmp/cor
 How it works. The source is cut into `--num_parts` parts with `sources.iter_documents`
 (part p of P: whole files p, p + P, ... when there are at least P files, else every P-th
 document). Worker processes (`--num_workers`) each take whole parts and stream them:
-read, tokenize in batches, write shards of `--docs_per_shard` documents
+read, tokenize in batches (document_records.py), write shards of `--docs_per_shard` documents
 (`part-PPPPP-shard-SSSSS.array_record`, one record per document, see records.py). Each
 worker holds one batch of documents and one open shard, so memory does not grow with the
 corpus.
@@ -40,7 +40,7 @@ import ml_collections
 from absl import app, flags, logging
 
 from bert_jax.storage import paths
-from data_pipelines import records, sources
+from data_pipelines import document_records, records, sources
 from data_pipelines import tokenizer as tokenizer_lib
 
 PLAN_FILE = "prepare_plan.json"
@@ -90,11 +90,12 @@ class _ShardWriter:
         self._writer = ArrayRecordWriter(str(self._tmp), WRITER_OPTIONS)
         self.documents = self.segments = self.tokens = 0
 
-    def write(self, document: list) -> None:
-        self._writer.write(records.encode_document(document))
-        self.documents += 1
-        self.segments += len(document)
-        self.tokens += sum(len(s) for s in document)
+    def write(self, batch: document_records.TokenizedBatch) -> None:
+        for record in batch.records:
+            self._writer.write(record)
+        self.documents += len(batch.records)
+        self.segments += int(batch.segments.sum())
+        self.tokens += int(batch.tokens.sum())
 
     def finish(self, skipped: dict[str, int]) -> dict:
         self._writer.close()
@@ -132,7 +133,7 @@ def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_
     Returns the part's progress record: {"part", "shards": [summaries], "skipped"}.
     """
     data_cfg = ml_collections.ConfigDict(data_dict)
-    tokenizer = tokenizer_lib.load_tokenizer(str(paths.path(out) / TOKENIZER_DIR))
+    tokenizer = document_records.DocumentTokenizer(tokenizer_lib.load_tokenizer(str(paths.path(out) / TOKENIZER_DIR)))
     shards = _finished_shards(out, part)
     start = sum(s["documents"] for s in shards)
     stats = sources.SkipStats()
@@ -148,9 +149,7 @@ def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_
     def flush():
         nonlocal pending, pending_segments
         if pending:
-            ids = iter(tokenizer.encode_ids([s for d in pending for s in d]))
-            for document in pending:
-                writer.write([next(ids) for _ in document])
+            writer.write(tokenizer.tokenize(pending))
         pending, pending_segments = [], 0
 
     for document in documents:
