@@ -63,10 +63,13 @@ def shard_name(shard: int, num_shards: int) -> str:
 
 
 def pipeline_options(beam_args: Sequence[str]):
-    """Beam's PipelineOptions for these args, checked now: a bad value or runner name fails with Beam's message.
+    """(PipelineOptions, runner) for these args, checked now: a bad value or runner fails with Beam's message.
 
     Beam itself only warns about options it does not know and drops them; a typo must not
-    quietly run another pipeline, so those fail too.
+    quietly run another pipeline, so those fail too. The DirectRunner is Beam's FnApiRunner,
+    the engine Beam's DirectRunner picks for a batch pipeline like this one, which honours
+    --direct_num_workers and --direct_running_mode; Beam 2.77's DirectRunner would first
+    try Prism, whose binary it downloads.
     """
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions  # noqa: PLC0415
     from apache_beam.runners.runner import create_runner  # noqa: PLC0415
@@ -76,8 +79,17 @@ def pipeline_options(beam_args: Sequence[str]):
     unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) - set(known))
     if unknown:
         raise ValueError(f"Beam does not know the pipeline option(s) {unknown} (from {list(beam_args)})")
-    create_runner(options.view_as(StandardOptions).runner)  # Beam's ValueError names the valid runners.
-    return options
+    runner = create_runner(options.view_as(StandardOptions).runner)  # Beam's ValueError names the valid runners.
+    if type(runner).__name__ in ("DirectRunner", "SwitchingDirectRunner"):
+        from apache_beam.portability.api import beam_provision_api_pb2  # noqa: PLC0415
+        from apache_beam.runners.portability.fn_api_runner import fn_runner  # noqa: PLC0415
+        from apache_beam.runners.portability.portable_runner import JobServiceHandle  # noqa: PLC0415
+
+        encoded = JobServiceHandle.encode_pipeline_options(known)  # As Beam's DirectRunner does.
+        runner = fn_runner.FnApiRunner(
+            provision_info=fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+        )
+    return options, runner
 
 
 def settings(data_cfg: ml_collections.ConfigDict, num_shards: int) -> dict:
@@ -245,7 +257,7 @@ def prepare_beam(
     """
     import apache_beam as beam  # noqa: PLC0415
 
-    options = pipeline_options(beam_args)  # Fails here, before any work.
+    options, runner = pipeline_options(beam_args)  # Fails here, before any work.
     if data_cfg.source == "prepared":
         raise ValueError("config.data.source='prepared' is already prepared; name the raw source")
     if num_shards < 1 or num_parts < 0:
@@ -260,7 +272,7 @@ def prepare_beam(
         "tokenizer": {"dir": prepare_lib.TOKENIZER_DIR, "kind": tokenizer.kind, "vocab_size": tokenizer.get_vocab_size()},
     }
     logging.info("preparing %d part(s) into %d shard(s) in %s on Beam", num_parts, num_shards, out)
-    with beam.Pipeline(options=options) as pipeline:
+    with beam.Pipeline(runner=runner, options=options) as pipeline:
         build(pipeline, data_cfg, out, num_parts, num_shards, base)
     return records.read_manifest(out)
 
