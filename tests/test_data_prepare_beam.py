@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from bert_jax.storage import paths
 from data_pipelines import prepare_beam, records, sources
 from data_pipelines import tokenizer as tokenizer_lib
 from tests.test_data_prepare import corpus_cfg, run_prepare, write_corpus
@@ -82,6 +83,20 @@ def test_other_worker_and_part_counts_give_identical_shards(prepared, corpus, tm
     assert again == by_beam  # fingerprint included
     for shard in by_beam["shards"]:
         assert (tmp_path / shard["path"]).read_bytes() == (root / "beam" / shard["path"]).read_bytes()
+
+
+def test_a_corpus_and_output_in_a_bucket_give_the_same_shards(prepared, corpus, gcs):
+    root, _, by_beam = prepared
+    bucket = gcs.new()
+    for file in corpus.iterdir():
+        paths.copy_file(file, f"{bucket}/corpus/{file.name}")
+    tokenizer_lib.copy_tokenizer(str(root / "beam" / "tokenizer"), f"{bucket}/prepared/tokenizer")
+    in_bucket = prepare_beam.prepare_beam(
+        corpus_cfg(f"{bucket}/corpus"), f"{bucket}/prepared", TWO_PROCESSES, num_shards=3
+    )
+    assert {k: v for k, v in in_bucket.items() if k != "source"} == {k: v for k, v in by_beam.items() if k != "source"}
+    for shard in by_beam["shards"]:
+        assert paths.path(f"{bucket}/prepared/{shard['path']}").read_bytes() == (root / "beam" / shard["path"]).read_bytes()
 
 
 def test_an_output_with_other_settings_is_refused_unless_overwrite(prepared, corpus, tmp_path):
