@@ -50,7 +50,7 @@ TOKENIZER_DIR = "tokenizer"
 # One record per chunk: random access (grain) decompresses only the document it reads.
 WRITER_OPTIONS = "group_size:1,zstd:1"
 # Segments tokenized per call: large enough for the Rust batch, small enough for bounded memory.
-_SEGMENTS_PER_BATCH = 4096
+SEGMENTS_PER_BATCH = 4096
 # Keys of config.data that decide which documents exist and how they split into segments.
 SOURCE_KEYS = (
     "source", "path", "field", "tfds_name", "tfds_split", "tfds_data_dir", "segmenter", "max_line_bytes",
@@ -166,7 +166,7 @@ def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_
             writer = ShardWriter(out, shard_name(part, len(shards)))
         pending.append(document)
         pending_segments += len(document)
-        if pending_segments >= _SEGMENTS_PER_BATCH:
+        if pending_segments >= SEGMENTS_PER_BATCH:
             flush()
     part_skipped = {}
     if writer is not None:

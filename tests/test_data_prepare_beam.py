@@ -17,6 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TWO_PROCESSES = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 BAD_INPUT = {"binary_file": 1, "invalid_utf8": 1, "empty_file": 1, "line_too_long": 1}
+BAD_INPUT_SORTED = dict(sorted(BAD_INPUT.items()))
 
 
 def shard_records(out, manifest):
@@ -71,9 +72,14 @@ def test_beam_and_prepare_give_the_same_documents_and_counts(prepared):
     assert by_beam["tokenizer"] == by_prepare["tokenizer"] and by_beam["num_shards"] == 3
 
 
-def test_bad_input_is_counted_by_reason_and_every_good_document_kept(prepared):
-    _, by_prepare, by_beam = prepared
+def test_bad_input_is_counted_by_reason_and_every_good_document_kept(prepared, corpus, tmp_path, caplog):
+    root, by_prepare, by_beam = prepared
     assert by_beam["skipped"] == by_prepare["skipped"] == BAD_INPUT
+    # Every good document kept: the same records as prepare's (test above); and in Beam's counters.
+    tokenizer_lib.copy_tokenizer(str(root / "beam" / "tokenizer"), str(tmp_path / "tokenizer"))
+    with caplog.at_level("INFO"):
+        prepare_beam.prepare_beam(corpus_cfg(corpus), str(tmp_path), IN_MEMORY, num_shards=3)
+    assert f"Beam counters: {BAD_INPUT_SORTED}" in caplog.text
 
 
 def test_other_worker_and_part_counts_give_identical_shards(prepared, corpus, tmp_path):
