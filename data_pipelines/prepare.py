@@ -5,6 +5,8 @@
         --num_workers=8 --docs_per_shard=10000
 
 then train on it with `--config.data.source=prepared --config.data.path=/tmp/corpus_prepared`.
+On more than one machine, `python -m data_pipelines.prepare_beam` gives the same documents
+and format on Apache Beam (prepare_beam.py).
 
 How it works. The source is cut into `--num_parts` parts with `sources.iter_documents`
 (part p of P: whole files p, p + P, ... when there are at least P files, else every P-th
