@@ -265,6 +265,9 @@ def prepare_beam(
     num_parts = num_parts or len(files) or 16
     wanted = settings(data_cfg, num_shards)
     check_output(out, wanted, overwrite)
+    if not paths.is_remote(out):  # (in a bucket, unfinished shards never leave a worker's disk)
+        for stale in paths.path(out).glob(".*.tmp"):
+            stale.unlink()  # Shards a killed run left unfinished.
     tokenizer = tokenizer_lib.prepare_tokenizer(data_cfg, str(paths.path(out) / prepare_lib.TOKENIZER_DIR))
     base = {
         **wanted,

@@ -91,14 +91,15 @@ def test_other_worker_and_part_counts_give_identical_shards(prepared, corpus, tm
         assert (tmp_path / shard["path"]).read_bytes() == (root / "beam" / shard["path"]).read_bytes()
 
 
-def test_a_corpus_and_output_in_a_bucket_give_the_same_shards(prepared, corpus, gcs):
+@pytest.mark.parametrize("store, options", [("gcs", TWO_PROCESSES), ("s3", IN_MEMORY)])
+def test_a_corpus_and_output_in_a_bucket_give_the_same_shards(prepared, corpus, store, options, request):
     root, _, by_beam = prepared
-    bucket = gcs.new()
+    bucket = request.getfixturevalue(store).new()  # Worker processes find the emulator through the environment.
     for file in corpus.iterdir():
         paths.copy_file(file, f"{bucket}/corpus/{file.name}")
     tokenizer_lib.copy_tokenizer(str(root / "beam" / "tokenizer"), f"{bucket}/prepared/tokenizer")
     in_bucket = prepare_beam.prepare_beam(
-        corpus_cfg(f"{bucket}/corpus"), f"{bucket}/prepared", TWO_PROCESSES, num_shards=3
+        corpus_cfg(f"{bucket}/corpus"), f"{bucket}/prepared", options, num_shards=3
     )
     assert {k: v for k, v in in_bucket.items() if k != "source"} == {k: v for k, v in by_beam.items() if k != "source"}
     for shard in by_beam["shards"]:
