@@ -5,6 +5,8 @@
         --num_workers=8 --docs_per_shard=10000
 
 then train on it with `--config.data.source=prepared --config.data.path=/tmp/corpus_prepared`.
+On more than one machine, `python -m data_pipelines.prepare_beam` gives the same documents
+and format on Apache Beam (prepare_beam.py).
 
 How it works. The source is cut into `--num_parts` parts with `sources.iter_documents`
 (part p of P: whole files p, p + P, ... when there are at least P files, else every P-th
@@ -50,7 +52,7 @@ TOKENIZER_DIR = "tokenizer"
 # One record per chunk: random access (grain) decompresses only the document it reads.
 WRITER_OPTIONS = "group_size:1,zstd:1"
 # Segments tokenized per call: large enough for the Rust batch, small enough for bounded memory.
-_SEGMENTS_PER_BATCH = 4096
+SEGMENTS_PER_BATCH = 4096
 # Keys of config.data that decide which documents exist and how they split into segments.
 SOURCE_KEYS = (
     "source", "path", "field", "tfds_name", "tfds_split", "tfds_data_dir", "segmenter", "max_line_bytes",
@@ -166,7 +168,7 @@ def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_
             writer = ShardWriter(out, shard_name(part, len(shards)))
         pending.append(document)
         pending_segments += len(document)
-        if pending_segments >= _SEGMENTS_PER_BATCH:
+        if pending_segments >= SEGMENTS_PER_BATCH:
             flush()
     part_skipped = {}
     if writer is not None:

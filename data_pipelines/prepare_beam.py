@@ -55,7 +55,6 @@ SHARDING = "blake2b-64(record) mod num_shards; sorted by (hash, record) within a
 # Defaults that make the local runner use every core; any given option overrides them.
 _DEFAULT_OPTIONS = ("--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=0")
 _SKIPPED = "skipped"
-_SEGMENTS_PER_BATCH = 4096  # As prepare: one Rust batch, bounded memory.
 
 
 def shard_name(shard: int, num_shards: int) -> str:
@@ -169,7 +168,7 @@ def _batches(documents: Iterable[list[str]]) -> Iterable[list[list[str]]]:
     for document in documents:
         batch.append(document)
         segments += len(document)
-        if segments >= _SEGMENTS_PER_BATCH:
+        if segments >= prepare_lib.SEGMENTS_PER_BATCH:
             yield batch
             batch, segments = [], 0
     if batch:
@@ -266,15 +265,29 @@ def prepare_beam(
     num_parts = num_parts or len(files) or 16
     wanted = settings(data_cfg, num_shards)
     check_output(out, wanted, overwrite)
+    if not paths.is_remote(out):  # (in a bucket, unfinished shards never leave a worker's disk)
+        for stale in paths.path(out).glob(".*.tmp"):
+            stale.unlink()  # Shards a killed run left unfinished.
     tokenizer = tokenizer_lib.prepare_tokenizer(data_cfg, str(paths.path(out) / prepare_lib.TOKENIZER_DIR))
     base = {
         **wanted,
         "tokenizer": {"dir": prepare_lib.TOKENIZER_DIR, "kind": tokenizer.kind, "vocab_size": tokenizer.get_vocab_size()},
     }
     logging.info("preparing %d part(s) into %d shard(s) in %s on Beam", num_parts, num_shards, out)
-    with beam.Pipeline(runner=runner, options=options) as pipeline:
-        build(pipeline, data_cfg, out, num_parts, num_shards, base)
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    build(pipeline, data_cfg, out, num_parts, num_shards, base)
+    result = pipeline.run()
+    result.wait_until_finish()
+    logging.info("Beam counters: %s", skip_counters(result) or "none (nothing skipped, or the runner reports no metrics)")
     return records.read_manifest(out)
+
+
+def skip_counters(result) -> dict[str, int]:
+    """The run's `prepare_beam:<reason>` counters, as the runner reports them."""
+    from apache_beam.metrics.metric import MetricsFilter  # noqa: PLC0415
+
+    found = result.metrics().query(MetricsFilter().with_namespace("prepare_beam"))["counters"]
+    return dict(sorted((c.key.metric.name, c.committed if c.committed is not None else c.attempted) for c in found))
 
 
 def _define_flags():

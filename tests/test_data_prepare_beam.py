@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from bert_jax.storage import paths
 from data_pipelines import prepare_beam, records, sources
 from data_pipelines import tokenizer as tokenizer_lib
 from tests.test_data_prepare import corpus_cfg, run_prepare, write_corpus
@@ -16,6 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TWO_PROCESSES = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 BAD_INPUT = {"binary_file": 1, "invalid_utf8": 1, "empty_file": 1, "line_too_long": 1}
+BAD_INPUT_SORTED = dict(sorted(BAD_INPUT.items()))
 
 
 def shard_records(out, manifest):
@@ -70,9 +72,14 @@ def test_beam_and_prepare_give_the_same_documents_and_counts(prepared):
     assert by_beam["tokenizer"] == by_prepare["tokenizer"] and by_beam["num_shards"] == 3
 
 
-def test_bad_input_is_counted_by_reason_and_every_good_document_kept(prepared):
-    _, by_prepare, by_beam = prepared
+def test_bad_input_is_counted_by_reason_and_every_good_document_kept(prepared, corpus, tmp_path, caplog):
+    root, by_prepare, by_beam = prepared
     assert by_beam["skipped"] == by_prepare["skipped"] == BAD_INPUT
+    # Every good document kept: the same records as prepare's (test above); and in Beam's counters.
+    tokenizer_lib.copy_tokenizer(str(root / "beam" / "tokenizer"), str(tmp_path / "tokenizer"))
+    with caplog.at_level("INFO"):
+        prepare_beam.prepare_beam(corpus_cfg(corpus), str(tmp_path), IN_MEMORY, num_shards=3)
+    assert f"Beam counters: {BAD_INPUT_SORTED}" in caplog.text
 
 
 def test_other_worker_and_part_counts_give_identical_shards(prepared, corpus, tmp_path):
@@ -82,6 +89,21 @@ def test_other_worker_and_part_counts_give_identical_shards(prepared, corpus, tm
     assert again == by_beam  # fingerprint included
     for shard in by_beam["shards"]:
         assert (tmp_path / shard["path"]).read_bytes() == (root / "beam" / shard["path"]).read_bytes()
+
+
+@pytest.mark.parametrize("store, options", [("gcs", TWO_PROCESSES), ("s3", IN_MEMORY)])
+def test_a_corpus_and_output_in_a_bucket_give_the_same_shards(prepared, corpus, store, options, request):
+    root, _, by_beam = prepared
+    bucket = request.getfixturevalue(store).new()  # Worker processes find the emulator through the environment.
+    for file in corpus.iterdir():
+        paths.copy_file(file, f"{bucket}/corpus/{file.name}")
+    tokenizer_lib.copy_tokenizer(str(root / "beam" / "tokenizer"), f"{bucket}/prepared/tokenizer")
+    in_bucket = prepare_beam.prepare_beam(
+        corpus_cfg(f"{bucket}/corpus"), f"{bucket}/prepared", options, num_shards=3
+    )
+    assert {k: v for k, v in in_bucket.items() if k != "source"} == {k: v for k, v in by_beam.items() if k != "source"}
+    for shard in by_beam["shards"]:
+        assert paths.path(f"{bucket}/prepared/{shard['path']}").read_bytes() == (root / "beam" / shard["path"]).read_bytes()
 
 
 def test_an_output_with_other_settings_is_refused_unless_overwrite(prepared, corpus, tmp_path):
