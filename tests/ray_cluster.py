@@ -64,10 +64,10 @@ class LocalRayCluster:
         return node
 
     def start_slice(self) -> None:
-        alive = sum(h.poll() is None for h in self.hosts)
-        self.add_host(head=True)
-        self.add_host(head=False)
-        self._wait_nodes(1 + alive + 2)
+        for head in (True, False):  # one at a time: two nodes starting together can collide
+            alive = self._alive_nodes()
+            self.add_host(head=head)
+            self._wait_nodes(alive + 1)
 
     @staticmethod
     def kill(node: subprocess.Popen) -> None:
