@@ -10,6 +10,10 @@ per 4 chips on v4 (v4-32: 16 chips, 4 workers); the same command runs on every
 worker (`--worker=all`) and `jax.distributed` finds its peers from the TPU VM's
 metadata, so no coordinator is given. `--queued` asks for the slice through queued
 resources (the way to get spot capacity that is not free right now).
+
+It does not relaunch: a preempted slice's run stays stopped (its checkpoint saved) until
+someone runs `run` again. For runs that relaunch themselves until done, use
+`python -m launch.ray_tpu` on a Ray cluster (README: "Spot TPUs that finish by themselves").
 """
 import argparse
 import shlex
@@ -67,7 +71,7 @@ def commands(action: str, args) -> list[list[str]]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("action", choices=ACTIONS)
+    p.add_argument("action", choices=ACTIONS, help="(no relaunch after a preemption: see launch.ray_tpu)")
     p.add_argument("--name", required=True, help="TPU VM (and queued resource) name")
     p.add_argument("--zone", required=True)
     p.add_argument("--project", default="")

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -115,10 +116,32 @@ def run_flags(workdir, *extra):
             "--config.lease.timeout_s=20"]
 
 
+class Launch:
+    """The launcher in a subprocess, its output read as it comes (a full pipe would block it)."""
+
+    def __init__(self, cluster, workdir, *extra):
+        self.proc = subprocess.Popen([sys.executable, "-m", "launch.ray_tpu", f"--address={cluster.address}",
+                                      *run_flags(workdir, *extra)], cwd=REPO, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self.reader.start()
+
+    def poll(self):
+        return self.proc.poll()
+
+    def communicate(self, timeout):
+        self.proc.wait(timeout=timeout)
+        self.reader.join(timeout=30)
+        return "".join(self.lines), None
+
+    @property
+    def returncode(self):
+        return self.proc.returncode
+
+
 def start(cluster, workdir, *extra):
-    return subprocess.Popen([sys.executable, "-m", "launch.ray_tpu", f"--address={cluster.address}",
-                             *run_flags(workdir, *extra)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return Launch(cluster, workdir, *extra)
 
 
 def losses(workdir):
