@@ -1,0 +1,125 @@
+"""The loader's batches are pinned: speed work on it must not change a single bit.
+
+The digests below were computed by the loader before the issue 28 speed work, on a micro
+prepared corpus built here from a seeded generator (no tokenizer training, no corpus
+parsing), so they change only when the loader's output does. A digest that no longer
+matches means batches changed for a fixed seed and step: runs would not repeat across
+versions, and a checkpoint's data state would resume into other data.
+"""
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+from array_record.python.array_record_module import ArrayRecordWriter
+
+from data_pipelines import pipeline, records
+from data_pipelines import tokenizer as tokenizer_lib
+
+BATCH, BATCHES = 4, 3
+WORDS, PIECES = 200, 100
+
+EXPECTED = {
+    # (source, builder, masking): sha256 of the first BATCHES training batches, then of the eval batches.
+    ('prepared', 'nsp', 'token'): ('2e409d839caf9f81124392f6a65869d33367e5d03c329b1b4d6fc19acf3bb0f5',
+        'b2ca27dce2ea33cb62bcdb0a32b46c3dbad3848ba7fc3724d975e88cb85ff776'),
+    ('prepared', 'nsp', 'whole_word'): ('214eb3e4410f626f71b6c38cfc55bc73ae5067267b658be568d81d54b1ec51a3',
+        '18f0ae72e6cd2eac3614b0d9c2d2fbaafa6fbf64e208cc3dfae8814c83cdcfe6'),
+    ('prepared', 'sop', 'ngram'): ('8897fcc7650a52dce04ec860c1a36593e085440707894ee2d44bc8454ee70a81',
+        '71bb5c6a15d7ab8f77b9027d147ebaf43a100ffa40991e1fc4175a3ab4f0748b'),
+    ('prepared', 'full_sentences', 'span'): ('791d277cf427ce09ff8fc20eaf7cabf5b06d5507aa8aa885e016a0fe6ff805ca',
+        '94e070f45222d6ea68624940d947aed38f781b57ae13273f1f0b25163f67ecf8'),
+    ('prepared', 'doc_sentences', 'token'): ('a36e109b0e885a76943f46f3a326d20d35398ec1cb2ee6bd67ac8796b12992cc',
+        'ef6039e621f6e166a35c1982fb300c608702c1199ef8ca929fffbbae68926a20'),
+    ('prepared', 'packed', 'whole_word'): ('55093b5f27e071495a6187841581bf8cd06a275643b700ca28752869131ccf44',
+        '5627edf4fecd679b8f9fe5af93578883baca3f6628092a1f07eeb364023a8172'),
+    ('jsonl', 'nsp', 'token'): ('e348968a68819a9edcebf6bc9ba7aaf5e6170e329214ac37b8f579633fe37507',
+        '6d4120cc84be287a2e981fdae93dca064638d0a52ac1481c4424b7ed8d33e04f'),
+    ('jsonl', 'packed', 'token'): ('747e4b75f60ff825d18dae28b6d80bf35ce2cae6bf3b78978357334241390eae',
+        'bb16b5548f06731051a571687ce85cedbbb7ffb5fa5771258d75f5aa29dfbde4'),
+}
+
+
+def _digest(batches):
+    digest = hashlib.sha256()
+    for batch in batches:
+        for key in sorted(batch):
+            array = np.ascontiguousarray(batch[key])
+            digest.update(f"{key}:{array.dtype.str}:{array.shape}".encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def _documents():
+    """60 documents of 1-8 segments of 1-40 ids (words, some followed by ## pieces)."""
+    rng = np.random.default_rng(28)
+    documents = []
+    for _ in range(60):
+        segments = []
+        for _ in range(int(rng.integers(1, 9))):
+            ids = rng.integers(5, 5 + WORDS + PIECES, int(rng.integers(1, 41)))
+            ids[0] = min(ids[0], 5 + WORDS - 1)  # A segment starts with a word.
+            segments.append(ids.astype(np.int32))
+        documents.append(segments)
+    return documents
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+    """A prepared directory (2 shards, manifest) and a vocab.txt of words and ## pieces."""
+    root = tmp_path_factory.mktemp("identity")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab += [f"w{i}" for i in range(WORDS)] + [f"##p{i}" for i in range(PIECES)]
+    (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    documents = _documents()
+    shards = []
+    for number, part in enumerate((documents[:25], documents[25:])):
+        name = f"shard-{number}.array_record"
+        writer = ArrayRecordWriter(str(root / name), "group_size:1")
+        for document in part:
+            writer.write(records.encode_document(document))
+        writer.close()
+        shards.append({"path": name, "documents": len(part), "segments": 0, "tokens": 0})
+    manifest = {"format": records.FORMAT, "documents": len(documents), "shards": shards}
+    (root / records.MANIFEST_FILE).write_text(json.dumps(manifest))
+    with open(root / "docs.jsonl", "w") as f:
+        for document in documents:
+            text = "\n".join(" ".join(vocab[i] for i in s if i < 5 + WORDS) or "w0" for s in document)
+            f.write(json.dumps({"text": text}) + "\n")
+    return root
+
+
+def _config(corpus_dir, source, builder, masking):
+    config = pipeline.default_data_config()
+    config.vocab_size = 5 + WORDS + PIECES
+    config.max_seq_length, config.max_predictions_per_seq = 32, 5
+    config.shuffle_window, config.eval_fraction, config.num_eval_batches = 8, 0.2, 1
+    config.example_builder, config.masking = builder, masking
+    if source == "prepared":
+        config.source, config.path = "prepared", str(corpus_dir)
+    else:
+        config.source, config.path, config.field = "jsonl", str(corpus_dir / "docs.jsonl"), "text"
+    return config
+
+
+CASES = [
+    ("prepared", "nsp", "token"),
+    ("prepared", "nsp", "whole_word"),
+    ("prepared", "sop", "ngram"),
+    ("prepared", "full_sentences", "span"),
+    ("prepared", "doc_sentences", "token"),
+    ("prepared", "packed", "whole_word"),
+    ("jsonl", "nsp", "token"),
+    ("jsonl", "packed", "token"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids="-".join)
+def test_batches_are_bit_identical_to_the_pinned_ones(corpus_dir, case):
+    config = _config(corpus_dir, *case)
+    tokenizer = tokenizer_lib.load_tokenizer(str(corpus_dir / "vocab.txt"))
+    iterator = pipeline.build_train_iterator(config, tokenizer, seed=7, per_host_batch_size=BATCH)
+    train = _digest([next(iterator) for _ in range(BATCHES)])
+    evaluation = _digest(pipeline.build_eval_batches(config, tokenizer, seed=7, per_host_batch_size=BATCH))
+    assert (train, evaluation) == EXPECTED[case]
