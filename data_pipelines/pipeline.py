@@ -6,7 +6,8 @@
                               (corpus.is_eval_document; for streams, its index in the shard)
   stream.ExampleStream        tokenizes in groups (encode_ids) and runs the example builder
                               (builders.py / packing.py) epoch after epoch, checkpointably
-  WindowShuffleIterDataset    shuffles examples within config.data.shuffle_window
+  WindowShuffleIterDataset    shuffles examples within config.data.shuffle_window (grain's,
+                              its permutation vectorised: window_shuffle.py)
   batch                       per-host batches
   MaskBatch                   dynamic masking (masking.py) of each batch, its rng drawn
                               from (seed, host, batch index): fresh masks every epoch
@@ -27,7 +28,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from data_pipelines import builders, corpus, masking, sources, stream
+from data_pipelines import builders, corpus, masking, sources, stream, window_shuffle
 from data_pipelines import tokenizer as tokenizer_lib
 
 SPLITS = ("train", "eval")
@@ -160,7 +161,7 @@ def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, proces
         source_stats,
     )
     if cfg.shuffle_window > 1:
-        dataset = grain.experimental.WindowShuffleIterDataset(
+        dataset = window_shuffle.WindowShuffleIterDataset(
             dataset, window_size=cfg.shuffle_window, seed=_host_seed(seed, process_index, 4)
         )
     dataset = dataset.batch(per_host_batch_size, drop_remainder=True)

@@ -13,8 +13,9 @@ import json
 import numpy as np
 import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
+from grain._src.python.experimental.index_shuffle.python.index_shuffle_module import index_shuffle
 
-from data_pipelines import pipeline, records
+from data_pipelines import pipeline, records, window_shuffle
 from data_pipelines import tokenizer as tokenizer_lib
 
 BATCH, BATCHES = 4, 3
@@ -123,3 +124,10 @@ def test_batches_are_bit_identical_to_the_pinned_ones(corpus_dir, case):
     train = _digest([next(iterator) for _ in range(BATCHES)])
     evaluation = _digest(pipeline.build_eval_batches(config, tokenizer, seed=7, per_host_batch_size=BATCH))
     assert (train, evaluation) == EXPECTED[case]
+
+
+@pytest.mark.parametrize("size", [1, 2, 100, 128, 1000, 1024, 5000])
+def test_window_permutation_is_grains_index_shuffle(size):
+    seed = 2**32 - 1 - size
+    expected = [index_shuffle(i, max_index=max(size - 1, 0), seed=seed, rounds=4) for i in range(size)]
+    assert window_shuffle.permutation(size, seed).tolist() == expected
