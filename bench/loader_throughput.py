@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 import psutil
+from absl import flags
 
 from configs import tiny
 from data_pipelines import corpus, pipeline, prepare
@@ -128,6 +129,7 @@ def main() -> None:
     parser.add_argument("--fingerprint_check", default="")
     parser.add_argument("--cases", default=",".join(c[0] for c in CASES))
     args = parser.parse_args()
+    flags.FLAGS.mark_as_parsed()  # grain's worker processes read absl flags.
 
     prepared = _prepared_corpus(args.keep, args.repeat)
     tokenizer = tokenizer_lib.load_tokenizer(os.path.join(prepared, "tokenizer"))

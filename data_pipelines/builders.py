@@ -50,18 +50,25 @@ def _truncate_pair(a, b, max_tokens: int, rng: np.random.Generator):
     """Cuts tokens from the longer side, front or back at random, until A + B fit.
 
     Both ends are cut (not only the back) so the model does not learn that inputs
-    always end at a sentence boundary (google-research/bert truncate_seq_pair).
+    always end at a sentence boundary (google-research/bert truncate_seq_pair). One
+    uniform draw per cut token decides front or back; which side each cut takes is fixed
+    by the lengths alone (the longer one, B on a tie: A down to B's length, then B and A
+    in turn), so the draws are taken at once and counted per side.
     """
-    start_a, end_a, start_b, end_b = 0, len(a), 0, len(b)
-    removed = 0
-    while (end_a - start_a) + (end_b - start_b) > max_tokens:
-        front = rng.random() < 0.5
-        if end_a - start_a > end_b - start_b:
-            start_a, end_a = (start_a + 1, end_a) if front else (start_a, end_a - 1)
-        else:
-            start_b, end_b = (start_b + 1, end_b) if front else (start_b, end_b - 1)
-        removed += 1
-    return a[start_a:end_a], b[start_b:end_b], removed
+    removed = len(a) + len(b) - max_tokens
+    if removed <= 0:
+        return a, b, 0
+    front = rng.random(removed) < 0.5
+    lead = min(removed, abs(len(a) - len(b)))  # Cuts while the sides differ in length.
+    a_leads = len(a) > len(b)
+    a_cuts = np.zeros(removed, bool)
+    a_cuts[:lead] = a_leads
+    a_cuts[lead + 1 :: 2] = True  # Then B, A, B, ...: equal lengths cut B first.
+    a_front, a_count = int(np.count_nonzero(front & a_cuts)), int(np.count_nonzero(a_cuts))
+    b_front = int(np.count_nonzero(front & ~a_cuts))
+    a = a[a_front : len(a) - (a_count - a_front)]
+    b = b[b_front : len(b) - (removed - a_count - b_front)]
+    return a, b, removed
 
 
 class PairBuilder:

@@ -53,7 +53,8 @@ def decode_document(record: bytes) -> list[np.ndarray]:
             f"record holds {len(buffer) - header_bytes} id bytes; its lengths say {4 * int(lengths.sum())}"
         )
     ids = np.frombuffer(buffer[header_bytes:], _I32).astype(np.int32)
-    return np.split(ids, np.cumsum(lengths)[:-1]) if count else []
+    ends = np.cumsum(lengths).tolist()
+    return [ids[start:end] for start, end in zip([0, *ends[:-1]], ends)]
 
 
 def read_manifest(directory: str) -> dict:
