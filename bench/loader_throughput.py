@@ -7,7 +7,8 @@
 
 The corpus is the embedded one repeated `--repeat` times as JSONL, tokenized once by
 `python -m data_pipelines.prepare`'s code (WordPiece, 8192 ids) into `--keep` (kept between
-runs; a temp dir otherwise). Each case times `pipeline.build_train_iterator(...,
+runs; a temp dir otherwise). Each case times (wall clock, and CPU time of all its processes,
+which other load on the machine changes less) `pipeline.build_train_iterator(...,
 per_host_batch_size=256)` on source=prepared after `--warmup` batches, and reports the
 RSS growth (this process and its grain workers) over the RSS before the iterator was built;
 the shards are read with pread, so their page cache is not in it. A fingerprint is the
@@ -82,6 +83,18 @@ def batch_digest(batches: list[dict[str, np.ndarray]]) -> str:
     return digest.hexdigest()
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its live worker processes."""
+    process = psutil.Process()
+    total = sum(process.cpu_times()[:2])
+    for child in process.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 def _rss() -> int:
     process = psutil.Process()
     total = process.memory_info().rss
@@ -98,16 +111,17 @@ def _run_case(name: str, data, tokenizer, args) -> dict:
     iterator = pipeline.build_train_iterator(data, tokenizer, seed=0, per_host_batch_size=BATCH)
     first = [next(iterator) for _ in range(max(args.warmup, args.fingerprint_batches))]
     rss_peak = _rss()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), _cpu_seconds()
     for i in range(args.batches):
         next(iterator)
         if i % 10 == 0:
             rss_peak = max(rss_peak, _rss())
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
     rss_peak = max(rss_peak, _rss())
     result = {
         "case": name,
         "seq_per_s": args.batches * BATCH / elapsed,
+        "seq_per_cpu_s": args.batches * BATCH / cpu,
         "rss_growth_mib": (rss_peak - rss_start) / 2**20,
         "digest": batch_digest(first[: args.fingerprint_batches]),
     }
@@ -140,7 +154,8 @@ def main() -> None:
             result = _run_case(name, _config(prepared, seq, predictions, masking, args), tokenizer, args)
             results.append(result)
             print(f"loader {name:18s} builder={args.builder} workers={args.worker_count} "
-                  f"prefetch={args.prefetch}: {result['seq_per_s']:8.0f} seq/s, "
+                  f"prefetch={args.prefetch}: {result['seq_per_s']:8.0f} seq/s "
+                  f"({result['seq_per_cpu_s']:.0f} per CPU-second), "
                   f"RSS +{result['rss_growth_mib']:.0f} MiB, digest {result['digest'][:16]}", flush=True)
     digests = {r["case"]: r["digest"] for r in results}
     if args.fingerprint_out:

@@ -130,9 +130,9 @@ class PairBuilder:
         """Adds a document to the ring without building from it (replay on resume)."""
         self._remember(nonempty_segments(document), position)
 
-    def _remember(self, segments: list[np.ndarray], position: int) -> None:
+    def _remember(self, segments: list[np.ndarray], position: int, offsets: list[int] | None = None) -> None:
         if self.lookback and segments:
-            self._ring.append((position, segments, _token_offsets(segments)))
+            self._ring.append((position, segments, offsets or _token_offsets(segments)))
 
     def ring_start(self, position: int) -> int:
         """Where a replay must start to rebuild the ring as it is before `position`."""
@@ -164,15 +164,15 @@ class PairBuilder:
             self.stats.single_segment_documents += 1
             self._remember(segments, position)
             return []
-        examples = [self._example(a, b, label) for a, b, label in self._pairs(segments, rng)]
-        self._remember(segments, position)
+        offsets = _token_offsets(segments)
+        examples = [self._example(a, b, label) for a, b, label in self._pairs(segments, offsets, rng)]
+        self._remember(segments, position, offsets)
         self.stats.examples += len(examples)
         return examples
 
-    def _pairs(self, segments: list[np.ndarray], rng: np.random.Generator):
+    def _pairs(self, segments: list[np.ndarray], offsets: list[int], rng: np.random.Generator):
         """Runs of segments split into A and B; run ends found on token offsets, not per segment."""
         max_tokens = self.max_seq_length - 3
-        offsets = _token_offsets(segments)
         last = len(segments) - 1
         target = self._target(rng)
         i = 0

@@ -38,9 +38,8 @@ REPORT_EVERY_DOCUMENTS = 100_000
 
 def _tokenized(raw: Iterator[tuple[int, list]], tokenize: Tokenize | None) -> Iterator[tuple[int, Document]]:
     """Tokenizes (position, segments-as-strings) in groups; passes already-tokenized ones."""
-    if tokenize is None:
-        for position, document in raw:
-            yield position, [np.asarray(s, np.int32) for s in document]
+    if tokenize is None:  # Prepared documents: int32 arrays already (records.decode_document).
+        yield from raw
         return
     group: list[tuple[int, list]] = []
 
