@@ -1,110 +1,28 @@
-"""grain's WindowShuffleIterDataset with the window's permutation computed for all positions at once.
+"""grain's WindowShuffleIterDataset with each window's permutation computed at once (index_shuffle.py).
 
-grain reshuffles a window by calling its C++ `index_shuffle` once per position; each call
-rebuilds the cipher's keys and cycle-walks a block of at least 2**16 values, about 20 us
-per example on our CPUs: a fifth of the loader's time at batch 256 x 128. `permutation`
-computes the same permutation (grain's Simon cipher over its block, std::seed_seq round
-keys, cycle-walking into [0, n)) for the whole window in a few numpy operations, so the
-examples come out in grain's order, bit for bit (tests/test_data_loader_identity.py), and
-the iterator's state is grain's own.
+Same order and same iterator state as grain's; only `_fill_and_shuffle_window` differs.
 """
 
 from __future__ import annotations
 
-import math
-
 import grain
-import numpy as np
 from grain._src.python.dataset.transformations import shuffle as grain_shuffle
-from grain._src.python.experimental.index_shuffle.python.index_shuffle_module import index_shuffle
 
-ROUNDS = 4  # What grain's window shuffle asks index_shuffle for.
-_MIN_BLOCK_BITS = 16  # grain's kMinBlockSize.
-_U32 = 0xFFFFFFFF
-# Smaller windows call grain's index_shuffle per position (a whole-block pass would cost more).
-_DIRECT_BELOW = 128
-
-
-def _seed_seq_keys(seed: int, count: int) -> list[int]:
-    """std::seed_seq{seed}.generate() of `count` 32-bit words (C++ [rand.util.seedseq])."""
-    n, s = count, 1
-    out = [0x8B8B8B8B] * n
-    t = 11 if n >= 623 else 7 if n >= 68 else 5 if n >= 39 else 3 if n >= 7 else (n - 1) // 2
-    p = (n - t) // 2
-    q = p + t
-    m = max(s + 1, n)
-
-    def mix(x: int) -> int:
-        return x ^ (x >> 27)
-
-    for k in range(m):
-        r1 = (1664525 * mix(out[k % n] ^ out[(k + p) % n] ^ out[(k - 1) % n])) & _U32
-        r2 = (r1 + (s if k == 0 else (k % n + seed) if k <= s else k % n)) & _U32
-        out[(k + p) % n] = (out[(k + p) % n] + r1) & _U32
-        out[(k + q) % n] = (out[(k + q) % n] + r2) & _U32
-        out[k % n] = r2
-    for k in range(m, m + n):
-        r3 = (1566083941 * mix((out[k % n] + out[(k + p) % n] + out[(k - 1) % n]) & _U32)) & _U32
-        r4 = (r3 - k % n) & _U32
-        out[(k + p) % n] ^= r3
-        out[(k + q) % n] ^= r4
-        out[k % n] = r4
-    return out
-
-
-def _simon_encrypt(values: np.ndarray, keys: list[int], word: int) -> np.ndarray:
-    """grain's Simon rounds over blocks of 2 * word bits (uint64 values)."""
-    mask = np.uint64((1 << word) - 1)
-    w = np.uint64(word)
-
-    def rotl(x, r):
-        return ((x << np.uint64(r)) | (x >> (w - np.uint64(r)))) & mask
-
-    def f(x):
-        return (rotl(x, 1) & rotl(x, 8)) ^ rotl(x, 2)
-
-    left, right = (values >> w) & mask, values & mask
-    for i in range(0, len(keys), 2):
-        left = left ^ f(right) ^ (np.uint64(keys[i]) & mask)
-        right = right ^ f(left) ^ (np.uint64(keys[i + 1]) & mask)
-    return (left << w) | right
-
-
-def permutation(size: int, seed: int) -> np.ndarray:
-    """[size] int64: entry i is grain's index_shuffle(i, max_index=size - 1, seed, rounds=4)."""
-    if size <= 1:
-        return np.zeros(size, np.int64)
-    max_index = size - 1
-    bits = math.ceil(math.log2(max_index))
-    bits = max(bits + bits % 2, _MIN_BLOCK_BITS)
-    if size < _DIRECT_BELOW:
-        return np.array([index_shuffle(i, max_index=max_index, seed=seed, rounds=ROUNDS) for i in range(size)])
-    keys = _seed_seq_keys(seed & _U32, ROUNDS)
-    # Encrypt the whole block once, then cycle-walk from [0, size) by table lookups.
-    table = _simon_encrypt(np.arange(1 << bits, dtype=np.uint64), keys, bits // 2).astype(np.int64)
-    result = table[:size].copy()
-    walking = np.flatnonzero(result > max_index)
-    while len(walking):
-        result[walking] = table[result[walking]]
-        walking = walking[result[walking] > max_index]
-    return result
-
-
-def _reshuffle_window(window: list, seed: int) -> list:
-    return [window[i] for i in permutation(len(window), seed)]
+from data_pipelines import index_shuffle
 
 
 class _WindowShuffleIterator(grain_shuffle._WindowShuffleDatasetIterator):  # noqa: SLF001
     """grain's iterator (state, resume) with the vectorised permutation."""
 
     def _fill_and_shuffle_window(self):
-        self._window = []
+        window = []
         try:
             for _ in range(self._window_size):
-                self._window.append(next(self._parent))
+                window.append(next(self._parent))
         except StopIteration:
             self._parent_exhausted = True
-        self._window = _reshuffle_window(self._window, self._global_seed + self._window_index)
+        seed = self._global_seed + self._window_index
+        self._window = [window[i] for i in index_shuffle.permutation(len(window), seed)]
 
 
 class WindowShuffleIterDataset(grain.experimental.WindowShuffleIterDataset):

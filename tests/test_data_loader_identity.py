@@ -10,12 +10,14 @@ versions, and a checkpoint's data state would resume into other data.
 import hashlib
 import json
 
+import grain
 import numpy as np
 import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
 from grain._src.python.experimental.index_shuffle.python.index_shuffle_module import index_shuffle
 
-from data_pipelines import pipeline, records, window_shuffle
+from data_pipelines import index_shuffle as index_shuffle_lib
+from data_pipelines import pipeline, records, stream
 from data_pipelines import tokenizer as tokenizer_lib
 
 BATCH, BATCHES = 4, 3
@@ -130,4 +132,17 @@ def test_batches_are_bit_identical_to_the_pinned_ones(corpus_dir, case):
 def test_window_permutation_is_grains_index_shuffle(size):
     seed = 2**32 - 1 - size
     expected = [index_shuffle(i, max_index=max(size - 1, 0), seed=seed, rounds=4) for i in range(size)]
-    assert window_shuffle.permutation(size, seed).tolist() == expected
+    assert index_shuffle_lib.permutation(size, seed).tolist() == expected
+
+
+@pytest.mark.parametrize("size, shard, seed", [(50, (0, 1), 3), (1000, (1, 3), 2**32 - 2), (20000, (2, 4), 11)])
+def test_document_order_is_grains_map_dataset_shuffle(size, shard, seed):
+    indices = np.arange(size, dtype=np.int64) * 7
+    feed = stream.RandomAccessFeed(np.arange(7 * size), indices, None, shard_index=shard[0], shard_count=shard[1],
+                                   shuffle_seed=seed)
+    grains = grain.MapDataset.source(indices)[shard[0] :: shard[1]].shuffle(seed=seed).repeat(None)
+    per_epoch = len(indices[shard[0] :: shard[1]])
+    for epoch in range(3):
+        expected = [grains[epoch * per_epoch + p] for p in range(per_epoch)]
+        assert feed.order(epoch, 0, per_epoch).tolist() == expected
+        assert [d for _, d in feed.open(epoch, 5)] == expected[5:]
