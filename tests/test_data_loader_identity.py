@@ -54,11 +54,11 @@ def _digest(batches):
     return digest.hexdigest()
 
 
-def _documents():
-    """60 documents of 1-8 segments of 1-40 ids (words, some followed by ## pieces)."""
+def documents(count=60):
+    """`count` documents of 1-8 segments of 1-40 ids (words, some followed by ## pieces)."""
     rng = np.random.default_rng(28)
     documents = []
-    for _ in range(60):
+    for _ in range(count):
         segments = []
         for _ in range(int(rng.integers(1, 9))):
             ids = rng.integers(5, 5 + WORDS + PIECES, int(rng.integers(1, 41)))
@@ -68,26 +68,37 @@ def _documents():
     return documents
 
 
-@pytest.fixture(scope="module")
-def corpus_dir(tmp_path_factory):
-    """A prepared directory (2 shards, manifest) and a vocab.txt of words and ## pieces."""
-    root = tmp_path_factory.mktemp("identity")
+def write_vocab(root) -> list[str]:
+    """root/vocab.txt: the specials, WORDS words and PIECES ## pieces; returns the tokens."""
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     vocab += [f"w{i}" for i in range(WORDS)] + [f"##p{i}" for i in range(PIECES)]
     (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    documents = _documents()
+    return vocab
+
+
+def write_prepared(root, parts) -> None:
+    """A prepared directory in `root`: one ArrayRecord shard per list of documents, and a manifest."""
     shards = []
-    for number, part in enumerate((documents[:25], documents[25:])):
+    for number, part in enumerate(parts):
         name = f"shard-{number}.array_record"
         writer = ArrayRecordWriter(str(root / name), "group_size:1")
         for document in part:
             writer.write(records.encode_document(document))
         writer.close()
         shards.append({"path": name, "documents": len(part), "segments": 0, "tokens": 0})
-    manifest = {"format": records.FORMAT, "documents": len(documents), "shards": shards}
+    manifest = {"format": records.FORMAT, "documents": sum(map(len, parts)), "shards": shards}
     (root / records.MANIFEST_FILE).write_text(json.dumps(manifest))
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+    """A prepared directory (2 shards, manifest), its documents as JSONL, and a vocab.txt."""
+    root = tmp_path_factory.mktemp("identity")
+    vocab = write_vocab(root)
+    docs = documents()
+    write_prepared(root, [docs[:25], docs[25:]])
     with open(root / "docs.jsonl", "w") as f:
-        for document in documents:
+        for document in docs:
             text = "\n".join(" ".join(vocab[i] for i in s if i < 5 + WORDS) or "w0" for s in document)
             f.write(json.dumps({"text": text}) + "\n")
     return root
