@@ -58,6 +58,11 @@ def _run_end(offsets: list[int], first: int, tokens: int) -> int:
     return min(bisect.bisect_left(offsets, offsets[first] + tokens, lo=first + 1) - 1, len(offsets) - 2)
 
 
+def _joined(segments: list[np.ndarray]) -> np.ndarray:
+    """The segments' tokens in one array (the segment itself, uncopied, when there is one)."""
+    return segments[0] if len(segments) == 1 else np.concatenate(segments)
+
+
 def _truncate_pair(a, b, max_tokens: int, rng: np.random.Generator):
     """Cuts tokens from the longer side, front or back at random, until A + B fit.
 
@@ -115,6 +120,8 @@ class PairBuilder:
         self.lookback = data_cfg.nsp_reservoir_docs if kind == "nsp" else 0
         self._ring: collections.deque = collections.deque(maxlen=max(1, self.lookback))
         self.stats = BuildStats()
+        self._padding_row = np.full(self.max_seq_length, special_ids.pad, np.int32)
+        self._zero_row = np.zeros(self.max_seq_length, np.int32)
 
     def carry(self) -> dict:
         return {}
@@ -151,7 +158,7 @@ class PairBuilder:
         """Segments of a random ring document, from a random start, up to target tokens."""
         _, segments, offsets = self._ring[int(rng.integers(len(self._ring)))]
         first = int(rng.integers(len(segments)))
-        return np.concatenate(segments[first : _run_end(offsets, first, target) + 1])
+        return _joined(segments[first : _run_end(offsets, first, target) + 1])
 
     def add_document(self, document: Document, rng: np.random.Generator, position: int = 0) -> list[Example]:
         """The examples of one document; `position` (its place in the feed) tags the ring."""
@@ -184,16 +191,16 @@ class PairBuilder:
                 random_next = False
                 self.stats.random_next_without_reservoir += 1
             a_end = int(rng.integers(1, run)) if run >= 2 else 1
-            a = np.concatenate(segments[i : i + a_end])
+            a = _joined(segments[i : i + a_end])
             b = None
             if random_next:
                 b = self._random_b(max(1, target - len(a)), rng)
                 end = i + a_end - 1  # Unused segments start the next run.
             elif run >= 2:
-                b = np.concatenate(segments[i + a_end : end + 1])
+                b = _joined(segments[i + a_end : end + 1])
             elif end < last:
                 following = _run_end(offsets, end + 1, max(1, target - len(a)))
-                b = np.concatenate(segments[end + 1 : following + 1])
+                b = _joined(segments[end + 1 : following + 1])
                 end = following
             else:
                 self.stats.unpaired_segments += 1
@@ -211,9 +218,9 @@ class PairBuilder:
             i = end + 1
 
     def _example(self, a: np.ndarray, b: np.ndarray, label: int) -> Example:
-        sp, length = self.special_ids, self.max_seq_length
-        input_ids = np.full(length, sp.pad, np.int32)
-        token_type_ids = np.zeros(length, np.int32)
+        sp = self.special_ids
+        input_ids = self._padding_row.copy()
+        token_type_ids = self._zero_row.copy()
         end_a = len(a) + 2
         end = end_a + len(b) + 1
         input_ids[0] = sp.cls

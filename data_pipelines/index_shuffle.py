@@ -11,6 +11,7 @@ order bit for bit (tests/test_data_loader_identity.py) and grain's iterator stat
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -23,6 +24,8 @@ _U32 = 0xFFFFFFFF
 _DIRECT_BELOW = 128
 # Blocks this many times larger than the size are walked through a table of the whole block.
 _WALK_BY_TABLE_ABOVE = 8
+# Words up to this many bits evaluate Simon's round function by lookup in a table of all words.
+_TABLE_WORD_BITS = 16
 
 
 def _seed_seq_keys(seed: int, count: int) -> list[int]:
@@ -52,16 +55,34 @@ def _seed_seq_keys(seed: int, count: int) -> list[int]:
     return out
 
 
-def _simon_encrypt(values: np.ndarray, keys: list[int], word: int) -> np.ndarray:
-    """grain's Simon rounds over blocks of 2 * word bits (uint64 values)."""
-    mask = np.uint64((1 << word) - 1)
-    w = np.uint64(word)
+def _round_function(x: np.ndarray, word: int) -> np.ndarray:
+    """Simon's f(x) = (x <<< 1 & x <<< 8) ^ x <<< 2 on `word`-bit words (uint64 values)."""
+    mask, w = np.uint64((1 << word) - 1), np.uint64(word)
 
-    def rotl(x, r):
+    def rotl(r):
         return ((x << np.uint64(r)) | (x >> (w - np.uint64(r)))) & mask
 
-    def f(x):
-        return (rotl(x, 1) & rotl(x, 8)) ^ rotl(x, 2)
+    return (rotl(1) & rotl(8)) ^ rotl(2)
+
+
+@functools.lru_cache(maxsize=8)
+def _round_table(word: int) -> np.ndarray:
+    """f of every `word`-bit word: one lookup per round instead of seven array operations."""
+    return _round_function(np.arange(1 << word, dtype=np.uint64), word)
+
+
+def _simon_encrypt(values: np.ndarray, keys: list[int], word: int) -> np.ndarray:
+    """grain's Simon rounds over blocks of 2 * word bits (uint64 values)."""
+    mask, w = np.uint64((1 << word) - 1), np.uint64(word)
+    if word <= _TABLE_WORD_BITS:
+        table = _round_table(word)
+
+        def f(x):
+            return table[x]
+    else:
+
+        def f(x):
+            return _round_function(x, word)
 
     left, right = (values >> w) & mask, values & mask
     for i in range(0, len(keys), 2):
