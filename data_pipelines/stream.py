@@ -207,7 +207,8 @@ class ExampleIterator(grain.DatasetIterator):
         self._replay_from = 0
 
     def _rng(self, position: int) -> np.random.Generator:
-        return np.random.default_rng([self._seed, self._epoch, position])
+        # default_rng([...]) builds exactly this, at twice the cost (once per document).
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence([self._seed, self._epoch, position])))
 
     def _build(self, position: int, document: Document) -> None:
         self._replay_from = self.builder.ring_start(position)
