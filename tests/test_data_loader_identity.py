@@ -157,3 +157,22 @@ def test_document_order_is_grains_map_dataset_shuffle(size, shard, seed):
         expected = [grains[epoch * per_epoch + p] for p in range(per_epoch)]
         assert feed.order(epoch, 0, per_epoch).tolist() == expected
         assert [d for _, d in feed.open(epoch, 5)] == expected[5:]
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_prepared_source_resumes_identically(corpus_dir, hosts):
+    config = _config(corpus_dir, "prepared", "nsp", "whole_word")
+    tokenizer = tokenizer_lib.load_tokenizer(str(corpus_dir / "vocab.txt"))
+
+    def iterator():
+        return pipeline.build_train_iterator(config, tokenizer, seed=7, per_host_batch_size=BATCH,
+                                             process_index=hosts - 1, process_count=hosts)
+
+    original = iterator()
+    for _ in range(9):  # Into the second epoch of a host's documents.
+        next(original)
+    state = original.get_state()
+    expected = [next(original) for _ in range(4)]
+    resumed = iterator()
+    resumed.set_state(state)
+    assert _digest([next(resumed) for _ in range(4)]) == _digest(expected)
