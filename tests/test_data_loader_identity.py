@@ -169,7 +169,7 @@ def test_prepared_source_resumes_identically(corpus_dir, hosts):
                                              process_index=hosts - 1, process_count=hosts)
 
     original = iterator()
-    for _ in range(9):  # Into the second epoch of a host's documents.
+    for _ in range(9):  # Mid-epoch, mid-document, mid-window.
         next(original)
     state = original.get_state()
     expected = [next(original) for _ in range(4)]
