@@ -1,17 +1,23 @@
-"""`prepare` throughput (MB/s of raw text) and peak memory on a >= 200 MB text corpus.
+"""`prepare` and `prepare_beam` throughput (MB/s of raw text, MB per CPU-second) and peak memory.
 
-    python bench/prepare_throughput.py [--megabytes=200] [--num_workers=2] [--num_files=16] \
-        [--kind=wordpiece] [--keep=/tmp/prepare_bench]
+    python bench/prepare_throughput.py [--engine=both] [--megabytes=200] [--num_workers=2] \
+        [--num_files=16] [--kind=wordpiece] [--keep=/tmp/prepare_bench]
 
 Builds the corpus by repeating the embedded corpus (Python's documentation, ~1.5 MB of
 sentences) into `--num_files` text files, one segment per line and a blank line between
 documents; trains the tokenizer on a 20 MB sample (timed apart); then times
-`data_pipelines.prepare.prepare` on the whole corpus.
+`data_pipelines.prepare.prepare` (`--engine=prepare`) and/or `prepare_beam` on the
+DirectRunner with `--num_workers` processes (`--engine=beam`) on the whole corpus, each
+with that tokenizer. Each engine ends with one summary line:
+`<engine>: X MB per CPU-second, Y MB/s, peak tree RSS Z MiB`.
 
-Memory, three ways: the peak RSS of this process and of the largest worker
-(resource.getrusage SELF / CHILDREN), and the peak of the sum over the whole process tree,
-sampled every 0.2 s (psutil). The goal is a tree peak <= 2 GiB whatever the corpus size:
-each worker holds one batch of documents and one open shard.
+Memory: the peak of the summed RSS over the whole process tree, sampled every 0.2 s
+(psutil). The goal is a tree peak <= 2 GiB whatever the corpus size: each prepare worker
+holds one batch of documents and one open shard; a Beam worker holds one shard's records
+while it sorts them (corpus / --num_shards 16 here).
+
+CPU-seconds count the process tree (resource.getrusage SELF + CHILDREN): prepare's pool
+and Beam's worker processes are waited for before the figure is read.
 
 Repeated text flatters the tokenizer's word cache a little. On shared CPU cores the wall
 clock figure depends on what else runs; MB per CPU-second (user + system time of the
@@ -29,13 +35,14 @@ import time
 from absl import app, flags
 
 import configs.base
-from data_pipelines import corpus, prepare
+from data_pipelines import corpus, prepare, prepare_beam
 from data_pipelines import tokenizer as tokenizer_lib
 
 _MEGABYTES = flags.DEFINE_integer("megabytes", 200, "Corpus size to build, in MB (10^6 bytes).")
 _NUM_FILES = flags.DEFINE_integer("num_files", 16, "Text files the corpus is spread over.")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", 2, "prepare's worker processes.")
 _KIND = flags.DEFINE_string("kind", "wordpiece", "Tokenizer kind (config.data.tokenizer.kind).")
+_ENGINE = flags.DEFINE_enum("engine", "both", ["prepare", "beam", "both"], "Which preparation to time.")
 _KEEP = flags.DEFINE_string("keep", "", "Directory to build in and keep; default: a temp dir, removed.")
 
 
@@ -95,12 +102,34 @@ class TreeRss:
         self._thread.join()
 
 
+def _run_engine(engine: str, data, out: str) -> dict:
+    if engine == "prepare":
+        return prepare.prepare(data, out, num_workers=_NUM_WORKERS.value, docs_per_shard=10_000)
+    options = [f"--direct_num_workers={_NUM_WORKERS.value}", "--direct_running_mode=multi_processing"]
+    return prepare_beam.prepare_beam(data, out, options, num_shards=16)
+
+
+def _time_engine(engine: str, data, size: int, tokenizer_dir: str, out: str) -> None:
+    tokenizer_lib.copy_tokenizer(tokenizer_dir, os.path.join(out, prepare.TOKENIZER_DIR))
+    cpu_before = _cpu_seconds()
+    with TreeRss() as tree:
+        started = time.perf_counter()
+        manifest = _run_engine(engine, data, out)
+        seconds = time.perf_counter() - started
+    cpu = _cpu_seconds() - cpu_before
+    print(f"{engine}: {size / 1e6:.1f} MB, {manifest['documents']} documents, "
+          f"{manifest['tokens'] / 1e6:.1f} M tokens, {len(manifest['shards'])} shards "
+          f"in {seconds:.1f} s with {_NUM_WORKERS.value} worker(s) on {os.cpu_count()} CPUs; "
+          f"{manifest['tokens'] / seconds / 1e6:.2f} M tokens/s, {cpu:.0f} CPU-s in all")
+    print(f"{engine}: {size / 1e6 / cpu:.2f} MB per CPU-second, {size / 1e6 / seconds:.2f} MB/s, "
+          f"peak tree RSS {tree.peak_bytes / 2**20:.0f} MiB (sampled; goal <= 2048 MiB)")
+
+
 def main(argv):
     del argv
     root = _KEEP.value or tempfile.mkdtemp(prefix="prepare_bench_")
-    corpus_dir, out = os.path.join(root, "corpus"), os.path.join(root, "prepared")
+    corpus_dir, tokenizer_dir = os.path.join(root, "corpus"), os.path.join(root, "tokenizer")
     os.makedirs(corpus_dir, exist_ok=True)
-    shutil.rmtree(out, ignore_errors=True)
     try:
         started = time.perf_counter()
         size = build_corpus(corpus_dir, _MEGABYTES.value, _NUM_FILES.value)
@@ -112,25 +141,13 @@ def main(argv):
         data.tokenizer.kind = _KIND.value
         data.tokenizer.sample_bytes = 20_000_000
         started = time.perf_counter()
-        tokenizer_lib.prepare_tokenizer(data, os.path.join(out, prepare.TOKENIZER_DIR))
+        shutil.rmtree(tokenizer_dir, ignore_errors=True)
+        tokenizer_lib.prepare_tokenizer(data, tokenizer_dir)
         print(f"tokenizer ({_KIND.value}, 20 MB sample): {time.perf_counter() - started:.1f} s")
-
-        cpu_before = _cpu_seconds()
-        with TreeRss() as tree:
-            started = time.perf_counter()
-            manifest = prepare.prepare(data, out, num_workers=_NUM_WORKERS.value, docs_per_shard=10_000)
-            seconds = time.perf_counter() - started
-        cpu = _cpu_seconds() - cpu_before
-        self_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux.
-        child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-        print(f"prepare: {size / 1e6:.1f} MB, {manifest['documents']} documents, "
-              f"{manifest['tokens'] / 1e6:.1f} M tokens, {len(manifest['shards'])} shards "
-              f"in {seconds:.1f} s with {_NUM_WORKERS.value} worker(s) on {os.cpu_count()} CPUs")
-        print(f"throughput: {size / 1e6 / seconds:.2f} MB/s, {manifest['tokens'] / seconds / 1e6:.2f} M tokens/s; "
-              f"{cpu:.0f} CPU-s in all: {size / 1e6 / cpu:.2f} MB per CPU-second")
-        print(f"peak RSS: this process {self_rss / 2**20:.0f} MiB, largest worker "
-              f"{child_rss / 2**20:.0f} MiB, whole tree (sampled) {tree.peak_bytes / 2**20:.0f} MiB "
-              f"(goal <= 2048 MiB)")
+        for engine in ("prepare", "beam") if _ENGINE.value == "both" else (_ENGINE.value,):
+            out = os.path.join(root, f"prepared_{engine}")
+            shutil.rmtree(out, ignore_errors=True)
+            _time_engine(engine, data, size, tokenizer_dir, out)
     finally:
         if not _KEEP.value:
             shutil.rmtree(root, ignore_errors=True)

@@ -3,6 +3,7 @@
     bert-jax pretrain --config=configs/tiny.py --workdir=/tmp/bert_tiny
     bert-jax tokenizer --out=/tmp/tok --vocab_size=8192
     bert-jax prepare --config=configs/tiny.py --out=/tmp/prepared --num_workers=2
+    bert-jax prepare-beam --config=configs/tiny.py --out=/tmp/prepared --num_shards=8 --direct_num_workers=2
     bert-jax export --workdir=/tmp/bert_tiny --out=/tmp/bert_tiny_hf
     bert-jax extend-vocab --from=/tmp/bert_tiny_hf --corpus=/data/domain.txt --add=500 --out=/tmp/bert_tiny_domain
     bert-jax finetune --config=configs/finetune/classification.py --workdir=/tmp/cls --config.init_from=/tmp/bert_tiny
@@ -18,6 +19,7 @@ COMMANDS = {
     "pretrain": "bert_jax.pretrain",
     "tokenizer": "data_pipelines.tokenizer",
     "prepare": "data_pipelines.prepare",
+    "prepare-beam": "data_pipelines.prepare_beam",
     "export": "bert_jax.export",
     "extend-vocab": "data_pipelines.extend_vocab",
     "plan": "bert_jax.plan",

@@ -11,7 +11,7 @@ from absl import app, flags, logging
 
 from bert_jax.families import get_family
 from bert_jax.log_filter import log_info_quietly
-from bert_jax.storage import paths, preflight
+from bert_jax.storage import paths
 from bert_jax.storage.workdir import CONFIG_FILE, Workdir
 
 FORMATS = ("hf", "params")
@@ -25,7 +25,6 @@ def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> 
     config = run.config()
     params, step = run.restore_params(step)
     if fmt == "params":
-        preflight.check_checkpoint_store(out)
         checkpointer = ocp.StandardCheckpointer()
         checkpointer.save(paths.absolute(paths.path(out) / "params"), params, force=True)
         checkpointer.wait_until_finished()

@@ -6,6 +6,7 @@ can be overridden on the command line: `--config.train.learning_rate=2e-4`.
 import ml_collections
 
 from bert_jax.parallel import distributed
+from bert_jax.train import lease
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -151,6 +152,9 @@ def get_config() -> ml_collections.ConfigDict:
     # Multi-host (bert_jax/parallel/distributed.py): one process per host (TPU VM worker, or GPU
     # node under SLURM). Explicit coordinator for localhost; auto-detected on TPU VMs and SLURM.
     c.distributed = distributed.default_config()
+    # One live run per workdir (bert_jax/train/lease.py): process 0 holds WORKDIR/LEASE with a heartbeat;
+    # a second run there stops before step 0, naming the holder; a lease silent for timeout_s is taken over.
+    c.lease = lease.default_config()
 
     # Knowledge distillation (bert_jax/train/teacher.py, bert_jax/objectives/distillation.py): a
     # frozen teacher runs in the same jitted step, and the loss becomes kl_weight * T^2 * KL(teacher ||

@@ -5,11 +5,13 @@
         --num_workers=8 --docs_per_shard=10000
 
 then train on it with `--config.data.source=prepared --config.data.path=/tmp/corpus_prepared`.
+On more than one machine, `python -m data_pipelines.prepare_beam` gives the same documents
+and format on Apache Beam (prepare_beam.py).
 
 How it works. The source is cut into `--num_parts` parts with `sources.iter_documents`
 (part p of P: whole files p, p + P, ... when there are at least P files, else every P-th
 document). Worker processes (`--num_workers`) each take whole parts and stream them:
-read, tokenize in batches, write shards of `--docs_per_shard` documents
+read, tokenize in batches (document_records.py), write shards of `--docs_per_shard` documents
 (`part-PPPPP-shard-SSSSS.array_record`, one record per document, see records.py). Each
 worker holds one batch of documents and one open shard, so memory does not grow with the
 corpus.
@@ -34,13 +36,14 @@ import multiprocessing
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 
 import ml_collections
 from absl import app, flags, logging
 
 from bert_jax.storage import paths
-from data_pipelines import records, sources
+from data_pipelines import document_records, records, sources
 from data_pipelines import tokenizer as tokenizer_lib
 
 PLAN_FILE = "prepare_plan.json"
@@ -49,9 +52,9 @@ TOKENIZER_DIR = "tokenizer"
 # One record per chunk: random access (grain) decompresses only the document it reads.
 WRITER_OPTIONS = "group_size:1,zstd:1"
 # Segments tokenized per call: large enough for the Rust batch, small enough for bounded memory.
-_SEGMENTS_PER_BATCH = 4096
+SEGMENTS_PER_BATCH = 4096
 # Keys of config.data that decide which documents exist and how they split into segments.
-_PLAN_DATA_KEYS = (
+SOURCE_KEYS = (
     "source", "path", "field", "tfds_name", "tfds_split", "tfds_data_dir", "segmenter", "max_line_bytes",
 )
 
@@ -60,12 +63,12 @@ def shard_name(part: int, shard: int) -> str:
     return f"part-{part:05d}-shard-{shard:05d}.array_record"
 
 
-def _write_json(path, value: dict) -> None:
+def write_json(path, value: dict) -> None:
     """Writes atomically: a reader (or a resume) sees the old file or the new, never half."""
     paths.write_atomically(path, json.dumps(value, indent=2, sort_keys=True))
 
 
-def _read_json(path) -> dict:
+def read_json(path) -> dict:
     return json.loads(paths.path(path).read_text(encoding="utf-8"))
 
 
@@ -73,52 +76,54 @@ def _diff(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0)}
 
 
-class _ShardWriter:
-    """Writes one shard under a temporary name; `finish` renames (or uploads) it and records its stats.
+class ShardWriter:
+    """Writes one shard under a temporary name; `close` renames (or uploads) it whole.
 
     ArrayRecord writes only local files: for an `out` in a bucket the temporary is local
-    and `finish` uploads it whole, one object.
+    and `close` uploads it whole, one object. Shared with prepare_beam.py.
     """
 
-    def __init__(self, out: str, part: int, shard: int):
+    def __init__(self, out: str, name: str):
         from array_record.python.array_record_module import ArrayRecordWriter  # noqa: PLC0415
 
-        self.name = shard_name(part, shard)
+        self.name = name
         self._out = paths.path(out)
         local = paths.path(tempfile.gettempdir()) if paths.is_remote(out) else self._out
-        self._tmp = local / f".{self.name}.{os.getpid()}.tmp"
+        # Unique per attempt: a retried Beam bundle may write the same shard beside the first.
+        self._tmp = local / f".{self.name}.{uuid.uuid4().hex[:12]}.tmp"
         self._writer = ArrayRecordWriter(str(self._tmp), WRITER_OPTIONS)
         self.documents = self.segments = self.tokens = 0
 
-    def write(self, document: list) -> None:
-        self._writer.write(records.encode_document(document))
-        self.documents += 1
-        self.segments += len(document)
-        self.tokens += sum(len(s) for s in document)
+    def write(self, batch: document_records.TokenizedBatch) -> None:
+        for record in batch.records:
+            self._writer.write(record)
+        self.documents += len(batch.records)
+        self.segments += int(batch.segments.sum())
+        self.tokens += int(batch.tokens.sum())
 
-    def finish(self, skipped: dict[str, int]) -> dict:
+    def close(self) -> dict:
+        """Puts the shard in place; returns its summary (path, documents, segments, tokens)."""
         self._writer.close()
         if paths.is_remote(self._out):
             paths.copy_file(self._tmp, self._out / self.name)
             self._tmp.unlink()
         else:
             self._tmp.replace(self._out / self.name)
-        summary = {
-            "path": self.name,
-            "documents": self.documents,
-            "segments": self.segments,
-            "tokens": self.tokens,
-            "skipped": skipped,
-        }
-        _write_json(self._out / PROGRESS_DIR / f"{self.name}.json", summary)
-        return summary
+        return {"path": self.name, "documents": self.documents, "segments": self.segments, "tokens": self.tokens}
+
+
+def _finish_shard(out: str, writer: ShardWriter, skipped: dict[str, int]) -> dict:
+    """Closes the shard, then records its stats in progress/, which marks it finished."""
+    summary = {**writer.close(), "skipped": skipped}
+    write_json(paths.path(out) / PROGRESS_DIR / f"{writer.name}.json", summary)
+    return summary
 
 
 def _finished_shards(out: str, part: int) -> list[dict]:
     """The part's finished shards, a prefix 0, 1, ... of its shard numbers."""
     finished = []
     while (path := paths.path(out) / PROGRESS_DIR / f"{shard_name(part, len(finished))}.json").exists():
-        finished.append(_read_json(path))
+        finished.append(read_json(path))
     return finished
 
 
@@ -132,7 +137,7 @@ def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_
     Returns the part's progress record: {"part", "shards": [summaries], "skipped"}.
     """
     data_cfg = ml_collections.ConfigDict(data_dict)
-    tokenizer = tokenizer_lib.load_tokenizer(str(paths.path(out) / TOKENIZER_DIR))
+    tokenizer = document_records.DocumentTokenizer(tokenizer_lib.load_tokenizer(str(paths.path(out) / TOKENIZER_DIR)))
     shards = _finished_shards(out, part)
     start = sum(s["documents"] for s in shards)
     stats = sources.SkipStats()
@@ -148,9 +153,7 @@ def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_
     def flush():
         nonlocal pending, pending_segments
         if pending:
-            ids = iter(tokenizer.encode_ids([s for d in pending for s in d]))
-            for document in pending:
-                writer.write([next(ids) for _ in document])
+            writer.write(tokenizer.tokenize(pending))
         pending, pending_segments = [], 0
 
     for document in documents:
@@ -159,22 +162,22 @@ def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_
         if writer is not None and writer.documents + len(pending) == docs_per_shard:
             flush()
             now = stats.as_dict()
-            shards.append(writer.finish(_diff(now, baseline)))
+            shards.append(_finish_shard(out, writer, _diff(now, baseline)))
             baseline, writer = now, None
         if writer is None:
-            writer = _ShardWriter(out, part, len(shards))
+            writer = ShardWriter(out, shard_name(part, len(shards)))
         pending.append(document)
         pending_segments += len(document)
-        if pending_segments >= _SEGMENTS_PER_BATCH:
+        if pending_segments >= SEGMENTS_PER_BATCH:
             flush()
     part_skipped = {}
     if writer is not None:
         flush()
-        shards.append(writer.finish(_diff(stats.as_dict(), baseline)))
+        shards.append(_finish_shard(out, writer, _diff(stats.as_dict(), baseline)))
     elif start == 0:
         part_skipped = stats.as_dict()  # No document at all: nowhere else to count these.
     progress = {"part": part, "shards": shards, "skipped": part_skipped}
-    _write_json(paths.path(out) / PROGRESS_DIR / f"part-{part:05d}.json", progress)
+    write_json(paths.path(out) / PROGRESS_DIR / f"part-{part:05d}.json", progress)
     return progress
 
 
@@ -182,7 +185,7 @@ def _prepare_part_task(task: tuple) -> dict:
     return prepare_part(*task)
 
 
-def _limit_threads() -> None:
+def limit_threads() -> None:
     # Worker processes already use every core between them; one Rust thread each.
     os.environ["RAYON_NUM_THREADS"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -191,7 +194,7 @@ def _limit_threads() -> None:
 def _check_plan(out: str, plan: dict) -> None:
     path = paths.path(out) / PLAN_FILE
     if path.exists():
-        existing = _read_json(path)
+        existing = read_json(path)
         if existing != plan:
             changed = sorted(k for k in set(plan) | set(existing) if plan.get(k) != existing.get(k))
             raise ValueError(
@@ -200,7 +203,7 @@ def _check_plan(out: str, plan: dict) -> None:
                 "resume with the same --num_parts/--docs_per_shard/config.data, or use a new --out"
             )
     else:
-        _write_json(path, plan)
+        write_json(path, plan)
 
 
 def prepare(
@@ -231,7 +234,7 @@ def prepare(
     plan = {
         "num_parts": num_parts,
         "docs_per_shard": docs_per_shard,
-        "data": {k: data_cfg.get(k) for k in _PLAN_DATA_KEYS},
+        "data": {k: data_cfg.get(k) for k in SOURCE_KEYS},
     }
     _check_plan(out, plan)
     tokenizer = tokenizer_lib.prepare_tokenizer(data_cfg, str(paths.path(out) / TOKENIZER_DIR))
@@ -249,18 +252,18 @@ def prepare(
     else:
         # spawn: the parent's tokenizers thread pool must not be forked mid-use.
         context = multiprocessing.get_context("spawn")
-        with context.Pool(num_workers, initializer=_limit_threads) as pool:
+        with context.Pool(num_workers, initializer=limit_threads) as pool:
             for progress in pool.imap_unordered(_prepare_part_task, tasks):
                 logging.info("part %d done: %d shard(s)", progress["part"], len(progress["shards"]))
     manifest = _manifest(out, num_parts, docs_per_shard, tokenizer, data_cfg)
-    _write_json(paths.path(out) / records.MANIFEST_FILE, manifest)
+    write_json(paths.path(out) / records.MANIFEST_FILE, manifest)
     return manifest
 
 
 def _manifest(out: str, num_parts: int, docs_per_shard: int, tokenizer, data_cfg) -> dict:
     shards, skipped = [], sources.SkipStats()
     for part in range(num_parts):
-        progress = _read_json(paths.path(out) / PROGRESS_DIR / f"part-{part:05d}.json")
+        progress = read_json(paths.path(out) / PROGRESS_DIR / f"part-{part:05d}.json")
         skipped.merge(progress["skipped"])
         for shard in progress["shards"]:
             skipped.merge(shard["skipped"])
@@ -277,7 +280,7 @@ def _manifest(out: str, num_parts: int, docs_per_shard: int, tokenizer, data_cfg
             "kind": tokenizer.kind,
             "vocab_size": tokenizer.get_vocab_size(),
         },
-        "source": {k: data_cfg.get(k) for k in _PLAN_DATA_KEYS},
+        "source": {k: data_cfg.get(k) for k in SOURCE_KEYS},
         "num_parts": num_parts,
         "docs_per_shard": docs_per_shard,
     }

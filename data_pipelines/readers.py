@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import gzip
+import io
 import json
 import logging as std_logging
 import re
@@ -138,7 +139,8 @@ def _open_binary(path: str):
     """A file or bucket object, streamed (gcsfs/s3fs read ahead in blocks), gunzipped on the fly."""
     with paths.path(path).open("rb") as f:
         if not path.endswith(".gz"):
-            yield f
+            # gcsfs/s3fs files take no size in readline(): a standard buffer over them does.
+            yield f if isinstance(f, io.BufferedIOBase) else io.BufferedReader(f)
             return
         with gzip.GzipFile(fileobj=f, mode="rb") as unzipped:
             yield unzipped

@@ -29,6 +29,13 @@ def test_sigterm_saves_a_restorable_checkpoint_and_exits_0(tmp_path):
     while time.time() < deadline and not (os.path.exists(metrics) and os.path.getsize(metrics) > 0):
         time.sleep(0.5)
     assert proc.poll() is None, proc.stdout.read()
+    # The same command started twice: the second stops before step 0, naming the live run, and writes nothing.
+    second = subprocess.run(
+        [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
+         *micro_overrides()], cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert second.returncode != 0
+    assert "is in use by another live run" in second.stderr and f"pid {proc.pid}," in second.stderr, \
+        second.stderr[-3000:]
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, output
@@ -37,6 +44,7 @@ def test_sigterm_saves_a_restorable_checkpoint_and_exits_0(tmp_path):
     # No periodic save was due (every 1000 steps): the only checkpoint is the preemption one.
     assert len(steps) == 1 and steps[0] >= 1
     assert not os.path.exists(os.path.join(workdir, "DONE"))  # a preempted run is not finished
+    assert not os.path.exists(os.path.join(workdir, "LEASE"))  # released: the relaunch starts at once
     exported = subprocess.run(
         [sys.executable, "-m", "bert_jax.export", f"--workdir={workdir}", f"--out={tmp_path / 'out'}",
          "--format=params"],

@@ -80,6 +80,7 @@ def test_workdir_holds_the_contracted_files(straight_run):
     assert [r["step"] for r in rows if "eval/loss" in r] == [4, 8]
     assert {"eval/loss", "eval/mlm_accuracy", "eval/nsp_accuracy"} <= set(final)
     assert json.load(open(os.path.join(workdir, "config.json")))["model"]["hidden_size"] == 32
+    assert not os.path.exists(os.path.join(workdir, "LEASE"))  # released at the end
     assert read_done(workdir) == {"step": 8, "last_step": 8, "kind": "pretrain",
                                   "finished_at": read_done(workdir)["finished_at"]}
 

@@ -87,7 +87,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     task = get_task(config.task.kind)
     task.validate(config.task)
     root = Workdir(workdir)
-    harness.check_storage(config, workdir, {f"config.data.{split}": config.data.get(split, "")
+    lease = harness.check_storage(config, workdir, {f"config.data.{split}": config.data.get(split, "")
                                             for split in ("train", "validation", "test")})
     source = init_from.resolve(config.init_from, config.model)
     tokenizer_dir = str(root.tokenizer)
@@ -160,7 +160,7 @@ def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     hooks = _FinetuneHooks(config, root, cadence, schedule, objective, lambda state: scores_of(state.params,
                                                                                                  "validation")[1],
                            task.headline_metric(config.task), steps_per_epoch)
-    outcome = harness.run(program, hooks, workdir, config, last_step)
+    outcome = harness.run(program, hooks, workdir, config, last_step, lease)
     if outcome.preempted:
         return {"preempted_at": outcome.step}
     if stop_at_step is not None and last_step < num_steps and not outcome.stopped_early:

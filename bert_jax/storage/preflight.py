@@ -93,17 +93,6 @@ def check_writable(workdir: str, process_index: int = 0) -> None:
     _within_deadline(workdir, "write to", write_and_delete)
 
 
-def check_checkpoint_store(directory: str) -> None:
-    """orbax 0.12 writes arrays through TensorStore's gcs driver for gs:// only: it takes s3://x for
-    the local path `s3:/x` and fails mid-save. Say so before step 0."""
-    if str(directory).startswith("s3://"):
-        raise StorageError(
-            f"cannot write checkpoints to {directory}: orbax-checkpoint 0.12 saves arrays to gs:// or a local "
-            f"(or mounted) disk, not s3://. Use a gs:// or local --workdir; corpora, prepared shards, tokenizers "
-            f"and HF folders (init_from_hf, export --format=hf) may stay in s3://."
-        )
-
-
 def _check_local_writable(workdir: str) -> None:
     try:
         paths.path(workdir).mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,7 @@ TENSORBOARD_DIR = "tensorboard"
 TOKENIZER_DIR = "tokenizer"
 PLOTS_DIR = "plots"
 DONE_FILE = "DONE"
+LEASE_FILE = "LEASE"  # the live run's hold on the workdir (train/lease.py)
 # Fine-tuning adds these.
 LABELS_FILE = "labels.json"
 BEST_DIR = "best"
@@ -95,6 +96,10 @@ class Workdir:
     @property
     def done(self) -> epath.Path:
         return self.root / DONE_FILE
+
+    @property
+    def lease(self) -> epath.Path:
+        return self.root / LEASE_FILE
 
     # What a fine-tuning run adds.
     @property

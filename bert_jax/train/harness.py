@@ -23,6 +23,7 @@ from bert_jax.parallel.mesh import global_batch
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train import determinism
+from bert_jax.train import lease as lease_lib
 from bert_jax.train.metrics_writer import MetricsWriter
 from bert_jax.train.preemption import PreemptionWatch
 
@@ -41,18 +42,21 @@ def setup_process(config) -> None:
         jax.config.update("jax_compilation_cache_dir", str(paths.path(cache).expanduser()))
 
 
-def check_storage(config, workdir: str, inputs: dict[str, str]) -> None:
+def check_storage(config, workdir: str, inputs: dict[str, str]) -> lease_lib.Lease | lease_lib.Joined:
     """Before anything is built: the workdir's store exists and is writable (a missing bucket fails naming its
     URL and is never created), and each bucket input {config key: url} is readable; then a local workdir is
-    made."""
+    made, and the run takes its lease (train/lease.py: a second live run there stops here). `run` releases it."""
     determinism.check_xla_flags(config)
-    preflight.check_checkpoint_store(workdir)
     preflight.check_writable(workdir, jax.process_index())
     for key, url in inputs.items():
         if url and paths.is_remote(url):
             preflight.check_readable(url, key)
     if not paths.is_remote(workdir):  # (a bucket has no folders to make)
         paths.path(workdir).mkdir(parents=True, exist_ok=True)
+    lease = lease_lib.acquire(workdir, config.get("lease") or lease_lib.default_config(), jax.process_index(),
+                              jax.process_count())
+    distributed.sync("lease_taken")  # the other hosts write nothing before process 0 holds the workdir
+    return lease
 
 
 def written_by_process_0(name: str, write: Callable[[], Any], read: Callable[[], Any]):
@@ -141,9 +145,10 @@ def restore_or_init(program: Program, manager):
         return program.init_state() if state is None else state
 
 
-def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int) -> Outcome:
+def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int, lease=None) -> Outcome:
     """Restores or initialises, then trains to `last_step` (or a preemption, or the hooks' stop), saving
-    per the hooks, at the last step and at a stop. The saves already started complete on any exit."""
+    per the hooks, at the last step and at a stop. The saves already started complete on any exit, and
+    then the workdir's `lease` (from check_storage) is released; a lease taken over stops the run."""
     manager = ckpt.make_manager(paths.absolute(Workdir(workdir).checkpoints), config.checkpoint)
     writer = None
     try:
@@ -157,6 +162,8 @@ def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int) ->
             hooks.started(start, state, writer)
             pending = []
             for step in range(start + 1, last_step + 1):
+                if lease is not None:
+                    lease.check()
                 state, metrics = program.train_step(state, global_batch(next(program.train_iter),
                                                                         program.data_sharding))
                 pending.append((step, metrics))
@@ -189,3 +196,5 @@ def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int) ->
                     hooks.closing(writer)
                 finally:
                     writer.close()
+            if lease is not None:
+                lease.release()

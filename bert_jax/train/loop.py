@@ -63,7 +63,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     which is how tests interrupt a run. Returns the last logged metrics.
     """
     validate_config(config, jax.process_count())
-    harness.check_storage(config, workdir, {
+    lease = harness.check_storage(config, workdir, {
         "config.data.path": config.data.get("path", ""),
         "config.data.tokenizer.path": (config.data.get("tokenizer") or {}).get("path", ""),
         "config.init_from_hf": config.get("init_from_hf", ""),
@@ -146,7 +146,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     meter = perf.PerfMeter(flops, t_cfg.global_batch_size * config.data.max_seq_length,
                            peak * jax.device_count(), t_cfg.num_steps)
     hooks = _PretrainHooks(config, program, frozen, eval_host_batches, baseline, meter, last_step, workdir)
-    outcome = harness.run(run, hooks, workdir, config, last_step)
+    outcome = harness.run(run, hooks, workdir, config, last_step, lease)
     if outcome.step >= t_cfg.num_steps and not outcome.preempted and jax.process_index() == 0:
         completion.write_done(workdir, outcome.step, t_cfg.num_steps, "pretrain")
     return hooks.last_metrics

@@ -1,0 +1,100 @@
+"""One live run per workdir (bert_jax/train/lease.py), on local disk and in emulated buckets.
+
+The end-to-end case (a second `pretrain` on a running one's workdir stops before step 0)
+is in test_preemption.py, beside the running pretrain it needs.
+"""
+import json
+import time
+
+import pytest
+
+from bert_jax.storage import paths
+from bert_jax.train import lease as lease_lib
+
+
+def fast_config(**overrides):
+    c = lease_lib.default_config()
+    c.heartbeat_s, c.timeout_s, c.settle_s = 0.2, 2.0, 0.05
+    c.update(overrides)
+    return c
+
+
+def other_holder(workdir, age_s: float) -> dict:
+    """A lease record of another process on another host, its heartbeat `age_s` old."""
+    now = time.time()
+    record = {"run_id": "0ther", "host": "tpu-worker-7", "pid": 4242, "started_at": now - 3600,
+              "heartbeat": now - age_s, "process_count": 4}
+    paths.write_atomically(paths.path(workdir) / "LEASE", json.dumps(record))
+    return record
+
+
+@pytest.fixture(params=["local", "gs", "s3"])
+def workdir(request, tmp_path):
+    if request.param == "local":
+        return str(tmp_path)
+    return f"{request.getfixturevalue('gcs' if request.param == 'gs' else 's3').new()}/run"
+
+
+def test_a_live_lease_of_another_run_refuses_naming_the_holder_and_is_left_alone(workdir):
+    held = other_holder(workdir, age_s=0.5)
+    with pytest.raises(lease_lib.LeaseHeldError, match=r"host tpu-worker-7, pid 4242, started"):
+        lease_lib.acquire(workdir, fast_config(), process_index=0, process_count=1)
+    assert lease_lib.read_lease(workdir) == held
+
+
+def test_a_stale_lease_is_taken_over_with_a_warning_then_heartbeats_and_is_released(workdir, caplog):
+    other_holder(workdir, age_s=10)
+    lease = lease_lib.acquire(workdir, fast_config(), process_index=0, process_count=2)
+    try:
+        assert "taking over the stale lease" in caplog.text and "pid 4242" in caplog.text
+        first = lease_lib.read_lease(workdir)
+        assert first["run_id"] == lease.record["run_id"] and first["process_count"] == 2
+        deadline = time.time() + 10
+        while lease_lib.read_lease(workdir)["heartbeat"] == first["heartbeat"] and time.time() < deadline:
+            time.sleep(0.1)
+        assert lease_lib.lease_is_live(lease_lib.read_lease(workdir), timeout_s=2.0)
+        lease.check()
+    finally:
+        lease.release()
+    assert lease_lib.read_lease(workdir) is None
+
+
+def test_a_run_whose_lease_was_taken_over_stops(tmp_path):
+    lease = lease_lib.acquire(str(tmp_path), fast_config(), process_index=0, process_count=1)
+    try:
+        other_holder(tmp_path, age_s=0)
+        deadline = time.time() + 10
+        while lease.lost is None and time.time() < deadline:
+            time.sleep(0.1)
+        with pytest.raises(lease_lib.LeaseLostError, match=r"taken over by run 0ther on host tpu-worker-7"):
+            lease.check()
+    finally:
+        lease.release()
+    assert lease_lib.read_lease(tmp_path)["run_id"] == "0ther"  # the new holder's lease is not deleted
+
+
+def test_waiting_for_a_live_holder_that_ends_then_taking_it(tmp_path):
+    other_holder(tmp_path, age_s=1.5)  # stale after another 0.5 s of timeout_s=2
+    t0 = time.time()
+    lease = lease_lib.acquire(str(tmp_path), fast_config(wait_s=5.0), process_index=0, process_count=1)
+    lease.release()
+    assert 0.4 < time.time() - t0 < 5.0
+
+
+def test_other_hosts_join_without_writing(tmp_path):
+    joined = lease_lib.acquire(str(tmp_path), fast_config(), process_index=1, process_count=2)
+    joined.check()
+    assert lease_lib.read_lease(tmp_path) is None
+
+
+def test_the_lease_of_a_killed_process_on_this_host_is_stale_at_once(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    record = other_holder(tmp_path, age_s=0)
+    record.update(host=socket.gethostname(), pid=int(dead.stdout))
+    paths.write_atomically(tmp_path / "LEASE", json.dumps(record))
+    assert not lease_lib.lease_is_live(record, timeout_s=60)
+    lease_lib.acquire(str(tmp_path), fast_config(timeout_s=60), process_index=0, process_count=1).release()
