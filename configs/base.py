@@ -66,6 +66,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.tfds_data_dir = ""  # "" = TFDS's default (~/tensorflow_datasets)
     c.data.segmenter = "line"  # line | blank_line | sentence: how a document splits into segments
     c.data.max_line_bytes = 1_000_000  # longer lines / records are skipped and counted
+    # prepared shards in a bucket are copied to $BERT_JAX_CACHE_DIR as a host first reads them;
+    # least recently used files are evicted to stay within this many bytes (0 = no bound)
+    c.data.shard_cache_bytes = 64 * 2**30
     # Tokenizer (data_pipelines/tokenizer.py): trained once per workdir unless `path` is set.
     c.data.tokenizer = ml_collections.ConfigDict()
     c.data.tokenizer.kind = "wordpiece"  # wordpiece | bpe (RoBERTa) | unigram | sentencepiece_bpe (ALBERT)

@@ -26,7 +26,9 @@ point through `remember`.
 
 from __future__ import annotations
 
+import bisect
 import collections
+import itertools
 
 import numpy as np
 
@@ -46,22 +48,44 @@ EXAMPLE_KEYS = {
     "packed": ("segment_ids", "position_ids"),
 }
 
+def _token_offsets(segments: list[np.ndarray]) -> list[int]:
+    """[0, len(s0), len(s0) + len(s1), ...]: where each segment starts in the document's tokens."""
+    return [0, *itertools.accumulate(len(s) for s in segments)]
+
+
+def _run_end(offsets: list[int], first: int, tokens: int) -> int:
+    """The last segment of the run from segment `first` that holds `tokens` (or the document's last)."""
+    return min(bisect.bisect_left(offsets, offsets[first] + tokens, lo=first + 1) - 1, len(offsets) - 2)
+
+
+def _joined(segments: list[np.ndarray]) -> np.ndarray:
+    """The segments' tokens in one array (the segment itself, uncopied, when there is one)."""
+    return segments[0] if len(segments) == 1 else np.concatenate(segments)
+
+
 def _truncate_pair(a, b, max_tokens: int, rng: np.random.Generator):
     """Cuts tokens from the longer side, front or back at random, until A + B fit.
 
     Both ends are cut (not only the back) so the model does not learn that inputs
-    always end at a sentence boundary (google-research/bert truncate_seq_pair).
+    always end at a sentence boundary (google-research/bert truncate_seq_pair). One
+    uniform draw per cut token decides front or back; which side each cut takes is fixed
+    by the lengths alone (the longer one, B on a tie: A down to B's length, then B and A
+    in turn), so the draws are taken at once and counted per side.
     """
-    start_a, end_a, start_b, end_b = 0, len(a), 0, len(b)
-    removed = 0
-    while (end_a - start_a) + (end_b - start_b) > max_tokens:
-        front = rng.random() < 0.5
-        if end_a - start_a > end_b - start_b:
-            start_a, end_a = (start_a + 1, end_a) if front else (start_a, end_a - 1)
-        else:
-            start_b, end_b = (start_b + 1, end_b) if front else (start_b, end_b - 1)
-        removed += 1
-    return a[start_a:end_a], b[start_b:end_b], removed
+    removed = len(a) + len(b) - max_tokens
+    if removed <= 0:
+        return a, b, 0
+    front = (rng.random(removed) < 0.5).tolist()
+    lead = min(removed, abs(len(a) - len(b)))  # Cuts while the sides differ in length.
+    # Then B, A, B, ... (equal lengths cut B first).
+    a_front, a_count, b_front = sum(front[lead + 1 :: 2]), len(front[lead + 1 :: 2]), sum(front[lead::2])
+    if len(a) > len(b):
+        a_front, a_count = a_front + sum(front[:lead]), a_count + lead
+    else:
+        b_front += sum(front[:lead])
+    a = a[a_front : len(a) - (a_count - a_front)]
+    b = b[b_front : len(b) - (removed - a_count - b_front)]
+    return a, b, removed
 
 
 class PairBuilder:
@@ -96,6 +120,8 @@ class PairBuilder:
         self.lookback = data_cfg.nsp_reservoir_docs if kind == "nsp" else 0
         self._ring: collections.deque = collections.deque(maxlen=max(1, self.lookback))
         self.stats = BuildStats()
+        self._padding_row = np.full(self.max_seq_length, special_ids.pad, np.int32)
+        self._zero_row = np.zeros(self.max_seq_length, np.int32)
 
     def carry(self) -> dict:
         return {}
@@ -109,10 +135,11 @@ class PairBuilder:
 
     def remember(self, document: Document, position: int) -> None:
         """Adds a document to the ring without building from it (replay on resume)."""
-        if self.lookback:
-            segments = nonempty_segments(document)
-            if segments:
-                self._ring.append((position, segments))
+        self._remember(nonempty_segments(document), position)
+
+    def _remember(self, segments: list[np.ndarray], position: int, offsets: list[int] | None = None) -> None:
+        if self.lookback and segments:
+            self._ring.append((position, segments, offsets or _token_offsets(segments)))
 
     def ring_start(self, position: int) -> int:
         """Where a replay must start to rebuild the ring as it is before `position`."""
@@ -129,14 +156,9 @@ class PairBuilder:
 
     def _random_b(self, target: int, rng: np.random.Generator) -> np.ndarray:
         """Segments of a random ring document, from a random start, up to target tokens."""
-        _, segments = self._ring[int(rng.integers(len(self._ring)))]
-        taken, count = [], 0
-        for segment in segments[int(rng.integers(len(segments))) :]:
-            taken.append(segment)
-            count += len(segment)
-            if count >= target:
-                break
-        return np.concatenate(taken)
+        _, segments, offsets = self._ring[int(rng.integers(len(self._ring)))]
+        first = int(rng.integers(len(segments)))
+        return _joined(segments[first : _run_end(offsets, first, target) + 1])
 
     def add_document(self, document: Document, rng: np.random.Generator, position: int = 0) -> list[Example]:
         """The examples of one document; `position` (its place in the feed) tags the ring."""
@@ -147,60 +169,58 @@ class PairBuilder:
             return []
         if len(segments) == 1:
             self.stats.single_segment_documents += 1
-            self.remember(segments, position)
+            self._remember(segments, position)
             return []
-        examples = [self._example(a, b, label) for a, b, label in self._pairs(segments, rng)]
-        self.remember(segments, position)
+        offsets = _token_offsets(segments)
+        examples = [self._example(a, b, label) for a, b, label in self._pairs(segments, offsets, rng)]
+        self._remember(segments, position, offsets)
         self.stats.examples += len(examples)
         return examples
 
-    def _pairs(self, segments: list[np.ndarray], rng: np.random.Generator):
+    def _pairs(self, segments: list[np.ndarray], offsets: list[int], rng: np.random.Generator):
+        """Runs of segments split into A and B; run ends found on token offsets, not per segment."""
         max_tokens = self.max_seq_length - 3
+        last = len(segments) - 1
         target = self._target(rng)
-        chunk: list[np.ndarray] = []
-        chunk_len, i = 0, 0
-        while i < len(segments):
-            chunk.append(segments[i])
-            chunk_len += len(segments[i])
-            if i == len(segments) - 1 or chunk_len >= target:
-                random_next = rng.random() < self.random_prob
-                if random_next and not self._ring:
-                    random_next = False
-                    self.stats.random_next_without_reservoir += 1
-                a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
-                a = np.concatenate(chunk[:a_end])
-                b = None
-                if random_next:
-                    b = self._random_b(max(1, target - len(a)), rng)
-                    i -= len(chunk) - a_end  # Unused segments start the next run.
-                elif len(chunk) >= 2:
-                    b = np.concatenate(chunk[a_end:])
-                elif i + 1 < len(segments):
-                    following = []
-                    while i + 1 < len(segments) and sum(map(len, following)) < max(1, target - len(a)):
-                        i += 1
-                        following.append(segments[i])
-                    b = np.concatenate(following)
+        i = 0
+        while i <= last:
+            end = _run_end(offsets, i, target)  # The run is segments i..end.
+            run = end - i + 1
+            random_next = rng.random() < self.random_prob
+            if random_next and not self._ring:
+                random_next = False
+                self.stats.random_next_without_reservoir += 1
+            a_end = int(rng.integers(1, run)) if run >= 2 else 1
+            a = _joined(segments[i : i + a_end])
+            b = None
+            if random_next:
+                b = self._random_b(max(1, target - len(a)), rng)
+                end = i + a_end - 1  # Unused segments start the next run.
+            elif run >= 2:
+                b = _joined(segments[i + a_end : end + 1])
+            elif end < last:
+                following = _run_end(offsets, end + 1, max(1, target - len(a)))
+                b = _joined(segments[end + 1 : following + 1])
+                end = following
+            else:
+                self.stats.unpaired_segments += 1
+            if b is not None:
+                a, b, removed = _truncate_pair(a, b, max_tokens, rng)
+                self.stats.truncated_tokens += removed
+                if self.kind == "sop":
+                    label = SWAPPED if rng.random() < 0.5 else IN_ORDER
+                    if label == SWAPPED:
+                        a, b = b, a
                 else:
-                    self.stats.unpaired_segments += 1
-                if b is not None:
-                    a, b, removed = _truncate_pair(a, b, max_tokens, rng)
-                    self.stats.truncated_tokens += removed
-                    if self.kind == "sop":
-                        label = SWAPPED if rng.random() < 0.5 else IN_ORDER
-                        if label == SWAPPED:
-                            a, b = b, a
-                    else:
-                        label = RANDOM_NEXT if random_next else IS_NEXT
-                    yield a, b, label
-                chunk, chunk_len = [], 0
-                target = self._target(rng)
-            i += 1
+                    label = RANDOM_NEXT if random_next else IS_NEXT
+                yield a, b, label
+            target = self._target(rng)
+            i = end + 1
 
     def _example(self, a: np.ndarray, b: np.ndarray, label: int) -> Example:
-        sp, length = self.special_ids, self.max_seq_length
-        input_ids = np.full(length, sp.pad, np.int32)
-        token_type_ids = np.zeros(length, np.int32)
+        sp = self.special_ids
+        input_ids = self._padding_row.copy()
+        token_type_ids = self._zero_row.copy()
         end_a = len(a) + 2
         end = end_a + len(b) + 1
         input_ids[0] = sp.cls

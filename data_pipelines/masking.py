@@ -205,8 +205,10 @@ class Masker:
         before = after - ordered_tokens
         fits = after <= budget[:, None]
         overflow = (before < budget[:, None]) & ~fits
-        odds = (budget[:, None] - before) / np.maximum(ordered_tokens, 1)
-        overflow &= rng.random((batch, 1)) < odds
+        draw = rng.random((batch, 1))
+        rows, cols = np.nonzero(overflow)  # At most one unit per row: its odds alone are computed.
+        odds = (budget[rows] - before[rows, cols]) / np.maximum(ordered_tokens[rows, cols], 1)
+        overflow[rows, cols] = draw[rows, 0] < odds
         chosen_in_order = (fits | overflow) & (ordered_tokens > 0)
         chosen_in_order &= after <= self.spec.max_predictions_per_seq
         chosen_unit = np.zeros((batch, length), bool)

@@ -3,10 +3,13 @@
   sources (sources.py)        documents of this host's share: random access (embedded,
                               tfds, prepared) shuffled globally, or streamed (text, jsonl,
                               parquet); the split is a hash of the document's index
-                              (corpus.is_eval_document; for streams, its index in the shard)
+                              (corpus.is_eval_document; for streams, its index in the shard).
+                              Prepared shards go to hosts whole, so a host copies only its
+                              own out of a bucket (data.shard_cache_bytes bounds the cache)
   stream.ExampleStream        tokenizes in groups (encode_ids) and runs the example builder
                               (builders.py / packing.py) epoch after epoch, checkpointably
-  WindowShuffleIterDataset    shuffles examples within config.data.shuffle_window
+  WindowShuffleIterDataset    shuffles examples within config.data.shuffle_window (grain's,
+                              its permutation vectorised: window_shuffle.py)
   batch                       per-host batches
   MaskBatch                   dynamic masking (masking.py) of each batch, its rng drawn
                               from (seed, host, batch index): fresh masks every epoch
@@ -27,7 +30,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from data_pipelines import builders, corpus, masking, sources, stream
+from data_pipelines import builders, corpus, masking, sources, stream, window_shuffle
 from data_pipelines import tokenizer as tokenizer_lib
 
 SPLITS = ("train", "eval")
@@ -84,6 +87,24 @@ def _split_indices(size: int, split: str, eval_fraction: float) -> np.ndarray:
     )
 
 
+def _whole_shards(documents, indices: np.ndarray, host: int, hosts: int) -> tuple[np.ndarray, int, int]:
+    """Host `host` of `hosts` takes whole prepared shards (host, host + hosts, ...) when there are enough.
+
+    Then a host reads, and in a bucket copies, only its own shards. Returns the indices
+    it keeps and the share of them it reads (0 of 1); with fewer shards than hosts, every
+    host keeps all indices and reads every hosts-th document (and every shard).
+    """
+    ranges = documents.shard_ranges()
+    if len(ranges) < hosts:
+        logging.warning("the prepared corpus has %d shards for %d hosts: every host reads every shard; "
+                        "prepare with more shards (--docs_per_shard) so each host reads only its own",
+                        len(ranges), hosts)
+        return indices, host, hosts
+    starts = np.array([start for start, _ in ranges])
+    shard = np.searchsorted(starts, indices, side="right") - 1
+    return indices[shard % hosts == host], 0, 1
+
+
 def _open_shard(cfg, stats, shard_index: int, shard_count: int, start: int):
     return sources.iter_documents(
         cfg, shard_index=shard_index, shard_count=shard_count, stats=stats, start=start
@@ -102,8 +123,11 @@ def document_feed(cfg, tokenizer, *, split: str, shuffle_seed: int | None, shard
     if sources.is_random_access(cfg):
         documents = sources.open_random_access(cfg, stats)
         tokenize = None if cfg.source == "prepared" else tokenizer.encode_ids
+        indices = _split_indices(len(documents), split, cfg.eval_fraction)
+        if shard_count > 1 and cfg.source == "prepared":
+            indices, shard_index, shard_count = _whole_shards(documents, indices, shard_index, shard_count)
         return stream.RandomAccessFeed(
-            documents, _split_indices(len(documents), split, cfg.eval_fraction), tokenize,
+            documents, indices, tokenize,
             shard_index=shard_index, shard_count=shard_count, shuffle_seed=shuffle_seed,
         )
     return stream.StreamingFeed(
@@ -160,7 +184,7 @@ def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, proces
         source_stats,
     )
     if cfg.shuffle_window > 1:
-        dataset = grain.experimental.WindowShuffleIterDataset(
+        dataset = window_shuffle.WindowShuffleIterDataset(
             dataset, window_size=cfg.shuffle_window, seed=_host_seed(seed, process_index, 4)
         )
     dataset = dataset.batch(per_host_batch_size, drop_remainder=True)

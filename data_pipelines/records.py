@@ -12,6 +12,8 @@ document its global index), totals, skipped records by reason and the tokenizer
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 from collections.abc import Sequence
 
@@ -53,7 +55,8 @@ def decode_document(record: bytes) -> list[np.ndarray]:
             f"record holds {len(buffer) - header_bytes} id bytes; its lengths say {4 * int(lengths.sum())}"
         )
     ids = np.frombuffer(buffer[header_bytes:], _I32).astype(np.int32)
-    return np.split(ids, np.cumsum(lengths)[:-1]) if count else []
+    ends = np.cumsum(lengths).tolist()
+    return [ids[start:end] for start, end in zip([0, *ends[:-1]], ends)]
 
 
 def read_manifest(directory: str) -> dict:
@@ -73,27 +76,62 @@ def read_manifest(directory: str) -> dict:
 class PreparedDocuments(Sequence):
     """Random access over a prepared directory's shards: item i is tokenized document i.
 
-    Documents are numbered shard by shard in the manifest's order. Reading goes through
-    grain's ArrayRecordDataSource, which pickles into worker processes. ArrayRecord reads
-    only local files: shards in a bucket are first copied to a local cache (logged,
-    see storage.paths.local_copy) and read from there.
+    Documents are numbered shard by shard in the manifest's order; `shard_ranges` gives
+    each shard's [start, stop). Shards are opened on first use through grain's
+    ArrayRecordDataSource, and the object pickles into worker processes (without its open
+    readers). ArrayRecord reads only local files: a shard in a bucket is copied to the
+    local cache (storage.paths.local_copy) when a document of it is first read, so a host
+    copies only the shards it reads, and the cache stays within `cache_bytes` (0 = no
+    bound) by evicting the least recently used files that no reader holds.
     """
 
-    def __init__(self, directory: str):
-        import grain  # noqa: PLC0415 (slow import; only readers of shards need it)
-
+    def __init__(self, directory: str, cache_bytes: int = 0):
         manifest = read_manifest(directory)
-        shards = [paths.local_copy(paths.path(directory) / s["path"]) for s in manifest["shards"] if s["documents"]]
-        self._source = grain.sources.ArrayRecordDataSource(shards) if shards else []
+        self._directory = directory
+        self._cache_bytes = cache_bytes
+        shards = [s for s in manifest["shards"] if s["documents"]]
+        self._paths = [s["path"] for s in shards]
+        self._counts = [s["documents"] for s in shards]
+        self._starts = [0, *itertools.accumulate(self._counts)]
         self._length = manifest["documents"]
-        if len(self._source) != self._length:
+        if self._starts[-1] != self._length:
             raise ValueError(
-                f"{directory}: the shards hold {len(self._source)} records, the manifest says "
+                f"{directory}: the manifest's shards list {self._starts[-1]} documents, its total says "
                 f"{self._length}; the directory is damaged (re-run prepare into a new one)"
             )
+        self._readers: dict = {}
+        if not paths.is_remote(directory):
+            for shard in range(len(self._paths)):  # Local shards are checked now.
+                self._reader(shard)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_readers": {}}
 
     def __len__(self) -> int:
         return self._length
 
+    def shard_ranges(self) -> list[tuple[int, int]]:
+        """[start, stop) of each non-empty shard's documents."""
+        return list(zip(self._starts[:-1], self._starts[1:]))
+
+    def _reader(self, shard: int):
+        reader = self._readers.get(shard)
+        if reader is None:
+            import grain  # noqa: PLC0415 (slow import; only readers of shards need it)
+
+            in_use = [local for local, _ in self._readers.values()]
+            local = paths.local_copy(paths.path(self._directory) / self._paths[shard], self._cache_bytes, in_use)
+            reader = (local, grain.sources.ArrayRecordDataSource([local]))
+            if len(reader[1]) != self._counts[shard]:
+                raise ValueError(
+                    f"{self._directory}: shard {self._paths[shard]} holds {len(reader[1])} records, the "
+                    f"manifest says {self._counts[shard]}; the directory is damaged (re-run prepare into a new one)"
+                )
+            self._readers[shard] = reader
+        return reader[1]
+
     def __getitem__(self, index: int) -> list[np.ndarray]:
-        return decode_document(self._source[index])
+        if not 0 <= index < self._length:
+            raise IndexError(f"document {index} of {self._length}")
+        shard = bisect.bisect_right(self._starts, index) - 1
+        return decode_document(self._reader(shard)[index - self._starts[shard]])

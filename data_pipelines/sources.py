@@ -245,7 +245,7 @@ def open_random_access(data_cfg: ml_collections.ConfigDict, stats: SkipStats | N
     if data_cfg.source == "prepared":
         from data_pipelines import records  # noqa: PLC0415
 
-        return records.PreparedDocuments(data_cfg.path)
+        return records.PreparedDocuments(data_cfg.path, data_cfg.get("shard_cache_bytes", 0))
     raise ValueError(
         f"config.data.source={data_cfg.source!r} is a stream, not random access; read it with "
         f"sources.iter_documents (random access: {RANDOM_ACCESS_SOURCES})"

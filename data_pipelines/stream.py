@@ -3,8 +3,8 @@
 A *feed* yields this host's documents of one epoch as (position, tokenized document),
 in a fixed order given (seed, epoch), and can reopen at any position:
 
-  RandomAccessFeed  embedded / tfds / prepared: a grain MapDataset over the split's
-                    document indices, sliced per host, shuffled globally, reshuffled
+  RandomAccessFeed  embedded / tfds / prepared: the split's document indices, sliced
+                    per host, shuffled globally in grain's MapDataset order, reshuffled
                     every epoch. Reopening at a position costs nothing.
   StreamingFeed     text / jsonl / parquet: `sources.iter_documents` over this host's
                     shard. Reopening re-reads the shard and skips `start` documents
@@ -28,9 +28,12 @@ import grain
 import numpy as np
 from absl import logging
 
+from data_pipelines import index_shuffle
+
 Document = list[np.ndarray]
 Tokenize = Callable[[list[str]], list[np.ndarray]]
 TOKENIZE_GROUP = 64  # Documents per encode_ids call: one parallel call in Rust for many.
+ORDER_CHUNK = 4096  # Positions of the document order computed at once (bounded memory).
 # Skip and build counts reach the log at each epoch's end and, for corpora whose epoch
 # outlasts the run, every this many documents.
 REPORT_EVERY_DOCUMENTS = 100_000
@@ -38,9 +41,8 @@ REPORT_EVERY_DOCUMENTS = 100_000
 
 def _tokenized(raw: Iterator[tuple[int, list]], tokenize: Tokenize | None) -> Iterator[tuple[int, Document]]:
     """Tokenizes (position, segments-as-strings) in groups; passes already-tokenized ones."""
-    if tokenize is None:
-        for position, document in raw:
-            yield position, [np.asarray(s, np.int32) for s in document]
+    if tokenize is None:  # Prepared documents: int32 arrays already (records.decode_document).
+        yield from raw
         return
     group: list[tuple[int, list]] = []
 
@@ -81,24 +83,41 @@ class RandomAccessFeed:
         host, hosts = self._shard
         self._shard = (host + hosts * index, hosts * count)
 
-    def _order(self) -> tuple[grain.MapDataset, int]:
-        """The endless document order of this share, and its number of documents per epoch."""
+    def _share(self) -> np.ndarray:
+        """This share's document indices, in source order."""
         index, count = self._shard
-        share = grain.MapDataset.source(self._indices)[index::count]
+        share = self._indices[index::count]
         if len(share) == 0:
             raise ValueError(
                 f"shard {index} of {count} holds none of the split's {len(self._indices)} documents; "
                 "use fewer hosts/workers or a larger corpus"
             )
-        if self._shuffle_seed is not None:
-            share = share.shuffle(seed=self._shuffle_seed)
-        return share.repeat(None), len(share)  # repeat reshuffles every epoch.
+        return share
+
+    def order(self, epoch: int, start: int, stop: int) -> np.ndarray:
+        """The document indices at positions start..stop-1 of the epoch's order.
+
+        grain's order, `MapDataset.source(indices)[i::n].shuffle(seed).repeat(None)`:
+        epoch e is the share permuted by index_shuffle with seed (seed + e) mod 2**32,
+        computed here a chunk at a time (index_shuffle.py) instead of per document.
+        """
+        share = self._share()
+        positions = np.arange(start, min(stop, len(share)), dtype=np.int64)
+        if self._shuffle_seed is None:
+            return share[positions]
+        seed = (self._shuffle_seed + epoch) % 2**32
+        return share[index_shuffle.shuffle_positions(positions, len(share), seed)]
 
     def open(self, epoch: int, start: int) -> Iterator[tuple[int, Document]]:
-        order, per_epoch = self._order()
-        base = epoch * per_epoch
-        raw = ((p, self._documents[int(order[base + p])]) for p in range(start, per_epoch))
-        return _tokenized(raw, self._tokenize)
+        per_epoch = len(self._share())
+
+        def raw():
+            for first in range(start, per_epoch, ORDER_CHUNK):
+                chunk = self.order(epoch, first, first + ORDER_CHUNK).tolist()
+                for offset, index in enumerate(chunk):
+                    yield first + offset, self._documents[index]
+
+        return _tokenized(raw(), self._tokenize)
 
 
 class StreamingFeed:
@@ -188,7 +207,8 @@ class ExampleIterator(grain.DatasetIterator):
         self._replay_from = 0
 
     def _rng(self, position: int) -> np.random.Generator:
-        return np.random.default_rng([self._seed, self._epoch, position])
+        # default_rng([...]) builds exactly this, at twice the cost (once per document).
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence([self._seed, self._epoch, position])))
 
     def _build(self, position: int, document: Document) -> None:
         self._replay_from = self.builder.ring_start(position)

@@ -58,6 +58,8 @@ def test_prepared_shards_in_a_bucket_read_through_a_logged_local_cache(gcs, tmp_
     assert remote["shards"] == local["shards"]
     with caplog.at_level(logging.INFO):
         documents = records.PreparedDocuments(f"{bucket}/prepared")
+        assert not (tmp_path / "cache").exists()  # Shards are copied when first read.
+        documents[0]
     assert "the reader needs a local file" in caplog.text and (tmp_path / "cache").exists()
     want = records.PreparedDocuments(str(tmp_path / "local"))
     assert len(documents) == len(want) == local["documents"]

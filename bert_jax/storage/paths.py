@@ -11,6 +11,7 @@ import hashlib
 import logging
 import os
 import tempfile
+from collections.abc import Collection
 
 from etils import epath
 
@@ -59,22 +60,33 @@ def copy_file(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     write_atomically(dst, path(src).read_bytes())
 
 
-def local_copy(remote: str | os.PathLike) -> str:
+def cache_root() -> epath.Path:
+    """Where bucket objects are cached: $BERT_JAX_CACHE_DIR, else bert_jax_cache in the temp dir."""
+    return epath.Path(os.environ.get(CACHE_ENV) or epath.Path(tempfile.gettempdir()) / "bert_jax_cache")
+
+
+def local_copy(remote: str | os.PathLike, max_cache_bytes: int = 0, in_use: Collection[str] = ()) -> str:
     """A local file holding `remote`'s bytes, for libraries that read only local disk.
 
-    Cached under $BERT_JAX_CACHE_DIR (default: the temp dir), keyed by URL and checked by
-    size, so a resume or a second worker on the same VM reuses it. Logged, because the
-    copy costs local disk and a download.
+    Cached under cache_root(), keyed by URL and checked by size, so a resume or a second
+    worker on the same VM reuses it. Logged, because the copy costs local disk and a
+    download. With max_cache_bytes > 0 the cache stays within that many bytes: before a
+    download, the least recently used cached files (a hit counts as a use) are deleted,
+    except `in_use` (local paths a reader holds open) and this one; ValueError (naming
+    config.data.shard_cache_bytes) if that cannot make room.
     """
     if not is_remote(remote):
         return str(remote)
     remote = path(remote)
     key = hashlib.sha256(str(remote).encode()).hexdigest()[:16]
-    root = epath.Path(os.environ.get(CACHE_ENV) or epath.Path(tempfile.gettempdir()) / "bert_jax_cache")
+    root = cache_root()
     local = root / key / remote.name
     size = remote.stat().length
     if local.exists() and local.stat().length == size:
+        os.utime(local)  # Most recently used.
         return str(local)
+    if max_cache_bytes:
+        _make_room(root, size, max_cache_bytes, {str(local), *map(str, in_use)})
     log.info("caching %s (%d bytes) in %s: the reader needs a local file", remote, size, local)
     local.parent.mkdir(parents=True, exist_ok=True)
     tmp = local.parent / f".{local.name}.{os.getpid()}.tmp"
@@ -83,3 +95,36 @@ def local_copy(remote: str | os.PathLike) -> str:
             dst.write(chunk)
     tmp.replace(local)
     return str(local)
+
+
+def cached_files(root: epath.Path) -> list[tuple[float, int, epath.Path]]:
+    """(mtime, bytes, path) of the files cached under `root` (key folders, one level), oldest first."""
+    if not root.is_dir():
+        return []
+    found = []
+    for folder in root.iterdir():
+        for f in folder.iterdir() if folder.is_dir() else ():
+            if not f.name.startswith("."):  # (downloads in progress)
+                stat = f.stat()
+                found.append((stat.mtime, stat.length, f))
+    return sorted(found, key=lambda item: item[0])
+
+
+def _make_room(root: epath.Path, size: int, max_bytes: int, keep: set[str]) -> None:
+    """Deletes least recently used cached files not in `keep` until `size` more bytes fit in max_bytes."""
+    files = cached_files(root)
+    used = sum(length for _, length, f in files if str(f) not in keep)
+    kept = sum(length for _, length, f in files if str(f) in keep)
+    for _, length, f in files:
+        if used + kept + size <= max_bytes:
+            return
+        if str(f) in keep:
+            continue
+        log.info("shard cache over %d bytes: evicting %s (%d bytes, least recently used)", max_bytes, f, length)
+        f.unlink(missing_ok=True)
+        used -= length
+    if used + kept + size > max_bytes:
+        raise ValueError(
+            f"config.data.shard_cache_bytes={max_bytes} cannot hold a {size}-byte shard beside the "
+            f"{kept} bytes of shards in use in {root}; raise it (a host needs room for the shards it reads at once)"
+        )
