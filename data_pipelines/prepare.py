@@ -298,6 +298,13 @@ def _define_flags():
     return flags.FLAGS
 
 
+def summary(manifest: dict, seconds: float) -> str:
+    """The line both preparers log at the end."""
+    return (f"prepared {manifest['documents']} documents, {manifest['segments']} segments, {manifest['tokens']} "
+            f"tokens in {len(manifest['shards'])} shard(s) in {seconds:.1f} s; "
+            f"{sources.SkipStats(manifest['skipped']).log_line()}")
+
+
 def _run(argv: Sequence[str], flag_values) -> None:
     del argv
     started = time.perf_counter()
@@ -308,15 +315,7 @@ def _run(argv: Sequence[str], flag_values) -> None:
         docs_per_shard=flag_values.docs_per_shard,
         num_parts=flag_values.num_parts,
     )
-    logging.info(
-        "prepared %d documents, %d segments, %d tokens in %d shard(s) in %.1f s; %s",
-        manifest["documents"],
-        manifest["segments"],
-        manifest["tokens"],
-        len(manifest["shards"]),
-        time.perf_counter() - started,
-        sources.SkipStats(manifest["skipped"]).log_line(),
-    )
+    logging.info("%s", summary(manifest, time.perf_counter() - started))
 
 
 def main() -> None:

@@ -312,16 +312,8 @@ def _run(argv: Sequence[str], flag_values) -> None:
         num_parts=flag_values.num_parts,
         overwrite=flag_values.overwrite,
     )
-    logging.info(
-        "prepared %d documents, %d segments, %d tokens in %d shard(s) in %.1f s; %s; fingerprint %s",
-        manifest["documents"],
-        manifest["segments"],
-        manifest["tokens"],
-        len(manifest["shards"]),
-        time.perf_counter() - started,
-        sources.SkipStats(manifest["skipped"]).log_line(),
-        manifest["fingerprint"],
-    )
+    logging.info("%s; fingerprint %s", prepare_lib.summary(manifest, time.perf_counter() - started),
+                 manifest["fingerprint"])
 
 
 def main() -> None:

@@ -111,8 +111,8 @@ def cluster(gcs, tmp_path_factory):
 
 def run_flags(workdir, *extra):
     return ["--tpu=v4-16", "--config=configs/tiny.py", f"--workdir={workdir}", f"--python={sys.executable}", *extra,
-            "--", *micro_overrides(), "--config.train.num_steps=24", "--config.checkpoint.every_steps=4",
-            "--config.train.eval_every_steps=24", "--config.distributed.heartbeat_timeout_s=20",
+            "--", *micro_overrides(), "--config.train.num_steps=200", "--config.checkpoint.every_steps=4",
+            "--config.train.eval_every_steps=200", "--config.distributed.heartbeat_timeout_s=20",
             "--config.lease.timeout_s=20"]
 
 
@@ -186,7 +186,7 @@ def test_a_preempted_run_is_relaunched_and_ends_with_the_straight_losses(how, cl
     assert proc.returncode == 0, out[-6000:]
     runs = attempts.read_attempts(workdir)
     assert [a.outcome for a in runs] == ["preempted", "done"], out[-6000:]
-    assert runs[0].step_reached >= 4 and read_done(workdir)["step"] == 24
+    assert runs[0].step_reached >= 4 and read_done(workdir)["step"] == 200
     assert losses(workdir) == straight  # bit for bit
     assert "attempt 2:" in out and "preempted at step" in out
 
@@ -206,14 +206,15 @@ def test_a_config_error_is_not_retried(cluster, gcs):
 def test_max_preemptions_gives_up_naming_the_step(cluster, gcs):
     workdir = f"{gcs.new()}/give_up"
     proc = start(cluster, workdir, "--max_preemptions=1")
-    for attempt in range(2):
-        wait_for_checkpoint(workdir, 4 * (attempt + 1), proc)
-        for p in pretrain_processes():
-            p.send_signal(signal.SIGTERM)
-        if attempt == 0:  # wait for the relaunch before preempting again
-            deadline = time.time() + 300
-            while len(attempts.read_attempts(workdir)) < 1 and time.time() < deadline:
-                time.sleep(0.5)
+    wait_for_checkpoint(workdir, 4, proc)
+    for p in pretrain_processes():
+        p.send_signal(signal.SIGTERM)
+    deadline = time.time() + 300
+    while not attempts.read_attempts(workdir) and time.time() < deadline:
+        time.sleep(0.5)
+    wait_for_checkpoint(workdir, attempts.read_attempts(workdir)[0].step_reached + 4, proc)  # the relaunch's
+    for p in pretrain_processes():
+        p.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 1, out[-4000:]
     runs = attempts.read_attempts(workdir)
