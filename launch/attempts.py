@@ -81,7 +81,7 @@ def decide(history: list[Attempt], max_preemptions: int, max_failures: int) -> t
 
 
 def read_attempts(workdir: str) -> list[Attempt]:
-    file = paths.path(workdir) / ATTEMPTS_FILE
+    file = paths.fresh(paths.path(workdir) / ATTEMPTS_FILE)
     if not file.exists():
         return []
     return [Attempt(**json.loads(line)) for line in file.read_text().splitlines() if line.strip()]

@@ -151,7 +151,8 @@ def losses(workdir):
 def wait_for_checkpoint(workdir, step, proc, timeout_s=300):
     deadline = time.time() + timeout_s
     while not any(s >= step for s in Workdir(workdir).checkpoint_steps()):
-        assert proc.poll() is None and time.time() < deadline, "the run ended or stalled before the kill"
+        assert proc.poll() is None and time.time() < deadline, \
+            f"the run ended or stalled before the kill: {''.join(proc.lines)[-3000:]}"
         time.sleep(0.5)
 
 

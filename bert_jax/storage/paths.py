@@ -31,6 +31,20 @@ def is_remote(value: str | os.PathLike) -> bool:
     return str(value).startswith(REMOTE_SCHEMES)
 
 
+def fresh(value: str | os.PathLike) -> epath.Path:
+    """`path(value)`, after forgetting the bucket listings this process cached (gcsfs and s3fs keep them).
+
+    For reading what other processes write: a launcher watching a run's checkpoints and DONE
+    would otherwise see the folders as they were when it first looked.
+    """
+    p = path(value)
+    if is_remote(p):
+        from etils.epath import backend  # noqa: PLC0415
+
+        backend.fsspec_backend.fs(str(p)).invalidate_cache()
+    return p
+
+
 def absolute(value: str | os.PathLike) -> str:
     """An absolute form that orbax accepts: URLs as they are, local paths resolved."""
     return str(value) if is_remote(value) else str(path(value).resolve())

@@ -152,7 +152,7 @@ class Workdir:
 
     def checkpoint_steps(self) -> list[int]:
         """The committed checkpoints' steps, ascending (orbax skips unfinished saves); [] if none."""
-        if not self.checkpoints.is_dir():
+        if not paths.fresh(self.checkpoints).is_dir():  # (other processes write them)
             return []
         return sorted(ocp.utils.checkpoint_steps(paths.absolute(self.checkpoints)))
 

@@ -24,7 +24,7 @@ def write_done(workdir: str | os.PathLike, step: int, last_step: int, kind: str)
 
 def read_done(workdir: str | os.PathLike) -> dict | None:
     """The DONE record of `workdir`, or None while the run has not finished."""
-    done = Workdir(workdir).done
+    done = paths.fresh(Workdir(workdir).done)
     if not done.exists():
         return None
     return json.loads(done.read_text())
