@@ -19,13 +19,11 @@ sha256 of the first `--fingerprint_batches` batches' arrays: run it from another
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import tempfile
 import time
 
-import numpy as np
 import psutil
 from absl import flags
 
@@ -72,17 +70,6 @@ def _config(prepared: str, seq: int, predictions: int, masking: str, args) -> ob
     return data
 
 
-def batch_digest(batches: list[dict[str, np.ndarray]]) -> str:
-    """sha256 over every batch's keys, dtypes, shapes and bytes, in order."""
-    digest = hashlib.sha256()
-    for batch in batches:
-        for key in sorted(batch):
-            array = np.ascontiguousarray(batch[key])
-            digest.update(f"{key}:{array.dtype.str}:{array.shape}".encode())
-            digest.update(array.tobytes())
-    return digest.hexdigest()
-
-
 def _cpu_seconds() -> float:
     """User + system CPU time of this process and its live worker processes."""
     process = psutil.Process()
@@ -123,7 +110,7 @@ def _run_case(name: str, data, tokenizer, args) -> dict:
         "seq_per_s": args.batches * BATCH / elapsed,
         "seq_per_cpu_s": args.batches * BATCH / cpu,
         "rss_growth_mib": (rss_peak - rss_start) / 2**20,
-        "digest": batch_digest(first[: args.fingerprint_batches]),
+        "digest": pipeline.batch_digest(first[: args.fingerprint_batches]),
     }
     del iterator
     return result

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import hashlib
 from collections.abc import Iterable
 
 import grain
@@ -264,6 +265,18 @@ def build_eval_batches(cfg, tokenizer, *, seed: int, per_host_batch_size: int, p
         batches.append(mask_batch.random_map(stacked, np.random.default_rng([eval_seed, process_index, b])))
     logging.info("eval split: %d batches per host; example building: %s", num_batches, builder.stats.as_dict())
     return batches
+
+
+def batch_digest(batches: Iterable[dict[str, np.ndarray]]) -> str:
+    """sha256 over every batch's keys, dtypes, shapes and bytes, in order: shows that two versions of the
+    loader give identical batches (bench/loader_throughput.py, tests/test_data_loader_identity.py)."""
+    digest = hashlib.sha256()
+    for batch in batches:
+        for key in sorted(batch):
+            array = np.ascontiguousarray(batch[key])
+            digest.update(f"{key}:{array.dtype.str}:{array.shape}".encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()
 
 
 def most_frequent_token_accuracy(batches: Iterable[dict[str, np.ndarray]]) -> float:

@@ -7,7 +7,6 @@ matches means batches changed for a fixed seed and step: runs would not repeat a
 versions, and a checkpoint's data state would resume into other data.
 """
 
-import hashlib
 import json
 
 import grain
@@ -42,16 +41,6 @@ EXPECTED = {
     ('jsonl', 'packed', 'token'): ('747e4b75f60ff825d18dae28b6d80bf35ce2cae6bf3b78978357334241390eae',
         'bb16b5548f06731051a571687ce85cedbbb7ffb5fa5771258d75f5aa29dfbde4'),
 }
-
-
-def _digest(batches):
-    digest = hashlib.sha256()
-    for batch in batches:
-        for key in sorted(batch):
-            array = np.ascontiguousarray(batch[key])
-            digest.update(f"{key}:{array.dtype.str}:{array.shape}".encode())
-            digest.update(array.tobytes())
-    return digest.hexdigest()
 
 
 def documents(count=60):
@@ -134,8 +123,9 @@ def test_batches_are_bit_identical_to_the_pinned_ones(corpus_dir, case):
     config = _config(corpus_dir, *case)
     tokenizer = tokenizer_lib.load_tokenizer(str(corpus_dir / "vocab.txt"))
     iterator = pipeline.build_train_iterator(config, tokenizer, seed=7, per_host_batch_size=BATCH)
-    train = _digest([next(iterator) for _ in range(BATCHES)])
-    evaluation = _digest(pipeline.build_eval_batches(config, tokenizer, seed=7, per_host_batch_size=BATCH))
+    train = pipeline.batch_digest([next(iterator) for _ in range(BATCHES)])
+    evaluation = pipeline.batch_digest(
+        pipeline.build_eval_batches(config, tokenizer, seed=7, per_host_batch_size=BATCH))
     assert (train, evaluation) == EXPECTED[case]
 
 
@@ -175,4 +165,4 @@ def test_prepared_source_resumes_identically(corpus_dir, hosts):
     expected = [next(original) for _ in range(4)]
     resumed = iterator()
     resumed.set_state(state)
-    assert _digest([next(resumed) for _ in range(4)]) == _digest(expected)
+    assert pipeline.batch_digest([next(resumed) for _ in range(4)]) == pipeline.batch_digest(expected)
