@@ -127,18 +127,16 @@ def cached_files(root: epath.Path) -> list[tuple[float, int, epath.Path]]:
 def _make_room(root: epath.Path, size: int, max_bytes: int, keep: set[str]) -> None:
     """Deletes least recently used cached files not in `keep` until `size` more bytes fit in max_bytes."""
     files = cached_files(root)
-    used = sum(length for _, length, f in files if str(f) not in keep)
-    kept = sum(length for _, length, f in files if str(f) in keep)
+    total = sum(length for _, length, _ in files)
     for _, length, f in files:
-        if used + kept + size <= max_bytes:
+        if total + size <= max_bytes:
             return
-        if str(f) in keep:
-            continue
-        log.info("shard cache over %d bytes: evicting %s (%d bytes, least recently used)", max_bytes, f, length)
-        f.unlink(missing_ok=True)
-        used -= length
-    if used + kept + size > max_bytes:
+        if str(f) not in keep:
+            log.info("shard cache over %d bytes: evicting %s (%d bytes, least recently used)", max_bytes, f, length)
+            f.unlink(missing_ok=True)
+            total -= length
+    if total + size > max_bytes:  # only files in use are left
         raise ValueError(
             f"config.data.shard_cache_bytes={max_bytes} cannot hold a {size}-byte shard beside the "
-            f"{kept} bytes of shards in use in {root}; raise it (a host needs room for the shards it reads at once)"
+            f"{total} bytes of shards in use in {root}; raise it (a host needs room for the shards it reads at once)"
         )
