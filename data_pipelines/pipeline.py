@@ -29,7 +29,7 @@ from collections.abc import Iterable
 import grain
 import ml_collections
 import numpy as np
-from absl import logging
+from absl import flags, logging
 
 from data_pipelines import builders, corpus, masking, sources, stream, window_shuffle
 from data_pipelines import tokenizer as tokenizer_lib
@@ -156,6 +156,43 @@ class MaskBatch(grain.transforms.RandomMap):
         return features
 
 
+class PackBatch(grain.transforms.Map):
+    """A batch as one byte array, in a worker process, to cross into the trainer's process.
+
+    grain moves every array through a shared-memory segment of its own, and each segment
+    costs a create, a resource-tracker round trip, an open and an unlink. At 2 workers the
+    seven arrays of a batch took a quarter of a core of the trainer's process; one array
+    takes a seventh of that. `UnpackBatch` gives back the same arrays, as views.
+    """
+
+    def __init__(self, spec: dict[str, tuple[tuple, type]]):
+        self._keys = tuple(sorted(spec))
+
+    def map(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        return np.concatenate([np.ascontiguousarray(batch[key]).view(np.uint8).ravel() for key in self._keys])
+
+
+class UnpackBatch(grain.transforms.Map):
+    """PackBatch's byte array -> the batch_spec dict, each array a view of it (no copy)."""
+
+    def __init__(self, spec: dict[str, tuple[tuple, type]]):
+        self._layout = []
+        start = 0
+        for key in sorted(spec):
+            shape, dtype = spec[key]
+            stop = start + int(np.prod(shape)) * np.dtype(dtype).itemsize
+            self._layout.append((key, start, stop, shape, np.dtype(dtype)))
+            start = stop
+        self.nbytes = start
+
+    def map(self, packed: np.ndarray) -> dict[str, np.ndarray]:
+        if packed.nbytes != self.nbytes:
+            raise ValueError(f"a packed batch of {packed.nbytes} bytes, expected {self.nbytes}: "
+                             "the workers and the trainer disagree on config.data")
+        flat = np.asarray(packed)
+        return {key: flat[start:stop].view(dtype).reshape(shape) for key, start, stop, shape, dtype in self._layout}
+
+
 def make_mask_batch(cfg, tokenizer) -> MaskBatch:
     spec = masking.MaskingSpec.from_config(cfg)
     word_starts = None if spec.mode == "token" else tokenizer.word_start_flags()
@@ -191,11 +228,15 @@ def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, proces
     dataset = dataset.batch(per_host_batch_size, drop_remainder=True)
     dataset = dataset.random_map(mask_batch, seed=_host_seed(seed, process_index, 1))
     if cfg.worker_count > 0:
-        return dataset.mp_prefetch(
+        if not flags.FLAGS.is_parsed():
+            flags.FLAGS.mark_as_parsed()  # grain reads its absl flags; a notebook or pytest parsed none.
+        spec = batch_spec(cfg, per_host_batch_size)
+        dataset = dataset.map(PackBatch(spec)).mp_prefetch(
             grain.MultiprocessingOptions(
                 num_workers=cfg.worker_count, per_worker_buffer_size=max(1, cfg.prefetch_buffer_size)
             )
         )
+        return dataset.map(UnpackBatch(spec))
     if cfg.prefetch_buffer_size > 0:
         # One thread builds and masks batches while the accelerator steps.
         return grain.experimental.ThreadPrefetchIterDataset(

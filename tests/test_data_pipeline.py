@@ -213,3 +213,38 @@ def test_skipped_training_records_reach_the_log_with_their_reasons(jsonl_cfg, to
     assert len(report) == 1
     for reason in ("invalid_utf8", "missing_field", "invalid_json"):
         assert f"{reason}" in report[0], report[0]
+
+
+def test_worker_processes_hand_over_exactly_the_batches_they_built(cfg, tokenizer):
+    """Two grain workers: each batch crosses as one packed array and arrives with the examples of
+    the same worker's slice built in this process (grain takes the workers' batches in turn; a
+    worker draws masks from its own element count); the iterator state resumes across workers."""
+    from grain._src.python.dataset.transformations import prefetch  # noqa: PLC0415
+
+    config = cfg.copy_and_resolve_references()
+    config.worker_count, config.prefetch_buffer_size = 2, 1
+    iterator = _iterator(config, tokenizer)
+    batches = _take(iterator, 4)
+    state = iterator.get_state()
+    expected_next = _take(iterator, 2)
+
+    single = cfg.copy_and_resolve_references()
+    single.prefetch_buffer_size = 0
+    slices = []
+    for worker in range(2):
+        dataset = pipeline.train_dataset(single, tokenizer, seed=0, per_host_batch_size=BATCH)
+        prefetch._set_slice_iter_dataset(dataset, slice(worker, None, 2), False)  # noqa: SLF001
+        slices.append(_take(iter(dataset), 3))
+    for got, want in zip(batches + expected_next, [slices[i % 2][i // 2] for i in range(6)]):
+        assert np.array_equal(_unmasked(got), _unmasked(want))
+        for key in ("attention_mask", "token_type_ids", "next_sentence_label"):
+            assert np.array_equal(got[key], want[key]), key
+        assert np.array_equal(got["masked_weights"].sum(axis=1), want["masked_weights"].sum(axis=1))
+    spec = pipeline.batch_spec(config, BATCH)
+    assert {k: (v.shape, v.dtype) for k, v in batches[0].items()} == {
+        k: (shape, np.dtype(dtype)) for k, (shape, dtype) in spec.items()
+    }
+
+    resumed = _iterator(config, tokenizer)
+    resumed.set_state(state)
+    assert _same(_take(resumed, 2), expected_next)
