@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import bisect
 import collections
-import itertools
 
 import numpy as np
 
 from data_pipelines import packing
-from data_pipelines.example_types import BuildStats, Document, Example, nonempty_segments
+from data_pipelines.example_types import BuildStats, Document, Example, flat_nonempty
 from data_pipelines.tokenizer import SpecialIds
 
 BUILDERS = ("nsp", "sop", "full_sentences", "doc_sentences", "packed")
@@ -48,19 +47,9 @@ EXAMPLE_KEYS = {
     "packed": ("segment_ids", "position_ids"),
 }
 
-def _token_offsets(segments: list[np.ndarray]) -> list[int]:
-    """[0, len(s0), len(s0) + len(s1), ...]: where each segment starts in the document's tokens."""
-    return [0, *itertools.accumulate(len(s) for s in segments)]
-
-
 def _run_end(offsets: list[int], first: int, tokens: int) -> int:
     """The last segment of the run from segment `first` that holds `tokens` (or the document's last)."""
     return min(bisect.bisect_left(offsets, offsets[first] + tokens, lo=first + 1) - 1, len(offsets) - 2)
-
-
-def _joined(segments: list[np.ndarray]) -> np.ndarray:
-    """The segments' tokens in one array (the segment itself, uncopied, when there is one)."""
-    return segments[0] if len(segments) == 1 else np.concatenate(segments)
 
 
 def _truncate_pair(a, b, max_tokens: int, rng: np.random.Generator):
@@ -135,11 +124,11 @@ class PairBuilder:
 
     def remember(self, document: Document, position: int) -> None:
         """Adds a document to the ring without building from it (replay on resume)."""
-        self._remember(nonempty_segments(document), position)
+        self._remember(position, *flat_nonempty(document))
 
-    def _remember(self, segments: list[np.ndarray], position: int, offsets: list[int] | None = None) -> None:
-        if self.lookback and segments:
-            self._ring.append((position, segments, offsets or _token_offsets(segments)))
+    def _remember(self, position: int, ids: np.ndarray, offsets: list[int]) -> None:
+        if self.lookback and len(offsets) > 1:
+            self._ring.append((position, ids, offsets))
 
     def ring_start(self, position: int) -> int:
         """Where a replay must start to rebuild the ring as it is before `position`."""
@@ -156,31 +145,31 @@ class PairBuilder:
 
     def _random_b(self, target: int, rng: np.random.Generator) -> np.ndarray:
         """Segments of a random ring document, from a random start, up to target tokens."""
-        _, segments, offsets = self._ring[int(rng.integers(len(self._ring)))]
-        first = int(rng.integers(len(segments)))
-        return _joined(segments[first : _run_end(offsets, first, target) + 1])
+        _, ids, offsets = self._ring[int(rng.integers(len(self._ring)))]
+        first = int(rng.integers(len(offsets) - 1))
+        return ids[offsets[first] : offsets[_run_end(offsets, first, target) + 1]]
 
     def add_document(self, document: Document, rng: np.random.Generator, position: int = 0) -> list[Example]:
         """The examples of one document; `position` (its place in the feed) tags the ring."""
         self.stats.documents += 1
-        segments = nonempty_segments(document)
-        if not segments:
+        ids, offsets = flat_nonempty(document)
+        if len(offsets) == 1:
             self.stats.empty_documents += 1
             return []
-        if len(segments) == 1:
+        if len(offsets) == 2:
             self.stats.single_segment_documents += 1
-            self._remember(segments, position)
+            self._remember(position, ids, offsets)
             return []
-        offsets = _token_offsets(segments)
-        examples = [self._example(a, b, label) for a, b, label in self._pairs(segments, offsets, rng)]
-        self._remember(segments, position, offsets)
+        examples = [self._example(a, b, label) for a, b, label in self._pairs(ids, offsets, rng)]
+        self._remember(position, ids, offsets)
         self.stats.examples += len(examples)
         return examples
 
-    def _pairs(self, segments: list[np.ndarray], offsets: list[int], rng: np.random.Generator):
-        """Runs of segments split into A and B; run ends found on token offsets, not per segment."""
+    def _pairs(self, ids: np.ndarray, offsets: list[int], rng: np.random.Generator):
+        """Runs of segments split into A and B, each a slice of the document's ids: segments
+        i..j-1 are ids[offsets[i]:offsets[j]], and run ends are found on the offsets."""
         max_tokens = self.max_seq_length - 3
-        last = len(segments) - 1
+        last = len(offsets) - 2
         target = self._target(rng)
         i = 0
         while i <= last:
@@ -191,16 +180,16 @@ class PairBuilder:
                 random_next = False
                 self.stats.random_next_without_reservoir += 1
             a_end = int(rng.integers(1, run)) if run >= 2 else 1
-            a = _joined(segments[i : i + a_end])
+            a = ids[offsets[i] : offsets[i + a_end]]
             b = None
             if random_next:
                 b = self._random_b(max(1, target - len(a)), rng)
                 end = i + a_end - 1  # Unused segments start the next run.
             elif run >= 2:
-                b = _joined(segments[i + a_end : end + 1])
+                b = ids[offsets[i + a_end] : offsets[end + 1]]
             elif end < last:
                 following = _run_end(offsets, end + 1, max(1, target - len(a)))
-                b = _joined(segments[end + 1 : following + 1])
+                b = ids[offsets[end + 1] : offsets[following + 1]]
                 end = following
             else:
                 self.stats.unpaired_segments += 1

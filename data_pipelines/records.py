@@ -1,6 +1,6 @@
 """The prepared-corpus format: tokenized documents in ArrayRecord shards, and a manifest.
 
-One record holds one tokenized document (`list[np.ndarray]`, int32 ids per segment):
+One record holds one tokenized document (its segments of int32 ids; decoded as a FlatDocument):
 
     uint32 num_segments | uint32 length of each segment | int32 ids of all segments
 
@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bert_jax.storage import paths
+from data_pipelines.example_types import FlatDocument
 
 MANIFEST_FILE = "manifest.json"
 FORMAT = "bert_jax.prepared.v1"
@@ -37,8 +38,8 @@ def encode_document(segments: Sequence[np.ndarray]) -> bytes:
     return header.tobytes() + lengths.tobytes() + ids.astype(_I32).tobytes()
 
 
-def decode_document(record: bytes) -> list[np.ndarray]:
-    """One record's bytes -> [num_tokens] int32 arrays, one per segment.
+def decode_document(record: bytes) -> FlatDocument:
+    """One record's bytes -> its segments, [num_tokens] int32 arrays (views of one array).
 
     Raises ValueError if the record's sizes disagree (a corrupt or foreign record).
     """
@@ -55,8 +56,7 @@ def decode_document(record: bytes) -> list[np.ndarray]:
             f"record holds {len(buffer) - header_bytes} id bytes; its lengths say {4 * int(lengths.sum())}"
         )
     ids = np.frombuffer(buffer[header_bytes:], _I32).astype(np.int32)
-    ends = np.cumsum(lengths).tolist()
-    return [ids[start:end] for start, end in zip([0, *ends[:-1]], ends)]
+    return FlatDocument(ids, [0, *np.cumsum(lengths).tolist()])
 
 
 def read_manifest(directory: str) -> dict:
@@ -130,7 +130,7 @@ class PreparedDocuments(Sequence):
             self._readers[shard] = reader
         return reader[1]
 
-    def __getitem__(self, index: int) -> list[np.ndarray]:
+    def __getitem__(self, index: int) -> FlatDocument:
         if not 0 <= index < self._length:
             raise IndexError(f"document {index} of {self._length}")
         shard = bisect.bisect_right(self._starts, index) - 1

@@ -234,7 +234,7 @@ def open_random_access(data_cfg: ml_collections.ConfigDict, stats: SkipStats | N
     Item i is, by source:
       embedded  a raw document, list[str];
       tfds      a raw document, list[str]; [] when the item was bad (skipped, counted in stats);
-      prepared  a tokenized document, list[np.ndarray] of int32 ids (records.decode_document).
+      prepared  a tokenized document, int32 ids per segment (records.decode_document: a FlatDocument).
     The returned objects pickle (grain worker processes).
     """
     check_source(data_cfg)
