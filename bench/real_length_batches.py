@@ -63,7 +63,7 @@ def layout_batches(data_cfg, model_cfg, layout: str, lengths: np.ndarray, batch_
     for length in lengths:
         rows += builder.add_document([rng.integers(6, cfg.vocab_size, length, dtype=np.int32)], rng)
         while len(rows) >= batch_size:
-            stacked = {key: np.stack([row[key] for row in rows[:batch_size]]) for key in rows[0]}
+            stacked = builder.stack(rows[:batch_size])
             rows = rows[batch_size:]
             batch = mask_batch.random_map(stacked, rng)
             batches.append(batch)

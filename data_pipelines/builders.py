@@ -1,7 +1,8 @@
 """Documents -> training examples, one document at a time, for each `config.data.example_builder`.
 
-A builder consumes tokenized documents (a document is a list of int32 arrays, one per
-segment) and returns the finished examples each one completes. It holds only a bounded
+A builder consumes tokenized documents (a document is a sequence of int32 arrays, one per
+segment) and returns the finished examples each one completes; its `stack` turns a list
+of them into a batch's rows (the grain batch step calls it through `make_stacker`). It holds only a bounded
 buffer: NSP's random B comes from a ring of the `nsp_reservoir_docs` most recent
 documents, never from the whole corpus, so any corpus streams through.
 
@@ -13,10 +14,12 @@ documents, never from the whole corpus, so any corpus streams through.
   packed          several whole documents per row, segment_ids 1, 2, ... and positions
                   restarting per document, so attention stays in each document (packing.py)
 
-Example (one row, numpy): input_ids, token_type_ids [L] int32 (padding = special_ids.pad),
-plus next_sentence_label / sentence_order_label [] int32, or segment_ids, position_ids [L]
-int32 for "packed". `EXAMPLE_KEYS` lists each builder's extra keys; pipeline.batch_spec
-turns them into the batch layout.
+Rows (numpy, after `stack`): input_ids, token_type_ids [n, L] int32 (padding =
+special_ids.pad), plus next_sentence_label / sentence_order_label [n] int32, or
+segment_ids, position_ids [n, L] int32 for "packed". Pair builders hand out PairExamples
+(A and B, not yet rows: a batch of rows is built at once); packing builders hand out
+finished rows. `EXAMPLE_KEYS` lists each builder's extra keys; pipeline.batch_spec turns
+them into the batch layout.
 
 Exact resume: a builder's `carry()` (what it holds between documents: a partial row, a
 few hundred ids at most) is JSON-able and goes into the data iterator's checkpoint;
@@ -28,11 +31,14 @@ from __future__ import annotations
 
 import bisect
 import collections
+from typing import NamedTuple
 
 import numpy as np
 
 from data_pipelines import packing
-from data_pipelines.example_types import BuildStats, Document, Example, flat_nonempty
+import functools
+
+from data_pipelines.example_types import BuildStats, Document, flat_nonempty
 from data_pipelines.tokenizer import SpecialIds
 
 BUILDERS = ("nsp", "sop", "full_sentences", "doc_sentences", "packed")
@@ -77,6 +83,14 @@ def _truncate_pair(a, b, max_tokens: int, rng: np.random.Generator):
     return a, b, removed
 
 
+class PairExample(NamedTuple):
+    """A pair before it is a row (stack_pairs makes rows of a batch of them at once)."""
+
+    a: np.ndarray  # Views of the documents' ids: nothing is copied until the row.
+    b: np.ndarray
+    label: int
+
+
 class PairBuilder:
     """BERT NSP or ALBERT SOP sentence pairs: [CLS] A [SEP] B [SEP] [PAD]...
 
@@ -109,8 +123,6 @@ class PairBuilder:
         self.lookback = data_cfg.nsp_reservoir_docs if kind == "nsp" else 0
         self._ring: collections.deque = collections.deque(maxlen=max(1, self.lookback))
         self.stats = BuildStats()
-        self._padding_row = np.full(self.max_seq_length, special_ids.pad, np.int32)
-        self._zero_row = np.zeros(self.max_seq_length, np.int32)
 
     def carry(self) -> dict:
         return {}
@@ -134,7 +146,7 @@ class PairBuilder:
         """Where a replay must start to rebuild the ring as it is before `position`."""
         return self._ring[0][0] if self._ring else position
 
-    def finish(self) -> list[Example]:
+    def finish(self) -> list[PairExample]:
         return []
 
     def _target(self, rng: np.random.Generator) -> int:
@@ -149,8 +161,8 @@ class PairBuilder:
         first = int(rng.integers(len(offsets) - 1))
         return ids[offsets[first] : offsets[_run_end(offsets, first, target) + 1]]
 
-    def add_document(self, document: Document, rng: np.random.Generator, position: int = 0) -> list[Example]:
-        """The examples of one document; `position` (its place in the feed) tags the ring."""
+    def add_document(self, document: Document, rng: np.random.Generator, position: int = 0) -> list[PairExample]:
+        """The examples of one document (rows once stacked); `position` (its place in the feed) tags the ring."""
         self.stats.documents += 1
         ids, offsets = flat_nonempty(document)
         if len(offsets) == 1:
@@ -160,7 +172,7 @@ class PairBuilder:
             self.stats.single_segment_documents += 1
             self._remember(position, ids, offsets)
             return []
-        examples = [self._example(a, b, label) for a, b, label in self._pairs(ids, offsets, rng)]
+        examples = list(self._pairs(ids, offsets, rng))
         self._remember(position, ids, offsets)
         self.stats.examples += len(examples)
         return examples
@@ -202,24 +214,52 @@ class PairBuilder:
                         a, b = b, a
                 else:
                     label = RANDOM_NEXT if random_next else IS_NEXT
-                yield a, b, label
+                yield PairExample(a, b, label)
             target = self._target(rng)
             i = end + 1
 
-    def _example(self, a: np.ndarray, b: np.ndarray, label: int) -> Example:
-        sp = self.special_ids
-        input_ids = self._padding_row.copy()
-        token_type_ids = self._zero_row.copy()
-        end_a = len(a) + 2
-        end = end_a + len(b) + 1
-        input_ids[0] = sp.cls
-        input_ids[1 : end_a - 1] = a
-        input_ids[end_a - 1] = sp.sep
-        input_ids[end_a : end - 1] = b
-        input_ids[end - 1] = sp.sep
-        token_type_ids[end_a:end] = 1
-        label_key = EXAMPLE_KEYS[self.kind][0]
-        return {"input_ids": input_ids, "token_type_ids": token_type_ids, label_key: np.int32(label)}
+    def stack(self, examples: list[PairExample]) -> dict[str, np.ndarray]:
+        return stack_pairs(examples, special_ids=self.special_ids, max_seq_length=self.max_seq_length,
+                           label_key=EXAMPLE_KEYS[self.kind][0])
+
+
+def stack_pairs(examples: list[PairExample], special_ids: SpecialIds, max_seq_length: int,
+                label_key: str) -> dict[str, np.ndarray]:
+    """Pairs -> rows [CLS] A [SEP] B [SEP] [PAD]..., a whole batch in a few array operations.
+
+    A row at a time cost more than the rest of building a pair; here every A and B is
+    copied into place by one scatter. Returns input_ids, token_type_ids [n, L] int32
+    (type 1 from B to its [SEP]) and the label [n] int32.
+    """
+    n, length, sp = len(examples), max_seq_length, special_ids
+    a_len = np.fromiter((len(e.a) for e in examples), np.int64, n)
+    b_len = np.fromiter((len(e.b) for e in examples), np.int64, n)
+    input_ids = np.full((n, length), sp.pad, np.int32)
+    if n:
+        pieces = [piece for e in examples for piece in (e.a, e.b)]  # A0, B0, A1, B1, ...
+        piece_len = np.stack([a_len, b_len], axis=1).ravel()
+        first_column = np.stack([np.ones(n, np.int64), a_len + 2], axis=1).ravel()
+        piece_start = np.cumsum(piece_len) - piece_len  # Where each piece starts in `tokens`.
+        tokens = np.concatenate(pieces)
+        rows = np.repeat(np.arange(n), a_len + b_len)
+        columns = np.arange(len(tokens)) + np.repeat(first_column - piece_start, piece_len)
+        input_ids[rows, columns] = tokens
+        rows = np.arange(n)
+        input_ids[:, 0] = sp.cls
+        input_ids[rows, a_len + 1] = sp.sep
+        input_ids[rows, a_len + b_len + 2] = sp.sep
+    column = np.arange(length)
+    token_type_ids = ((column >= (a_len + 2)[:, None]) & (column < (a_len + b_len + 3)[:, None])).astype(np.int32)
+    labels = np.fromiter((e.label for e in examples), np.int32, n)
+    return {"input_ids": input_ids, "token_type_ids": token_type_ids, label_key: labels}
+
+
+def make_stacker(data_cfg, special_ids: SpecialIds):
+    """The function that stacks this builder's examples into rows; it pickles into grain's workers."""
+    if data_cfg.example_builder in ("nsp", "sop"):
+        return functools.partial(stack_pairs, special_ids=special_ids, max_seq_length=data_cfg.max_seq_length,
+                                 label_key=EXAMPLE_KEYS[data_cfg.example_builder][0])
+    return packing.stack_rows
 
 
 def make_builder(data_cfg, special_ids: SpecialIds):

@@ -28,6 +28,11 @@ def _pieces(tokens: np.ndarray, size: int) -> list[np.ndarray]:
     return [tokens[i : i + size] for i in range(0, len(tokens), size)]
 
 
+def stack_rows(examples: list[Example]) -> dict[str, np.ndarray]:
+    """Finished rows -> [n, ...] arrays by key."""
+    return {key: np.stack([row[key] for row in examples]) for key in examples[0]}
+
+
 class PackingBuilder:
     """full_sentences / doc_sentences / packed rows of config.data.max_seq_length tokens."""
 
@@ -74,6 +79,9 @@ class PackingBuilder:
             examples = self._add_sentences(segments)
         self.stats.examples += len(examples)
         return examples
+
+    def stack(self, examples: list[Example]) -> dict[str, np.ndarray]:
+        return stack_rows(examples)
 
     def finish(self) -> list[Example]:
         """The last partial row, at the end of a finite stream (eval)."""

@@ -10,7 +10,8 @@
                               (builders.py / packing.py) epoch after epoch, checkpointably
   WindowShuffleIterDataset    shuffles examples within config.data.shuffle_window (grain's,
                               its permutation vectorised: window_shuffle.py)
-  batch                       per-host batches
+  batch                       per-host batches: the builder's `stack` makes their rows (NSP/SOP
+                              rows are built a whole batch at a time)
   MaskBatch                   dynamic masking (masking.py) of each batch, its rng drawn
                               from (seed, host, batch index): fresh masks every epoch
   prefetch                    a thread, or config.data.worker_count grain processes
@@ -225,7 +226,8 @@ def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, proces
         dataset = window_shuffle.WindowShuffleIterDataset(
             dataset, window_size=cfg.shuffle_window, seed=_host_seed(seed, process_index, 4)
         )
-    dataset = dataset.batch(per_host_batch_size, drop_remainder=True)
+    dataset = dataset.batch(per_host_batch_size, drop_remainder=True,
+                            batch_fn=builders.make_stacker(cfg, special))
     dataset = dataset.random_map(mask_batch, seed=_host_seed(seed, process_index, 1))
     if cfg.worker_count > 0:
         if not flags.FLAGS.is_parsed():
@@ -301,8 +303,7 @@ def build_eval_batches(cfg, tokenizer, *, seed: int, per_host_batch_size: int, p
     mask_batch = make_mask_batch(cfg, tokenizer)
     batches = []
     for b in range(num_batches):
-        rows = examples[b * per_host_batch_size : (b + 1) * per_host_batch_size]
-        stacked = {key: np.stack([row[key] for row in rows]) for key in rows[0]}
+        stacked = builder.stack(examples[b * per_host_batch_size : (b + 1) * per_host_batch_size])
         batches.append(mask_batch.random_map(stacked, np.random.default_rng([eval_seed, process_index, b])))
     logging.info("eval split: %d batches per host; example building: %s", num_batches, builder.stats.as_dict())
     return batches

@@ -49,7 +49,15 @@ def _build(kind, documents, seed=0, **overrides):
     for position, document in enumerate(documents):
         examples += builder.add_document(document, np.random.default_rng([seed, position]), position)
     examples += builder.finish()
-    return examples, builder.stats
+    return _rows(builder, examples), builder.stats
+
+
+def _rows(builder, examples):
+    """The builder's examples as rows (one dict each), through its batch `stack`."""
+    if not examples:
+        return []
+    stacked = builder.stack(examples)
+    return [{key: value[i] for key, value in stacked.items()} for i in range(len(examples))]
 
 
 def _split(example):
