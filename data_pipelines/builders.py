@@ -2,8 +2,8 @@
 
 A builder consumes tokenized documents (a document is a sequence of int32 arrays, one per
 segment) and returns the finished examples each one completes; its `stack` turns a list
-of them into a batch's rows (the grain batch step calls it through `make_stacker`). It holds only a bounded
-buffer: NSP's random B comes from a ring of the `nsp_reservoir_docs` most recent
+of them into a batch's rows (the grain batch step calls it through `make_stacker`). It
+holds only a bounded buffer: NSP's random B comes from a ring of the `nsp_reservoir_docs` most recent
 documents, never from the whole corpus, so any corpus streams through.
 
   nsp             BERT sentence pairs, B random (label 1) or the true continuation (0)
@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import bisect
 import collections
+import functools
 from typing import NamedTuple
 
 import numpy as np
 
 from data_pipelines import packing
-import functools
-
 from data_pipelines.example_types import BuildStats, Document, flat_nonempty
 from data_pipelines.tokenizer import SpecialIds
 
