@@ -13,9 +13,8 @@ import time
 
 import flax.linen as nn
 import jax
-import numpy as np
 
-from bert_jax import memory_fit, tpu_slices
+from bert_jax import hlo_traffic, memory_fit, tpu_slices
 from bert_jax.config_validation import validate_config
 from bert_jax.models.attention import building_for, devices_platform
 from bert_jax.parallel.mesh import make_mesh, resolve_mesh_shapes
@@ -65,7 +64,9 @@ class Plan:
     # Scanned layers on the TPU: compiled FLOPs and bytes count every layer (see the module docstring).
     layers_counted: str = ""
     pallas_flops: float = 0.0  # per device, added from the formula: a Pallas kernel's work the compiler cannot see
-    pallas_bytes: float = 0.0
+    # TPU: bytes_accessed split by where they live (bert_jax/hlo_traffic.py); the roofline divides only HBM bytes.
+    hbm_bytes: float = float("nan")
+    on_chip_bytes: float = float("nan")
     tpu_slice: tpu_slices.TpuSlice | None = None
     libtpu_init_args: str = ""
 
@@ -74,7 +75,7 @@ class Plan:
         if self.tpu_slice is None:
             return None
         chip = self.tpu_slice.chip
-        return Roofline(flops=self.compiled_flops + self.pallas_flops, bytes=self.bytes_accessed + self.pallas_bytes,
+        return Roofline(flops=self.compiled_flops + self.pallas_flops, bytes=self.hbm_bytes,
                         formula_flops=self.formula_flops / self.num_devices, tokens=self.tokens_per_step / self.num_devices,
                         peak_flops=chip.peak_flops, hbm_bytes_per_s=chip.hbm_bytes_per_s)
 
@@ -125,24 +126,18 @@ def tpu_mesh(config, tpu_slice: tpu_slices.TpuSlice):
     return make_mesh(config.mesh, devices)
 
 
-def _pallas_work(config, kernel: str, num_devices: int) -> tuple[float, float]:
-    """(FLOPs, bytes) per device of the Pallas attention kernel, which cost_analysis does not see.
-
-    FLOPs: the formula's attention term, 12 * layers * hidden * S^2 * B (forward and backward).
-    Bytes: what a flash kernel must move, its inputs and outputs: q, k, v, out forward; q, k, v, out,
-    d_out, dq, dk, dv backward: 12 tensors of [B, S, hidden] in the compute dtype per layer.
-    """
+def _pallas_flops(config, kernel: str, num_devices: int) -> float:
+    """FLOPs per device of the Pallas attention kernel, which cost_analysis does not see: the formula's
+    attention term, 12 * layers * hidden * S^2 * B (forward and backward). Its bytes need no formula: the
+    kernel's custom calls read and write their operands and results, which hlo_traffic counts."""
     if kernel != "splash":
-        return 0.0, 0.0
+        return 0.0
     m, b, s = config.model, config.train.global_batch_size, config.data.max_seq_length
-    itemsize = np.dtype(m.dtype).itemsize
-    flops = 12.0 * m.num_layers * m.hidden_size * s * s * b
-    bytes_ = 12.0 * m.num_layers * b * s * m.hidden_size * itemsize
-    return flops / num_devices, bytes_ / num_devices
+    return 12.0 * m.num_layers * m.hidden_size * s * s * b / num_devices
 
 
-def _count_every_layer(config, mesh) -> tuple[float, float, str, float]:
-    """(FLOPs, bytes, how, seconds) of a scanned step with every layer counted.
+def _count_every_layer(config, mesh) -> tuple[float, float, str, float, hlo_traffic.Traffic]:
+    """(FLOPs, bytes, how, seconds, traffic) of a scanned step with every layer counted.
 
     The TPU compiler counts a loop's body once, and within the body it counts the whole stacked
     [layers, ...] buffers each iteration slices (a micro model: one counted iteration of a scanned
@@ -160,7 +155,7 @@ def _count_every_layer(config, mesh) -> tuple[float, float, str, float]:
     how = (f"scanned layers: FLOPs and bytes from the same step compiled with its layer loop unrolled "
            f"(scan_unroll={config.model.num_layers}, which peaks at {peak / GIB:.2f} GiB per chip: a config to "
            f"consider); the compiler counts a loop's body once")
-    return float(cost["flops"]), float(cost["bytes accessed"]), how, seconds
+    return float(cost["flops"]), float(cost["bytes accessed"]), how, seconds, hlo_traffic.traffic(compiled.as_text())
 
 
 def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_layer: bool = True) -> Plan:
@@ -181,19 +176,22 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
     flops, bytes_accessed = float(cost.get("flops", float("nan"))), float(cost.get("bytes accessed", float("nan")))
     m = config.model
     layers_counted = ""
+    traffic = hlo_traffic.traffic(compiled.as_text()) if tpu_slice is not None else None
     if tpu_slice is not None and count_every_layer and m.scan_layers and m.get("scan_unroll", 1) < m.num_layers:
-        flops, bytes_accessed, layers_counted, seconds = _count_every_layer(config, mesh)
+        flops, bytes_accessed, layers_counted, seconds, traffic = _count_every_layer(config, mesh)
         compile_s += seconds
     accum = config.train.grad_accum_steps
     if tpu_slice is not None and accum > 1:
         # Micro-batches run in a loop the compiler also counts once: an upper bound, counting the optimizer's
         # pass once per micro-batch rather than once per step.
         flops, bytes_accessed = flops * accum, bytes_accessed * accum
+        if traffic is not None and traffic.loops_counted_once:  # else hlo_traffic counted the loop's trips
+            traffic = hlo_traffic.Traffic(traffic.hbm * accum, traffic.on_chip * accum, traffic.loops_counted_once)
         layers_counted = "; ".join(filter(None, [layers_counted, (
             f"grad_accum_steps={accum}: the micro-batch loop counted {accum} times, the optimizer's pass with it "
             "(an upper bound on FLOPs and bytes)")]))
     kernel = _kernel(program)
-    pallas_flops, pallas_bytes = _pallas_work(config, kernel, mesh.size) if tpu_slice is not None else (0.0, 0.0)
+    pallas_flops = _pallas_flops(config, kernel, mesh.size) if tpu_slice is not None else 0.0
     state = program.abstract_state
     rows = [
         ParamRow(_path(path), tuple(leaf.shape), str(tuple(leaf.sharding.spec)),
@@ -213,8 +211,9 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         scan_layers=bool(m.scan_layers), params=rows, bytes_accessed=bytes_accessed, kernel=kernel,
         remat_policy=m.remat_policy, tokens_per_step=config.train.global_batch_size * config.data.max_seq_length,
         micro_batch_per_chip=config.train.global_batch_size // accum // (mesh.size // mesh.shape["tensor"]),
-        layers_counted=layers_counted, pallas_flops=pallas_flops, pallas_bytes=pallas_bytes, tpu_slice=tpu_slice,
+        layers_counted=layers_counted, pallas_flops=pallas_flops, tpu_slice=tpu_slice,
         libtpu_init_args=os.environ.get("LIBTPU_INIT_ARGS", "") if tpu_slice is not None else "",
+        hbm_bytes=traffic.hbm if traffic else float("nan"), on_chip_bytes=traffic.on_chip if traffic else float("nan"),
     )
 
 
@@ -303,11 +302,13 @@ def _tpu_lines(plan: Plan, hbm_gib: float) -> list[str]:
     r = plan.roofline
     lines = ["", verdict, ""]
     if plan.pallas_flops:
-        lines.append(f"The {plan.kernel} kernel is Pallas, invisible to the compiler's count: added from the formula "
-                     f"{plan.pallas_flops:.4g} FLOPs (12*layers*hidden*S^2*B) and {plan.pallas_bytes / 1e9:.3g} GB "
-                     "(its q, k, v, out and gradients) per chip.")
+        lines.append(f"The {plan.kernel} kernel is Pallas, its FLOPs invisible to the compiler's count: added from the "
+                     f"formula, {plan.pallas_flops:.4g} FLOPs (12*layers*hidden*S^2*B) per chip; its bytes are its "
+                     "operands and results in the program.")
     lines += [
-        f"Bytes accessed per chip per step: {r.bytes / 1e9:.4g} GB ({r.bytes_per_token / 1e3:.4g} kB per token); "
+        f"Bytes per chip per step: {r.bytes / 1e9:.4g} GB through HBM ({r.bytes_per_token / 1e3:.4g} kB per token), "
+        f"of the compiler's {plan.bytes_accessed / 1e9:.4g} GB accessed ({plan.on_chip_bytes / 1e9:.4g} GB stay in "
+        "on-chip memory, bert_jax/hlo_traffic.py); "
         f"FLOPs per chip: {r.flops:.4g} (formula {r.formula_flops:.4g}).",
         f"Roofline ({chip.device_kind}: {chip.peak_flops / 1e12:g} TFLOP/s bf16, {chip.hbm_bytes_per_s / 1e9:g} GB/s HBM, "
         f"data sheet): compute {r.compute_s * 1e3:.2f} ms, memory {r.memory_s * 1e3:.2f} ms -> step >= "

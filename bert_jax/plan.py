@@ -14,8 +14,10 @@ bytes accessed are the compiler's own; everything hardware-dependent (the attent
 config checks) is chosen for the TPU, not for this host. The TPU compiler counts a scanned
 loop's body once, so a scanned step's FLOPs and bytes come from a second compile with the loop
 unrolled (config.model.scan_unroll=num_layers); its memory from the scanned compile. A Pallas
-kernel's work (splash attention) is invisible to the compiler's count and is added from the
-formula. From FLOPs and bytes follows the roofline bound (bert_jax/roofline.py).
+kernel's FLOPs (splash attention) are invisible to the compiler's count and are added from the
+formula. The compiler's bytes accessed include traffic that stays in on-chip memory; the
+roofline bound (bert_jax/roofline.py) divides only the HBM part by HBM bandwidth
+(bert_jax/hlo_traffic.py splits the compiled program's bytes by memory space).
 
 --num_devices (with --gpu / --target, or --cpu): N simulated CPU devices and the XLA CPU
 compiler. Parameter and optimizer bytes are exact; temporaries are the CPU compiler's

@@ -53,7 +53,8 @@ r = p.roofline
 print("RESULT " + json.dumps(dict(compiler=p.compiler, version=p.compiler_version, kernel=p.kernel,
     peak=p.peak_bytes, argument=p.argument_bytes, params=p.param_bytes, opt=p.opt_state_bytes,
     compiled_flops=p.compiled_flops, pallas_flops=p.pallas_flops, formula_flops=p.formula_flops,
-    devices=p.num_devices, bytes=p.bytes_accessed, mfu=r.mfu, step_s=r.step_s, bound=r.bound,
+    devices=p.num_devices, bytes=p.bytes_accessed, hbm=p.hbm_bytes, on_chip=p.on_chip_bytes, roofline_bytes=r.bytes,
+    mfu=r.mfu, step_s=r.step_s, bound=r.bound,
     layers_counted=p.layers_counted, report=plan.format_plan(p))))
 """)
 
@@ -76,6 +77,18 @@ def test_compiled_flops_with_every_layer_counted_match_the_formula(micro_plan):
     assert abs(per_chip / formula - 1) < 0.05, (per_chip, formula)
     assert "scan_unroll=4" in micro_plan["layers_counted"]
     assert micro_plan["bytes"] > 0 and 0 < micro_plan["mfu"] < 1
+
+
+def test_the_roofline_divides_only_hbm_bytes_by_hbm_bandwidth(micro_plan):
+    """The compiler's bytes accessed count on-chip traffic too; hlo_traffic counts the program's bytes by memory
+    space, and only the HBM part sets the memory time. Every step reads the parameters, gradients-to-be and
+    Adam's moments from HBM and writes them back, so that much HBM traffic is the floor."""
+    split = micro_plan["hbm"] + micro_plan["on_chip"]
+    assert abs(split / micro_plan["bytes"] - 1) < 0.15, (split, micro_plan["bytes"])  # the same program, counted
+    assert 2 * (micro_plan["params"] + micro_plan["opt"]) <= micro_plan["hbm"] < micro_plan["bytes"]
+    assert micro_plan["on_chip"] > 0
+    assert micro_plan["roofline_bytes"] == micro_plan["hbm"]
+    assert "stay in on-chip memory" in micro_plan["report"]
 
 
 def test_unknown_slice_lists_the_known_ones():

@@ -1,0 +1,184 @@
+"""The bytes a compiled TPU program moves through HBM, apart from those that stay on chip.
+
+`cost_analysis()["bytes accessed"]` adds up every top-level instruction's operands and results
+wherever they live. The TPU compiler's memory-space assignment keeps many of them in on-chip
+memory (VMEM, a layout with `S(1)`): weights and activations it prefetches ahead of use, fusion
+results the next fusion reads. Those bytes never cross the HBM bus, yet a roofline that divides
+the compiler's total by HBM bandwidth counts them as if they did. This module reads the
+optimised HLO (`compiled.as_text()`) and counts each top-level instruction's operand and
+result bytes by the memory space their layout names, so the roofline divides only HBM bytes
+by HBM bandwidth.
+
+The rules: an instruction reads its operands and writes its result; a fusion is one
+instruction; a kernel's custom call reads and writes its operands and results (so a Pallas
+kernel's traffic is in it); a slice, and an asynchronous copy or slice (counted once, at its
+start), reads what it writes from its source; a while loop's body counts its known trip count
+times, a call once, a conditional its largest branch. The compiler's own count also weighs a
+fusion's operands by the share it reads, which this does not, so the two totals differ (BERT-base
+on v5e-4 with 2 layers: 10.5 GB here against the compiler's 11.8 GB; 57 % of them on chip).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+_ITEMSIZE = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4,
+             "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "f8e4m3fn": 1, "f8e5m2": 1}
+_ARRAY = re.compile(r"\b(" + "|".join(_ITEMSIZE) + r")\[([0-9,]*)\](\{[^}]*\})?")
+_INSTRUCTION = re.compile(r"\s*(?:ROOT )?%(\S+) = (.*)$")
+# Bookkeeping that moves no data, and the second halves of asynchronous pairs (counted at the start).
+_FREE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all", "partition-id", "replica-id",
+         "copy-done", "slice-done", "all-reduce-done", "all-gather-done", "collective-permute-done", "opt-barrier",
+         "send-done", "recv-done", "add-dependency"}
+# Asynchronous starts return their destination beside an echo of their source: (destination, source, context)
+# for a copy, ((sources), destination, context) for a slice. Only the destination is written.
+_DESTINATION = {"copy-start": 0, "slice-start": 1}
+_READS_WHAT_IT_WRITES = {"slice", "dynamic-slice", "slice-start"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+    hbm: float  # bytes read from and written to HBM (memory space 0) per step
+    on_chip: float  # bytes in other memory spaces (on-chip memory, synchronisation flags)
+    loops_counted_once: int = 0  # while loops without a known trip count: their body counted once
+
+    @property
+    def total(self) -> float:
+        return self.hbm + self.on_chip
+
+
+def _array_bytes(type_text: str) -> tuple[float, float]:
+    """(HBM bytes, other bytes) of every array in a shape's text."""
+    hbm = other = 0.0
+    for dtype, dims, layout in _ARRAY.findall(type_text):
+        size = _ITEMSIZE[dtype]
+        for dim in filter(None, dims.split(",")):
+            size *= int(dim)
+        space = re.search(r"S\((\d+)\)", layout or "")
+        if space and space.group(1) != "0":
+            other += size
+        else:
+            hbm += size
+    return hbm, other
+
+
+def _balanced(text: str, start: int) -> int:
+    """The index just past the bracket group opening at text[start]."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += text[i] in "({["
+        depth -= text[i] in ")}]"
+        if depth == 0:
+            return i + 1
+    raise ValueError(f"unbalanced brackets in HLO: {text[start:start + 80]!r}")
+
+
+def _tuple_elements(type_text: str) -> list[str]:
+    if not type_text.startswith("("):
+        return [type_text]
+    parts, depth, current = [], 0, ""
+    for ch in type_text[1:-1]:
+        depth += ch in "({["
+        depth -= ch in ")}]"
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    return parts + ([current.strip()] if current.strip() else [])
+
+
+def _computations(hlo_text: str) -> tuple[dict[str, list[str]], str]:
+    """name -> instruction lines of every computation, and the entry's name."""
+    computations: dict[str, list[str]] = {}
+    entry, current = "", None
+    for line in hlo_text.splitlines():
+        header = re.match(r"(ENTRY )?%(\S+) \(.*\{$", line)
+        if current is None and header:
+            current = header.group(2)
+            computations[current] = [line]
+            entry = current if header.group(1) else entry
+        elif current is not None and line.rstrip() == "}":
+            current = None
+        elif current is not None:
+            computations[current].append(line)
+    if not entry:
+        raise ValueError("no ENTRY computation in the HLO text")
+    return computations, entry
+
+
+def _parameter_types(header: str) -> dict[str, str]:
+    signature = header[header.index("(") + 1 : header.rindex(") ->")]
+    types, i = {}, 0
+    for match in re.finditer(r"([\w.\-]+): ", signature):
+        if match.start() < i:
+            continue
+        start = match.end()
+        end = _balanced(signature, start) if signature[start] == "(" else start
+        while end < len(signature) and signature[end] not in ",":
+            end = _balanced(signature, end) if signature[end] in "({[" else end + 1
+        types[match.group(1)] = signature[start:end]
+        i = end
+    return types
+
+
+def _count(name: str, computations: dict[str, list[str]], memo: dict, unknown: list) -> tuple[float, float]:
+    if name in memo:
+        return memo[name]
+    lines = computations[name]
+    types = _parameter_types(lines[0])
+    hbm = other = 0.0
+    for line in lines[1:]:
+        match = _INSTRUCTION.match(line)
+        if not match:
+            continue
+        result, rest = match.groups()
+        type_end = _balanced(rest, 0) if rest.startswith("(") else rest.index(" ")
+        type_text, rest = rest[:type_end], rest[type_end:].lstrip()
+        opcode = rest.split("(", 1)[0]
+        operands = re.findall(r"%([\w.\-]+)", rest[len(opcode) : _balanced(rest, len(opcode))])
+        if opcode == "get-tuple-element":
+            index = int(re.search(r"index=(\d+)", rest).group(1))
+            source = types.get(operands[0], type_text)
+            types[result] = _tuple_elements(source)[index] if source.startswith("(") else type_text
+            continue
+        types[result] = type_text
+        if opcode in _FREE:
+            continue
+        if opcode == "while":
+            body = re.search(r"body=%([\w.\-]+)", rest).group(1)
+            trips = re.search(r'"known_trip_count":\{"n":"(\d+)"', rest)
+            body_hbm, body_other = _count(body, computations, memo, unknown)
+            n = int(trips.group(1)) if trips else 1
+            if not trips:
+                unknown.append(body)
+            hbm, other = hbm + n * body_hbm, other + n * body_other
+            continue
+        if opcode in ("call", "conditional"):
+            called = re.findall(r"%([\w.\-]+)", (re.search(r"(?:to_apply|branch_computations)=(\{[^}]*\}|%[\w.\-]+)",
+                                                           rest) or re.search(r"()", "")).group(1))
+            costs = [_count(c, computations, memo, unknown) for c in called if c in computations]
+            if costs:
+                best = max(costs, key=sum)
+                hbm, other = hbm + best[0], other + best[1]
+            continue
+        written = _tuple_elements(type_text)[_DESTINATION[opcode]] if opcode in _DESTINATION else type_text
+        h, o = _array_bytes(written)
+        hbm, other = hbm + h, other + o
+        if opcode in _READS_WHAT_IT_WRITES:  # as many bytes as it writes, from where its source lives
+            source_hbm, _ = _array_bytes(types.get(operands[0], ""))
+            hbm, other = (hbm + h + o, other) if source_hbm else (hbm, other + h + o)
+            continue
+        for operand in operands:
+            h, o = _array_bytes(types.get(operand, ""))
+            hbm, other = hbm + h, other + o
+    memo[name] = (hbm, other)
+    return memo[name]
+
+
+def traffic(hlo_text: str) -> Traffic:
+    """HBM and on-chip bytes of one run of a compiled program (`compiled.as_text()` of a TPU compile)."""
+    computations, entry = _computations(hlo_text)
+    unknown: list[str] = []
+    hbm, other = _count(entry, computations, {}, unknown)
+    return Traffic(hbm=hbm, on_chip=other, loops_counted_once=len(unknown))
