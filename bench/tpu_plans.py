@@ -7,7 +7,7 @@
 Each row keeps the config's global batch (the paper's) and reaches it by gradient accumulation
 over a per-chip micro-batch of --tokens_per_chip tokens (64 x 128, 16 x 512, 1 x 8192); it prints
 the peak per chip against the HBM, the roofline tokens/s per chip and MFU bound
-(bert_jax/roofline.py), and with --search the best configuration `plan --search` finds.
+(bert_jax/roofline.py, on HBM bytes: bert_jax/hlo_traffic.py), and with --search the best configuration `plan --search` finds.
 Each plan runs in its own process (libtpu starts there).
 """
 import argparse
@@ -47,7 +47,8 @@ row = dict(row=name, tpu=tpu, global_batch=c.train.global_batch_size, seq=c.data
            micro_batch_per_chip=p.micro_batch_per_chip, grad_accum_steps=c.train.grad_accum_steps,
            remat=p.remat_policy, scan=p.scan_layers, kernel=p.kernel, fits=plan.fits(p)[0], peak_gib=p.peak_bytes / 2**30,
            hbm_gib=s.chip.hbm_gib, tokens_per_s_per_chip=r.tokens_per_s, mfu_bound=r.mfu, bound=r.bound,
-           gb_per_step=r.bytes / 1e9, kb_per_token=r.bytes_per_token / 1e3, flops_vs_formula=r.flops / r.formula_flops,
+           hbm_gb_per_step=r.bytes / 1e9, compiler_gb_per_step=p.bytes_accessed / 1e9, kb_per_token=r.bytes_per_token / 1e3,
+           flops_vs_formula=r.flops / r.formula_flops,
            compile_s=p.compile_s)
 if search:
     tried = plan_search.search(c, s, log=lambda line: print(line, file=sys.stderr, flush=True))
@@ -80,7 +81,7 @@ def markdown(row: dict) -> str:
     search = row.get("search_best", "not run")
     return (f"| {row['row']} | {row['tpu']} | {row['global_batch']} x {row['seq']} ({row['micro_batch_per_chip']} per chip"
             f" x {row['grad_accum_steps']}), remat {row['remat']} | {fit}, {row['peak_gib']:.1f} / {row['hbm_gib']:g} GiB | "
-            f"{row['tokens_per_s_per_chip']:,.0f} | {row['mfu_bound']:.1%} ({row['bound']}, {row['kb_per_token']:.0f} kB/token) | "
+            f"{row['tokens_per_s_per_chip']:,.0f} | {row['mfu_bound']:.1%} ({row['bound']}, {row['kb_per_token']:.0f} HBM kB/token) | "
             f"{search} | {row['compile_s']:.0f} s |")
 
 
