@@ -1,0 +1,84 @@
+"""bert_jax/hlo_traffic.py: HBM and on-chip bytes of a compiled program, each counting rule on a small
+hand-written module in the TPU compiler's text format (the real compiles are in tests/test_plan_tpu.py)."""
+from bert_jax import hlo_traffic
+
+MIB = 2**20
+# f32[1024,256] is 1 MiB; S(1) marks on-chip memory (VMEM), no S (or S(0)) HBM.
+MODULE = """HloModule jit_step, is_scheduled=true
+
+%fused_slice_inner (param_0.1: f32[4,1024,256]) -> bf16[1024,256] {
+  %param_0.1 = f32[4,1024,256]{2,1,0:T(8,128)} parameter(0)
+  %slice.1 = f32[1,1024,256]{2,1,0:T(8,128)} slice(%param_0.1), slice={[2:3], [0:1024], [0:256]}
+  %bitcast.1 = f32[1024,256]{1,0:T(8,128)} bitcast(%slice.1)
+  ROOT %convert.1 = bf16[1024,256]{1,0:T(8,128)(2,1)} convert(%bitcast.1)
+}
+
+%fused_matmul (param_0.2: f32[4,1024,256], param_1.2: bf16[8,1024]) -> bf16[8,256] {
+  %param_0.2 = f32[4,1024,256]{2,1,0:T(8,128)} parameter(0)
+  %fusion.9 = bf16[1024,256]{1,0:T(8,128)(2,1)} fusion(%param_0.2), kind=kLoop, calls=%fused_slice_inner
+  %param_1.2 = bf16[8,1024]{1,0:T(8,128)(2,1)} parameter(1)
+  ROOT %dot.1 = bf16[8,256]{1,0:T(8,128)(2,1)} dot(%param_1.2, %fusion.9), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused_update (param_0.3: f32[4,1024,256], param_1.3: f32[1024,256], param_2.3: s32[]) -> f32[4,1024,256] {
+  %param_0.3 = f32[4,1024,256]{2,1,0:T(8,128)} parameter(0)
+  %param_1.3 = f32[1024,256]{1,0:T(8,128)S(1)} parameter(1)
+  %bitcast.3 = f32[1,1024,256]{2,1,0:T(8,128)S(1)} bitcast(%param_1.3)
+  %param_2.3 = s32[]{:T(128)} parameter(2)
+  %dynamic-update-slice.1 = f32[4,1024,256]{2,1,0:T(8,128)} dynamic-update-slice(%param_0.3, %bitcast.3, %param_2.3, %param_2.3, %param_2.3)
+  ROOT %bitcast.4 = f32[4,1024,256]{2,1,0:T(8,128)} bitcast(%dynamic-update-slice.1)
+}
+
+%body (loop_param: (s32[], f32[1024,256])) -> (s32[], f32[1024,256]) {
+  %loop_param = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) parameter(0)
+  %get-tuple-element.7 = f32[1024,256]{1,0:T(8,128)} get-tuple-element(%loop_param), index=1
+  %negate.1 = f32[1024,256]{1,0:T(8,128)} negate(%get-tuple-element.7)
+  %get-tuple-element.8 = s32[]{:T(128)} get-tuple-element(%loop_param), index=0
+  ROOT %tuple.2 = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) tuple(%get-tuple-element.8, %negate.1)
+}
+
+%condition (cond_param: (s32[], f32[1024,256])) -> pred[] {
+  %cond_param = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) parameter(0)
+  ROOT %constant.9 = pred[]{:T(512)} constant(true)
+}
+
+ENTRY %main (param.1: f32[4,1024,256], param.2: bf16[8,1024], param.3: f32[1024,256], param.4: s32[]) -> f32[4,1024,256] {
+  %param.1 = f32[4,1024,256]{2,1,0:T(8,128)} parameter(0)
+  %param.2 = bf16[8,1024]{1,0:T(8,128)(2,1)} parameter(1)
+  %param.3 = f32[1024,256]{1,0:T(8,128)} parameter(2)
+  %param.4 = s32[]{:T(128)} parameter(3)
+  %copy-start.1 = (f32[1024,256]{1,0:T(8,128)S(1)}, f32[1024,256]{1,0:T(8,128)}, u32[]{:S(2)}) copy-start(%param.3)
+  %copy-done.1 = f32[1024,256]{1,0:T(8,128)S(1)} copy-done(%copy-start.1)
+  %slice-start.1 = ((f32[4,1024,256]{2,1,0:T(8,128)}), f32[1,1024,256]{2,1,0:T(8,128)S(1)}, s32[]{:S(2)}) slice-start(%param.1), slice={[0:1], [0:1024], [0:256]}
+  %slice-done.1 = f32[1,1024,256]{2,1,0:T(8,128)S(1)} slice-done(%slice-start.1)
+  %fusion.1 = bf16[8,256]{1,0:T(8,128)(2,1)S(1)} fusion(%param.1, %param.2), kind=kOutput, calls=%fused_matmul
+  %fusion.2 = f32[4,1024,256]{2,1,0:T(8,128)} fusion(%param.1, %copy-done.1, %param.4), kind=kLoop, calls=%fused_update
+  %tuple.1 = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) tuple(%param.4, %param.3)
+  %while.1 = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) while(%tuple.1), condition=%condition, body=%body, backend_config={"known_trip_count":{"n":"3"}}
+  ROOT %bitcast.9 = f32[4,1024,256]{2,1,0:T(8,128)} bitcast(%fusion.2)
+}
+"""
+
+
+def test_each_rule_counts_the_bytes_that_cross_each_memory():
+    traffic = hlo_traffic.traffic(MODULE)
+    hbm = (
+        1 * MIB  # copy-start: reads its HBM source once (its done, nothing)
+        + 1 * MIB  # slice-start: reads the 1 MiB it takes of the 4 MiB buffer
+        + 1 * MIB + 16 * 1024  # the matmul fusion reads one sliced layer and its [8, 1024] bf16 input
+        + 1 * MIB + 4  # the in-place update writes one layer of the stacked buffer (reads none of it) at an s32 index
+        + 3 * 2 * MIB  # the while body, 3 trips, reads and writes 1 MiB each
+    )
+    on_chip = (
+        1 * MIB  # copy-start's destination
+        + 1 * MIB  # slice-start's destination
+        + 8 * 256 * 2  # the matmul's result stays on chip
+        + 1 * MIB  # the update is read from on chip
+    )
+    assert (traffic.hbm, traffic.on_chip, traffic.loops_counted_once) == (hbm, on_chip, 0)
+
+
+def test_a_loop_without_a_known_trip_count_is_counted_once_and_said():
+    once = hlo_traffic.traffic(MODULE.replace(', backend_config={"known_trip_count":{"n":"3"}}', ""))
+    assert once.loops_counted_once == 1
+    assert hlo_traffic.traffic(MODULE).hbm - once.hbm == 2 * 2 * MIB
