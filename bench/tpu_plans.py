@@ -3,14 +3,17 @@
     python -m bench.tpu_plans                         # every row below (hours of compiling on 2 cores)
     python -m bench.tpu_plans --rows=bert_large_128 --slices=v5e-16 --search
     python -m bench.tpu_plans --out=tpu_plans.jsonl   # one JSON object per row, as they finish
+    python -m bench.tpu_plans --jobs=2                # two plans at a time (a TPU compile uses one core)
 
 Each row keeps the config's global batch (the paper's) and reaches it by gradient accumulation
 over a per-chip micro-batch of --tokens_per_chip tokens (64 x 128, 16 x 512, 1 x 8192); it prints
 the peak per chip against the HBM, the roofline tokens/s per chip and MFU bound
-(bert_jax/roofline.py, on HBM bytes: bert_jax/hlo_traffic.py), and with --search the best configuration `plan --search` finds.
-Each plan runs in its own process (libtpu starts there).
+(bert_jax/roofline.py, on HBM bytes: bert_jax/hlo_traffic.py), and with --search the best configuration `plan --search` finds,
+among scanned layers only unless --search_unrolled (an unrolled 24-layer step compiles in 10-20 min on 2 cores, a
+scanned one in 1-2). Each plan runs in its own process (libtpu starts there).
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -33,7 +36,7 @@ ONE_ROW = """
 import json, sys
 from bert_jax import compiled_plan as plan, plan_search, tpu_slices
 import importlib
-name, module, overrides, tpu, tokens, search = json.loads(sys.argv[1])
+name, module, overrides, tpu, tokens, search, scans = json.loads(sys.argv[1])
 c = plan_search.with_overrides(importlib.import_module(module).get_config(), overrides)
 s = tpu_slices.parse_slice(tpu)
 # The fewest accumulation steps that bring one chip's micro-batch down to `tokens` tokens.
@@ -51,7 +54,7 @@ row = dict(row=name, tpu=tpu, global_batch=c.train.global_batch_size, seq=c.data
            flops_vs_formula=r.flops / r.formula_flops,
            compile_s=p.compile_s)
 if search:
-    tried = plan_search.search(c, s, log=lambda line: print(line, file=sys.stderr, flush=True))
+    tried = plan_search.search(c, s, scans=tuple(scans), log=lambda line: print(line, file=sys.stderr, flush=True))
     best = next((t for t in tried if t.fits), None)
     row["search_best"] = best.candidate.flags() if best else "nothing tried fits"
     if best:
@@ -61,11 +64,11 @@ print("ROW " + json.dumps(row))
 """
 
 
-def run_row(name: str, tpu: str, tokens: int, search: bool) -> dict:
+def run_row(name: str, tpu: str, tokens: int, search: bool, scans: tuple[bool, ...] = (True,)) -> dict:
     module, overrides = ROWS[name]
     env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_SKIP_MDS_QUERY="1")
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", ONE_ROW, json.dumps([name, module, overrides, tpu, tokens, search])],
+    proc = subprocess.run([sys.executable, "-c", ONE_ROW, json.dumps([name, module, overrides, tpu, tokens, search, scans])],
                           capture_output=True, text=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)) or ".")
     line = next((x for x in proc.stdout.splitlines() if x.startswith("ROW ")), None)
     if line is None:
@@ -91,14 +94,17 @@ def main() -> None:
     parser.add_argument("--slices", default=",".join(SLICES))
     parser.add_argument("--tokens_per_chip", type=int, default=8192, help="tokens in one micro-batch on one chip")
     parser.add_argument("--search", action="store_true", help="also run plan --search per row (many compiles)")
+    parser.add_argument("--search_unrolled", action="store_true", help="--search tries scan_layers=False too")
+    parser.add_argument("--jobs", type=int, default=1, help="plans compiled at once (each in its own process)")
     parser.add_argument("--out", default="", help="append each row as JSON to this file")
     args = parser.parse_args()
+    scans = (True, False) if args.search_unrolled else (True,)
     print("| config | slice | global batch (per chip x accumulation) | fits, peak / HBM per chip | roofline tok/s per chip "
           "| MFU bound | best --search | compile |")
     print("|---|---|---|---|---|---|---|---|")
-    for name in args.rows.split(","):
-        for tpu in args.slices.split(","):
-            row = run_row(name, tpu, args.tokens_per_chip, args.search)
+    todo = [(name, tpu) for name in args.rows.split(",") for tpu in args.slices.split(",")]
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:  # threads wait on the plans' processes
+        for row in pool.map(lambda job: run_row(*job, args.tokens_per_chip, args.search, scans), todo):
             print(markdown(row), flush=True)
             if args.out:
                 with open(args.out, "a") as f:

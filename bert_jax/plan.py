@@ -12,8 +12,9 @@ lowered from abstract shapes (no parameter is ever allocated) and compiled.
 (bert_jax/tpu_slices.py), with the LIBTPU_INIT_ARGS the run sets. Memory per chip, FLOPs and
 bytes accessed are the compiler's own; everything hardware-dependent (the attention kernel,
 config checks) is chosen for the TPU, not for this host. The TPU compiler counts a scanned
-loop's body once, so a scanned step's FLOPs and bytes come from a second compile with the loop
-unrolled (config.model.scan_unroll=num_layers); its memory from the scanned compile. A Pallas
+loop's body once: a scanned step's bytes count each loop's trips, read from the program
+(bert_jax/hlo_traffic.py), and its FLOPs add the layers the count missed, one layer's FLOPs
+measured by a second compile with two layers per iteration (config.model.scan_unroll=2). A Pallas
 kernel's FLOPs (splash attention) are invisible to the compiler's count and are added from the
 formula. The compiler's bytes accessed include traffic that stays in on-chip memory; the
 roofline bound (bert_jax/roofline.py) divides only the HBM part by HBM bandwidth

@@ -4,7 +4,7 @@ Tries remat policy x mesh (data / fsdp / tensor) x per-chip batch x scan, keepin
 global batch (a smaller per-chip batch is gradient accumulation, so training is unchanged).
 For each (scan, mesh, remat) it compiles per-chip batches from the largest down and keeps the
 first that fits: memory only grows with the batch, and a bigger micro-batch re-reads the
-weights less. Only those are compiled a second time to count every layer's FLOPs and bytes;
+weights less. Only those, when scanned, are compiled a second time to count every layer's FLOPs;
 they are ranked by the roofline step time. Each compile is a full TPU compile (about a minute
 for BERT-base on 2 cores), so the search prints as it goes.
 """
@@ -105,8 +105,7 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float) -> Tried:
         return Tried(candidate, None, False, str(e).splitlines()[0])
     if not planner.fits(screened, hbm_gib)[0]:
         return Tried(candidate, screened, False)
-    counted = planner.make_plan(c, tpu_slice) if candidate.scan and c.model.num_layers > 1 else screened
-    return Tried(candidate, counted, True)
+    return Tried(candidate, planner.count_every_layer(screened, c), True)
 
 
 def _rank(t: Tried):

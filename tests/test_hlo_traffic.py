@@ -82,3 +82,42 @@ def test_a_loop_without_a_known_trip_count_is_counted_once_and_said():
     once = hlo_traffic.traffic(MODULE.replace(', backend_config={"known_trip_count":{"n":"3"}}', ""))
     assert once.loops_counted_once == 1
     assert hlo_traffic.traffic(MODULE).hbm - once.hbm == 2 * 2 * MIB
+
+
+# A scanned layer loop as the TPU compiler emits it: no known_trip_count, a condition `counter < 5`, a body
+# adding 1 to the counter, and a start copied from the constant 2: 3 trips.
+COUNTED_BODY = """%body (loop_param: (s32[], f32[1024,256])) -> (s32[], f32[1024,256]) {
+  %loop_param = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) parameter(0)
+  %get-tuple-element.7 = f32[1024,256]{1,0:T(8,128)} get-tuple-element(%loop_param), index=1
+  %negate.1 = f32[1024,256]{1,0:T(8,128)} negate(%get-tuple-element.7)
+  %get-tuple-element.8 = s32[]{:T(128)} get-tuple-element(%loop_param), index=0
+  %constant.1 = s32[]{:T(128)} constant(1)
+  %add.1 = s32[]{:T(128)} add(%get-tuple-element.8, %constant.1)
+  ROOT %tuple.2 = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) tuple(%add.1, %negate.1)
+}
+
+%condition (cond_param: (s32[], f32[1024,256])) -> pred[] {
+  %cond_param = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) parameter(0)
+  %constant.8 = s32[]{:T(128)} constant(5)
+  %get-tuple-element.9 = s32[]{:T(128)} get-tuple-element(%cond_param), index=0
+  ROOT %lt.1 = pred[]{:T(512)} compare(%get-tuple-element.9, %constant.8), direction=LT
+}
+"""
+
+
+def counted_loop_module(step: int = 1) -> str:
+    start, end = MODULE.index("%body ("), MODULE.index("ENTRY ")
+    module = MODULE[:start] + COUNTED_BODY.replace("constant(1)", f"constant({step})") + "\n" + MODULE[end:]
+    return module.replace(', backend_config={"known_trip_count":{"n":"3"}}', "").replace(
+        "  %tuple.1 = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) tuple(%param.4, %param.3)",
+        "  %constant.2 = s32[]{:T(128)} constant(2)\n  %copy.2 = s32[]{:T(128)} copy(%constant.2)\n"
+        "  %tuple.1 = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) tuple(%copy.2, %param.3)")
+
+
+def test_a_counted_loop_without_a_trip_count_has_it_read_from_its_condition_body_and_start():
+    counted = hlo_traffic.traffic(counted_loop_module())
+    assert counted.loops_counted_once == 0 and counted.innermost_trips == (3,)
+    # The same 3 trips, plus the counter: its copy (reads and writes 4 bytes), an add per trip (8 read, 4 written).
+    assert counted.hbm == hlo_traffic.traffic(MODULE).hbm + 8 + 3 * 12
+    stepping_by_two = hlo_traffic.traffic(counted_loop_module(step=2))  # not the form it reads: counted once, said
+    assert stepping_by_two.loops_counted_once == 1 and stepping_by_two.innermost_trips == ()
