@@ -211,16 +211,24 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         if count_every_layer:
             extra, layers_counted, seconds = _uncounted_layer_flops(config, mesh, flops, traffic.innermost_trips)
             flops, compile_s = flops + extra, compile_s + seconds
+    if traffic is not None and traffic.loops_counted_once:
+        layers_counted = "; ".join(filter(None, [layers_counted, (
+            f"{traffic.loops_counted_once} loop(s) whose trip count hlo_traffic could not read: their body counted "
+            "once, so FLOPs and bytes are too low")]))
     accum = config.train.grad_accum_steps
     if tpu_slice is not None and accum > 1:
         # Micro-batches run in a loop the compiler also counts once: an upper bound, counting the optimizer's
-        # pass once per micro-batch rather than once per step.
-        flops, bytes_accessed = flops * accum, bytes_accessed * accum
-        if traffic is not None and traffic.loops_counted_once:  # else hlo_traffic counted the loop's trips
-            traffic = hlo_traffic.Traffic(traffic.hbm * accum, traffic.on_chip * accum, traffic.loops_counted_once)
+        # pass once per micro-batch rather than once per step. hlo_traffic counts the loop's trips when it can
+        # read them; its bytes are then exact.
+        flops = flops * accum
+        if not (m.scan_layers and traffic.innermost_trips):  # bytes_accessed is the compiler's, not hlo_traffic's
+            bytes_accessed *= accum
+        if traffic.loops_counted_once:
+            traffic = dataclasses.replace(traffic, hbm=traffic.hbm * accum, on_chip=traffic.on_chip * accum)
+        what = "FLOPs and bytes" if traffic.loops_counted_once else "FLOPs; bytes count the loop's trips"
         layers_counted = "; ".join(filter(None, [layers_counted, (
-            f"grad_accum_steps={accum}: the micro-batch loop counted {accum} times, the optimizer's pass with it "
-            "(an upper bound on FLOPs and bytes)")]))
+            f"grad_accum_steps={accum}: the micro-batch loop's FLOPs counted {accum} times, the optimizer's pass "
+            f"with them (an upper bound on {what})")]))
     kernel = _kernel(program)
     pallas_flops = _pallas_flops(config, kernel, mesh.size) if tpu_slice is not None else 0.0
     state = program.abstract_state

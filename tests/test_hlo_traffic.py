@@ -85,14 +85,15 @@ def test_a_loop_without_a_known_trip_count_is_counted_once_and_said():
 
 
 # A scanned layer loop as the TPU compiler emits it: no known_trip_count, a condition `counter < 5`, a body
-# adding 1 to the counter, and a start copied from the constant 2: 3 trips.
+# adding 1 to (a copy of) the counter, and a start copied from the constant 2: 3 trips.
 COUNTED_BODY = """%body (loop_param: (s32[], f32[1024,256])) -> (s32[], f32[1024,256]) {
   %loop_param = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) parameter(0)
   %get-tuple-element.7 = f32[1024,256]{1,0:T(8,128)} get-tuple-element(%loop_param), index=1
   %negate.1 = f32[1024,256]{1,0:T(8,128)} negate(%get-tuple-element.7)
   %get-tuple-element.8 = s32[]{:T(128)} get-tuple-element(%loop_param), index=0
   %constant.1 = s32[]{:T(128)} constant(1)
-  %add.1 = s32[]{:T(128)} add(%get-tuple-element.8, %constant.1)
+  %copy.9 = s32[]{:T(128)} copy(%get-tuple-element.8)
+  %add.1 = s32[]{:T(128)} add(%copy.9, %constant.1)
   ROOT %tuple.2 = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) tuple(%add.1, %negate.1)
 }
 
@@ -117,7 +118,49 @@ def counted_loop_module(step: int = 1) -> str:
 def test_a_counted_loop_without_a_trip_count_has_it_read_from_its_condition_body_and_start():
     counted = hlo_traffic.traffic(counted_loop_module())
     assert counted.loops_counted_once == 0 and counted.innermost_trips == (3,)
-    # The same 3 trips, plus the counter: its copy (reads and writes 4 bytes), an add per trip (8 read, 4 written).
-    assert counted.hbm == hlo_traffic.traffic(MODULE).hbm + 8 + 3 * 12
+    # The same 3 trips, plus the counter: its start's copy (reads and writes 4 bytes), and per trip a copy and an add
+    # (8 and 12 bytes).
+    assert counted.hbm == hlo_traffic.traffic(MODULE).hbm + 8 + 3 * (8 + 12)
     stepping_by_two = hlo_traffic.traffic(counted_loop_module(step=2))  # not the form it reads: counted once, said
     assert stepping_by_two.loops_counted_once == 1 and stepping_by_two.innermost_trips == ()
+
+
+# Around scanned layers the TPU compiler relayouts a stacked buffer in place (a nested copy fusion aliasing its
+# operand) before slicing it or updating a layer of it, and allocates the stacked buffers with a custom call.
+ALIASED = """HloModule jit_step, is_scheduled=true
+
+%copy_fusion (input: f32[4,1024,256]) -> f32[4,1024,256] {
+  %input = f32[4,1024,256]{2,1,0:T(8,128)} parameter(0)
+  ROOT %copy.1 = f32[4,1024,256]{2,1,0:T(2,128)} copy(%input)
+}
+
+%fused_read (param_0.1: f32[4,1024,256], param_1.1: s32[]) -> f32[1,1024,256] {
+  %param_0.1 = f32[4,1024,256]{2,1,0:T(8,128)} parameter(0)
+  %fusion.7 = f32[4,1024,256]{2,1,0:T(2,128)} fusion(%param_0.1), kind=kLoop, output_to_operand_aliasing={{}: (0, {})}, calls=%copy_fusion
+  %param_1.1 = s32[]{:T(128)} parameter(1)
+  ROOT %dynamic-slice.1 = f32[1,1024,256]{2,1,0:T(2,128)} dynamic-slice(%fusion.7, %param_1.1, %param_1.1, %param_1.1), dynamic_slice_sizes={1,1024,256}
+}
+
+%fused_write (param_0.2: f32[4,1024,256], param_1.2: f32[1,1024,256], param_2.2: s32[]) -> f32[4,1024,256] {
+  %param_0.2 = f32[4,1024,256]{2,1,0:T(8,128)} parameter(0)
+  %fusion.8 = f32[4,1024,256]{2,1,0:T(2,128)} fusion(%param_0.2), kind=kLoop, output_to_operand_aliasing={{}: (0, {})}, calls=%copy_fusion
+  %param_1.2 = f32[1,1024,256]{2,1,0:T(8,128)} parameter(1)
+  %param_2.2 = s32[]{:T(128)} parameter(2)
+  ROOT %dynamic-update-slice.1 = f32[4,1024,256]{2,1,0:T(2,128)} dynamic-update-slice(%fusion.8, %param_1.2, %param_2.2, %param_2.2, %param_2.2)
+}
+
+ENTRY %main (param.1: f32[4,1024,256], param.2: s32[]) -> f32[4,1024,256] {
+  %param.1 = f32[4,1024,256]{2,1,0:T(8,128)} parameter(0)
+  %param.2 = s32[]{:T(128)} parameter(1)
+  %custom-call.1 = f32[4,1024,256]{2,1,0:T(8,128)} custom-call(), custom_call_target="AllocateBuffer"
+  %fusion.1 = f32[1,1024,256]{2,1,0:T(8,128)} fusion(%param.1, %param.2), kind=kLoop, calls=%fused_read
+  ROOT %fusion.2 = f32[4,1024,256]{2,1,0:T(8,128)} fusion(%custom-call.1, %fusion.1, %param.2), kind=kLoop, calls=%fused_write
+}
+"""
+
+
+def test_an_in_place_relayout_and_an_allocation_move_nothing():
+    traffic = hlo_traffic.traffic(ALIASED)
+    # The read takes one 1 MiB layer and writes it; the write reads that layer and writes it into one layer of
+    # the allocated buffer; each reads the s32 index.
+    assert (traffic.hbm, traffic.on_chip) == (4 * MIB + 2 * 4, 0)
