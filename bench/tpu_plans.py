@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from bert_jax import plan_search
+
 ROWS = {  # name: (config module, overrides)
     "bert_large_128": ("configs.bert_large", {}),
     "bert_large_512": ("configs.bert_large", {"data.max_seq_length": 512, "data.max_predictions_per_seq": 80}),
@@ -36,7 +38,7 @@ ONE_ROW = """
 import json, sys
 from bert_jax import compiled_plan as plan, plan_search, tpu_slices
 import importlib
-name, module, overrides, tpu, tokens, search, scans = json.loads(sys.argv[1])
+name, module, overrides, tpu, tokens, search, scans, meshes, remats = json.loads(sys.argv[1])
 c = plan_search.with_overrides(importlib.import_module(module).get_config(), overrides)
 s = tpu_slices.parse_slice(tpu)
 # The fewest accumulation steps that bring one chip's micro-batch down to `tokens` tokens.
@@ -44,31 +46,41 @@ steps = plan_search.accumulation_steps(c, s, plan_search.mesh_name(c))
 shards = s.total_chips // c.mesh.shape[2]
 c.train.grad_accum_steps = next((k for k in steps if c.train.global_batch_size // (shards * k) * c.data.max_seq_length
                                  <= tokens), steps[-1])
-p = plan.make_plan(c, s)
-r = p.roofline
 row = dict(row=name, tpu=tpu, global_batch=c.train.global_batch_size, seq=c.data.max_seq_length,
-           micro_batch_per_chip=p.micro_batch_per_chip, grad_accum_steps=c.train.grad_accum_steps,
-           remat=p.remat_policy, scan=p.scan_layers, kernel=p.kernel, fits=plan.fits(p)[0], peak_gib=p.peak_bytes / 2**30,
-           hbm_gib=s.chip.hbm_gib, tokens_per_s_per_chip=r.tokens_per_s, mfu_bound=r.mfu, bound=r.bound,
-           hbm_gb_per_step=r.bytes / 1e9, compiler_gb_per_step=p.bytes_accessed / 1e9, kb_per_token=r.bytes_per_token / 1e3,
-           flops_vs_formula=r.flops / r.formula_flops,
-           compile_s=p.compile_s)
+           micro_batch_per_chip=c.train.global_batch_size // c.train.grad_accum_steps // shards,
+           grad_accum_steps=c.train.grad_accum_steps, remat=c.model.remat_policy, scan=c.model.scan_layers,
+           hbm_gib=s.chip.hbm_gib)
+try:
+    p = plan.make_plan(c, s)
+    r = p.roofline
+    row.update(kernel=p.kernel, fits=plan.fits(p)[0], peak_gib=p.peak_bytes / 2**30, tokens_per_s_per_chip=r.tokens_per_s,
+               mfu_bound=r.mfu, bound=r.bound, hbm_gb_per_step=r.bytes / 1e9, compiler_gb_per_step=p.bytes_accessed / 1e9,
+               kb_per_token=r.bytes_per_token / 1e3, flops_vs_formula=r.flops / r.formula_flops, compile_s=p.compile_s,
+               layers_counted=p.layers_counted)
+except plan.DoesNotFit as e:  # refused by the compiler: no memory analysis, only what it needs for temporaries
+    row.update(fits=False, refused=str(e), needed_gib=e.needed_gib)
 if search:
-    tried = plan_search.search(c, s, scans=tuple(scans), log=lambda line: print(line, file=sys.stderr, flush=True))
+    tried = plan_search.search(c, s, scans=tuple(scans), meshes=tuple(meshes), remats=tuple(remats),
+                               log=lambda line: print(line, file=sys.stderr, flush=True))
     best = next((t for t in tried if t.fits), None)
-    row["search_best"] = best.candidate.flags() if best else "nothing tried fits"
+    row.update(search_tried=len(tried), search_fit=sum(t.fits for t in tried), search_s=sum(t.plan.compile_s for t in tried
+               if t.plan))
     if best:
-        row["search_mfu_bound"] = best.plan.roofline.mfu
-        row["search_tokens_per_s_per_chip"] = best.plan.roofline.tokens_per_s
+        b, r = best.candidate, best.plan.roofline
+        row.update(search_best=b.flags(), search_mesh=b.mesh, search_remat=b.remat, search_scan=b.scan,
+                   search_micro_batch=best.plan.micro_batch_per_chip, search_accum=b.grad_accum_steps,
+                   search_peak_gib=best.plan.peak_bytes / 2**30, search_mfu_bound=r.mfu,
+                   search_tokens_per_s_per_chip=r.tokens_per_s, search_bound=r.bound)
 print("ROW " + json.dumps(row))
 """
 
 
-def run_row(name: str, tpu: str, tokens: int, search: bool, scans: tuple[bool, ...] = (True,)) -> dict:
+def run_row(name: str, tpu: str, tokens: int, search: bool, scans: tuple[bool, ...] = (True,),
+            meshes: tuple[str, ...] = plan_search.MESHES, remats: tuple[str, ...] = plan_search.REMATS) -> dict:
     module, overrides = ROWS[name]
     env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_SKIP_MDS_QUERY="1")
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", ONE_ROW, json.dumps([name, module, overrides, tpu, tokens, search, scans])],
+    proc = subprocess.run([sys.executable, "-c", ONE_ROW, json.dumps([name, module, overrides, tpu, tokens, search, scans, meshes, remats])],
                           capture_output=True, text=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)) or ".")
     line = next((x for x in proc.stdout.splitlines() if x.startswith("ROW ")), None)
     if line is None:
@@ -80,12 +92,21 @@ def run_row(name: str, tpu: str, tokens: int, search: bool, scans: tuple[bool, .
 def markdown(row: dict) -> str:
     if "error" in row:
         return f"| {row['row']} | {row['tpu']} | failed: {row['error']} | | | | | |"
+    batch = (f"{row['global_batch']} x {row['seq']} ({row['micro_batch_per_chip']} per chip x {row['grad_accum_steps']}), "
+             f"remat {row['remat']}")
+    if "search_best" in row:
+        search = (f"{row['search_mesh']}, remat {row['search_remat']}, {row['search_micro_batch']} per chip x "
+                  f"{row['search_accum']}{'' if row['search_scan'] else ', unrolled'}: {row['search_peak_gib']:.1f} GiB, "
+                  f"{row['search_tokens_per_s_per_chip']:,.0f} tok/s, MFU <= {row['search_mfu_bound']:.1%}")
+    else:
+        search = "nothing tried fits" if "search_tried" in row else "not run"
+    if "refused" in row:
+        return (f"| {row['row']} | {row['tpu']} | {batch} | **does not fit**: temporaries alone {row['needed_gib']:.1f} / "
+                f"{row['hbm_gib']:g} GiB | | | {search} | |")
     fit = "fits" if row["fits"] else "**does not fit**"
-    search = row.get("search_best", "not run")
-    return (f"| {row['row']} | {row['tpu']} | {row['global_batch']} x {row['seq']} ({row['micro_batch_per_chip']} per chip"
-            f" x {row['grad_accum_steps']}), remat {row['remat']} | {fit}, {row['peak_gib']:.1f} / {row['hbm_gib']:g} GiB | "
-            f"{row['tokens_per_s_per_chip']:,.0f} | {row['mfu_bound']:.1%} ({row['bound']}, {row['kb_per_token']:.0f} HBM kB/token) | "
-            f"{search} | {row['compile_s']:.0f} s |")
+    return (f"| {row['row']} | {row['tpu']} | {batch} | {fit}, {row['peak_gib']:.1f} / {row['hbm_gib']:g} GiB | "
+            f"{row['tokens_per_s_per_chip']:,.0f} | {row['mfu_bound']:.1%} ({row['bound']}, {row['kb_per_token']:.0f} HBM "
+            f"kB/token) | {search} | {row['compile_s']:.0f} s |")
 
 
 def main() -> None:
@@ -95,6 +116,9 @@ def main() -> None:
     parser.add_argument("--tokens_per_chip", type=int, default=8192, help="tokens in one micro-batch on one chip")
     parser.add_argument("--search", action="store_true", help="also run plan --search per row (many compiles)")
     parser.add_argument("--search_unrolled", action="store_true", help="--search tries scan_layers=False too")
+    parser.add_argument("--search_slices", default="", help="--search only on these slices (default: every one)")
+    parser.add_argument("--search_meshes", default=",".join(plan_search.MESHES))
+    parser.add_argument("--search_remats", default=",".join(plan_search.REMATS))
     parser.add_argument("--jobs", type=int, default=1, help="plans compiled at once (each in its own process)")
     parser.add_argument("--out", default="", help="append each row as JSON to this file")
     args = parser.parse_args()
@@ -104,7 +128,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     todo = [(name, tpu) for name in args.rows.split(",") for tpu in args.slices.split(",")]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:  # threads wait on the plans' processes
-        for row in pool.map(lambda job: run_row(*job, args.tokens_per_chip, args.search, scans), todo):
+        searched = set(args.search_slices.split(",")) if args.search_slices else set(args.slices.split(","))
+        meshes, remats = tuple(args.search_meshes.split(",")), tuple(args.search_remats.split(","))
+        for row in pool.map(lambda job: run_row(*job, args.tokens_per_chip, args.search and job[1] in searched, scans,
+                                                meshes, remats), todo):
             print(markdown(row), flush=True)
             if args.out:
                 with open(args.out, "a") as f:

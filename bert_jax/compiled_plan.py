@@ -9,6 +9,7 @@ import dataclasses
 import importlib.metadata
 import math
 import os
+import re
 import time
 
 import flax.linen as nn
@@ -70,6 +71,8 @@ class Plan:
     tpu_slice: tpu_slices.TpuSlice | None = None
     libtpu_init_args: str = ""
     layer_loop_trips: tuple[int, ...] = ()  # a scanned TPU step's layer loops (hlo_traffic.Traffic.innermost_trips)
+    compiler_loops: int = 0  # windowed einsums' loops (hlo_traffic.Traffic.compiler_loops)
+    every_loop_counted: bool = False  # FLOPs count every loop's trips (make_plan's count_every_layer)
 
     @property
     def roofline(self) -> Roofline | None:
@@ -92,7 +95,16 @@ def _bytes_per_device(abstract_tree) -> int:
     )
 
 
-def _compile(config, mesh):
+class DoesNotFit(Exception):
+    """The TPU compiler refused the step: its temporaries alone exceed a chip's HBM (it does not compile a
+    program it cannot place, so there is no memory analysis, only its message)."""
+
+    def __init__(self, message: str, needed_gib: float, available_gib: float):
+        super().__init__(message)
+        self.needed_gib, self.available_gib = needed_gib, available_gib
+
+
+def _compile(config, mesh, compiler_options: dict | None = None):
     """(program, compiled step, seconds to compile) for config's train step on mesh."""
     program = build_program(config, mesh)
     batch = jax.eval_shape(lambda: example_batch(config.data, config.train.global_batch_size))
@@ -101,7 +113,19 @@ def _compile(config, mesh):
     )
     start = time.perf_counter()
     with jax.set_mesh(mesh), nn.logical_axis_rules(program.rules):
-        compiled = program.train_step.lower(program.abstract_state, batch, program.abstract_frozen).compile()
+        lowered = program.train_step.lower(program.abstract_state, batch, program.abstract_frozen)
+        try:
+            compiled = lowered.compile(compiler_options=compiler_options)
+        except jax.errors.JaxRuntimeError as e:
+            # "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries
+            # (41.11G) exceeds available HBM (15.75G)."
+            sizes = re.search(r"temporaries \(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)", str(e))
+            if "RESOURCE_EXHAUSTED" not in str(e) or not sizes:
+                raise
+            needed, available = float(sizes.group(1)), float(sizes.group(2))
+            raise DoesNotFit(f"does not fit: the TPU compiler needs {needed:.2f} GiB per chip for temporaries "
+                             f"alone, of the {available:.2f} GiB it can use ({needed - available:.2f} GiB over; "
+                             f"compiled in {time.perf_counter() - start:.0f} s)", needed, available) from None
     return program, compiled, time.perf_counter() - start
 
 
@@ -143,48 +167,72 @@ def _layers_in_loop(unroll: int, length: int) -> int:
     return min(length, unroll + length % unroll)
 
 
-def _uncounted_layer_flops(config, mesh, flops: float, trips: tuple[int, ...]) -> tuple[float, str, float]:
-    """(FLOPs the compiler's count `flops` misses, how, seconds) of a scanned TPU step (per micro-batch).
+# Windowed einsums (collective matmuls: FSDP and tensor sharding bring them) run a dot in pieces, in loops the
+# compiler makes, whose bodies cost_analysis counts once. FLOPs come from compiles with them off: the same dots,
+# whole. The program that runs, its memory and its bytes, keeps them.
+WHOLE_DOTS = {"xla_tpu_enable_windowed_einsum_for_all_gather": False,
+              "xla_tpu_enable_windowed_einsum_for_reduce_scatter": False}
 
-    The TPU compiler counts a loop's body once. A second compile with another unroll (2 layers per
-    iteration, or 1) sees a different number of layers; the difference is one layer's FLOPs (forward,
-    backward and remat), and the loop's trip count, read from the program (`trips`, hlo_traffic), says
-    how many layers the count missed. Bytes need no second compile: hlo_traffic counts each loop's trips.
-    (The previous way, one compile with the loop fully unrolled, took 18 min for BERT-large on 2 cores
-    against 2 for this one, and gave FLOPs within 0.1 % of it: README.)
+
+def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, per_layer: float | None = None
+                      ) -> tuple[float, str, float, float | None]:
+    """(FLOPs per micro-batch with every loop's trips counted, how, seconds, one scanned layer's FLOPs) of a TPU
+    step whose compiled count is `flops`.
+
+    The TPU compiler counts a loop's body once. The compiler's own loops are compiled away (WHOLE_DOTS). For
+    a scanned step, a compile with another unroll (2 layers per iteration, or 1) sees a different number of
+    layers: the difference is one layer's FLOPs (forward, backward and remat), and the layer loop's trip count,
+    read from the program (hlo_traffic), says how many layers the count missed. Bytes need no more compiles:
+    hlo_traffic counts each loop's trips. A caller that knows one layer's FLOPs (`per_layer`: a search, from a
+    step like this one) skips the second compile.
     """
-    unroll = config.model.get("scan_unroll", 1)
+    options = WHOLE_DOTS if traffic.compiler_loops else None
+    seconds, notes = 0.0, []
+    if options:
+        _, compiled, seconds = _compile(config, mesh, options)
+        flops = float(_cost(compiled)["flops"])
+        notes.append(f"FLOPs from the step compiled with windowed einsums off: the compiler's {traffic.compiler_loops} "
+                     "loops around pieces of a dot count their body once")
+    trips, unroll = traffic.innermost_trips, config.model.get("scan_unroll", 1)
+    if not (config.model.scan_layers and trips):
+        return flops, "; ".join(notes), seconds, per_layer
     if len(set(trips)) != 1:
-        return 0.0, (f"scanned layers: the layer loops' trip counts {sorted(trips)} are not one length, so "
-                       "FLOPs count each loop's body once"), 0.0
-    other = config.copy_and_resolve_references()
-    other.model.scan_unroll = 2 if unroll == 1 else 1
-    _, compiled, seconds = _compile(other, mesh)
-    other_flops = float(_cost(compiled)["flops"])
-    if unroll == 1:
-        length = trips[0]
-    else:  # the unroll=1 compile's trip count is the scan's length
-        length = (hlo_traffic.traffic(compiled.as_text()).innermost_trips or (0,))[0]
-    seen, other_seen = _layers_in_loop(unroll, length), _layers_in_loop(other.model.scan_unroll, length)
-    if length <= 1 or seen == other_seen:
-        return 0.0, "", seconds
-    per_layer = (other_flops - flops) / (other_seen - seen)
-    how = (f"scanned layers: FLOPs with every layer counted, {length - seen} more than the compiler's count of the "
-           f"loop's body, at {per_layer:.4g} per layer (from a second compile with scan_unroll="
-           f"{other.model.scan_unroll}); bytes count each loop's {length} trips (hlo_traffic)")
-    return (length - seen) * per_layer, how, seconds
+        notes.insert(0, f"scanned layers: the layer loops' trip counts {sorted(trips)} are not one length, so FLOPs "
+                        "count each loop's body once")
+        return flops, "; ".join(notes), seconds, per_layer
+    length = trips[0]
+    if per_layer is None or unroll != 1:
+        other = config.copy_and_resolve_references()
+        other.model.scan_unroll = 2 if unroll == 1 else 1
+        _, compiled, more = _compile(other, mesh, options)
+        seconds += more
+        if unroll != 1:  # the unroll=1 compile's trip count is the scan's length
+            length = (hlo_traffic.traffic(compiled.as_text()).innermost_trips or (0,))[0]
+        seen, other_seen = _layers_in_loop(unroll, length), _layers_in_loop(other.model.scan_unroll, length)
+        if length <= 1 or seen == other_seen:
+            return flops, "; ".join(notes), seconds, per_layer
+        per_layer = (float(_cost(compiled)["flops"]) - flops) / (other_seen - seen)
+        source = f"from a second compile with scan_unroll={other.model.scan_unroll}"
+    else:
+        seen, source = 1, "measured on a step like this one"
+    notes.insert(0, f"scanned layers: FLOPs with every layer counted, {length - seen} more than the compiler's count "
+                    f"of the loop's body, at {per_layer:.4g} per layer ({source}); bytes count each loop's {length} "
+                    "trips (hlo_traffic)")
+    return flops + (length - seen) * per_layer, "; ".join(notes), seconds, per_layer
 
 
-def count_every_layer(plan: "Plan", config) -> "Plan":
-    """A plan made with count_every_layer=False, its FLOPs now counting every layer (one more compile)."""
-    if not plan.layer_loop_trips or plan.layers_counted.startswith("scanned"):
-        return plan
+def count_every_layer(plan: "Plan", config, per_layer: float | None = None) -> tuple["Plan", float | None]:
+    """A plan made with count_every_layer=False, its FLOPs now counting every loop's trips (one or two more
+    compiles), and one scanned layer's FLOPs (pass it back for a step like this one to skip a compile)."""
+    if plan.every_loop_counted or not (plan.layer_loop_trips or plan.compiler_loops):
+        return plan, per_layer
     mesh = tpu_mesh(config, plan.tpu_slice)
-    micro_flops = plan.compiled_flops / config.train.grad_accum_steps
-    extra, how, seconds = _uncounted_layer_flops(config, mesh, micro_flops, plan.layer_loop_trips)
-    return dataclasses.replace(plan, compiled_flops=plan.compiled_flops + extra * config.train.grad_accum_steps,
-                               compile_s=plan.compile_s + seconds,
-                               layers_counted="; ".join(filter(None, [how, plan.layers_counted])))
+    accum = config.train.grad_accum_steps
+    traffic = hlo_traffic.Traffic(plan.hbm_bytes, plan.on_chip_bytes, 0, plan.layer_loop_trips, plan.compiler_loops)
+    flops, how, seconds, per_layer = _every_loop_flops(config, mesh, plan.compiled_flops / accum, traffic, per_layer)
+    return dataclasses.replace(plan, compiled_flops=flops * accum, compile_s=plan.compile_s + seconds,
+                               every_loop_counted=True,
+                               layers_counted="; ".join(filter(None, [how, plan.layers_counted]))), per_layer
 
 
 def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_layer: bool = True) -> Plan:
@@ -206,11 +254,12 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
     m = config.model
     layers_counted = ""
     traffic = hlo_traffic.traffic(compiled.as_text()) if tpu_slice is not None else None
-    if traffic is not None and m.scan_layers and traffic.innermost_trips:
-        bytes_accessed = traffic.total  # the compiler's own figure counts the loop's body once
+    counted = False
+    if traffic is not None and (traffic.compiler_loops or (m.scan_layers and traffic.innermost_trips)):
+        bytes_accessed = traffic.total  # the compiler's own figure counts each loop's body once
         if count_every_layer:
-            extra, layers_counted, seconds = _uncounted_layer_flops(config, mesh, flops, traffic.innermost_trips)
-            flops, compile_s = flops + extra, compile_s + seconds
+            flops, layers_counted, seconds, _ = _every_loop_flops(config, mesh, flops, traffic)
+            compile_s, counted = compile_s + seconds, True
     if traffic is not None and traffic.loops_counted_once:
         layers_counted = "; ".join(filter(None, [layers_counted, (
             f"{traffic.loops_counted_once} loop(s) whose trip count hlo_traffic could not read: their body counted "
@@ -221,7 +270,7 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         # pass once per micro-batch rather than once per step. hlo_traffic counts the loop's trips when it can
         # read them; its bytes are then exact.
         flops = flops * accum
-        if not (m.scan_layers and traffic.innermost_trips):  # bytes_accessed is the compiler's, not hlo_traffic's
+        if not (traffic.compiler_loops or (m.scan_layers and traffic.innermost_trips)):  # the compiler's count
             bytes_accessed *= accum
         if traffic.loops_counted_once:
             traffic = dataclasses.replace(traffic, hbm=traffic.hbm * accum, on_chip=traffic.on_chip * accum)
@@ -254,6 +303,7 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         libtpu_init_args=os.environ.get("LIBTPU_INIT_ARGS", "") if tpu_slice is not None else "",
         hbm_bytes=traffic.hbm if traffic else float("nan"), on_chip_bytes=traffic.on_chip if traffic else float("nan"),
         layer_loop_trips=traffic.innermost_trips if traffic and m.scan_layers else (),
+        compiler_loops=traffic.compiler_loops if traffic else 0, every_loop_counted=counted,
     )
 
 

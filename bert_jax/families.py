@@ -111,7 +111,7 @@ def _register_builtin_families() -> None:
         # ALBERT's layer groups are shared across depths: no one depth fits them, so they take the top rate.
         ("albert", albert.build_albert, ALBERT_PRETRAINING, hf_albert,
          ParamRoles(embeddings=("embeddings", "embedding_hidden_mapping_in"),
-                    top=("group_*", "pooler", "sop") + mlm_head, pooler="pooler")),
+                    top=("group_*", "pooler", "sop") + mlm_head, pooler="pooler", shared_layers=("group_*",))),
         ("distilbert", distilbert.build_distilbert, MLM_PRETRAINING, hf_distilbert, ParamRoles()),
     ):
         register_family(Family(name=name, build_model=build, objective=objective, roles=roles,

@@ -53,8 +53,10 @@ class Traffic:
     hbm: float  # bytes read from and written to HBM (memory space 0) per step
     on_chip: float  # bytes in other memory spaces (on-chip memory, synchronisation flags)
     loops_counted_once: int = 0  # while loops without a known trip count: their body counted once
-    # Trip counts of the innermost loops (those holding no loop): a scanned step's layer loops.
+    # Trip counts of the program's innermost loops (scans holding no scan; the compiler's own loops, such as a
+    # windowed einsum's, do not count): a scanned step's layer loops.
     innermost_trips: tuple[int, ...] = ()
+    compiler_loops: int = 0  # loops the compiler made (windowed einsums: a dot in pieces around a collective)
 
     @property
     def total(self) -> float:
@@ -244,7 +246,8 @@ def _scalar_constants(lines: list[str]) -> dict[str, int]:
 
 
 def _derived_trip_count(condition: str, body: str, initial: list[int | None], computations) -> int | None:
-    """N - start for a loop whose condition is `counter < N` on a tuple element the body adds 1 to;
+    """ceil((N - start) / k) for a loop whose condition is `counter < N` on a tuple element the body adds the
+    constant k > 0 to;
     `initial`: the constant values of the loop's initial tuple (None where not a constant)."""
     defs = {r: (opcode, operands, rest) for r, _, opcode, operands, rest in _instructions(computations[condition][1:])}
     compare = defs.get(_root(computations[condition][1:]))
@@ -269,25 +272,31 @@ def _derived_trip_count(condition: str, body: str, initial: list[int | None], co
         while body_defs.get(value, ("",))[0] in ("copy", "bitcast"):
             value = body_defs[value][1][0]
         return body_defs.get(value, ("",))[0] == "get-tuple-element" and f"index={index}" in body_defs[value][2]
-    if not step or step[0] != "add" or sorted(ones.get(x, 0) == 1 for x in step[1]) != [False, True] or \
-            not any(reads_counter(x) for x in step[1]):
+    increments = [ones[x] for x in step[1] if x in ones] if step and step[0] == "add" else []
+    if len(increments) != 1 or increments[0] <= 0 or not any(reads_counter(x) for x in step[1]):
         return None
-    return max(limit_value - start, 0)
+    return max(-(-(limit_value - start) // increments[0]), 0)
 
 
-def _has_loop(name: str, computations, memo: dict) -> bool:
+def _program_loop(opcode: str, rest: str) -> bool:
+    """A loop the program wrote (a scan or fori_loop: its op_name ends in /while), not one the compiler made
+    (a windowed einsum's, named for its dot)."""
+    return opcode == "while" and re.search(r'op_name="[^"]*/while"', rest) is not None
+
+
+def _has_program_loop(name: str, computations, memo: dict) -> bool:
     key = ("has loop", name)
     if key not in memo:
         memo[key] = False  # a computation is not its own callee; guards a cycle
-        memo[key] = any(opcode == "while" or any(_has_loop(c, computations, memo) for c in
-                                                 re.findall(r"(?:to_apply|branch_computations|calls)=\{?%([\w.\-]+)", rest)
-                                                 if c in computations)
-                        for _, _, opcode, _, rest in _instructions(computations[name][1:]))
+        memo[key] = any(_program_loop(opcode, rest) or any(
+            _has_program_loop(c, computations, memo)
+            for c in re.findall(r"(?:to_apply|branch_computations|calls|body)=\{?%([\w.\-]+)", rest) if c in computations)
+            for _, _, opcode, _, rest in _instructions(computations[name][1:]))
     return memo[key]
 
 
 def _count(name: str, computations: dict[str, list[str]], memo: dict, unknown: list,
-           innermost: list) -> tuple[float, float]:
+           innermost: list, made: list) -> tuple[float, float]:
     if name in memo:
         return memo[name]
     lines = computations[name]
@@ -310,22 +319,24 @@ def _count(name: str, computations: dict[str, list[str]], memo: dict, unknown: l
             body = re.search(r"body=%([\w.\-]+)", rest).group(1)
             condition = re.search(r"condition=%([\w.\-]+)", rest).group(1)
             known = re.search(r'"known_trip_count":\{"n":"(\d+)"', rest)
-            body_hbm, body_other = _count(body, computations, memo, unknown, innermost)
+            body_hbm, body_other = _count(body, computations, memo, unknown, innermost, made)
             n = int(known.group(1)) if known else None
             if n is None:
                 initial = [starts.get(x) for x in tuples.get(operands[0], [])]
                 n = _derived_trip_count(condition, body, initial, computations)
             if n is None:
                 unknown.append(body)
-            elif not _has_loop(body, computations, memo):
+            elif _program_loop(opcode, rest) and not _has_program_loop(body, computations, memo):
                 innermost.append(n)
+            if not _program_loop(opcode, rest):
+                made.append(body)
             n = 1 if n is None else n
             hbm, other = hbm + n * body_hbm, other + n * body_other
             continue
         if opcode in ("call", "conditional"):
             called = re.findall(r"%([\w.\-]+)", (re.search(r"(?:to_apply|branch_computations)=(\{[^}]*\}|%[\w.\-]+)",
                                                            rest) or re.search(r"()", "")).group(1))
-            costs = [_count(c, computations, memo, unknown, innermost) for c in called if c in computations]
+            costs = [_count(c, computations, memo, unknown, innermost, made) for c in called if c in computations]
             if costs:
                 best = max(costs, key=sum)
                 hbm, other = hbm + best[0], other + best[1]
@@ -360,5 +371,7 @@ def traffic(hlo_text: str) -> Traffic:
     computations, entry = _computations(hlo_text)
     unknown: list[str] = []
     innermost: list[int] = []
-    hbm, other = _count(entry, computations, {}, unknown, innermost)
-    return Traffic(hbm=hbm, on_chip=other, loops_counted_once=len(unknown), innermost_trips=tuple(innermost))
+    made: list[str] = []
+    hbm, other = _count(entry, computations, {}, unknown, innermost, made)
+    return Traffic(hbm=hbm, on_chip=other, loops_counted_once=len(unknown), innermost_trips=tuple(innermost),
+                   compiler_loops=len(made))

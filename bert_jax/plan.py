@@ -32,7 +32,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from bert_jax import memory_fit, plan_search, tpu_slices
-from bert_jax.compiled_plan import fits, format_plan, make_plan, use_simulated_devices
+from bert_jax.compiled_plan import DoesNotFit, fits, format_plan, make_plan, use_simulated_devices
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file.", lock_config=True)
 _TPU = flags.DEFINE_string("tpu", "", "A TPU slice to compile for with the TPU compiler: v4-32, v5e-16, v5p-128, v6e-8, ...")
@@ -70,7 +70,11 @@ def _plan(config) -> None:
             print(plan_search.format_search(plan_search.search(config, tpu_slice, _HBM_GIB.value, log=print),
                                             _TPU.value, _NUM_SLICES.value, _HBM_GIB.value))
             return
-        plan = make_plan(config, tpu_slice)
+        try:
+            plan = make_plan(config, tpu_slice)
+        except DoesNotFit as e:
+            print(f"**{e}** on {tpu_slice.label}.\n\n" + plan_search.suggest_fit(config, tpu_slice, _HBM_GIB.value))
+            return
         print(format_plan(plan, hbm_gib=_HBM_GIB.value, max_rows=_MAX_ROWS.value))
         if not fits(plan, _HBM_GIB.value)[0]:
             print("\n" + plan_search.suggest_fit(config, tpu_slice, _HBM_GIB.value))

@@ -44,6 +44,7 @@ class Tried:
     plan: planner.Plan | None  # None: failed to build or compile
     fits: bool
     error: str = ""
+    over_gib: float = 0.0  # refused by the compiler (planner.DoesNotFit): needed minus available, per chip
 
 
 def mesh_shape(name: str) -> tuple[int, int, int]:
@@ -84,34 +85,46 @@ def search(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0, remats=
            log: Callable[[str], None] = lambda _: None) -> list[Tried]:
     """Every configuration tried, fitting ones first, ranked by roofline step time."""
     tried: list[Tried] = []
+    layer_flops: dict = {}  # (remat, tensor axis) -> one scanned layer's FLOPs per sequence on a chip
     for scan in scans:
         for mesh in meshes:
             for remat in remats:
                 for accum in accumulation_steps(config, tpu_slice, mesh):
                     candidate = Candidate(scan, mesh, remat, accum)
-                    result = _try(config, candidate, tpu_slice, hbm_gib)
+                    result = _try(config, candidate, tpu_slice, hbm_gib, layer_flops)
                     tried.append(result)
                     log(_describe(result, tpu_slice))
-                    if result.fits or result.plan is None:
+                    if result.fits or (result.plan is None and not result.over_gib):
                         break
     return sorted(tried, key=_rank)
 
 
-def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float) -> Tried:
+def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: dict | None = None) -> Tried:
+    """Screens a candidate by memory; one that fits gets every layer's FLOPs counted, reusing one layer's FLOPs
+    per sequence from an earlier candidate with the same remat policy and tensor axis (they scale with the
+    micro-batch: the mesh's data and fsdp axes do not change a chip's work)."""
     c = apply(config, candidate, tpu_slice.num_slices)
     try:
         screened = planner.make_plan(c, tpu_slice, count_every_layer=False)
     except ValueError as e:  # a mesh the model does not split over, say: named, not fatal to the search
         return Tried(candidate, None, False, str(e).splitlines()[0])
+    except planner.DoesNotFit as e:  # far over: a smaller micro-batch may still fit
+        return Tried(candidate, None, False, str(e), over_gib=e.needed_gib - e.available_gib)
     if not planner.fits(screened, hbm_gib)[0]:
         return Tried(candidate, screened, False)
-    return Tried(candidate, planner.count_every_layer(screened, c), True)
+    layer_flops = {} if layer_flops is None else layer_flops
+    key, batch = (candidate.remat, mesh_shape(candidate.mesh)[2]), screened.micro_batch_per_chip
+    known = layer_flops[key] * batch if key in layer_flops else None
+    counted, per_layer = planner.count_every_layer(screened, c, known)
+    if per_layer is not None:
+        layer_flops[key] = per_layer / batch
+    return Tried(candidate, counted, True)
 
 
 def _rank(t: Tried):
     if t.fits:
         return (0, t.plan.roofline.step_s)
-    return (1, t.plan.peak_bytes if t.plan else math.inf)
+    return (1, t.plan.peak_bytes if t.plan else (t.over_gib + 1e6) * GIB if t.over_gib else math.inf)
 
 
 def _describe(t: Tried, tpu_slice) -> str:
@@ -119,7 +132,7 @@ def _describe(t: Tried, tpu_slice) -> str:
     micro = f"grad_accum {c.grad_accum_steps}"
     head = f"scan={c.scan} mesh={c.mesh} remat={c.remat} {micro}"
     if t.plan is None:
-        return f"{head}: not built ({t.error})"
+        return f"{head}: {t.error}" if t.over_gib else f"{head}: not built ({t.error})"
     text = f"{head}: peak {t.plan.peak_bytes / GIB:.2f} GiB per chip, compiled in {t.plan.compile_s:.0f} s"
     if t.fits:
         r = t.plan.roofline
@@ -141,8 +154,9 @@ def format_search(tried: list[Tried], tpu: str, num_slices: int, hbm_gib: float 
                      f"{p.peak_bytes / GIB:.2f} | {r.step_s * 1e3:.1f} | {r.tokens_per_s:,.0f} | {r.mfu:.1%} | {r.bound} |")
     if not fitting:
         smallest = min((t for t in tried if t.plan), key=lambda t: t.plan.peak_bytes, default=None)
+        refused = min((t for t in tried if t.over_gib), key=lambda t: t.over_gib, default=None)
         over = f"; the smallest peak was {smallest.plan.peak_bytes / GIB:.2f} GiB ({_describe(smallest, None)})" \
-            if smallest else ""
+            if smallest else f"; the closest was {_describe(refused, None)}" if refused else ""
         return "\n".join([f"Nothing tried fits on {tpu}{over}. Try a larger slice or a smaller global batch."])
     best = fitting[0]
     slices = f" --num_slices={num_slices}" if num_slices > 1 else ""

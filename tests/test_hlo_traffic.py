@@ -54,7 +54,7 @@ ENTRY %main (param.1: f32[4,1024,256], param.2: bf16[8,1024], param.3: f32[1024,
   %fusion.1 = bf16[8,256]{1,0:T(8,128)(2,1)S(1)} fusion(%param.1, %param.2), kind=kOutput, calls=%fused_matmul
   %fusion.2 = f32[4,1024,256]{2,1,0:T(8,128)} fusion(%param.1, %copy-done.1, %param.4), kind=kLoop, calls=%fused_update
   %tuple.1 = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) tuple(%param.4, %param.3)
-  %while.1 = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) while(%tuple.1), condition=%condition, body=%body, backend_config={"known_trip_count":{"n":"3"}}
+  %while.1 = (s32[]{:T(128)}, f32[1024,256]{1,0:T(8,128)}) while(%tuple.1), condition=%condition, body=%body, metadata={op_name="jit(step)/while"}, backend_config={"known_trip_count":{"n":"3"}}
   ROOT %bitcast.9 = f32[4,1024,256]{2,1,0:T(8,128)} bitcast(%fusion.2)
 }
 """
@@ -121,8 +121,14 @@ def test_a_counted_loop_without_a_trip_count_has_it_read_from_its_condition_body
     # The same 3 trips, plus the counter: its start's copy (reads and writes 4 bytes), and per trip a copy and an add
     # (8 and 12 bytes).
     assert counted.hbm == hlo_traffic.traffic(MODULE).hbm + 8 + 3 * (8 + 12)
-    stepping_by_two = hlo_traffic.traffic(counted_loop_module(step=2))  # not the form it reads: counted once, said
-    assert stepping_by_two.loops_counted_once == 1 and stepping_by_two.innermost_trips == ()
+    # A windowed einsum's loop steps by 2: ceil((5 - 2) / 2) trips. Made by the compiler (named for its dot, not
+    # a program's /while), it is not a layer loop.
+    windowed = counted_loop_module(step=2).replace('op_name="jit(step)/while"', 'op_name="jit(step)/dot_general"')
+    stepping_by_two = hlo_traffic.traffic(windowed)
+    assert stepping_by_two.loops_counted_once == 0 and stepping_by_two.innermost_trips == ()
+    assert stepping_by_two.hbm == counted.hbm - 2 * MIB - 20  # one trip fewer
+    stepping_down = hlo_traffic.traffic(counted_loop_module(step=-1))  # not the form it reads: counted once, said
+    assert stepping_down.loops_counted_once == 1 and stepping_down.innermost_trips == ()
 
 
 # Around scanned layers the TPU compiler relayouts a stacked buffer in place (a nested copy fusion aliasing its

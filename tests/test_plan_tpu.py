@@ -154,7 +154,7 @@ from bert_jax import compiled_plan as plan, tpu_slices
 p = plan.make_plan(configs.bert_base.get_config(), tpu_slices.parse_slice("v4-8"))
 print("RESULT " + json.dumps(dict(devices=p.num_devices, kernel=p.kernel, peak=p.peak_bytes,
     flops=p.compiled_flops + p.pallas_flops, formula=p.formula_flops / p.num_devices, report=plan.format_plan(p))))
-""", timeout=3600)  # a scanned compile, then the unrolled one that counts every layer: minutes each on 2 cores
+""", timeout=3600)  # a scanned compile, then one with scan_unroll=2 that counts a layer: about a minute each
     print(result["report"].split("\n\n| parameter")[0])
     assert result["devices"] == 4 and result["kernel"] == "splash"  # v4-8: 4 megacore chips
     assert result["peak"] < 32 * 1024**3 and "**fits**" in result["report"]

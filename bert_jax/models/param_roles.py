@@ -28,6 +28,9 @@ class ParamRoles:
     top: tuple[str, ...] = ("mlm_transform", "mlm_norm", "mlm_output_bias")
     # The submodule whose tanh(dense([CLS])) is `encode`'s "pooled"; None: the family has no pooler.
     pooler: str | None = None
+    # Layer groups whose one set of parameters serves several depths (ALBERT's group_*): the FLOP formula
+    # counts a leaf under one of G matching groups num_layers / G times.
+    shared_layers: tuple[str, ...] = ()
 
     def depth(self, path: tuple[str, ...], shape: tuple[int, ...], num_layers: int, family: str):
         """The depth of one parameter: an int, or an int array [rows] for a scanned stack's leaf.

@@ -10,7 +10,8 @@ N excludes the embedding tables (their lookups cost no FLOPs; the decoder's use 
 the word table is the third term): the leaves the family declares `embedding_tables`
 (bert_jax.families, ParamRoles), e.g. a GDES discriminator's `delta` on its word table.
 
-N counts every parameter of the family's module, so a module of two networks (ELECTRA's
+N counts a parameter once per depth that applies it: ALBERT's shared layer group num_layers times
+(ParamRoles.shared_layers). It counts every parameter of the family's module, so a module of two networks (ELECTRA's
 generator and discriminator) has both in the first term, the dominant one. The attention and
 decoder terms use config.model's hidden_size and num_layers: for such a module, its main
 network's (a generator of ratio r adds about r x the attention term, ~2% of ELECTRA-large's step).
@@ -22,6 +23,7 @@ same formula with its own sizes:
 
 MFU = achieved FLOP/s / (devices * peak FLOP/s).
 """
+import fnmatch
 import math
 import time
 
@@ -54,8 +56,24 @@ def count_params(params, exclude: tuple[str, ...] = ()) -> int:
     return total
 
 
+def applied_params(params, roles, num_layers: int) -> float:
+    """N of the formula: parameters times the depths that apply them per token. A leaf under one of G layer
+    groups the family declares shared (ParamRoles.shared_layers) counts num_layers / G times; lookup tables
+    (ParamRoles.embedding_tables) not at all."""
+    leaves = [(tuple(str(getattr(p, "key", "")) for p in path), math.prod(leaf.shape))
+              for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]]
+    shared = lambda name: any(fnmatch.fnmatchcase(name, p) for p in roles.shared_layers)  # noqa: E731
+    groups = {name for names, _ in leaves for name in names if shared(name)}
+    total = 0.0
+    for names, size in leaves:
+        if set(names).intersection(roles.embedding_tables):
+            continue
+        total += size * (num_layers / len(groups) if any(shared(n) for n in names) else 1)
+    return total
+
+
 def train_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) -> float:
-    n = count_params(params, get_family(model_cfg.family).roles.embedding_tables)
+    n = applied_params(params, get_family(model_cfg.family).roles, model_cfg.num_layers)
     b, s, p = global_batch_size, data_cfg.max_seq_length, data_cfg.max_predictions_per_seq
     h, layers, v = model_cfg.hidden_size, model_cfg.num_layers, model_cfg.vocab_size
     return 6.0 * n * b * s + 12.0 * layers * h * s * s * b + 6.0 * h * v * b * p

@@ -1,0 +1,41 @@
+"""The MFU formula's N (bert_jax/train/perf.py) counts a parameter once per depth that applies it: ALBERT's
+shared layer group as many times as there are layers, as an unshared stack of the same shape would be."""
+import jax
+import jax.numpy as jnp
+
+import configs.albert_base
+from bert_jax.families import get_family
+from bert_jax.train import perf
+
+
+def abstract_params(model_cfg):
+    model = get_family(model_cfg.family).build_model(model_cfg)
+    batch = {name: jnp.zeros((1, 8), jnp.int32) for name in ("input_ids", "token_type_ids", "attention_mask")}
+    batch["masked_positions"] = jnp.zeros((1, 2), jnp.int32)
+    return jax.eval_shape(lambda: model.init(jax.random.key(0), batch)["params"])
+
+
+def groups_of(params) -> dict:
+    """The layer groups' subtrees, wherever they sit in the module."""
+    found = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        group = next((str(p.key) for p in path if str(getattr(p, "key", "")).startswith("group_")), None)
+        if group:
+            found[group] = found.get(group, 0) + leaf.size
+    return found
+
+
+def test_albert_counts_each_shared_group_once_per_depth_it_serves():
+    c = configs.albert_base.get_config()
+    configs.albert_base.shrink_to_tiny(c)  # 4 layers
+    roles = get_family("albert").roles
+    applied = {}
+    for groups in (1, 2):
+        c.model.num_hidden_groups = groups
+        params = abstract_params(c.model)
+        stored = perf.count_params(params, roles.embedding_tables)
+        per_group = groups_of(params)
+        assert len(per_group) == groups
+        applied[groups] = perf.applied_params(params, roles, 4)
+        assert applied[groups] == stored + sum(size * (4 // groups - 1) for size in per_group.values())
+    assert applied[1] == applied[2]  # one group serving 4 depths, or two serving 2 each: the same work per token
