@@ -21,6 +21,13 @@ H100 it was the policy that fit the paper's batch (seq 128, batch 256) and the f
 [batch, heads, q, k] tensor, so seq 512 at batch 64 keeps as much as seq 128 at batch 256. With
 attention dropout on (xla attention) `dots` also keeps the float32 attention logits: use
 `--config.model.remat_policy=dots_no_batch` (or `full`) at seq 512 then.
+
+The mesh is FSDP (parameters and optimizer state split over the chips; `--config.mesh.shape='(-1,1,1)'`
+for data parallelism): with the state replicated, every chip runs the whole AdamW update, 9.2 GB of
+HBM traffic per step. Planned for a v5e-16 at the paper's batch (`python -m bert_jax.plan
+--config=configs/bert_large.py --tpu=v5e-16`, 2026-11-25): data parallel moves 30.0 GB per chip and
+step, memory-bound at an MFU bound of 53.8 %; FSDP 9.2 GB, compute-bound, 97.4 %, and 1.9 GiB per
+chip instead of 7.9 (collectives over ICI are not in that bound). One device is the same either way.
 """
 from configs import base
 
@@ -32,6 +39,7 @@ def get_config():
     c.model.num_heads = 16
     c.model.intermediate_size = 4096
     c.model.remat_policy = "dots"
+    c.mesh.shape = (1, -1, 1)  # FSDP: see the docstring
     c.train.num_steps = 900_000
     c.checkpoint.every_steps = 5_000
     return c

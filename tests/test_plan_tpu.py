@@ -131,6 +131,27 @@ except ValueError as e:
     assert "config.mesh.shape=(3, -1, 1)" in result and "the 8 chips of v5e-8" in result
 
 
+def test_a_step_the_compiler_refuses_for_memory_is_a_verdict_with_the_shortfall():
+    """The TPU compiler does not compile a step whose temporaries alone exceed a chip's HBM: no memory analysis
+    to read, only its message. The plan turns it into a verdict that says by how much; a search goes on."""
+    result = run_script("""
+import json
+from bert_jax import compiled_plan as plan, plan_search, tpu_slices
+c = micro_config(batch=65536, layers=1)  # 16384 sequences per chip
+s = tpu_slices.parse_slice("v5e-4")
+try:
+    plan.make_plan(c, s, count_every_layer=False)
+    print("RESULT " + json.dumps("compiled"))
+except plan.DoesNotFit as e:
+    tried = plan_search._try(c, plan_search.Candidate(True, "dp", "none", 1), s, 0.0)
+    print("RESULT " + json.dumps(dict(message=str(e), needed=e.needed_gib, available=e.available_gib,
+                                      tried=[tried.fits, tried.over_gib])))
+""")
+    assert result != "compiled"
+    assert result["needed"] > result["available"] > 15 and "GiB over" in result["message"]
+    assert result["tried"][0] is False and result["tried"][1] == pytest.approx(result["needed"] - result["available"])
+
+
 def test_missing_libtpu_names_the_install_command():
     result = run_script("""
 import json, sys
