@@ -14,6 +14,7 @@ import time
 
 import flax.linen as nn
 import jax
+import numpy as np
 
 from bert_jax import hlo_traffic, memory_fit, tpu_slices
 from bert_jax.config_validation import validate_config
@@ -197,9 +198,13 @@ def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, 
     if not (config.model.scan_layers and trips):
         return flops, "; ".join(notes), seconds, per_layer
     if len(set(trips)) != 1:
-        notes.insert(0, f"scanned layers: the layer loops' trip counts {sorted(trips)} are not one length, so FLOPs "
-                        "count each loop's body once")
-        return flops, "; ".join(notes), seconds, per_layer
+        if unroll != 1:
+            notes.insert(0, f"scanned layers: layer loops of {sorted(set(trips))} trips with scan_unroll={unroll}: "
+                            "FLOPs count each loop's body once")
+            return flops, "; ".join(notes), seconds, None
+        total, how, more = _loops_of_several_lengths(config, mesh, flops, sorted(set(trips)), options)
+        notes.insert(0, how)
+        return total, "; ".join(notes), seconds + more, None
     length = trips[0]
     if per_layer is None or unroll != 1:
         other = config.copy_and_resolve_references()
@@ -219,6 +224,31 @@ def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, 
                     f"of the loop's body, at {per_layer:.4g} per layer ({source}); bytes count each loop's {length} "
                     "trips (hlo_traffic)")
     return flops + (length - seen) * per_layer, "; ".join(notes), seconds, per_layer
+
+
+def _loops_of_several_lengths(config, mesh, flops: float, lengths: list[int], options) -> tuple[float, str, float]:
+    """(FLOPs with every layer counted, how, seconds) of a step with scanned loops of several lengths (a
+    generator and a discriminator of different depths). With u layers per iteration the compiler counts
+    out + sum_g k_g(u) * b_g, k_g(u) the layers it sees of loop g; compiles at u = 2 .. G+1 beside the given
+    u = 1 solve for out and each loop's per-layer FLOPs b_g, and every layer counts out + sum_g T_g * b_g."""
+    rows, values, seconds = [[1.0] * (len(lengths) + 1)], [flops], 0.0
+    for u in range(2, len(lengths) + 2):
+        other = config.copy_and_resolve_references()
+        other.model.scan_unroll = u
+        _, compiled, more = _compile(other, mesh, options)
+        seconds += more
+        rows.append([1.0] + [float(_layers_in_loop(u, t)) for t in lengths])
+        values.append(float(_cost(compiled)["flops"]))
+    a = np.array(rows)
+    if np.linalg.matrix_rank(a) < len(rows):
+        return flops, (f"scanned layers: layer loops of {lengths} trips, too short to tell apart: FLOPs count each "
+                       "loop's body once"), seconds
+    out_and_layers = np.linalg.solve(a, np.array(values))
+    total = out_and_layers[0] + sum(t * b for t, b in zip(lengths, out_and_layers[1:]))
+    per = ", ".join(f"{t} layers at {b:.4g}" for t, b in zip(lengths, out_and_layers[1:]))
+    return float(total), (f"scanned layers: FLOPs with every layer of loops of several lengths counted ({per}, "
+                          f"solved from compiles with scan_unroll=1..{len(lengths) + 1}); bytes count each loop's trips "
+                          "(hlo_traffic)"), seconds
 
 
 def count_every_layer(plan: "Plan", config, per_layer: float | None = None) -> tuple["Plan", float | None]:
