@@ -29,9 +29,10 @@ for data parallelism): with the state replicated, every chip runs the whole Adam
 HBM traffic per step. Planned for a v5e-16 at the paper's batch (`python -m bert_jax.plan
 --config=configs/bert_large.py --tpu=v5e-16`, 2026-11-25): data parallel moves 30.0 GB per chip and
 step, memory-bound at an MFU bound of 53.8 %; FSDP 9.2 GB, compute-bound, 97.4 %, and 1.9 GiB per
-chip instead of 7.9 (collectives over ICI are not in that bound). At seq 512 it is the other way
-round: data parallel is compute-bound at 97.5 %, FSDP memory-bound at 65.1 % (105 GB per chip and
-step against 57), so phase 2 sets the data-parallel mesh. One device is the same either way.
+chip instead of 7.9 (collectives over ICI are not in that bound). At seq 512 data parallel is
+compute-bound at 97.5 %, while FSDP was counted at 105 GB per chip and step against 57, memory-bound
+at 65.1 % (not examined further), so phase 2 sets the data-parallel mesh. One device is the same
+either way.
 """
 from configs import base
 
