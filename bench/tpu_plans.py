@@ -24,7 +24,8 @@ from bert_jax import plan_search
 
 ROWS = {  # name: (config module, overrides)
     "bert_large_128": ("configs.bert_large", {}),
-    "bert_large_512": ("configs.bert_large", {"data.max_seq_length": 512, "data.max_predictions_per_seq": 80}),
+    "bert_large_512": ("configs.bert_large", {"data.max_seq_length": 512, "data.max_predictions_per_seq": 80,
+                                              "mesh.shape": (-1, 1, 1)}),  # phase 2 as its docstring runs it
     "roberta_large": ("configs.roberta_large", {}),
     "albert_xxlarge": ("configs.albert_xxlarge", {}),
     "electra_large": ("configs.electra_large", {}),
