@@ -229,25 +229,32 @@ def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, 
 def _loops_of_several_lengths(config, mesh, flops: float, lengths: list[int], options) -> tuple[float, str, float]:
     """(FLOPs with every layer counted, how, seconds) of a step with scanned loops of several lengths (a
     generator and a discriminator of different depths). With u layers per iteration the compiler counts
-    out + sum_g k_g(u) * b_g, k_g(u) the layers it sees of loop g; compiles at u = 2 .. G+1 beside the given
-    u = 1 solve for out and each loop's per-layer FLOPs b_g, and every layer counts out + sum_g T_g * b_g."""
-    rows, values, seconds = [[1.0] * (len(lengths) + 1)], [flops], 0.0
-    for u in range(2, len(lengths) + 2):
+    out + sum_g k_g(u) * b_g, k_g(u) the layers it sees of loop g; compiles at G more unrolls that tell the
+    loops apart (12 and 24 layers look alike at u = 2 and 3, not at 5) solve, beside the given u = 1, for out
+    and each loop's per-layer FLOPs b_g, and every layer counts out + sum_g T_g * b_g."""
+    rows, values, seconds, unrolls = [[1.0] * (len(lengths) + 1)], [flops], 0.0, [1]
+    for u in range(2, max(lengths) + 1):  # compile only the unrolls that tell the loops apart
+        if len(rows) == len(lengths) + 1:
+            break
+        row = [1.0] + [float(_layers_in_loop(u, t)) for t in lengths]
+        if np.linalg.matrix_rank(np.array(rows + [row])) == len(rows):
+            continue
         other = config.copy_and_resolve_references()
         other.model.scan_unroll = u
         _, compiled, more = _compile(other, mesh, options)
         seconds += more
-        rows.append([1.0] + [float(_layers_in_loop(u, t)) for t in lengths])
+        rows.append(row)
         values.append(float(_cost(compiled)["flops"]))
+        unrolls.append(u)
     a = np.array(rows)
-    if np.linalg.matrix_rank(a) < len(rows):
+    if len(rows) < len(lengths) + 1:
         return flops, (f"scanned layers: layer loops of {lengths} trips, too short to tell apart: FLOPs count each "
                        "loop's body once"), seconds
     out_and_layers = np.linalg.solve(a, np.array(values))
     total = out_and_layers[0] + sum(t * b for t, b in zip(lengths, out_and_layers[1:]))
     per = ", ".join(f"{t} layers at {b:.4g}" for t, b in zip(lengths, out_and_layers[1:]))
     return float(total), (f"scanned layers: FLOPs with every layer of loops of several lengths counted ({per}, "
-                          f"solved from compiles with scan_unroll=1..{len(lengths) + 1}); bytes count each loop's trips "
+                          f"solved from compiles with scan_unroll={unrolls}); bytes count each loop's trips "
                           "(hlo_traffic)"), seconds
 
 
