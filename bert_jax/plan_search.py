@@ -122,9 +122,12 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
 
 
 def _rank(t: Tried):
+    """Fitting ones by roofline step time, then the rest by how much memory they need."""
     if t.fits:
         return (0, t.plan.roofline.step_s)
-    return (1, t.plan.peak_bytes if t.plan else (t.over_gib + 1e6) * GIB if t.over_gib else math.inf)
+    if t.plan:
+        return (1, t.plan.peak_bytes)
+    return (2, t.over_gib or math.inf)  # refused by the compiler: further over than any that compiled
 
 
 def _describe(t: Tried, tpu_slice) -> str:
