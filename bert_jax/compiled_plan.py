@@ -66,14 +66,25 @@ class Plan:
     # Scanned layers on the TPU: compiled FLOPs and bytes count every layer (see the module docstring).
     layers_counted: str = ""
     pallas_flops: float = 0.0  # per device, added from the formula: a Pallas kernel's work the compiler cannot see
-    # TPU: bytes_accessed split by where they live (bert_jax/hlo_traffic.py); the roofline divides only HBM bytes.
-    hbm_bytes: float = float("nan")
-    on_chip_bytes: float = float("nan")
+    # TPU: the program's bytes by where they live, and its loops (bert_jax/hlo_traffic.py); the roofline divides
+    # only HBM bytes.
+    traffic: hlo_traffic.Traffic | None = None
     tpu_slice: tpu_slices.TpuSlice | None = None
     libtpu_init_args: str = ""
-    layer_loop_trips: tuple[int, ...] = ()  # a scanned TPU step's layer loops (hlo_traffic.Traffic.innermost_trips)
-    compiler_loops: int = 0  # windowed einsums' loops (hlo_traffic.Traffic.compiler_loops)
     every_loop_counted: bool = False  # FLOPs count every loop's trips (make_plan's count_every_layer)
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.traffic.hbm if self.traffic else float("nan")
+
+    @property
+    def on_chip_bytes(self) -> float:
+        return self.traffic.on_chip if self.traffic else float("nan")
+
+    @property
+    def layer_loop_trips(self) -> tuple[int, ...]:
+        """A scanned TPU step's layer loops' trip counts."""
+        return self.traffic.innermost_trips if self.traffic and self.scan_layers else ()
 
     @property
     def roofline(self) -> Roofline | None:
@@ -177,15 +188,16 @@ WHOLE_DOTS = {"xla_tpu_enable_windowed_einsum_for_all_gather": False,
 
 def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, per_layer: float | None = None
                       ) -> tuple[float, str, float, float | None]:
-    """(FLOPs per micro-batch with every loop's trips counted, how, seconds, one scanned layer's FLOPs) of a TPU
-    step whose compiled count is `flops`.
+    """(FLOPs per micro-batch with every loop's trips counted, how, seconds, one layer's FLOPs when the layer
+    loops are of one length) of a TPU step whose compiled count is `flops`.
 
-    The TPU compiler counts a loop's body once. The compiler's own loops are compiled away (WHOLE_DOTS). For
-    a scanned step, a compile with another unroll (2 layers per iteration, or 1) sees a different number of
-    layers: the difference is one layer's FLOPs (forward, backward and remat), and the layer loop's trip count,
-    read from the program (hlo_traffic), says how many layers the count missed. Bytes need no more compiles:
-    hlo_traffic counts each loop's trips. A caller that knows one layer's FLOPs (`per_layer`: a search, from a
-    step like this one) skips the second compile.
+    The TPU compiler counts a loop's body once. Its own loops are compiled away (WHOLE_DOTS). Of scanned
+    layers, with u layers per iteration it counts out + sum_g k_g(u) * b_g over the layer loops of each length
+    T_g (k_g(u) the layers it sees, _layers_in_loop; b_g one layer's forward, backward and remat). Compiles at
+    as many more unrolls as there are lengths solve for out and each b_g (12 and 24 layers look alike at
+    u = 2 and 3, not at 5), and every layer counts out + sum_g T_g * b_g. The lengths are the trips of the
+    scan_unroll=1 program (hlo_traffic). Bytes need none of this: hlo_traffic counts each loop's trips. A
+    caller that knows one layer's FLOPs (`per_layer`: a search, from a step like this one) skips a compile.
     """
     options = WHOLE_DOTS if traffic.compiler_loops else None
     seconds, notes = 0.0, []
@@ -194,79 +206,62 @@ def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, 
         flops = float(_cost(compiled)["flops"])
         notes.append(f"FLOPs from the step compiled with windowed einsums off: the compiler's {traffic.compiler_loops} "
                      "loops around pieces of a dot count their body once")
-    trips, unroll = traffic.innermost_trips, config.model.get("scan_unroll", 1)
-    if not (config.model.scan_layers and trips):
+    if not (config.model.scan_layers and traffic.innermost_trips):
         return flops, "; ".join(notes), seconds, per_layer
-    if len(set(trips)) != 1:
-        if unroll != 1:
-            notes.insert(0, f"scanned layers: layer loops of {sorted(set(trips))} trips with scan_unroll={unroll}: "
-                            "FLOPs count each loop's body once")
-            return flops, "; ".join(notes), seconds, None
-        total, how, more = _loops_of_several_lengths(config, mesh, flops, sorted(set(trips)), options)
-        notes.insert(0, how)
-        return total, "; ".join(notes), seconds + more, None
-    length = trips[0]
-    if per_layer is None or unroll != 1:
+    samples = {config.model.get("scan_unroll", 1): flops}  # scan_unroll -> the compiler's FLOPs
+
+    def compile_at(unroll: int):
+        nonlocal seconds
         other = config.copy_and_resolve_references()
-        other.model.scan_unroll = 2 if unroll == 1 else 1
+        other.model.scan_unroll = unroll
         _, compiled, more = _compile(other, mesh, options)
         seconds += more
-        if unroll != 1:  # the unroll=1 compile's trip count is the scan's length
-            length = (hlo_traffic.traffic(compiled.as_text()).innermost_trips or (0,))[0]
-        seen, other_seen = _layers_in_loop(unroll, length), _layers_in_loop(other.model.scan_unroll, length)
-        if length <= 1 or seen == other_seen:
-            return flops, "; ".join(notes), seconds, per_layer
-        per_layer = (float(_cost(compiled)["flops"]) - flops) / (other_seen - seen)
-        source = f"from a second compile with scan_unroll={other.model.scan_unroll}"
+        samples[unroll] = float(_cost(compiled)["flops"])
+        return compiled
+
+    trips = traffic.innermost_trips if 1 in samples else hlo_traffic.traffic(compile_at(1).as_text()).innermost_trips
+    lengths = sorted(set(trips))
+    if max(lengths) <= 1:  # nothing the count missed
+        return flops, "; ".join(notes), seconds, per_layer
+    if per_layer is not None and len(lengths) == 1:
+        per_layers, source = [per_layer], "measured on a step like this one"
     else:
-        seen, source = 1, "measured on a step like this one"
-    notes.insert(0, f"scanned layers: FLOPs with every layer counted, {length - seen} more than the compiler's count "
-                    f"of the loop's body, at {per_layer:.4g} per layer ({source}); bytes count each loop's {length} "
-                    "trips (hlo_traffic)")
-    return flops + (length - seen) * per_layer, "; ".join(notes), seconds, per_layer
+        row = lambda u: [1.0] + [float(_layers_in_loop(u, t)) for t in lengths]  # noqa: E731
+        for unroll in range(2, max(lengths) + 1):  # compile only the unrolls that tell the loops apart
+            rows = [row(u) for u in samples]
+            if len(rows) == len(lengths) + 1:
+                break
+            if unroll not in samples and np.linalg.matrix_rank(np.array(rows + [row(unroll)])) > len(rows):
+                compile_at(unroll)
+        if len(samples) < len(lengths) + 1:
+            notes.insert(0, f"scanned layers: layer loops of {lengths} trips, too short to tell apart: FLOPs count "
+                            "each loop's body once")
+            return flops, "; ".join(notes), seconds, None
+        per_layers = list(np.linalg.solve(np.array([row(u) for u in samples]), np.array(list(samples.values())))[1:])
+        source = "solved from the step and compiles with " + ", ".join(
+            f"scan_unroll={u}" for u in samples if u != config.model.get("scan_unroll", 1))
+    total = samples[1] + sum((t - 1) * b for t, b in zip(lengths, per_layers))  # scan_unroll=1 counts one layer per loop
+    kind = "every layer counted" if len(lengths) == 1 else "every layer of loops of several lengths counted"
+    per = ", ".join(f"{t} layers at {b:.4g}" for t, b in zip(lengths, per_layers))
+    notes.insert(0, f"scanned layers: FLOPs with {kind} ({per}, {source}); bytes count each loop's trips (hlo_traffic)")
+    return float(total), "; ".join(notes), seconds, float(per_layers[0]) if len(lengths) == 1 else None
 
 
-def _loops_of_several_lengths(config, mesh, flops: float, lengths: list[int], options) -> tuple[float, str, float]:
-    """(FLOPs with every layer counted, how, seconds) of a step with scanned loops of several lengths (a
-    generator and a discriminator of different depths). With u layers per iteration the compiler counts
-    out + sum_g k_g(u) * b_g, k_g(u) the layers it sees of loop g; compiles at G more unrolls that tell the
-    loops apart (12 and 24 layers look alike at u = 2 and 3, not at 5) solve, beside the given u = 1, for out
-    and each loop's per-layer FLOPs b_g, and every layer counts out + sum_g T_g * b_g."""
-    rows, values, seconds, unrolls = [[1.0] * (len(lengths) + 1)], [flops], 0.0, [1]
-    for u in range(2, max(lengths) + 1):  # compile only the unrolls that tell the loops apart
-        if len(rows) == len(lengths) + 1:
-            break
-        row = [1.0] + [float(_layers_in_loop(u, t)) for t in lengths]
-        if np.linalg.matrix_rank(np.array(rows + [row])) == len(rows):
-            continue
-        other = config.copy_and_resolve_references()
-        other.model.scan_unroll = u
-        _, compiled, more = _compile(other, mesh, options)
-        seconds += more
-        rows.append(row)
-        values.append(float(_cost(compiled)["flops"]))
-        unrolls.append(u)
-    a = np.array(rows)
-    if len(rows) < len(lengths) + 1:
-        return flops, (f"scanned layers: layer loops of {lengths} trips, too short to tell apart: FLOPs count each "
-                       "loop's body once"), seconds
-    out_and_layers = np.linalg.solve(a, np.array(values))
-    total = out_and_layers[0] + sum(t * b for t, b in zip(lengths, out_and_layers[1:]))
-    per = ", ".join(f"{t} layers at {b:.4g}" for t, b in zip(lengths, out_and_layers[1:]))
-    return float(total), (f"scanned layers: FLOPs with every layer of loops of several lengths counted ({per}, "
-                          f"solved from compiles with scan_unroll={unrolls}); bytes count each loop's trips "
-                          "(hlo_traffic)"), seconds
+def _counted_by_trips(traffic: hlo_traffic.Traffic | None, config) -> bool:
+    """Whether a TPU step has loops the compiler's count takes once (its own, or scanned layers): its FLOPs
+    then need _every_loop_flops, and its bytes are hlo_traffic's."""
+    return bool(traffic and (traffic.compiler_loops or (config.model.scan_layers and traffic.innermost_trips)))
 
 
 def count_every_layer(plan: "Plan", config, per_layer: float | None = None) -> tuple["Plan", float | None]:
     """A plan made with count_every_layer=False, its FLOPs now counting every loop's trips (one or two more
     compiles), and one scanned layer's FLOPs (pass it back for a step like this one to skip a compile)."""
-    if plan.every_loop_counted or not (plan.layer_loop_trips or plan.compiler_loops):
+    if plan.every_loop_counted or not _counted_by_trips(plan.traffic, config):
         return plan, per_layer
     mesh = tpu_mesh(config, plan.tpu_slice)
     accum = config.train.grad_accum_steps
-    traffic = hlo_traffic.Traffic(plan.hbm_bytes, plan.on_chip_bytes, 0, plan.layer_loop_trips, plan.compiler_loops)
-    flops, how, seconds, per_layer = _every_loop_flops(config, mesh, plan.compiled_flops / accum, traffic, per_layer)
+    flops, how, seconds, per_layer = _every_loop_flops(config, mesh, plan.compiled_flops / accum, plan.traffic,
+                                                       per_layer)
     return dataclasses.replace(plan, compiled_flops=flops * accum, compile_s=plan.compile_s + seconds,
                                every_loop_counted=True,
                                layers_counted="; ".join(filter(None, [how, plan.layers_counted]))), per_layer
@@ -292,7 +287,7 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
     layers_counted = ""
     traffic = hlo_traffic.traffic(compiled.as_text()) if tpu_slice is not None else None
     counted = False
-    if traffic is not None and (traffic.compiler_loops or (m.scan_layers and traffic.innermost_trips)):
+    if _counted_by_trips(traffic, config):
         bytes_accessed = traffic.total  # the compiler's own figure counts each loop's body once
         if count_every_layer:
             flops, layers_counted, seconds, _ = _every_loop_flops(config, mesh, flops, traffic)
@@ -307,7 +302,7 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         # pass once per micro-batch rather than once per step. hlo_traffic counts the loop's trips when it can
         # read them; its bytes are then exact.
         flops = flops * accum
-        if not (traffic.compiler_loops or (m.scan_layers and traffic.innermost_trips)):  # the compiler's count
+        if not _counted_by_trips(traffic, config):  # bytes_accessed is the compiler's count
             bytes_accessed *= accum
         if traffic.loops_counted_once:
             traffic = dataclasses.replace(traffic, hbm=traffic.hbm * accum, on_chip=traffic.on_chip * accum)
@@ -338,9 +333,7 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         micro_batch_per_chip=config.train.global_batch_size // accum // (mesh.size // mesh.shape["tensor"]),
         layers_counted=layers_counted, pallas_flops=pallas_flops, tpu_slice=tpu_slice,
         libtpu_init_args=os.environ.get("LIBTPU_INIT_ARGS", "") if tpu_slice is not None else "",
-        hbm_bytes=traffic.hbm if traffic else float("nan"), on_chip_bytes=traffic.on_chip if traffic else float("nan"),
-        layer_loop_trips=traffic.innermost_trips if traffic and m.scan_layers else (),
-        compiler_loops=traffic.compiler_loops if traffic else 0, every_loop_counted=counted,
+        traffic=traffic, every_loop_counted=counted,
     )
 
 
