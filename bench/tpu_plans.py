@@ -4,6 +4,7 @@
     python -m bench.tpu_plans --rows=bert_large_128 --slices=v5e-16 --search
     python -m bench.tpu_plans --out=tpu_plans.jsonl   # one JSON object per row, as they finish
     python -m bench.tpu_plans --jobs=2                # two plans at a time (a TPU compile uses one core)
+    python -m bench.tpu_plans --todo=albert_xxlarge@v5e-16,deberta_v3_large@v4-32 --search --search_only
 
 Each row keeps the config's global batch (the paper's) and reaches it by gradient accumulation
 over a per-chip micro-batch of --tokens_per_chip tokens (64 x 128, 16 x 512, 1 x 8192); it prints
@@ -18,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 from bert_jax import plan_search
@@ -39,7 +41,7 @@ ONE_ROW = """
 import json, sys
 from bert_jax import compiled_plan as plan, plan_search, tpu_slices
 import importlib
-name, module, overrides, tpu, tokens, search, scans, meshes, remats = json.loads(sys.argv[1])
+name, module, overrides, tpu, tokens, search, scans, meshes, remats, plan_too = json.loads(sys.argv[1])
 c = plan_search.with_overrides(importlib.import_module(module).get_config(), overrides)
 s = tpu_slices.parse_slice(tpu)
 # The fewest accumulation steps that bring one chip's micro-batch down to `tokens` tokens.
@@ -52,6 +54,8 @@ row = dict(row=name, tpu=tpu, global_batch=c.train.global_batch_size, seq=c.data
            grad_accum_steps=c.train.grad_accum_steps, remat=c.model.remat_policy, scan=c.model.scan_layers,
            hbm_gib=s.chip.hbm_gib)
 try:
+    if not plan_too:
+        raise LookupError
     p = plan.make_plan(c, s)
     r = p.roofline
     row.update(kernel=p.kernel, fits=plan.fits(p)[0], peak_gib=p.peak_bytes / 2**30, tokens_per_s_per_chip=r.tokens_per_s,
@@ -60,12 +64,14 @@ try:
                layers_counted=p.layers_counted)
 except plan.DoesNotFit as e:  # refused by the compiler: no memory analysis, only what it needs for temporaries
     row.update(fits=False, refused=str(e), needed_gib=e.needed_gib)
+except LookupError:  # --search_only
+    pass
 if search:
     tried = plan_search.search(c, s, scans=tuple(scans), meshes=tuple(meshes), remats=tuple(remats),
                                log=lambda line: print(line, file=sys.stderr, flush=True))
     best = next((t for t in tried if t.fits), None)
     row.update(search_tried=len(tried), search_fit=sum(t.fits for t in tried), search_s=sum(t.plan.compile_s for t in tried
-               if t.plan))
+               if t.plan), search_space=dict(scans=scans, meshes=meshes, remats=remats))
     if best:
         b, r = best.candidate, best.plan.roofline
         row.update(search_best=b.flags(), search_mesh=b.mesh, search_remat=b.remat, search_scan=b.scan,
@@ -77,15 +83,30 @@ print("ROW " + json.dumps(row))
 
 
 def run_row(name: str, tpu: str, tokens: int, search: bool, scans: tuple[bool, ...] = (True,),
-            meshes: tuple[str, ...] = plan_search.MESHES, remats: tuple[str, ...] = plan_search.REMATS) -> dict:
+            meshes: tuple[str, ...] = plan_search.MESHES, remats: tuple[str, ...] = plan_search.REMATS,
+            plan_too: bool = True, log_dir: str = "") -> dict:
+    """One row, planned in its own process; its log (the search's candidates, as they compile) goes to
+    log_dir/<row>@<slice>.log when given."""
     module, overrides = ROWS[name]
     env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_SKIP_MDS_QUERY="1")
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", ONE_ROW, json.dumps([name, module, overrides, tpu, tokens, search, scans, meshes, remats])],
-                          capture_output=True, text=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)) or ".")
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("ROW ")), None)
+    log_path = os.path.join(log_dir, f"{name}@{tpu}.log") if log_dir else os.devnull
+    with tempfile.TemporaryFile("w+") as err, open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-c", ONE_ROW, json.dumps([name, module, overrides, tpu, tokens, search,
+                                                                          scans, meshes, remats, plan_too])],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                cwd=os.path.dirname(os.path.dirname(__file__)) or ".")
+        for text in proc.stderr:  # as it comes, so a long search can be followed
+            err.write(text)
+            log.write(text)
+            log.flush()
+        stdout = proc.stdout.read()
+        proc.wait()
+        err.seek(0)
+        stderr = err.read()
+    line = next((x for x in stdout.splitlines() if x.startswith("ROW ")), None)
     if line is None:
-        error = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        error = (stderr.strip().splitlines() or ["no output"])[-1]
         return dict(row=name, tpu=tpu, error=error[:300], wall_s=time.perf_counter() - start)
     return dict(json.loads(line[4:]), wall_s=time.perf_counter() - start)
 
@@ -101,6 +122,8 @@ def markdown(row: dict) -> str:
                   f"{row['search_tokens_per_s_per_chip']:,.0f} tok/s, MFU <= {row['search_mfu_bound']:.1%}")
     else:
         search = "nothing tried fits" if "search_tried" in row else "not run"
+    if "fits" not in row:  # --search_only
+        return f"| {row['row']} | {row['tpu']} | {batch} | | | | {search} | {row['search_s']:.0f} s |"
     if "refused" in row:
         return (f"| {row['row']} | {row['tpu']} | {batch} | **does not fit**: temporaries alone {row['needed_gib']:.1f} / "
                 f"{row['hbm_gib']:g} GiB | | | {search} | |")
@@ -118,21 +141,26 @@ def main() -> None:
     parser.add_argument("--search", action="store_true", help="also run plan --search per row (many compiles)")
     parser.add_argument("--search_unrolled", action="store_true", help="--search tries scan_layers=False too")
     parser.add_argument("--search_slices", default="", help="--search only on these slices (default: every one)")
+    parser.add_argument("--search_only", action="store_true", help="--search without the config's own plan")
+    parser.add_argument("--todo", default="", help="row@slice,... in this order, instead of --rows x --slices")
     parser.add_argument("--search_meshes", default=",".join(plan_search.MESHES))
     parser.add_argument("--search_remats", default=",".join(plan_search.REMATS))
     parser.add_argument("--jobs", type=int, default=1, help="plans compiled at once (each in its own process)")
     parser.add_argument("--out", default="", help="append each row as JSON to this file")
+    parser.add_argument("--log_dir", default="", help="each row's log, as it compiles, in <row>@<slice>.log here")
     args = parser.parse_args()
     scans = (True, False) if args.search_unrolled else (True,)
     print("| config | slice | global batch (per chip x accumulation) | fits, peak / HBM per chip | roofline tok/s per chip "
           "| MFU bound | best --search | compile |")
     print("|---|---|---|---|---|---|---|---|")
-    todo = [(name, tpu) for name in args.rows.split(",") for tpu in args.slices.split(",")]
+    todo = ([tuple(job.split("@")) for job in args.todo.split(",")] if args.todo else
+            [(name, tpu) for name in args.rows.split(",") for tpu in args.slices.split(",")])
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:  # threads wait on the plans' processes
         searched = set(args.search_slices.split(",")) if args.search_slices else set(args.slices.split(","))
         meshes, remats = tuple(args.search_meshes.split(",")), tuple(args.search_remats.split(","))
         for row in pool.map(lambda job: run_row(*job, args.tokens_per_chip, args.search and job[1] in searched, scans,
-                                                meshes, remats), todo):
+                                                meshes, remats, not args.search_only,
+                                                args.log_dir), todo):
             print(markdown(row), flush=True)
             if args.out:
                 with open(args.out, "a") as f:

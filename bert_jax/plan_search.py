@@ -3,10 +3,14 @@
 Tries remat policy x mesh (data / fsdp / tensor) x per-chip batch x scan, keeping the config's
 global batch (a smaller per-chip batch is gradient accumulation, so training is unchanged).
 For each (scan, mesh, remat) it compiles per-chip batches from the largest down and keeps the
-first that fits: memory only grows with the batch, and a bigger micro-batch re-reads the
-weights less. Only those, when scanned, are compiled a second time to count every layer's FLOPs;
-they are ranked by the roofline step time. Each compile is a full TPU compile (about a minute
-for BERT-base on 2 cores), so the search prints as it goes.
+first that fits: a bigger micro-batch re-reads the weights less. Each compile is a full TPU compile
+(one to five minutes for a large model on one core), so the search compiles only what can fit:
+memory is affine in the micro-batch with a non-negative intercept, so a micro-batch b that needs N
+of the L bytes a chip has rules out every micro-batch above b * L / N; and within a mesh the remat
+policies go from the one that saves most (full, dots, none), so a policy never tries a micro-batch
+above the largest that fitted, or could fit, with one that saves more. Those that fit, when
+scanned, are compiled a second time to count every layer's FLOPs (once per remat policy and tensor
+axis); they are ranked by the roofline step time. The search prints as it goes.
 """
 import dataclasses
 import math
@@ -45,6 +49,7 @@ class Tried:
     fits: bool
     error: str = ""
     over_gib: float = 0.0  # refused by the compiler (planner.DoesNotFit): needed minus available, per chip
+    needed_gib: float = 0.0  # refused: what the compiler needed for temporaries, per chip
 
 
 def mesh_shape(name: str) -> tuple[int, int, int]:
@@ -81,21 +86,51 @@ def accumulation_steps(config, tpu_slice: tpu_slices.TpuSlice, mesh: str) -> lis
     return [k for k in (2**i for i in range(12)) if batch % k == 0 and (batch // k) % shards == 0]
 
 
+def micro_batch(config, tpu_slice: tpu_slices.TpuSlice, mesh: str, accum: int) -> int:
+    """Sequences one chip runs per micro-batch (the tensor axis splits work within a sequence, not sequences)."""
+    return config.train.global_batch_size // accum // (tpu_slice.total_chips // mesh_shape(mesh)[2])
+
+
+def largest_that_can_fit(micro: int, needed: float, limit: float) -> float:
+    """The largest micro-batch that can fit, given that `micro` sequences needed `needed` bytes of `limit`:
+    memory c + k * micro with c >= 0 exceeds the limit for every micro-batch above micro * limit / needed."""
+    return micro * limit / needed
+
+
 def search(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0, remats=REMATS, meshes=MESHES, scans=SCANS,
            log: Callable[[str], None] = lambda _: None) -> list[Tried]:
-    """Every configuration tried, fitting ones first, ranked by roofline step time."""
+    """Every configuration compiled, fitting ones first, ranked by roofline step time (the module says which
+    are skipped without compiling, and why; `log` names them)."""
     tried: list[Tried] = []
     layer_flops: dict = {}  # (remat, tensor axis) -> one scanned layer's FLOPs per sequence on a chip
+    saving_most_first = sorted(remats, key=lambda r: REMATS[::-1].index(r) if r in REMATS else -1)
     for scan in scans:
         for mesh in meshes:
-            for remat in remats:
+            ceiling = math.inf  # no micro-batch above this fits, whatever the remat policy left to try
+            for remat in saving_most_first:
+                skipped = []
                 for accum in accumulation_steps(config, tpu_slice, mesh):
                     candidate = Candidate(scan, mesh, remat, accum)
+                    micro = micro_batch(config, tpu_slice, mesh, accum)
+                    if micro > ceiling:
+                        skipped.append(micro)
+                        continue
                     result = _try(config, candidate, tpu_slice, hbm_gib, layer_flops)
                     tried.append(result)
                     log(_describe(result, tpu_slice))
-                    if result.fits or (result.plan is None and not result.over_gib):
+                    if result.fits:
+                        ceiling = micro  # a remat policy that saves less fits no more
                         break
+                    if result.plan is None and not result.over_gib:
+                        break  # not built: no micro-batch changes that
+                    if result.over_gib:  # refused: its temporaries alone exceed what the compiler could use
+                        needed, limit = result.needed_gib, result.needed_gib - result.over_gib
+                    else:
+                        needed, limit = result.plan.peak_bytes, planner.fits(result.plan, hbm_gib)[1]
+                    ceiling = min(ceiling, largest_that_can_fit(micro, needed, limit))
+                if skipped:
+                    log(f"scan={scan} mesh={mesh} remat={remat}: not compiled at {', '.join(map(str, skipped))} sequences "
+                        f"per chip: above the {ceiling:.1f} that can fit, by the compiles before")
     return sorted(tried, key=_rank)
 
 
@@ -109,7 +144,8 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
     except ValueError as e:  # a mesh the model does not split over, say: named, not fatal to the search
         return Tried(candidate, None, False, str(e).splitlines()[0])
     except planner.DoesNotFit as e:  # far over: a smaller micro-batch may still fit
-        return Tried(candidate, None, False, str(e), over_gib=e.needed_gib - e.available_gib)
+        return Tried(candidate, None, False, str(e), over_gib=e.needed_gib - e.available_gib,
+                     needed_gib=e.needed_gib)
     if not planner.fits(screened, hbm_gib)[0]:
         return Tried(candidate, screened, False)
     layer_flops = {} if layer_flops is None else layer_flops
