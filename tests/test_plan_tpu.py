@@ -116,6 +116,29 @@ def test_slice_names_map_to_chips_and_topologies():
     assert tpu_slices.parse_slice("v5e-16", num_slices=2).total_chips == 32
 
 
+def test_search_splits_the_global_batch_every_way_it_divides():
+    import configs.modernbert_large
+    from bert_jax import plan_search
+    c = configs.modernbert_large.get_config()  # 4608 sequences: 288 per chip of a v5e-16
+    s = tpu_slices.parse_slice("v5e-16")
+    steps = plan_search.accumulation_steps(c, s, "fsdp")
+    assert steps[0] == 1 and steps[-1] == 288 and {9, 32, 96} <= set(steps)  # not powers of two alone
+    assert all(plan_search.micro_batch(c, s, "fsdp", k) * k * 16 == 4608 for k in steps)
+    assert plan_search.accumulation_steps(c, s, "tp3") == []  # 16 chips do not split 3 ways: nothing to try
+
+
+def test_search_skips_only_micro_batches_that_cannot_fit():
+    """Memory c + k * b (c >= 0) that needs 20 GiB at 16 sequences is over 16 GiB above 12.8 sequences, whatever
+    c and k are: the search compiles nothing above that."""
+    from bert_jax import plan_search
+    ceiling = plan_search.largest_that_can_fit(16, needed=20.0, limit=16.0)
+    assert ceiling == pytest.approx(12.8)
+    for intercept in (0.0, 5.0, 19.0):
+        slope = (20.0 - intercept) / 16
+        assert all(intercept + slope * b > 16.0 for b in (12.81, 13, 14, 15))
+    assert 20.0 / 16 * ceiling == pytest.approx(16.0)  # no lower ceiling is safe: with c = 0, 12.8 just fits
+
+
 def test_a_mesh_that_does_not_divide_the_chips_names_both():
     result = run_script("""
 import json
