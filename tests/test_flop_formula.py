@@ -33,9 +33,34 @@ def test_albert_counts_each_shared_group_once_per_depth_it_serves():
     for groups in (1, 2):
         c.model.num_hidden_groups = groups
         params = abstract_params(c.model)
-        stored = perf.count_params(params, roles.embedding_tables)
+        stored = perf.count_params(params, roles.embedding_tables) - perf.pooler_params(params, roles)
         per_group = groups_of(params)
         assert len(per_group) == groups
         applied[groups] = perf.applied_params(params, roles, 4)
         assert applied[groups] == stored + sum(size * (4 // groups - 1) for size in per_group.values())
     assert applied[1] == applied[2]  # one group serving 4 depths, or two serving 2 each: the same work per token
+
+
+def test_the_pooler_counts_once_per_sequence_not_per_token():
+    """BERT's pooler (NSP) and ALBERT's (SOP) run on [CLS] alone: 6 * N_pool * B, not 6 * N_pool * B * S."""
+    c = configs.albert_base.get_config()
+    configs.albert_base.shrink_to_tiny(c)
+    roles = get_family("albert").roles
+    params = abstract_params(c.model)
+    pool = perf.pooler_params(params, roles)
+    assert pool == c.model.hidden_size * (c.model.hidden_size + 1)  # one dense layer, kernel and bias
+    per_token = perf.applied_params(params, roles, c.model.num_layers)
+    c.model.num_hidden_groups = c.model.num_layers  # no sharing: N is then every stored matmul parameter
+    unshared = abstract_params(c.model)
+    assert perf.applied_params(unshared, roles, c.model.num_layers) == per_token
+    assert per_token + pool == perf.count_params(unshared, roles.embedding_tables)
+    flops = {s: perf.train_flops_per_step(params, c.model, _with_seq(c.data, s), 4) for s in (64, 128)}
+    # Doubling S adds 6 N B S' + the attention and nothing for the pooler.
+    attention = 12.0 * c.model.num_layers * c.model.hidden_size * 4 * (128**2 - 64**2)
+    assert flops[128] - flops[64] == 6.0 * per_token * 4 * 64 + attention
+
+
+def _with_seq(data_cfg, seq: int):
+    d = data_cfg.copy_and_resolve_references()
+    d.max_seq_length = seq
+    return d
