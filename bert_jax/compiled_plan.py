@@ -186,10 +186,10 @@ WHOLE_DOTS = {"xla_tpu_enable_windowed_einsum_for_all_gather": False,
               "xla_tpu_enable_windowed_einsum_for_reduce_scatter": False}
 
 
-def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, per_layer: float | None = None
-                      ) -> tuple[float, str, float, float | None]:
-    """(FLOPs per micro-batch with every loop's trips counted, how, seconds, one layer's FLOPs when the layer
-    loops are of one length) of a TPU step whose compiled count is `flops`.
+def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, per_layer: tuple | None = None
+                      ) -> tuple[float, str, float, tuple | None]:
+    """(FLOPs per micro-batch with every loop's trips counted, how, seconds, one layer's FLOPs for each length
+    of layer loop, shortest first) of a TPU step whose compiled count is `flops`.
 
     The TPU compiler counts a loop's body once. Its own loops are compiled away (WHOLE_DOTS). Of scanned
     layers, with u layers per iteration it counts out + sum_g k_g(u) * b_g over the layer loops of each length
@@ -197,7 +197,8 @@ def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, 
     as many more unrolls as there are lengths solve for out and each b_g (12 and 24 layers look alike at
     u = 2 and 3, not at 5), and every layer counts out + sum_g T_g * b_g. The lengths are the trips of the
     scan_unroll=1 program (hlo_traffic). Bytes need none of this: hlo_traffic counts each loop's trips. A
-    caller that knows one layer's FLOPs (`per_layer`: a search, from a step like this one) skips a compile.
+    caller that knows one layer's FLOPs per length (`per_layer`: a search, from a step like this one) skips
+    the compiles at other unrolls.
     """
     options = WHOLE_DOTS if traffic.compiler_loops else None
     seconds, notes = 0.0, []
@@ -223,8 +224,8 @@ def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, 
     lengths = sorted(set(trips))
     if max(lengths) <= 1:  # nothing the count missed
         return flops, "; ".join(notes), seconds, per_layer
-    if per_layer is not None and len(lengths) == 1:
-        per_layers, source = [per_layer], "measured on a step like this one"
+    if per_layer is not None and len(per_layer) == len(lengths):
+        per_layers, source = list(per_layer), "measured on a step like this one"
     else:
         row = lambda u: [1.0] + [float(_layers_in_loop(u, t)) for t in lengths]  # noqa: E731
         for unroll in range(2, max(lengths) + 1):  # compile only the unrolls that tell the loops apart
@@ -244,7 +245,7 @@ def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, 
     kind = "every layer counted" if len(lengths) == 1 else "every layer of loops of several lengths counted"
     per = ", ".join(f"{t} layers at {b:.4g}" for t, b in zip(lengths, per_layers))
     notes.insert(0, f"scanned layers: FLOPs with {kind} ({per}, {source}); bytes count each loop's trips (hlo_traffic)")
-    return float(total), "; ".join(notes), seconds, float(per_layers[0]) if len(lengths) == 1 else None
+    return float(total), "; ".join(notes), seconds, tuple(float(b) for b in per_layers)
 
 
 def _counted_by_trips(traffic: hlo_traffic.Traffic | None, config) -> bool:
@@ -253,9 +254,10 @@ def _counted_by_trips(traffic: hlo_traffic.Traffic | None, config) -> bool:
     return bool(traffic and (traffic.compiler_loops or (config.model.scan_layers and traffic.innermost_trips)))
 
 
-def count_every_layer(plan: "Plan", config, per_layer: float | None = None) -> tuple["Plan", float | None]:
-    """A plan made with count_every_layer=False, its FLOPs now counting every loop's trips (one or two more
-    compiles), and one scanned layer's FLOPs (pass it back for a step like this one to skip a compile)."""
+def count_every_layer(plan: "Plan", config, per_layer: tuple | None = None) -> tuple["Plan", tuple | None]:
+    """A plan made with count_every_layer=False, its FLOPs now counting every loop's trips (one or more
+    compiles), and one scanned layer's FLOPs per loop length (pass them back for a step like this one to skip
+    the compiles at other unrolls)."""
     if plan.every_loop_counted or not _counted_by_trips(plan.traffic, config):
         return plan, per_layer
     mesh = tpu_mesh(config, plan.tpu_slice)

@@ -106,7 +106,7 @@ def search(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0, remats=
     """Every configuration compiled, fitting ones first, ranked by roofline step time (the module says which
     are skipped without compiling, and why; `log` names them)."""
     tried: list[Tried] = []
-    layer_flops: dict = {}  # (remat, tensor axis) -> one scanned layer's FLOPs per sequence on a chip
+    layer_flops: dict = {}  # (remat, tensor axis) -> one scanned layer's FLOPs per sequence on a chip, per loop length
     saving_most_first = sorted(remats, key=lambda r: REMATS[::-1].index(r) if r in REMATS else -1)
     for scan in scans:
         for mesh in meshes:
@@ -154,10 +154,10 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
         return Tried(candidate, screened, False)
     layer_flops = {} if layer_flops is None else layer_flops
     key, batch = (candidate.remat, mesh_shape(candidate.mesh)[2]), screened.micro_batch_per_chip
-    known = layer_flops[key] * batch if key in layer_flops else None
+    known = tuple(f * batch for f in layer_flops[key]) if key in layer_flops else None
     counted, per_layer = planner.count_every_layer(screened, c, known)
     if per_layer is not None:
-        layer_flops[key] = per_layer / batch
+        layer_flops[key] = tuple(f / batch for f in per_layer)
     return Tried(candidate, counted, True)
 
 
