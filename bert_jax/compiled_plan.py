@@ -292,8 +292,12 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
     if _counted_by_trips(traffic, config):
         bytes_accessed = traffic.total  # the compiler's own figure counts each loop's body once
         if count_every_layer:
-            flops, layers_counted, seconds, _ = _every_loop_flops(config, mesh, flops, traffic)
-            compile_s, counted = compile_s + seconds, True
+            try:
+                flops, layers_counted, seconds, _ = _every_loop_flops(config, mesh, flops, traffic)
+                compile_s, counted = compile_s + seconds, True
+            except DoesNotFit as e:  # the step fits; a variant compiled only to count FLOPs (more unrolled) did not
+                layers_counted = (f"FLOPs count each loop's body once (too low): the compile that counts every layer "
+                                  f"was refused for memory ({e})")
     if traffic is not None and traffic.loops_counted_once:
         layers_counted = "; ".join(filter(None, [layers_counted, (
             f"{traffic.loops_counted_once} loop(s) whose trip count hlo_traffic could not read: their body counted "

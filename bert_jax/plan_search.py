@@ -155,7 +155,10 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
     layer_flops = {} if layer_flops is None else layer_flops
     key, batch = (candidate.remat, mesh_shape(candidate.mesh)[2]), screened.micro_batch_per_chip
     known = tuple(f * batch for f in layer_flops[key]) if key in layer_flops else None
-    counted, per_layer = planner.count_every_layer(screened, c, known)
+    try:
+        counted, per_layer = planner.count_every_layer(screened, c, known)
+    except planner.DoesNotFit as e:  # it fits; the more unrolled step compiled to count its FLOPs does not
+        return Tried(candidate, screened, True, f"FLOPs not counted (too low), ranked last: {e}")
     if per_layer is not None:
         layer_flops[key] = tuple(f / batch for f in per_layer)
     return Tried(candidate, counted, True)
@@ -164,10 +167,10 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
 def _rank(t: Tried):
     """Fitting ones by roofline step time, then the rest by how much memory they need."""
     if t.fits:
-        return (0, t.plan.roofline.step_s)
+        return (0, bool(t.error), t.plan.roofline.step_s)  # counted ones first
     if t.plan:
-        return (1, t.plan.peak_bytes)
-    return (2, t.over_gib or math.inf)  # refused by the compiler: further over than any that compiled
+        return (1, False, t.plan.peak_bytes)
+    return (2, False, t.over_gib or math.inf)  # refused by the compiler: further over than any that compiled
 
 
 def _describe(t: Tried, tpu_slice) -> str:
@@ -180,6 +183,7 @@ def _describe(t: Tried, tpu_slice) -> str:
     if t.fits:
         r = t.plan.roofline
         text += f", fits; roofline {r.step_s * 1e3:.1f} ms, {r.tokens_per_s:,.0f} tok/s per chip, MFU <= {r.mfu:.1%}"
+        text += f" ({t.error.split(':')[0]})" if t.error else ""
     else:
         text += ", does not fit"
     return text
@@ -194,7 +198,8 @@ def format_search(tried: list[Tried], tpu: str, num_slices: int, hbm_gib: float 
     for i, t in enumerate(fitting, 1):
         c, r, p = t.candidate, t.plan.roofline, t.plan
         lines.append(f"| {i} | {c.scan} | {c.mesh} | {c.remat} | {p.micro_batch_per_chip} x {c.grad_accum_steps} | "
-                     f"{p.peak_bytes / GIB:.2f} | {r.step_s * 1e3:.1f} | {r.tokens_per_s:,.0f} | {r.mfu:.1%} | {r.bound} |")
+                     f"{p.peak_bytes / GIB:.2f} | {r.step_s * 1e3:.1f} | {r.tokens_per_s:,.0f} | {r.mfu:.1%} | {r.bound}"
+                     f"{', FLOPs not counted' if t.error else ''} |")
     if not fitting:
         smallest = min((t for t in tried if t.plan), key=lambda t: t.plan.peak_bytes, default=None)
         refused = min((t for t in tried if t.over_gib), key=lambda t: t.over_gib, default=None)
