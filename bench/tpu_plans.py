@@ -41,7 +41,7 @@ ONE_ROW = """
 import json, sys
 from bert_jax import compiled_plan as plan, plan_search, tpu_slices
 import importlib
-name, module, overrides, tpu, tokens, search, scans, meshes, remats, plan_too = json.loads(sys.argv[1])
+name, module, overrides, tpu, tokens, search, scans, meshes, remats, enough_mfu, plan_too = json.loads(sys.argv[1])
 c = plan_search.with_overrides(importlib.import_module(module).get_config(), overrides)
 s = tpu_slices.parse_slice(tpu)
 # The fewest accumulation steps that bring one chip's micro-batch down to `tokens` tokens.
@@ -68,10 +68,10 @@ except LookupError:  # --search_only
     pass
 if search:
     tried = plan_search.search(c, s, scans=tuple(scans), meshes=tuple(meshes), remats=tuple(remats),
-                               log=lambda line: print(line, file=sys.stderr, flush=True))
+                               enough_mfu=enough_mfu, log=lambda line: print(line, file=sys.stderr, flush=True))
     best = next((t for t in tried if t.fits), None)
     row.update(search_tried=len(tried), search_fit=sum(t.fits for t in tried), search_s=sum(t.plan.compile_s for t in tried
-               if t.plan), search_space=dict(scans=scans, meshes=meshes, remats=remats))
+               if t.plan), search_space=dict(scans=scans, meshes=meshes, remats=remats, enough_mfu=enough_mfu))
     if best:
         b, r = best.candidate, best.plan.roofline
         row.update(search_best=b.flags(), search_mesh=b.mesh, search_remat=b.remat, search_scan=b.scan,
@@ -84,7 +84,7 @@ print("ROW " + json.dumps(row))
 
 def run_row(name: str, tpu: str, tokens: int, search: bool, scans: tuple[bool, ...] = (True,),
             meshes: tuple[str, ...] = plan_search.MESHES, remats: tuple[str, ...] = plan_search.REMATS,
-            plan_too: bool = True, log_dir: str = "") -> dict:
+            enough_mfu: float = 0.0, plan_too: bool = True, log_dir: str = "") -> dict:
     """One row, planned in its own process; its log (the search's candidates, as they compile) goes to
     log_dir/<row>@<slice>.log when given."""
     module, overrides = ROWS[name]
@@ -93,7 +93,8 @@ def run_row(name: str, tpu: str, tokens: int, search: bool, scans: tuple[bool, .
     log_path = os.path.join(log_dir, f"{name}@{tpu}.log") if log_dir else os.devnull
     with tempfile.TemporaryFile("w+") as err, open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-c", ONE_ROW, json.dumps([name, module, overrides, tpu, tokens, search,
-                                                                          scans, meshes, remats, plan_too])],
+                                                                          scans, meshes, remats, enough_mfu,
+                                                                          plan_too])],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                 cwd=os.path.dirname(os.path.dirname(__file__)) or ".")
         for text in proc.stderr:  # as it comes, so a long search can be followed
@@ -120,6 +121,8 @@ def markdown(row: dict) -> str:
         search = (f"{row['search_mesh']}, remat {row['search_remat']}, {row['search_micro_batch']} per chip x "
                   f"{row['search_accum']}{'' if row['search_scan'] else ', unrolled'}: {row['search_peak_gib']:.1f} GiB, "
                   f"{row['search_tokens_per_s_per_chip']:,.0f} tok/s, MFU <= {row['search_mfu_bound']:.1%}")
+        enough = row.get("search_space", {}).get("enough_mfu", 0)
+        search += f" (stopped there: >= {enough:.0%})" if enough and row["search_mfu_bound"] >= enough else ""
     else:
         search = "nothing tried fits" if "search_tried" in row else "not run"
     if "fits" not in row:  # --search_only
@@ -145,6 +148,8 @@ def main() -> None:
     parser.add_argument("--todo", default="", help="row@slice,... in this order, instead of --rows x --slices")
     parser.add_argument("--search_meshes", default=",".join(plan_search.MESHES))
     parser.add_argument("--search_remats", default=",".join(plan_search.REMATS))
+    parser.add_argument("--search_enough_mfu", type=float, default=0.98,
+                        help="a row's search stops at the first fit with this MFU bound; 0 = every configuration")
     parser.add_argument("--jobs", type=int, default=1, help="plans compiled at once (each in its own process)")
     parser.add_argument("--out", default="", help="append each row as JSON to this file")
     parser.add_argument("--log_dir", default="", help="each row's log, as it compiles, in <row>@<slice>.log here")
@@ -159,7 +164,7 @@ def main() -> None:
         searched = set(args.search_slices.split(",")) if args.search_slices else set(args.slices.split(","))
         meshes, remats = tuple(args.search_meshes.split(",")), tuple(args.search_remats.split(","))
         for row in pool.map(lambda job: run_row(*job, args.tokens_per_chip, args.search and job[1] in searched, scans,
-                                                meshes, remats, not args.search_only,
+                                                meshes, remats, args.search_enough_mfu, not args.search_only,
                                                 args.log_dir), todo):
             print(markdown(row), flush=True)
             if args.out:

@@ -38,6 +38,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config
 _TPU = flags.DEFINE_string("tpu", "", "A TPU slice to compile for with the TPU compiler: v4-32, v5e-16, v5p-128, v6e-8, ...")
 _NUM_SLICES = flags.DEFINE_integer("num_slices", 1, "With --tpu: this many such slices (multi-slice over DCN).")
 _SEARCH = flags.DEFINE_bool("search", False, "With --tpu: try remat x mesh x per-chip batch x scan; rank what fits.")
+_ENOUGH_MFU = flags.DEFINE_float("search_enough_mfu", 0.98, "--search stops at the first fit with this MFU bound "
+                                  "(nothing left can be faster by more than the rest); 0 = try every configuration.")
 _NUM_DEVICES = flags.DEFINE_integer("num_devices", 8, "Without --tpu: simulated CPU devices to compile for.")
 _GPU = flags.DEFINE_enum("gpu", "", ["", *(k for k, t in memory_fit.TARGETS.items() if t.compiler == "gpu")],
                          "Without --tpu: a GPU kind to estimate the fit on (the CPU compiler's band).")
@@ -67,7 +69,8 @@ def _plan(config) -> None:
         if not os.environ.get("JAX_PLATFORMS"):
             jax.config.update("jax_platforms", "cpu")
         if _SEARCH.value:
-            print(plan_search.format_search(plan_search.search(config, tpu_slice, _HBM_GIB.value, log=print),
+            print(plan_search.format_search(plan_search.search(config, tpu_slice, _HBM_GIB.value, enough_mfu=_ENOUGH_MFU.value,
+                                                                log=print),
                                             _TPU.value, _NUM_SLICES.value, _HBM_GIB.value))
             return
         try:

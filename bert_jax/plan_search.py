@@ -11,6 +11,11 @@ policies go from the one that saves most (full, dots, none), so a policy never t
 above the largest that fitted, or could fit, with one that saves more. Those that fit, when
 scanned, are compiled a second time to count every layer's FLOPs (once per remat policy and tensor
 axis); they are ranked by the roofline step time. The search prints as it goes.
+
+It stops at the first fit whose MFU bound reaches `enough_mfu` (plan's default 98 %): a bound is the formula's
+FLOPs over the roofline time, so no configuration left could be more than the remaining 2 % faster unless it
+computed less than the formula counts. Every compute-bound fit at seq 512 reads 97-99 %; searching on there buys
+at most that 1-2 % for the rest of an hour of compiles.
 """
 import dataclasses
 import math
@@ -102,10 +107,15 @@ def largest_that_can_fit(micro: int, needed: float, limit: float) -> float:
 
 
 def search(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0, remats=REMATS, meshes=MESHES, scans=SCANS,
-           log: Callable[[str], None] = lambda _: None) -> list[Tried]:
+           enough_mfu: float = 0.0, log: Callable[[str], None] = lambda _: None) -> list[Tried]:
     """Every configuration compiled, fitting ones first, ranked by roofline step time (the module says which
-    are skipped without compiling, and why; `log` names them)."""
+    are skipped without compiling, and why, and when the search stops early; `log` names them)."""
     tried: list[Tried] = []
+    _walk(config, tpu_slice, hbm_gib, remats, meshes, scans, enough_mfu, tried, log)
+    return sorted(tried, key=_rank)
+
+
+def _walk(config, tpu_slice, hbm_gib, remats, meshes, scans, enough_mfu, tried, log) -> None:
     layer_flops: dict = {}  # (remat, tensor axis) -> one scanned layer's FLOPs per sequence on a chip, per loop length
     saving_most_first = sorted(remats, key=lambda r: REMATS[::-1].index(r) if r in REMATS else -1)
     for scan in scans:
@@ -122,6 +132,11 @@ def search(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0, remats=
                     result = _try(config, candidate, tpu_slice, hbm_gib, layer_flops)
                     tried.append(result)
                     log(_describe(result, tpu_slice))
+                    if result.fits and not result.error and enough_mfu and result.plan.roofline.mfu >= enough_mfu:
+                        log(f"stopped: an MFU bound of {result.plan.roofline.mfu:.1%} reaches {enough_mfu:.0%}; no "
+                            f"configuration left can be more than {max(0.0, 1 - result.plan.roofline.mfu):.1%} faster unless "
+                            "it computes less than the formula counts (search on with --search_enough_mfu=0)")
+                        return
                     if result.fits:
                         ceiling = micro  # a remat policy that saves less fits no more
                         break
@@ -135,7 +150,6 @@ def search(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0, remats=
                 if skipped:
                     log(f"scan={scan} mesh={mesh} remat={remat}: not compiled at {', '.join(map(str, skipped))} sequences "
                         f"per chip: above the {ceiling:.1f} that can fit, by the compiles before")
-    return sorted(tried, key=_rank)
 
 
 def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: dict | None = None) -> Tried:

@@ -139,6 +139,23 @@ def test_search_skips_only_micro_batches_that_cannot_fit():
     assert 20.0 / 16 * ceiling == pytest.approx(16.0)  # no lower ceiling is safe: with c = 0, 12.8 just fits
 
 
+def test_search_stops_at_a_fit_whose_bound_is_enough():
+    """The first counted fit that reaches enough_mfu ends the search: remat none, which saves less than full and
+    would be compiled next, is not. The micro step's bound is a few per cent, so any positive threshold below
+    it stops at the first fit."""
+    result = run_script("""
+import json
+from bert_jax import plan_search, tpu_slices
+lines = []
+tried = plan_search.search(micro_config(), tpu_slices.parse_slice("v5e-4"), remats=("none", "full"), meshes=("dp",),
+                           scans=(False,), enough_mfu=1e-6, log=lines.append)  # unrolled: one compile
+print("RESULT " + json.dumps(dict(tried=[(t.candidate.remat, t.candidate.grad_accum_steps, t.fits) for t in tried],
+                                  mfu=tried[0].plan.roofline.mfu, log=lines)))
+""")
+    assert [tuple(t) for t in result["tried"]] == [("full", 1, True)]
+    assert result["log"][-1].startswith(f"stopped: an MFU bound of {result['mfu']:.1%} reaches 0%")
+
+
 def test_a_mesh_that_does_not_divide_the_chips_names_both():
     result = run_script("""
 import json
