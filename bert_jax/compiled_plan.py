@@ -258,7 +258,7 @@ def count_every_layer(plan: "Plan", config, per_layer: tuple | None = None) -> t
     """A plan made with count_every_layer=False, its FLOPs now counting every loop's trips (one or more
     compiles), and one scanned layer's FLOPs per loop length (pass them back for a step like this one to skip
     the compiles at other unrolls)."""
-    if plan.every_loop_counted or not _counted_by_trips(plan.traffic, config):
+    if not counting_needed(plan, config):
         return plan, per_layer
     mesh = tpu_mesh(config, plan.tpu_slice)
     accum = config.train.grad_accum_steps
@@ -267,6 +267,12 @@ def count_every_layer(plan: "Plan", config, per_layer: tuple | None = None) -> t
     return dataclasses.replace(plan, compiled_flops=flops * accum, compile_s=plan.compile_s + seconds,
                                every_loop_counted=True,
                                layers_counted="; ".join(filter(None, [how, plan.layers_counted]))), per_layer
+
+
+def counting_needed(plan: "Plan", config) -> bool:
+    """Whether plan's FLOPs count some loop's body once (count_every_layer would compile again); its bytes,
+    read by trips, are exact either way, so its roofline step time is a lower bound on the counted one's."""
+    return not plan.every_loop_counted and _counted_by_trips(plan.traffic, config)
 
 
 def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_layer: bool = True) -> Plan:

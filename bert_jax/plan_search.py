@@ -10,7 +10,9 @@ of the L bytes a chip has rules out every micro-batch above b * L / N; and withi
 policies go from the one that saves most (full, dots, none), so a policy never tries a micro-batch
 above the largest that fitted, or could fit, with one that saves more. Those that fit, when
 scanned, are compiled a second time to count every layer's FLOPs (once per remat policy and tensor
-axis); they are ranked by the roofline step time. The search prints as it goes.
+axis), unless they cannot beat the best so far: a scanned step's bytes are exact before that count and its
+FLOPs only too low, so its roofline step time then is already a lower bound. They are ranked by the roofline
+step time. The search prints as it goes.
 
 It stops at the first fit whose MFU bound reaches `enough_mfu` (plan's default 98 %): a bound is the formula's
 FLOPs over the roofline time, so no configuration left could be more than the remaining 2 % faster unless it
@@ -129,7 +131,8 @@ def _walk(config, tpu_slice, hbm_gib, remats, meshes, scans, enough_mfu, tried, 
                     if micro > ceiling:
                         skipped.append(micro)
                         continue
-                    result = _try(config, candidate, tpu_slice, hbm_gib, layer_flops)
+                    best = min((t.plan.roofline.step_s for t in tried if t.fits and not t.error), default=math.inf)
+                    result = _try(config, candidate, tpu_slice, hbm_gib, layer_flops, beat=best)
                     tried.append(result)
                     log(_describe(result, tpu_slice))
                     if result.fits and not result.error and enough_mfu and result.plan.roofline.mfu >= enough_mfu:
@@ -152,10 +155,12 @@ def _walk(config, tpu_slice, hbm_gib, remats, meshes, scans, enough_mfu, tried, 
                         f"per chip: above the {ceiling:.1f} that can fit, by the compiles before")
 
 
-def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: dict | None = None) -> Tried:
+def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: dict | None = None,
+         beat: float = math.inf) -> Tried:
     """Screens a candidate by memory; one that fits gets every layer's FLOPs counted, reusing one layer's FLOPs
     per sequence from an earlier candidate with the same remat policy and tensor axis (they scale with the
-    micro-batch: the mesh's data and fsdp axes do not change a chip's work)."""
+    micro-batch: the mesh's data and fsdp axes do not change a chip's work), unless its step time before the
+    count (a lower bound) is no better than `beat`."""
     c = apply(config, candidate, tpu_slice.num_slices)
     try:
         screened = planner.make_plan(c, tpu_slice, count_every_layer=False)
@@ -166,13 +171,16 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
                      needed_gib=e.needed_gib)
     if not planner.fits(screened, hbm_gib)[0]:
         return Tried(candidate, screened, False)
+    if planner.counting_needed(screened, c) and screened.roofline.step_s >= beat:
+        return Tried(candidate, screened, True, f"FLOPs not counted (cannot beat the best): its step takes at least "
+                     f"{screened.roofline.step_s * 1e3:.1f} ms, the best {beat * 1e3:.1f} ms")
     layer_flops = {} if layer_flops is None else layer_flops
     key, batch = (candidate.remat, mesh_shape(candidate.mesh)[2]), screened.micro_batch_per_chip
     known = tuple(f * batch for f in layer_flops[key]) if key in layer_flops else None
     try:
         counted, per_layer = planner.count_every_layer(screened, c, known)
     except planner.DoesNotFit as e:  # it fits; the more unrolled step compiled to count its FLOPs does not
-        return Tried(candidate, screened, True, f"FLOPs not counted (too low), ranked last: {e}")
+        return Tried(candidate, screened, True, f"FLOPs not counted (too low, the count refused), ranked last: {e}")
     if per_layer is not None:
         layer_flops[key] = tuple(f / batch for f in per_layer)
     return Tried(candidate, counted, True)
