@@ -14,7 +14,8 @@ axis), unless they cannot beat the best so far: a scanned step's bytes are exact
 FLOPs only too low, so its roofline step time then is already a lower bound. They are ranked by the roofline
 step time. The search prints as it goes.
 
-It stops at the first fit whose MFU bound reaches `enough_mfu` (plan's default 98 %): a bound is the formula's
+It stops at the first fit whose MFU bound reaches `enough_mfu` (plan's default 98 %), beginning with the config as
+given, so a config that is already there costs one plan: a bound is the formula's
 FLOPs over the roofline time, so no configuration left could be more than the remaining 2 % faster unless it
 computed less than the formula counts. Every compute-bound fit at seq 512 reads 97-99 %; searching on there buys
 at most that 1-2 % for the rest of an hour of compiles.
@@ -111,48 +112,70 @@ def largest_that_can_fit(micro: int, needed: float, limit: float) -> float:
 def search(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0, remats=REMATS, meshes=MESHES, scans=SCANS,
            enough_mfu: float = 0.0, log: Callable[[str], None] = lambda _: None) -> list[Tried]:
     """Every configuration compiled, fitting ones first, ranked by roofline step time (the module says which
-    are skipped without compiling, and why, and when the search stops early; `log` names them)."""
-    tried: list[Tried] = []
-    _walk(config, tpu_slice, hbm_gib, remats, meshes, scans, enough_mfu, tried, log)
-    return sorted(tried, key=_rank)
+    are skipped without compiling, and why, and when the search stops early; `log` names them). With
+    enough_mfu, the config as given is compiled first: one that is already good enough ends the search there."""
+    walk = _Walk(config, tpu_slice, hbm_gib, enough_mfu, log)
+    given = Candidate(bool(config.model.scan_layers), mesh_name(config), config.model.remat_policy,
+                      config.train.grad_accum_steps)
+    if not (enough_mfu and walk.attempt(given)):
+        walk.every(remats, meshes, scans)
+    return sorted(walk.tried.values(), key=_rank)
 
 
-def _walk(config, tpu_slice, hbm_gib, remats, meshes, scans, enough_mfu, tried, log) -> None:
-    layer_flops: dict = {}  # (remat, tensor axis) -> one scanned layer's FLOPs per sequence on a chip, per loop length
-    saving_most_first = sorted(remats, key=lambda r: REMATS[::-1].index(r) if r in REMATS else -1)
-    for scan in scans:
-        for mesh in meshes:
-            ceiling = math.inf  # no micro-batch above this fits, whatever the remat policy left to try
-            for remat in saving_most_first:
-                skipped = []
-                for accum in accumulation_steps(config, tpu_slice, mesh):
-                    candidate = Candidate(scan, mesh, remat, accum)
-                    micro = micro_batch(config, tpu_slice, mesh, accum)
-                    if micro > ceiling:
-                        skipped.append(micro)
-                        continue
-                    best = min((t.plan.roofline.step_s for t in tried if t.fits and not t.error), default=math.inf)
-                    result = _try(config, candidate, tpu_slice, hbm_gib, layer_flops, beat=best)
-                    tried.append(result)
-                    log(_describe(result, tpu_slice))
-                    if result.fits and not result.error and enough_mfu and result.plan.roofline.mfu >= enough_mfu:
-                        log(f"stopped: an MFU bound of {result.plan.roofline.mfu:.1%} reaches {enough_mfu:.0%}; no "
-                            f"configuration left can be more than {max(0.0, 1 - result.plan.roofline.mfu):.1%} faster unless "
-                            "it computes less than the formula counts (search on with --search_enough_mfu=0)")
-                        return
-                    if result.fits:
-                        ceiling = micro  # a remat policy that saves less fits no more
-                        break
-                    if result.plan is None and not result.over_gib:
-                        break  # not built: no micro-batch changes that
-                    if result.over_gib:  # refused: its temporaries alone exceed what the compiler could use
-                        needed, limit = result.needed_gib, result.needed_gib - result.over_gib
-                    else:
-                        needed, limit = result.plan.peak_bytes, planner.fits(result.plan, hbm_gib)[1]
-                    ceiling = min(ceiling, largest_that_can_fit(micro, needed, limit))
-                if skipped:
-                    log(f"scan={scan} mesh={mesh} remat={remat}: not compiled at {', '.join(map(str, skipped))} sequences "
-                        f"per chip: above the {ceiling:.1f} that can fit, by the compiles before")
+class _Walk:
+    """The search's state: what was tried (each candidate compiled once), one layer's FLOPs per remat policy,
+    and whether a fit has been good enough to stop."""
+
+    def __init__(self, config, tpu_slice, hbm_gib, enough_mfu, log):
+        self.config, self.tpu_slice, self.hbm_gib, self.enough_mfu, self.log = config, tpu_slice, hbm_gib, enough_mfu, log
+        self.tried: dict[Candidate, Tried] = {}
+        self.layer_flops: dict = {}  # (remat, tensor axis) -> one scanned layer's FLOPs per sequence on a chip, per loop length
+
+    def attempt(self, candidate: Candidate) -> bool:
+        """Compiles candidate unless it was; True when it is good enough to stop."""
+        if candidate not in self.tried:
+            best = min((t.plan.roofline.step_s for t in self.tried.values() if t.fits and not t.error), default=math.inf)
+            self.tried[candidate] = _try(self.config, candidate, self.tpu_slice, self.hbm_gib, self.layer_flops, beat=best)
+            self.log(_describe(self.tried[candidate], self.tpu_slice))
+        result = self.tried[candidate]
+        if not (self.enough_mfu and result.fits and not result.error and result.plan.roofline.mfu >= self.enough_mfu):
+            return False
+        mfu = result.plan.roofline.mfu
+        self.log(f"stopped: an MFU bound of {mfu:.1%} reaches {self.enough_mfu:.0%}; no configuration left can be more "
+                 f"than {max(0.0, 1 - mfu):.1%} faster unless it computes less than the formula counts (search on "
+                 "with --search_enough_mfu=0)")
+        return True
+
+    def every(self, remats, meshes, scans) -> None:
+        config, tpu_slice = self.config, self.tpu_slice
+        saving_most_first = sorted(remats, key=lambda r: REMATS[::-1].index(r) if r in REMATS else -1)
+        for scan in scans:
+            for mesh in meshes:
+                ceiling = math.inf  # no micro-batch above this fits, whatever the remat policy left to try
+                for remat in saving_most_first:
+                    skipped = []
+                    for accum in accumulation_steps(config, tpu_slice, mesh):
+                        candidate = Candidate(scan, mesh, remat, accum)
+                        micro = micro_batch(config, tpu_slice, mesh, accum)
+                        if micro > ceiling:
+                            skipped.append(micro)
+                            continue
+                        if self.attempt(candidate):
+                            return
+                        result = self.tried[candidate]
+                        if result.fits:
+                            ceiling = micro  # a remat policy that saves less fits no more
+                            break
+                        if result.plan is None and not result.over_gib:
+                            break  # not built: no micro-batch changes that
+                        if result.over_gib:  # refused: its temporaries alone exceed what the compiler could use
+                            needed, limit = result.needed_gib, result.needed_gib - result.over_gib
+                        else:
+                            needed, limit = result.plan.peak_bytes, planner.fits(result.plan, self.hbm_gib)[1]
+                        ceiling = min(ceiling, largest_that_can_fit(micro, needed, limit))
+                    if skipped:
+                        self.log(f"scan={scan} mesh={mesh} remat={remat}: not compiled at {', '.join(map(str, skipped))} "
+                                 f"sequences per chip: above the {ceiling:.1f} that can fit, by the compiles before")
 
 
 def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: dict | None = None,

@@ -147,22 +147,31 @@ def searched():
 import json
 from bert_jax import plan_search, tpu_slices
 s = tpu_slices.parse_slice("v5e-4")
-lines = []
-tried = plan_search.search(micro_config(), s, remats=("none", "full"), meshes=("dp",), scans=(False,),  # unrolled:
-                           enough_mfu=1e-6, log=lines.append)  # one compile
+def searched(config):
+    lines = []
+    tried = plan_search.search(config, s, remats=("none", "full"), meshes=("dp",), scans=(False,),  # unrolled: one
+                               enough_mfu=1e-6, log=lines.append)  # compile each
+    return dict(tried=[(t.candidate.remat, t.candidate.grad_accum_steps, t.fits) for t in tried],
+                mfu=tried[0].plan.roofline.mfu, log=lines)
+given = micro_config(scan=False)  # remat none, data parallel
+walked = micro_config(scan=False)
+walked.mesh.shape = (1, -1, 3)  # 3-way tensor over 4 chips: the given config is not built, the walk goes on
 slow = plan_search._try(micro_config(), plan_search.Candidate(True, "dp", "none", 1), s, 0.0, {}, beat=1e-9)
-print("RESULT " + json.dumps(dict(tried=[(t.candidate.remat, t.candidate.grad_accum_steps, t.fits) for t in tried],
-    mfu=tried[0].plan.roofline.mfu, log=lines, slow=dict(fits=slow.fits, error=slow.error,
-    counted=slow.plan.every_loop_counted, trips=slow.plan.layer_loop_trips))))
+print("RESULT " + json.dumps(dict(given=searched(given), walked=searched(walked), slow=dict(fits=slow.fits,
+    error=slow.error, counted=slow.plan.every_loop_counted, trips=slow.plan.layer_loop_trips))))
 """)
 
 
 def test_search_stops_at_a_fit_whose_bound_is_enough(searched):
-    """The first counted fit that reaches enough_mfu ends the search: remat none, which saves less than full and
-    would be compiled next, is not. The micro step's bound is a few per cent, so any positive threshold below
-    it stops at the first fit."""
-    assert [tuple(t) for t in searched["tried"]] == [("full", 1, True)]
-    assert searched["log"][-1].startswith(f"stopped: an MFU bound of {searched['mfu']:.1%} reaches 0%")
+    """The config as given is compiled first, and a fit whose MFU bound reaches enough_mfu ends the search there;
+    else the first such fit of the walk does (remat full here, saving most: none, next, is not compiled). The micro
+    step's bound is a few per cent, so any positive threshold below it stops at the first fit."""
+    given, walked = searched["given"], searched["walked"]
+    assert [tuple(t) for t in given["tried"]] == [("none", 1, True)]
+    assert given["log"][-1].startswith(f"stopped: an MFU bound of {given['mfu']:.1%} reaches 0%")
+    assert [tuple(t) for t in walked["tried"]] == [("full", 1, True), ("none", 1, False)]  # the given: not built
+    assert "not built" in walked["log"][0] and walked["log"][-1].startswith("stopped: an MFU bound of")
+    assert len(walked["log"]) == 3
 
 
 def test_search_does_not_count_the_flops_of_a_fit_that_cannot_beat_the_best(searched, micro_plan):
