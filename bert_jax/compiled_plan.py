@@ -248,6 +248,31 @@ def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, 
     return float(total), "; ".join(notes), seconds, tuple(float(b) for b in per_layers)
 
 
+def _every_loop_flops_or_by_sequence(config, mesh, flops: float, traffic: hlo_traffic.Traffic,
+                                     per_layer: tuple | None = None) -> tuple[float, str, float, tuple | None]:
+    """_every_loop_flops; where its more unrolled compiles are refused for memory, one layer's FLOPs are counted
+    on the same step at one sequence per chip and scaled by the micro-batch: a layer's work is linear in its
+    sequences (ModernBERT-large at 8192 with dots remat fits 12 sequences per v5p chip; unrolled twice it does not)."""
+    try:
+        return _every_loop_flops(config, mesh, flops, traffic, per_layer)
+    except DoesNotFit as refused:
+        micro = config.train.global_batch_size // config.train.grad_accum_steps // (mesh.size // mesh.shape["tensor"])
+        if per_layer is not None or micro == 1:
+            raise
+        one = config.copy_and_resolve_references()
+        one.train.grad_accum_steps *= micro
+        _, compiled, seconds = _compile(one, mesh)
+        _, _, more, per_sequence = _every_loop_flops(one, mesh, float(_cost(compiled)["flops"]),
+                                                     hlo_traffic.traffic(compiled.as_text()))
+        if per_sequence is None:
+            raise refused from None
+        flops, how, rest, per_layer = _every_loop_flops(config, mesh, flops, traffic,
+                                                        tuple(b * micro for b in per_sequence))
+        how = how.replace("measured on a step like this one", f"counted at one sequence per chip, times {micro}: the "
+                          f"count at {micro} was refused for memory ({refused.needed_gib:.1f} GiB)")
+        return flops, how, seconds + more + rest, per_layer
+
+
 def _counted_by_trips(traffic: hlo_traffic.Traffic | None, config) -> bool:
     """Whether a TPU step has loops the compiler's count takes once (its own, or scanned layers): its FLOPs
     then need _every_loop_flops, and its bytes are hlo_traffic's."""
@@ -262,7 +287,8 @@ def count_every_layer(plan: "Plan", config, per_layer: tuple | None = None) -> t
         return plan, per_layer
     mesh = tpu_mesh(config, plan.tpu_slice)
     accum = config.train.grad_accum_steps
-    flops, how, seconds, per_layer = _every_loop_flops(config, mesh, plan.compiled_flops / accum, plan.traffic,
+    flops, how, seconds, per_layer = _every_loop_flops_or_by_sequence(config, mesh, plan.compiled_flops / accum,
+                                                                      plan.traffic,
                                                        per_layer)
     return dataclasses.replace(plan, compiled_flops=flops * accum, compile_s=plan.compile_s + seconds,
                                every_loop_counted=True,
@@ -299,7 +325,7 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         bytes_accessed = traffic.total  # the compiler's own figure counts each loop's body once
         if count_every_layer:
             try:
-                flops, layers_counted, seconds, _ = _every_loop_flops(config, mesh, flops, traffic)
+                flops, layers_counted, seconds, _ = _every_loop_flops_or_by_sequence(config, mesh, flops, traffic)
                 compile_s, counted = compile_s + seconds, True
             except DoesNotFit as e:  # the step fits; a variant compiled only to count FLOPs (more unrolled) did not
                 layers_counted = (f"FLOPs count each loop's body once (too low): the compile that counts every layer "

@@ -295,6 +295,22 @@ print("RESULT " + json.dumps(dict(
 
 
 @pytest.mark.slow
+def test_a_count_refused_for_memory_is_made_at_one_sequence_per_chip_and_scaled():
+    """1408 sequences per v5e chip fit scanned (15.1 GiB) but not at scan_unroll=2 (16.4 GiB refused), so every
+    layer's FLOPs are counted at one sequence per chip and scaled: the step still matches the formula, where
+    counting each loop's body once would miss three of its four layers."""
+    result = run_script("""
+import json
+from bert_jax import compiled_plan as plan, tpu_slices
+p = plan.make_plan(micro_config(batch=5632, layers=4), tpu_slices.parse_slice("v5e-4"))
+print("RESULT " + json.dumps(dict(flops=p.compiled_flops + p.pallas_flops, formula=p.formula_flops / p.num_devices,
+                                  how=p.layers_counted, counted=p.every_loop_counted)))
+""", timeout=1800)
+    assert result["counted"] and "counted at one sequence per chip, times 1408" in result["how"], result["how"]
+    assert abs(result["flops"] / result["formula"] - 1) < 0.05, result
+
+
+@pytest.mark.slow
 def test_scanned_loops_of_several_lengths_count_every_layer():
     """DeBERTa-v3's generator (2 layers) and discriminator (4) are two scans of different lengths: their
     per-layer FLOPs are solved from compiles at scan_unroll=1..3, and the scanned step then counts the FLOPs of
