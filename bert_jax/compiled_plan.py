@@ -288,8 +288,7 @@ def count_every_layer(plan: "Plan", config, per_layer: tuple | None = None) -> t
     mesh = tpu_mesh(config, plan.tpu_slice)
     accum = config.train.grad_accum_steps
     flops, how, seconds, per_layer = _every_loop_flops_or_by_sequence(config, mesh, plan.compiled_flops / accum,
-                                                                      plan.traffic,
-                                                       per_layer)
+                                                                      plan.traffic, per_layer)
     return dataclasses.replace(plan, compiled_flops=flops * accum, compile_s=plan.compile_s + seconds,
                                every_loop_counted=True,
                                layers_counted="; ".join(filter(None, [how, plan.layers_counted]))), per_layer

@@ -69,9 +69,8 @@ def _plan(config) -> None:
         if not os.environ.get("JAX_PLATFORMS"):
             jax.config.update("jax_platforms", "cpu")
         if _SEARCH.value:
-            print(plan_search.format_search(plan_search.search(config, tpu_slice, _HBM_GIB.value, enough_mfu=_ENOUGH_MFU.value,
-                                                                log=print),
-                                            _TPU.value, _NUM_SLICES.value, _HBM_GIB.value))
+            tried = plan_search.search(config, tpu_slice, _HBM_GIB.value, enough_mfu=_ENOUGH_MFU.value, log=print)
+            print(plan_search.format_search(tried, _TPU.value, _NUM_SLICES.value, _HBM_GIB.value))
             return
         try:
             plan = make_plan(config, tpu_slice)
