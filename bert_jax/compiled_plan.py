@@ -186,8 +186,8 @@ WHOLE_DOTS = {"xla_tpu_enable_windowed_einsum_for_all_gather": False,
               "xla_tpu_enable_windowed_einsum_for_reduce_scatter": False}
 
 
-def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, per_layer: tuple | None = None
-                      ) -> tuple[float, str, float, tuple | None]:
+def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, per_layer: tuple | None = None,
+                      per_layer_from: str = "measured on a step like this one") -> tuple[float, str, float, tuple | None]:
     """(FLOPs per micro-batch with every loop's trips counted, how, seconds, one layer's FLOPs for each length
     of layer loop, shortest first) of a TPU step whose compiled count is `flops`.
 
@@ -225,7 +225,7 @@ def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, 
     if max(lengths) <= 1:  # nothing the count missed
         return flops, "; ".join(notes), seconds, per_layer
     if per_layer is not None and len(per_layer) == len(lengths):
-        per_layers, source = list(per_layer), "measured on a step like this one"
+        per_layers, source = list(per_layer), per_layer_from
     else:
         row = lambda u: [1.0] + [float(_layers_in_loop(u, t)) for t in lengths]  # noqa: E731
         for unroll in range(2, max(lengths) + 1):  # compile only the unrolls that tell the loops apart
@@ -266,10 +266,10 @@ def _every_loop_flops_or_by_sequence(config, mesh, flops: float, traffic: hlo_tr
                                                      hlo_traffic.traffic(compiled.as_text()))
         if per_sequence is None:
             raise refused from None
-        flops, how, rest, per_layer = _every_loop_flops(config, mesh, flops, traffic,
-                                                        tuple(b * micro for b in per_sequence))
-        how = how.replace("measured on a step like this one", f"counted at one sequence per chip, times {micro}: the "
-                          f"count at {micro} was refused for memory ({refused.needed_gib:.1f} GiB)")
+        flops, how, rest, per_layer = _every_loop_flops(
+            config, mesh, flops, traffic, tuple(b * micro for b in per_sequence),
+            f"counted at one sequence per chip, times {micro}: the count at {micro} was refused for memory "
+            f"({refused.needed_gib:.1f} GiB)")
         return flops, how, seconds + more + rest, per_layer
 
 

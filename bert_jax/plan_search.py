@@ -40,6 +40,12 @@ class Candidate:
     remat: str
     grad_accum_steps: int
 
+    @classmethod
+    def of(cls, config) -> "Candidate":
+        """The configuration a config already is, as the search names it."""
+        return cls(bool(config.model.scan_layers), mesh_name(config), config.model.remat_policy,
+                   config.train.grad_accum_steps)
+
     def overrides(self) -> dict[str, object]:
         return {"model.scan_layers": self.scan, "model.remat_policy": self.remat, "mesh.shape": mesh_shape(self.mesh),
                 "mesh.rules": "fsdp_tp", "train.grad_accum_steps": self.grad_accum_steps}
@@ -115,8 +121,7 @@ def search(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0, remats=
     are skipped without compiling, and why, and when the search stops early; `log` names them). With
     enough_mfu, the config as given is compiled first: one that is already good enough ends the search there."""
     walk = _Walk(config, tpu_slice, hbm_gib, enough_mfu, log)
-    given = Candidate(bool(config.model.scan_layers), mesh_name(config), config.model.remat_policy,
-                      config.train.grad_accum_steps)
+    given = Candidate.of(config)
     if not (enough_mfu and walk.attempt(given)):
         walk.every(remats, meshes, scans)
     return sorted(walk.tried.values(), key=_rank)
@@ -262,8 +267,7 @@ def format_search(tried: list[Tried], tpu: str, num_slices: int, hbm_gib: float 
 
 def suggest_fit(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0) -> str:
     """For a config that does not fit: the first single change (as --search would make it) that does."""
-    current = Candidate(bool(config.model.scan_layers), mesh_name(config), config.model.remat_policy,
-                        config.train.grad_accum_steps)
+    current = Candidate.of(config)
     changes = [dataclasses.replace(current, grad_accum_steps=k)
                for k in accumulation_steps(config, tpu_slice, current.mesh) if k > current.grad_accum_steps][:2]
     changes += [dataclasses.replace(current, mesh="fsdp")] if current.mesh != "fsdp" else []
