@@ -72,6 +72,8 @@ class Plan:
     tpu_slice: tpu_slices.TpuSlice | None = None
     libtpu_init_args: str = ""
     every_loop_counted: bool = False  # FLOPs count every loop's trips (make_plan's count_every_layer)
+    # The most compiled_flops can be once every loop's trips are counted (they are, or need not be: equal).
+    flops_ceiling: float = math.inf
 
     @property
     def hbm_bytes(self) -> float:
@@ -85,6 +87,14 @@ class Plan:
     def layer_loop_trips(self) -> tuple[int, ...]:
         """A scanned TPU step's layer loops' trip counts."""
         return self.traffic.innermost_trips if self.traffic and self.scan_layers else ()
+
+    @property
+    def step_is_exact(self) -> bool:
+        """Whether the roofline step time is the step's own, not a lower bound on it: its FLOPs are counted, or
+        it is memory-bound even at its FLOPs ceiling (the bytes, counted by trips, are exact either way)."""
+        if self.flops_ceiling <= self.compiled_flops or self.roofline is None:
+            return True
+        return self.roofline.memory_s >= (self.flops_ceiling + self.pallas_flops) / self.roofline.peak_flops
 
     @property
     def roofline(self) -> Roofline | None:
@@ -273,6 +283,17 @@ def _every_loop_flops_or_by_sequence(config, mesh, flops: float, traffic: hlo_tr
         return flops, how, seconds + more + rest, per_layer
 
 
+def _flops_ceiling(flops: float, traffic: hlo_traffic.Traffic, accum: int) -> float:
+    """The most FLOPs per step that counting every loop's trips can give a step whose compiled count, `flops`
+    per micro-batch, takes each loop's body once: no instruction of a micro-batch runs more often than the longest
+    layer loop's trips times the longest compiler-made loop's (layer loops hold no layer loop), and the plan
+    counts the micro-batch `accum` times. Loose (all that is outside the layers counted as often), but it needs no
+    compile: a step memory-bound even at it has its step time without the count."""
+    if traffic.loops_counted_once:
+        return math.inf
+    return flops * accum * max(traffic.innermost_trips, default=1) * max(traffic.compiler_loop_trips, default=1)
+
+
 def _counted_by_trips(traffic: hlo_traffic.Traffic | None, config) -> bool:
     """Whether a TPU step has loops the compiler's count takes once (its own, or scanned layers): its FLOPs
     then need _every_loop_flops, and its bytes are hlo_traffic's."""
@@ -290,7 +311,7 @@ def count_every_layer(plan: "Plan", config, per_layer: tuple | None = None) -> t
     flops, how, seconds, per_layer = _every_loop_flops_or_by_sequence(config, mesh, plan.compiled_flops / accum,
                                                                       plan.traffic, per_layer)
     return dataclasses.replace(plan, compiled_flops=flops * accum, compile_s=plan.compile_s + seconds,
-                               every_loop_counted=True,
+                               every_loop_counted=True, flops_ceiling=flops * accum,
                                layers_counted="; ".join(filter(None, [how, plan.layers_counted]))), per_layer
 
 
@@ -320,12 +341,15 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
     layers_counted = ""
     traffic = hlo_traffic.traffic(compiled.as_text()) if tpu_slice is not None else None
     counted = False
+    accum = config.train.grad_accum_steps
+    ceiling = None  # the FLOPs are exact
     if _counted_by_trips(traffic, config):
         bytes_accessed = traffic.total  # the compiler's own figure counts each loop's body once
+        ceiling = _flops_ceiling(flops, traffic, accum)
         if count_every_layer:
             try:
                 flops, layers_counted, seconds, _ = _every_loop_flops_or_by_sequence(config, mesh, flops, traffic)
-                compile_s, counted = compile_s + seconds, True
+                compile_s, counted, ceiling = compile_s + seconds, True, None
             except DoesNotFit as e:  # the step fits; a variant compiled only to count FLOPs (more unrolled) did not
                 layers_counted = (f"FLOPs count each loop's body once (too low): the compile that counts every layer "
                                   f"was refused for memory ({e})")
@@ -333,7 +357,6 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         layers_counted = "; ".join(filter(None, [layers_counted, (
             f"{traffic.loops_counted_once} loop(s) whose trip count hlo_traffic could not read: their body counted "
             "once, so FLOPs and bytes are too low")]))
-    accum = config.train.grad_accum_steps
     if tpu_slice is not None and accum > 1:
         # Micro-batches run in a loop the compiler also counts once: an upper bound, counting the optimizer's
         # pass once per micro-batch rather than once per step. hlo_traffic counts the loop's trips when it can
@@ -370,7 +393,7 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         micro_batch_per_chip=config.train.global_batch_size // accum // (mesh.size // mesh.shape["tensor"]),
         layers_counted=layers_counted, pallas_flops=pallas_flops, tpu_slice=tpu_slice,
         libtpu_init_args=os.environ.get("LIBTPU_INIT_ARGS", "") if tpu_slice is not None else "",
-        traffic=traffic, every_loop_counted=counted,
+        traffic=traffic, every_loop_counted=counted, flops_ceiling=flops if ceiling is None else ceiling,
     )
 
 

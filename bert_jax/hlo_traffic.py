@@ -56,11 +56,16 @@ class Traffic:
     # Trip counts of the program's innermost loops (scans holding no scan; the compiler's own loops, such as a
     # windowed einsum's, do not count): a scanned step's layer loops.
     innermost_trips: tuple[int, ...] = ()
-    compiler_loops: int = 0  # loops the compiler made (windowed einsums: a dot in pieces around a collective)
+    # Trip counts of the loops the compiler made (windowed einsums: a dot in pieces around a collective).
+    compiler_loop_trips: tuple[int, ...] = ()
 
     @property
     def total(self) -> float:
         return self.hbm + self.on_chip
+
+    @property
+    def compiler_loops(self) -> int:
+        return len(self.compiler_loop_trips)
 
 
 def _array_bytes(type_text: str) -> tuple[float, float]:
@@ -327,9 +332,9 @@ def _count(name: str, computations: dict[str, list[str]], memo: dict, unknown: l
                 unknown.append(body)
             elif _program_loop(opcode, rest) and not _has_program_loop(body, computations, memo):
                 innermost.append(n)
-            if not _program_loop(opcode, rest):
-                made.append(body)
             n = 1 if n is None else n
+            if not _program_loop(opcode, rest):
+                made.append(n)
             hbm, other = hbm + n * body_hbm, other + n * body_other
             continue
         if opcode in ("call", "conditional"):
@@ -370,7 +375,7 @@ def traffic(hlo_text: str) -> Traffic:
     computations, entry = _computations(hlo_text)
     unknown: list[str] = []
     innermost: list[int] = []
-    made: list[str] = []
+    made: list[int] = []
     hbm, other = _count(entry, computations, {}, unknown, innermost, made)
     return Traffic(hbm=hbm, on_chip=other, loops_counted_once=len(unknown), innermost_trips=tuple(innermost),
-                   compiler_loops=len(made))
+                   compiler_loop_trips=tuple(made))

@@ -58,7 +58,8 @@ print("RESULT " + json.dumps(dict(unrolled_flops=u.compiled_flops, unrolled_hbm=
     compiled_flops=p.compiled_flops, pallas_flops=p.pallas_flops, formula_flops=p.formula_flops,
     devices=p.num_devices, bytes=p.bytes_accessed, hbm=p.hbm_bytes, on_chip=p.on_chip_bytes, roofline_bytes=r.bytes,
     mfu=r.mfu, step_s=r.step_s, bound=r.bound, screened_step_s=screened.roofline.step_s,
-    screened_flops=screened.compiled_flops, screened_hbm=screened.hbm_bytes,
+    screened_flops=screened.compiled_flops, screened_hbm=screened.hbm_bytes, ceiling=screened.flops_ceiling,
+    screened_exact=screened.step_is_exact,
     layers_counted=p.layers_counted, report=plan.format_plan(p))))
 """)
 
@@ -147,17 +148,17 @@ def searched():
 import json
 from bert_jax import plan_search, tpu_slices
 s = tpu_slices.parse_slice("v5e-4")
-def searched(config):
+def searched(config, scans):
     lines = []
-    tried = plan_search.search(config, s, remats=("none", "full"), meshes=("dp",), scans=(False,),  # unrolled: one
-                               enough_mfu=1e-6, log=lines.append)  # compile each
+    tried = plan_search.search(config, s, remats=("none", "full"), meshes=("dp",), scans=scans, enough_mfu=1e-6,
+                               log=lines.append)
     return dict(tried=[(t.candidate.remat, t.candidate.grad_accum_steps, t.fits) for t in tried],
                 mfu=tried[0].plan.roofline.mfu, log=lines)
-given = micro_config(scan=False)  # remat none, data parallel
-walked = micro_config(scan=False)
+given = micro_config(scan=False)  # remat none, data parallel, unrolled: one compile
+walked = micro_config()  # scanned: memory-bound at its FLOPs ceiling, so one compile too
 walked.mesh.shape = (1, -1, 3)  # 3-way tensor over 4 chips: the given config is not built, the walk goes on
 slow = plan_search._try(micro_config(), plan_search.Candidate(True, "dp", "none", 1), s, 0.0, {}, beat=1e-9)
-print("RESULT " + json.dumps(dict(given=searched(given), walked=searched(walked), slow=dict(fits=slow.fits,
+print("RESULT " + json.dumps(dict(given=searched(given, (False,)), walked=searched(walked, (True,)), slow=dict(fits=slow.fits,
     error=slow.error, counted=slow.plan.every_loop_counted, trips=slow.plan.layer_loop_trips))))
 """)
 
@@ -172,6 +173,17 @@ def test_search_stops_at_a_fit_whose_bound_is_enough(searched):
     assert [tuple(t) for t in walked["tried"]] == [("full", 1, True), ("none", 1, False)]  # the given: not built
     assert "not built" in walked["log"][0] and walked["log"][-1].startswith("stopped: an MFU bound of")
     assert len(walked["log"]) == 3
+
+
+def test_search_needs_no_count_for_a_step_memory_bound_at_its_flops_ceiling(searched, micro_plan):
+    """No instruction of a scanned step runs more often than its longest loop's trips, so the compiler's count
+    times those trips is a ceiling on the counted FLOPs. A step memory-bound even at that ceiling has its step time
+    from its bytes alone: the search ranks it as counted, and may stop at it, without the compile that counts."""
+    assert "(FLOPs not counted (memory-bound at any count))" in searched["walked"]["log"][1]
+    assert micro_plan["screened_flops"] < micro_plan["compiled_flops"] <= micro_plan["ceiling"]
+    assert micro_plan["ceiling"] < 1.2 * micro_plan["compiled_flops"]  # 4 layers: outside them, little (1.07)
+    assert micro_plan["screened_exact"] and micro_plan["bound"] == "memory-bound"
+    assert micro_plan["screened_step_s"] == micro_plan["step_s"]
 
 
 def test_search_does_not_count_the_flops_of_a_fit_that_cannot_beat_the_best(searched, micro_plan):
