@@ -126,6 +126,7 @@ def test_a_counted_loop_without_a_trip_count_has_it_read_from_its_condition_body
     windowed = counted_loop_module(step=2).replace('op_name="jit(step)/while"', 'op_name="jit(step)/dot_general"')
     stepping_by_two = hlo_traffic.traffic(windowed)
     assert stepping_by_two.loops_counted_once == 0 and stepping_by_two.innermost_trips == ()
+    assert stepping_by_two.compiler_loop_trips == (2,) and counted.compiler_loop_trips == ()  # a FLOPs ceiling's factor
     assert stepping_by_two.hbm == counted.hbm - 2 * MIB - 20  # one trip fewer
     stepping_down = hlo_traffic.traffic(counted_loop_module(step=-1))  # not the form it reads: counted once, said
     assert stepping_down.loops_counted_once == 1 and stepping_down.innermost_trips == ()
