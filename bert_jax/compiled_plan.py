@@ -126,6 +126,19 @@ class DoesNotFit(Exception):
         self.needed_gib, self.available_gib = needed_gib, available_gib
 
 
+_UNIT_GIB = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0}
+
+
+def refused_sizes_gib(message: str) -> tuple[float, float] | None:
+    """(needed, available) GiB per chip from the TPU compiler's refusal, "RESOURCE_EXHAUSTED: Ran out of memory on
+    HBM, the total memory required for HLO temporaries (41.11G) exceeds available HBM (15.75G)." (1.08T where a
+    search asks for 512 sequences per chip with dots remat); None for any other error."""
+    sizes = re.search(r"temporaries \(([\d.]+)([KMGT])\) exceeds available HBM \(([\d.]+)([KMGT])\)", message)
+    if "RESOURCE_EXHAUSTED" not in message or not sizes:
+        return None
+    return float(sizes.group(1)) * _UNIT_GIB[sizes.group(2)], float(sizes.group(3)) * _UNIT_GIB[sizes.group(4)]
+
+
 def _compile(config, mesh, compiler_options: dict | None = None):
     """(program, compiled step, seconds to compile) for config's train step on mesh."""
     program = build_program(config, mesh)
@@ -139,12 +152,10 @@ def _compile(config, mesh, compiler_options: dict | None = None):
         try:
             compiled = lowered.compile(compiler_options=compiler_options)
         except jax.errors.JaxRuntimeError as e:
-            # "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries
-            # (41.11G) exceeds available HBM (15.75G)."
-            sizes = re.search(r"temporaries \(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)", str(e))
-            if "RESOURCE_EXHAUSTED" not in str(e) or not sizes:
+            sizes = refused_sizes_gib(str(e))
+            if sizes is None:
                 raise
-            needed, available = float(sizes.group(1)), float(sizes.group(2))
+            needed, available = sizes
             raise DoesNotFit(f"does not fit: the TPU compiler needs {needed:.2f} GiB per chip for temporaries "
                              f"alone, of the {available:.2f} GiB it can use ({needed - available:.2f} GiB over; "
                              f"compiled in {time.perf_counter() - start:.0f} s)", needed, available) from None

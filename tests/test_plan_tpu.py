@@ -234,6 +234,18 @@ except plan.DoesNotFit as e:
     assert result["tried"][0] is False and result["tried"][1] == pytest.approx(result["needed"] - result["available"])
 
 
+def test_the_compilers_refusal_is_read_in_any_unit():
+    """DeBERTa-v3-large with dots remat at 512 sequences per v5p chip is refused needing 1.08T: read as 1106 GiB,
+    a verdict the search goes on from, not an error that ends it."""
+    from bert_jax import compiled_plan as plan
+    message = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries ({}) "
+               "exceeds available HBM (95.74G).")
+    assert plan.refused_sizes_gib(message.format("41.11G")) == (41.11, 95.74)
+    assert plan.refused_sizes_gib(message.format("1.08T")) == (pytest.approx(1.08 * 1024), 95.74)
+    assert plan.refused_sizes_gib(message.format("512.5M")) == (pytest.approx(0.5005, abs=1e-4), 95.74)
+    assert plan.refused_sizes_gib("INTERNAL: something else") is None
+
+
 def test_missing_libtpu_names_the_install_command():
     result = run_script("""
 import json, sys
