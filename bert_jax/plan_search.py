@@ -27,6 +27,8 @@ import dataclasses
 import math
 from typing import Callable
 
+import jax
+
 from bert_jax import compiled_plan as planner
 from bert_jax import tpu_slices
 
@@ -67,6 +69,7 @@ class Tried:
     error: str = ""
     over_gib: float = 0.0  # refused by the compiler (planner.DoesNotFit): needed minus available, per chip
     needed_gib: float = 0.0  # refused: what the compiler needed for temporaries, per chip
+    compile_failed: bool = False  # the TPU compiler failed on it (e.g. out of on-chip vmem): another shape may not
 
 
 def mesh_shape(name: str) -> tuple[int, int, int]:
@@ -176,7 +179,7 @@ class _Walk:
                         if result.fits:
                             ceiling = micro  # a remat policy that saves less fits no more
                             break
-                        if result.plan is None and not result.over_gib:
+                        if result.plan is None and not (result.over_gib or result.compile_failed):
                             break  # not built: no micro-batch changes that
                         if result.over_gib:  # refused: its temporaries alone exceed what the compiler could use
                             needed, limit = result.needed_gib, result.needed_gib - result.over_gib
@@ -202,6 +205,11 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
     except planner.DoesNotFit as e:  # far over: a smaller micro-batch may still fit
         return Tried(candidate, None, False, str(e), over_gib=e.needed_gib - e.available_gib,
                      needed_gib=e.needed_gib)
+    except jax.errors.JaxRuntimeError as e:  # as it would on a TPU: a verdict on this candidate, not on the search
+        # DeBERTa-v3-large, FSDP, remat full, 128 sequences per v4 chip: "RESOURCE_EXHAUSTED: XLA:TPU compile
+        # permanent error. Ran out of memory in memory space vmem. Used 18.16M of 16.00M vmem. ...", then a listing.
+        return Tried(candidate, None, False, "the TPU compiler failed: " + str(e).strip().splitlines()[0][:300],
+                     compile_failed=True)
     if not planner.fits(screened, hbm_gib)[0]:
         return Tried(candidate, screened, False)
     if planner.counting_needed(screened, c):
@@ -219,8 +227,9 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
     known = tuple(f * batch for f in layer_flops[key]) if key in layer_flops else None
     try:
         counted, per_layer = planner.count_every_layer(screened, c, known)
-    except planner.DoesNotFit as e:  # it fits; the more unrolled step compiled to count its FLOPs does not
-        return Tried(candidate, screened, True, f"FLOPs not counted (too low, the count refused), ranked last: {e}")
+    except (planner.DoesNotFit, jax.errors.JaxRuntimeError) as e:  # it fits; a step compiled to count does not
+        return Tried(candidate, screened, True, f"FLOPs not counted (too low, the count refused), ranked last: "
+                     f"{str(e).strip().splitlines()[0][:300]}")
     if per_layer is not None:
         layer_flops[key] = tuple(f / batch for f in per_layer)
     return Tried(candidate, counted, True)
@@ -240,7 +249,7 @@ def _describe(t: Tried, tpu_slice) -> str:
     micro = f"grad_accum {c.grad_accum_steps}"
     head = f"scan={c.scan} mesh={c.mesh} remat={c.remat} {micro}"
     if t.plan is None:
-        return f"{head}: {t.error}" if t.over_gib else f"{head}: not built ({t.error})"
+        return f"{head}: {t.error}" if t.over_gib or t.compile_failed else f"{head}: not built ({t.error})"
     text = f"{head}: peak {t.plan.peak_bytes / GIB:.2f} GiB per chip, compiled in {t.plan.compile_s:.0f} s"
     if t.fits:
         r = t.plan.roofline
