@@ -74,6 +74,7 @@ class Plan:
     every_loop_counted: bool = False  # FLOPs count every loop's trips (make_plan's count_every_layer)
     # The most compiled_flops can be once every loop's trips are counted (they are, or need not be: equal).
     flops_ceiling: float = math.inf
+    dots_whole: bool = False  # compiled_flops are from the step compiled with windowed einsums off (WHOLE_DOTS)
 
     @property
     def hbm_bytes(self) -> float:
@@ -208,7 +209,8 @@ WHOLE_DOTS = {"xla_tpu_enable_windowed_einsum_for_all_gather": False,
 
 
 def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, per_layer: tuple | None = None,
-                      per_layer_from: str = "measured on a step like this one") -> tuple[float, str, float, tuple | None]:
+                      per_layer_from: str = "measured on a step like this one",
+                      dots_whole: bool = False) -> tuple[float, str, float, tuple | None]:
     """(FLOPs per micro-batch with every loop's trips counted, how, seconds, one layer's FLOPs for each length
     of layer loop, shortest first) of a TPU step whose compiled count is `flops`.
 
@@ -219,13 +221,14 @@ def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, 
     u = 2 and 3, not at 5), and every layer counts out + sum_g T_g * b_g. The lengths are the trips of the
     scan_unroll=1 program (hlo_traffic). Bytes need none of this: hlo_traffic counts each loop's trips. A
     caller that knows one layer's FLOPs per length (`per_layer`: a search, from a step like this one) skips
-    the compiles at other unrolls.
+    the compiles at other unrolls; `dots_whole`: `flops` are already from the step with windowed einsums off.
     """
     options = WHOLE_DOTS if traffic.compiler_loops else None
     seconds, notes = 0.0, []
     if options:
-        _, compiled, seconds = _compile(config, mesh, options)
-        flops = float(_cost(compiled)["flops"])
+        if not dots_whole:
+            _, compiled, seconds = _compile(config, mesh, options)
+            flops = float(_cost(compiled)["flops"])
         notes.append(f"FLOPs from the step compiled with windowed einsums off: the compiler's {traffic.compiler_loops} "
                      "loops around pieces of a dot count their body once")
     if not (config.model.scan_layers and traffic.innermost_trips):
@@ -270,12 +273,13 @@ def _every_loop_flops(config, mesh, flops: float, traffic: hlo_traffic.Traffic, 
 
 
 def _every_loop_flops_or_by_sequence(config, mesh, flops: float, traffic: hlo_traffic.Traffic,
-                                     per_layer: tuple | None = None) -> tuple[float, str, float, tuple | None]:
+                                     per_layer: tuple | None = None,
+                                     dots_whole: bool = False) -> tuple[float, str, float, tuple | None]:
     """_every_loop_flops; where its more unrolled compiles are refused for memory, one layer's FLOPs are counted
     on the same step at one sequence per chip and scaled by the micro-batch: a layer's work is linear in its
     sequences (ModernBERT-large at 8192 with dots remat fits 12 sequences per v5p chip; unrolled twice it does not)."""
     try:
-        return _every_loop_flops(config, mesh, flops, traffic, per_layer)
+        return _every_loop_flops(config, mesh, flops, traffic, per_layer, dots_whole=dots_whole)
     except DoesNotFit as refused:
         micro = config.train.global_batch_size // config.train.grad_accum_steps // (mesh.size // mesh.shape["tensor"])
         if per_layer is not None or micro == 1:
@@ -290,19 +294,21 @@ def _every_loop_flops_or_by_sequence(config, mesh, flops: float, traffic: hlo_tr
         flops, how, rest, per_layer = _every_loop_flops(
             config, mesh, flops, traffic, tuple(b * micro for b in per_sequence),
             f"counted at one sequence per chip, times {micro}: the count at {micro} was refused for memory "
-            f"({refused.needed_gib:.1f} GiB)")
+            f"({refused.needed_gib:.1f} GiB)", dots_whole)
         return flops, how, seconds + more + rest, per_layer
 
 
-def _flops_ceiling(flops: float, traffic: hlo_traffic.Traffic, accum: int) -> float:
+def _flops_ceiling(flops: float, traffic: hlo_traffic.Traffic, accum: int, dots_whole: bool = False) -> float:
     """The most FLOPs per step that counting every loop's trips can give a step whose compiled count, `flops`
     per micro-batch, takes each loop's body once: no instruction of a micro-batch runs more often than the longest
     layer loop's trips times the longest compiler-made loop's (layer loops hold no layer loop), and the plan
-    counts the micro-batch `accum` times. Loose (all that is outside the layers counted as often), but it needs no
-    compile: a step memory-bound even at it has its step time without the count."""
+    counts the micro-batch `accum` times (`dots_whole`: counted with those compiler loops compiled away). Loose (all
+    that is outside the layers counted as often), but a step memory-bound even at it has its step time without
+    the count."""
     if traffic.loops_counted_once:
         return math.inf
-    return flops * accum * max(traffic.innermost_trips, default=1) * max(traffic.compiler_loop_trips, default=1)
+    windows = 1 if dots_whole else max(traffic.compiler_loop_trips, default=1)
+    return flops * accum * max(traffic.innermost_trips, default=1) * windows
 
 
 def _counted_by_trips(traffic: hlo_traffic.Traffic | None, config) -> bool:
@@ -320,10 +326,25 @@ def count_every_layer(plan: "Plan", config, per_layer: tuple | None = None) -> t
     mesh = tpu_mesh(config, plan.tpu_slice)
     accum = config.train.grad_accum_steps
     flops, how, seconds, per_layer = _every_loop_flops_or_by_sequence(config, mesh, plan.compiled_flops / accum,
-                                                                      plan.traffic, per_layer)
+                                                                      plan.traffic, per_layer, plan.dots_whole)
     return dataclasses.replace(plan, compiled_flops=flops * accum, compile_s=plan.compile_s + seconds,
                                every_loop_counted=True, flops_ceiling=flops * accum,
                                layers_counted="; ".join(filter(None, [how, plan.layers_counted]))), per_layer
+
+
+def with_whole_dots(plan: "Plan", config) -> "Plan":
+    """A plan made with count_every_layer=False, its FLOPs now from the step compiled with windowed einsums off
+    (one compile, not unrolled; count_every_layer then skips it). They still take a layer loop's body once, but
+    their ceiling no longer multiplies by the windowed loops' trips (16 under FSDP on v5p-32), so a memory-bound
+    FSDP step can be settled without the unrolled compiles."""
+    if plan.dots_whole or not plan.traffic or not plan.traffic.compiler_loops:
+        return plan
+    _, compiled, seconds = _compile(config, tpu_mesh(config, plan.tpu_slice), WHOLE_DOTS)
+    flops, accum = float(_cost(compiled)["flops"]), config.train.grad_accum_steps
+    counted = not (config.model.scan_layers and plan.traffic.innermost_trips)  # no layer loops: nothing else to count
+    return dataclasses.replace(plan, compiled_flops=flops * accum, compile_s=plan.compile_s + seconds, dots_whole=True,
+                               every_loop_counted=counted,
+                               flops_ceiling=flops * accum if counted else _flops_ceiling(flops, plan.traffic, accum, True))
 
 
 def counting_needed(plan: "Plan", config) -> bool:

@@ -212,6 +212,8 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
                      compile_failed=True)
     if not planner.fits(screened, hbm_gib)[0]:
         return Tried(candidate, screened, False)
+    if planner.counting_needed(screened, c) and screened.roofline.step_s < beat and not screened.step_is_exact:
+        screened = planner.with_whole_dots(screened, c)  # one compile, not unrolled: under FSDP, a lower ceiling
     if planner.counting_needed(screened, c):
         r = screened.roofline
         if r.step_s >= beat:
