@@ -179,7 +179,9 @@ class _Walk:
                         if result.fits:
                             ceiling = micro  # a remat policy that saves less fits no more
                             break
-                        if result.plan is None and not (result.over_gib or result.compile_failed):
+                        if result.compile_failed:
+                            continue  # says nothing of memory: the next micro-batch is another program
+                        if result.plan is None and not result.over_gib:
                             break  # not built: no micro-batch changes that
                         if result.over_gib:  # refused: its temporaries alone exceed what the compiler could use
                             needed, limit = result.needed_gib, result.needed_gib - result.over_gib
