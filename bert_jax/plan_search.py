@@ -14,8 +14,10 @@ axis), unless the count cannot change the ranking. A scanned step's bytes are ex
 FLOPs only too low, so its roofline step time then is a lower bound: a fit no faster than the best so far is
 kept uncounted. Its FLOPs have a ceiling too (no instruction runs more often than the longest loop's trips): a
 fit memory-bound even at that ceiling has its step time, its bytes', without the count (DeBERTa-v3-large, two
-layer loops, memory-bound at 24 %, would need three more compiles of ten minutes each per remat policy). They
-are ranked by the roofline step time, lower bounds last. The search prints as it goes.
+layer loops, memory-bound at 24 %, would need three more compiles of ten minutes each per remat policy); under
+FSDP, whose windowed einsums' loops loosen that ceiling, after one compile with them off. They are ranked by the
+roofline step time, lower bounds last. A candidate the compiler fails on (out of on-chip vmem, say) is named
+and the walk goes on. The search prints as it goes.
 
 It stops at the first fit whose MFU bound reaches `enough_mfu` (plan's default 98 %), beginning with the config as
 given, so a config that is already there costs one plan: a bound is the formula's
