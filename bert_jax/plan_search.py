@@ -212,8 +212,7 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
     except jax.errors.JaxRuntimeError as e:  # as it would on a TPU: a verdict on this candidate, not on the search
         # DeBERTa-v3-large, FSDP, remat full, 128 sequences per v4 chip: "RESOURCE_EXHAUSTED: XLA:TPU compile
         # permanent error. Ran out of memory in memory space vmem. Used 18.16M of 16.00M vmem. ...", then a listing.
-        return Tried(candidate, None, False, "the TPU compiler failed: " + str(e).strip().splitlines()[0][:300],
-                     compile_failed=True)
+        return Tried(candidate, None, False, "the TPU compiler failed: " + _first_line(e), compile_failed=True)
     if not planner.fits(screened, hbm_gib)[0]:
         return Tried(candidate, screened, False)
     if planner.counting_needed(screened, c) and screened.roofline.step_s < beat and not screened.step_is_exact:
@@ -235,10 +234,15 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
         counted, per_layer = planner.count_every_layer(screened, c, known)
     except (planner.DoesNotFit, jax.errors.JaxRuntimeError) as e:  # it fits; a step compiled to count does not
         return Tried(candidate, screened, True, f"FLOPs not counted (too low, the count refused), ranked last: "
-                     f"{str(e).strip().splitlines()[0][:300]}")
+                     f"{_first_line(e)}")
     if per_layer is not None:
         layer_flops[key] = tuple(f / batch for f in per_layer)
     return Tried(candidate, counted, True)
+
+
+def _first_line(error: Exception) -> str:
+    """A compiler error's first line: its verdict, without the allocation listing that follows."""
+    return str(error).strip().splitlines()[0][:300]
 
 
 def _rank(t: Tried):
