@@ -164,6 +164,8 @@ class _Walk:
 
     def every(self, remats, meshes, scans) -> None:
         config, tpu_slice = self.config, self.tpu_slice
+        # A fixed order, however --search_remats is spelled, so the log and an early stop are the same for the
+        # same set of policies; it no longer bounds one policy's micro-batches by another's.
         saving_most_first = sorted(remats, key=lambda r: REMATS[::-1].index(r) if r in REMATS else -1)
         for scan in scans:
             for mesh in meshes:
