@@ -78,10 +78,10 @@ from ml_collections import config_flags  # noqa: E402
 
 import real_length_batches  # noqa: E402
 from bert_jax.parallel.mesh import global_batch, make_mesh  # noqa: E402
-from bert_jax.memory_fit import compiled_peak_bytes  # noqa: E402
+from bert_jax.plan.memory_fit import compiled_peak_bytes  # noqa: E402
 from bert_jax.train import perf  # noqa: E402
 from bert_jax.train.program import build_program  # noqa: E402
-from data_pipelines import pipeline  # noqa: E402
+from data_pipelines.loader import pipeline  # noqa: E402
 
 try:
     import torch_bert

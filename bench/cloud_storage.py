@@ -34,7 +34,7 @@ REPEATS = flags.DEFINE_integer("repeats", 2, "A/B pairs")
 
 def _corpus(root: str) -> str:
     from bert_jax.storage import paths
-    from data_pipelines import corpus
+    from data_pipelines.sources import corpus
 
     documents = list(corpus.embedded_documents())
     for i in range(4):
@@ -69,8 +69,8 @@ def main(argv):
     import jax
 
     from bert_jax.train.loop import train_and_evaluate
-    from data_pipelines import pipeline
-    from data_pipelines import tokenizer as tokenizer_lib
+    from data_pipelines.loader import pipeline
+    from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
     local_root = tempfile.mkdtemp(prefix="bench_cloud_")
     jax.config.update("jax_compilation_cache_dir", f"{local_root}/xla_cache")

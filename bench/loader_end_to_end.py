@@ -29,8 +29,8 @@ from ml_collections import config_flags
 
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.train.program import build_program
-from data_pipelines import pipeline
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.loader import pipeline
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 sys.path.insert(0, os.path.dirname(__file__))
 from loader_throughput import _prepared_corpus  # noqa: E402 (the same bench corpus)

@@ -28,8 +28,10 @@ import psutil
 from absl import flags
 
 from configs import tiny
-from data_pipelines import corpus, pipeline, prepare
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.sources import corpus
+from data_pipelines.loader import pipeline
+from data_pipelines.shards import prepare
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 BATCH = 256
 # (name, max_seq_length, max_predictions_per_seq, masking)

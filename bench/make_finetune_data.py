@@ -25,7 +25,7 @@ import sys
 from absl import app, flags
 
 from bert_jax.storage import paths
-from data_pipelines import corpus
+from data_pipelines.sources import corpus
 
 LABELS = ("original", "shifted")
 SPLITS = ("train", "validation", "test")

@@ -18,8 +18,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 from transformers import BertTokenizerFast, DataCollatorForLanguageModeling  # noqa: E402
 
-from data_pipelines import masking  # noqa: E402
-from data_pipelines.tokenizer import SpecialIds  # noqa: E402
+from data_pipelines.loader import masking  # noqa: E402
+from data_pipelines.tokenizers.tokenizer import SpecialIds  # noqa: E402
 
 VOCAB, BATCH, REPEATS = 8192, 256, 5
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)

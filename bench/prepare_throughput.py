@@ -35,8 +35,9 @@ import time
 from absl import app, flags
 
 import configs.base
-from data_pipelines import corpus, prepare, prepare_beam
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.sources import corpus
+from data_pipelines.shards import prepare, prepare_beam
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 _MEGABYTES = flags.DEFINE_integer("megabytes", 200, "Corpus size to build, in MB (10^6 bytes).")
 _NUM_FILES = flags.DEFINE_integer("num_files", 16, "Text files the corpus is spread over.")

@@ -10,15 +10,16 @@ fixed seed, so both layouts see the same documents:
   padded   doc_sentences: one document per row, padding to max_seq_length (documents
            longer than a row split into row-sized pieces, as packing does)
 
-Rows are built by the pipeline's own builders (data_pipelines/packing.py) and masked by
+Rows are built by the pipeline's own builders (data_pipelines/examples/packing.py) and masked by
 its MaskBatch, so the batches are exactly what pre-training would feed the step.
 """
 import dataclasses
 
 import numpy as np
 
-from data_pipelines import builders, masking, packing, pipeline
-from data_pipelines.tokenizer import SpecialIds
+from data_pipelines.examples import builders, packing
+from data_pipelines.loader import masking, pipeline
+from data_pipelines.tokenizers.tokenizer import SpecialIds
 
 LAYOUTS = {"packed": "packed", "padded": "doc_sentences"}  # layout -> config.data.example_builder
 

@@ -9,7 +9,7 @@
 Each row keeps the config's global batch (the paper's) and reaches it by gradient accumulation
 over a per-chip micro-batch of --tokens_per_chip tokens (64 x 128, 16 x 512, 1 x 8192); it prints
 the peak per chip against the HBM, the roofline tokens/s per chip and MFU bound
-(bert_jax/roofline.py, on HBM bytes: bert_jax/hlo_traffic.py), and with --search the best configuration `plan --search` finds,
+(bert_jax/plan/roofline.py, on HBM bytes: bert_jax/plan/hlo_traffic.py), and with --search the best configuration `plan --search` finds,
 among scanned layers only unless --search_unrolled (an unrolled 24-layer step compiles in 10-20 min on 2 cores, a
 scanned one in 1-2). Each plan runs in its own process (libtpu starts there).
 """
@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from bert_jax import plan_search
+from bert_jax.plan import plan_search
 
 ROWS = {  # name: (config module, overrides)
     "bert_large_128": ("configs.bert_large", {}),
@@ -39,7 +39,8 @@ SLICES = ("v4-32", "v5e-16", "v5p-32")
 
 ONE_ROW = """
 import json, sys
-from bert_jax import compiled_plan as plan, plan_search, tpu_slices
+from bert_jax.plan import compiled_plan as plan, plan_search
+from bert_jax.parallel import tpu_slices
 import importlib
 name, module, overrides, tpu, tokens, search, scans, meshes, remats, enough_mfu, plan_too = json.loads(sys.argv[1])
 c = plan_search.with_overrides(importlib.import_module(module).get_config(), overrides)

@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 from bert_jax import export  # noqa: E402
 from bert_jax.train.loop import train_and_evaluate  # noqa: E402
-from bert_jax.vocab_extension import ExtendRequest, extend_vocab  # noqa: E402
+from bert_jax.vocab.extension import ExtendRequest, extend_vocab  # noqa: E402
 from configs import tiny  # noqa: E402
-from data_pipelines import corpus, sources  # noqa: E402
-from data_pipelines.tokenizer import load_tokenizer  # noqa: E402
+from data_pipelines.sources import corpus, documents as sources  # noqa: E402
+from data_pipelines.tokenizers.tokenizer import load_tokenizer  # noqa: E402
 
 LICENCES = pathlib.Path("/usr/share/common-licenses")
 RUNS = ("none", "fvt", "random", "fvt_warmup")

@@ -10,7 +10,7 @@ import orbax.checkpoint as ocp
 from absl import app, flags, logging
 
 from bert_jax.families import get_family
-from bert_jax.log_filter import log_info_quietly
+from bert_jax.train.log_filter import log_info_quietly
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import CONFIG_FILE, Workdir
 

@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 import flax.linen as nn
 
-from bert_jax.checkpoint import (hf_albert, hf_bert, hf_deberta_v3, hf_distilbert, hf_electra, hf_modernbert,
-                                 hf_roberta)
+from bert_jax.hf import (albert as hf_albert, bert as hf_bert, deberta_v3 as hf_deberta_v3,
+                         distilbert as hf_distilbert, electra as hf_electra, modernbert as hf_modernbert, roberta as hf_roberta)
 from bert_jax.models import albert, bert, deberta_v3, distilbert, electra, modernbert, roberta
 from bert_jax.objectives import replaced_token_detection
-from bert_jax.checkpoint.hf_exported import HfExport
+from bert_jax.hf.exported import HfExport
 from bert_jax.models.param_roles import ParamRoles
 from bert_jax.objectives.objective import Objective
 from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING

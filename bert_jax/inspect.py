@@ -23,7 +23,7 @@ from absl import app, flags
 
 from bert_jax.finetune import init_from
 from bert_jax.storage import paths
-from data_pipelines.tokenizer import load_tokenizer
+from data_pipelines.tokenizers.tokenizer import load_tokenizer
 
 MODES = ("fill_mask", "attention")
 MASK_MARKERS = ("[MASK]", "<mask>")

@@ -57,7 +57,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.param_dtype = "float32"
 
     c.data = ml_collections.ConfigDict()
-    # Sources (data_pipelines/sources.py): embedded | text | jsonl | parquet | tfds | prepared.
+    # Sources (data_pipelines/sources/documents.py): embedded | text | jsonl | parquet | tfds | prepared.
     c.data.source = "embedded"
     c.data.path = ""  # text/jsonl/parquet: file, directory or glob (.gz ok); prepared: its out dir
     c.data.field = "text"  # jsonl field / parquet column / tfds feature holding a document
@@ -69,7 +69,7 @@ def get_config() -> ml_collections.ConfigDict:
     # prepared shards in a bucket are copied to $BERT_JAX_CACHE_DIR as a host first reads them;
     # least recently used files are evicted to stay within this many bytes (0 = no bound)
     c.data.shard_cache_bytes = 64 * 2**30
-    # Tokenizer (data_pipelines/tokenizer.py): trained once per workdir unless `path` is set.
+    # Tokenizer (data_pipelines/tokenizers/tokenizer.py): trained once per workdir unless `path` is set.
     c.data.tokenizer = ml_collections.ConfigDict()
     c.data.tokenizer.kind = "wordpiece"  # wordpiece | bpe (RoBERTa) | unigram | sentencepiece_bpe (ALBERT)
     c.data.tokenizer.path = ""  # vocab.txt / tokenizer.json / .model, or a directory holding one
@@ -83,11 +83,11 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.mask_rate = 0.15  # share of non-special tokens predicted (15-40% are sensible)
     c.data.short_seq_prob = 0.1
     c.data.nsp_random_prob = 0.5
-    # Examples (data_pipelines/builders.py, packing.py): nsp (BERT) | sop (ALBERT) |
+    # Examples (data_pipelines/examples/builders.py, packing.py): nsp (BERT) | sop (ALBERT) |
     # full_sentences (RoBERTa) | doc_sentences | packed (several documents per row, segment_ids).
     c.data.example_builder = "nsp"
     c.data.nsp_reservoir_docs = 100  # NSP's random B comes from this many recent documents
-    # Masking (data_pipelines/masking.py): token (80/10/10) | whole_word | span (SpanBERT) | ngram (ALBERT).
+    # Masking (data_pipelines/loader/masking.py): token (80/10/10) | whole_word | span (SpanBERT) | ngram (ALBERT).
     c.data.masking = "token"
     c.data.span_p = 0.2  # span: geometric length parameter
     c.data.max_span_length = 10  # span: lengths (in words) truncated here

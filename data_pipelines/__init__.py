@@ -1,5 +1,13 @@
-"""Data for BERT pre-training: sources -> documents -> token ids -> NSP pairs -> masks -> batches.
+"""Data for BERT pre-training, a folder per stage:
 
-Each stage is a function of its inputs (plus an explicit seed), so a later stage can be
-swapped (e.g. a streaming ArrayRecord source) without touching the others.
+    sources/     sources -> documents (files, TFDS, the embedded corpus; segmenters)
+    tokenizers/  documents -> token ids (the tokenizer kinds, training, load/save, extension)
+    shards/      token ids on disk: prepared ArrayRecord shards (`prepare`, `prepare_beam`)
+    examples/    token ids -> examples (NSP/SOP pairs, packed rows)
+    loader/      examples -> masks -> batches (the grain pipeline, shuffles, masking)
+
+`prepare.py`, `prepare_beam.py` and `tokenizer.py` here are the commands (`python -m data_pipelines.X`).
+Each stage is a function of its inputs (plus an explicit seed), so a later stage can be swapped
+(e.g. a streaming ArrayRecord source) without touching the others. This package imports only the
+path layer (`bert_jax.storage`) from bert_jax.
 """

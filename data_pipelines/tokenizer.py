@@ -1,240 +1,18 @@
-"""Tokenizers: one object over WordPiece, byte-level BPE and SentencePiece; load, save, specials.
+"""`python -m data_pipelines.tokenizer`: trains a tokenizer and saves it (data_pipelines/tokenizers/).
 
-Usage:
   python -m data_pipelines.tokenizer --config=configs/tiny.py --out=/tmp/tok \
       [--config.data.tokenizer.kind=unigram] [--config.data.source=text --config.data.path=...]
 
 trains the configured kind on a `data.tokenizer.sample_bytes`-capped sample of the source's
-training documents (`tokenizer_training.py`) and saves it. Without --config it trains
-WordPiece on the embedded corpus (`--vocab_size`, `--min_frequency`, `--eval_fraction`).
-
-Kinds and their special tokens (`SpecialIds` names them pad/unk/cls/sep/mask):
-  wordpiece          BERT: [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0..4); `##` marks continuations.
-  bpe                RoBERTa byte-level BPE: <s> <pad> </s> <unk> <mask> (ids 0..4, RoBERTa's
-                     order); `Ġ` marks a word start.
-  unigram            ALBERT SentencePiece unigram: <pad> <unk> [CLS] [SEP] [MASK] (ids 0..4);
-  sentencepiece_bpe  the same with SentencePiece BPE; `▁` marks a word start.
-
-`save(dir)` writes what Hugging Face `AutoTokenizer.from_pretrained(dir)` loads:
-wordpiece -> tokenizer.json + vocab.txt; bpe -> tokenizer.json + vocab.json + merges.txt;
-unigram -> spiece.model; sentencepiece_bpe -> spiece.model + tokenizer.json (AlbertTokenizer
-reads spiece.model as unigram only); each with a tokenizer_config.json naming the class
-and the specials.
+training documents (data_pipelines/tokenizers/training.py) and saves it. Without --config it
+trains WordPiece on the embedded corpus (`--vocab_size`, `--min_frequency`, `--eval_fraction`).
 """
-
-from __future__ import annotations
-
-import dataclasses
-import hashlib
-import json
 import time
 from collections.abc import Iterable, Sequence
 
-import ml_collections
-import tokenizers
 from absl import app, flags, logging
 
-from bert_jax.storage import paths
-from data_pipelines.tokenizer_kinds import (  # noqa: F401 (the module's public names)
-    CONFIG_FILE,
-    DEFAULT_SPECIALS,
-    KINDS,
-    SENTENCEPIECE_FILE,
-    SENTENCEPIECE_KINDS,
-    TOKENIZER_FILE,
-    VOCAB_FILE,
-    HfTokenizer,
-    SentencePieceTokenizer,
-    SpecialTokens,
-    Tokenizer,
-    add_pair_template,
-    bert_wordpiece,
-    parse_specials,
-)
-
-# What a trained tokenizer was trained on (tokenizer_training.SampleRecord), beside its files.
-SAMPLE_FILE = "sample.json"
-
-
-@dataclasses.dataclass(frozen=True)
-class SpecialIds:
-    """Ids of the special tokens in one vocabulary (for RoBERTa cls/sep are <s>/</s>)."""
-
-    pad: int
-    unk: int
-    cls: int
-    sep: int
-    mask: int
-
-    def all(self) -> tuple[int, ...]:
-        return (self.pad, self.unk, self.cls, self.sep, self.mask)
-
-
-def special_ids(tokenizer) -> SpecialIds:
-    """Looks up the special tokens' ids; ValueError naming any token the vocabulary lacks.
-
-    Accepts a `Tokenizer` (its kind's specials) or a bare `tokenizers.Tokenizer` (BERT's).
-    """
-    specials = getattr(tokenizer, "specials", DEFAULT_SPECIALS["wordpiece"])
-    ids = {token: tokenizer.token_to_id(token) for token in specials.all()}
-    missing = [token for token, i in ids.items() if i is None]
-    if missing:
-        raise ValueError(
-            f"tokenizer vocabulary lacks special token(s) {missing}; it needs all of "
-            f"{list(specials.all())} (config.data.tokenizer.special_tokens)"
-        )
-    return SpecialIds(*(ids[token] for token in specials.all()))
-
-
-def save_tokenizer(tokenizer: Tokenizer, out_dir: str) -> None:
-    """Writes the tokenizer's Hugging Face files into out_dir (see the module docstring)."""
-    tokenizer.save(out_dir)
-
-
-def tokenizer_hash(directory: str) -> str:
-    """sha256 over a saved tokenizer's files (names and bytes, by name), its sample record left out.
-
-    Equal hashes mean the same vocabulary, ids and settings; two runs that tokenized with
-    tokenizers of equal hash saw the same token ids.
-    """
-    digest = hashlib.sha256()
-    files = sorted(p for p in paths.path(directory).iterdir() if p.is_file() and p.name != SAMPLE_FILE)
-    if not files:
-        raise FileNotFoundError(f"{directory} holds no tokenizer files to hash")
-    for path in files:
-        digest.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def write_sample_record(directory: str, record: dict) -> None:
-    (paths.path(directory) / SAMPLE_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-
-
-def _read_config(directory: str) -> dict:
-    path = paths.path(directory) / CONFIG_FILE
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def _specials_from_config(kind: str, config: dict) -> SpecialTokens:
-    default = DEFAULT_SPECIALS[kind]
-    return SpecialTokens(
-        *(config.get(f"{field}_token", getattr(default, field)) for field in ("pad", "unk", "cls", "sep", "mask"))
-    )
-
-
-def _hf_kind(hf: tokenizers.Tokenizer) -> str:
-    model = json.loads(hf.to_str())["model"]["type"]
-    return {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}.get(model, "")
-
-
-def load_tokenizer(path: str, lowercase: bool | None = None) -> Tokenizer:
-    """Loads a tokenizer from a directory or a file (tokenizer.json, vocab.txt, *.model).
-
-    In a directory, a SentencePiece .model wins over tokenizer.json (saved beside it for
-    Hugging Face), which wins over vocab.txt. `lowercase` applies where the files do not say (vocab.txt, a bare .model);
-    None means the file's tokenizer_config.json, else lowercase for vocab.txt (BERT uncased)
-    and not for a .model.
-    """
-    folder = paths.path(path)
-    if folder.is_dir():
-        config = _read_config(path)
-        models_found = sorted(str(m) for m in folder.glob("*.model"))
-        for candidate in (*models_found, str(folder / TOKENIZER_FILE), str(folder / VOCAB_FILE)):
-            if paths.path(candidate).exists():
-                return _load_file(candidate, lowercase, config)
-        raise FileNotFoundError(
-            f"{path} holds neither {TOKENIZER_FILE} nor {VOCAB_FILE} nor a SentencePiece .model "
-            "(config.data.tokenizer.path)"
-        )
-    if not folder.exists():
-        raise FileNotFoundError(f"config.data.tokenizer.path={path!r} does not exist")
-    return _load_file(path, lowercase, _read_config(str(folder.parent)))
-
-
-def _load_file(path: str, lowercase: bool | None, config: dict) -> Tokenizer:
-    name = paths.path(path).name
-    if name.endswith(".json"):
-        hf = tokenizers.Tokenizer.from_str(paths.path(path).read_text(encoding="utf-8"))
-        # A released tokenizer.json may pad and truncate every text (all-MiniLM-L6-v2's: to 128); the
-        # pipeline makes its own sequences, so texts must come back whole and unpadded.
-        hf.no_padding()
-        hf.no_truncation()
-        kind = _hf_kind(hf)
-        if not kind:
-            raise ValueError(f"{path}: unsupported tokenizers model; need WordPiece, BPE or Unigram")
-        return HfTokenizer(kind, hf, _specials_from_config(kind, config))
-    if name.endswith(".model"):
-        proto = paths.path(path).read_bytes()
-        from sentencepiece import sentencepiece_model_pb2  # noqa: PLC0415 (protobuf; only here)
-
-        model = sentencepiece_model_pb2.ModelProto.FromString(proto)
-        kind = "sentencepiece_bpe" if model.trainer_spec.model_type == model.trainer_spec.BPE else "unigram"
-        if lowercase is None:
-            lowercase = bool(config.get("do_lower_case", False))
-        return SentencePieceTokenizer(kind, proto, _specials_from_config(kind, config), lowercase)
-    if name.endswith(".txt"):
-        if lowercase is None:
-            lowercase = bool(config.get("do_lower_case", True))
-        hf = bert_wordpiece(path, lowercase)
-        return HfTokenizer("wordpiece", hf, _specials_from_config("wordpiece", config))
-    raise ValueError(
-        f"config.data.tokenizer.path={path!r}: expected tokenizer.json, vocab.txt or a .model file"
-    )
-
-
-def has_tokenizer(directory: str) -> bool:
-    """Whether directory holds files load_tokenizer reads (tokenizer.json, vocab.txt, *.model)."""
-    folder = paths.path(directory)
-    if not folder.is_dir():
-        return False
-    named = any((folder / f).exists() for f in (TOKENIZER_FILE, VOCAB_FILE))
-    return named or any(folder.glob("*.model"))
-
-
-def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -> Tokenizer:
-    """The run's tokenizer, saved in tokenizer_dir: loaded if there, else obtained and saved.
-
-    Obtained, in order: from the prepared shards' own tokenizer (source "prepared"), from
-    `data.tokenizer.path`, or trained on a `sample_bytes`-capped sample of the train split
-    (deterministic: tokenizer_training.py), with the sample's record in SAMPLE_FILE. Training
-    costs time, so a run trains once and every resume (or other host) loads the saved files.
-    """
-    tok_cfg = data_cfg.get("tokenizer") or ml_collections.ConfigDict()
-    sample_record = source_dir = None
-    if has_tokenizer(tokenizer_dir):
-        tokenizer = load_tokenizer(tokenizer_dir)
-    else:
-        if data_cfg.source == "prepared":
-            from data_pipelines import records  # noqa: PLC0415 (imports array_record)
-
-            records.read_manifest(data_cfg.path)  # Names config.data.path if it is not prepared.
-            source_dir = str(paths.path(data_cfg.path) / "tokenizer")
-            tokenizer = load_tokenizer(source_dir)
-        elif tok_cfg.get("path", ""):
-            source_dir = tok_cfg.path
-            tokenizer = load_tokenizer(tok_cfg.path, tok_cfg.get("lowercase", None))
-        else:
-            from data_pipelines import tokenizer_training  # noqa: PLC0415 (imports the sources)
-
-            tokenizer, record = tokenizer_training.train_from_config(data_cfg)
-            sample_record = record.to_json()
-        if source_dir and (paths.path(source_dir) / SAMPLE_FILE).exists():
-            # A given tokenizer's record goes with it (a sweep's shared one, prepare's).
-            sample_record = json.loads((paths.path(source_dir) / SAMPLE_FILE).read_text())
-        tokenizer.save(tokenizer_dir)
-        if sample_record:
-            write_sample_record(tokenizer_dir, sample_record)
-        if paths.path(tokenizer_dir).is_dir():
-            # Saved files are what resumes and other hosts load: use them from the start.
-            tokenizer = load_tokenizer(tokenizer_dir)
-    special_ids(tokenizer)  # Fails early, naming a missing special token.
-    return tokenizer
-
-
-def copy_tokenizer(src_dir: str, dst_dir: str) -> None:
-    """Copies a saved tokenizer's files (prepare puts one next to its shards)."""
-    for src in paths.path(src_dir).iterdir():
-        paths.copy_file(src, paths.path(dst_dir) / src.name)
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 
 def _define_flags():
@@ -253,7 +31,9 @@ def _define_flags():
 
 def _run(argv: Sequence[str], flag_values) -> None:
     del argv
-    from data_pipelines import corpus, tokenizer_training  # noqa: PLC0415
+    # Here, not at import: they import the sources and the tokenizer libraries, which `--help` does not need.
+    from data_pipelines.sources import corpus  # noqa: PLC0415
+    from data_pipelines.tokenizers import training as tokenizer_training  # noqa: PLC0415
 
     start = time.perf_counter()
     record = None
@@ -270,14 +50,14 @@ def _run(argv: Sequence[str], flag_values) -> None:
         )
     tokenizer.save(flag_values.out)
     if record is not None:
-        write_sample_record(flag_values.out, record.to_json())
+        tokenizer_lib.write_sample_record(flag_values.out, record.to_json())
     logging.info(
         "Trained a %d-token %s tokenizer in %.1f s; wrote %s (sha256 %s)",
         tokenizer.get_vocab_size(),
         tokenizer.kind,
         time.perf_counter() - start,
         flag_values.out,
-        tokenizer_hash(flag_values.out),
+        tokenizer_lib.tokenizer_hash(flag_values.out),
     )
 
 

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from bert_jax import tpu_slices
+from bert_jax.parallel import tpu_slices
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train import completion

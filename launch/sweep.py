@@ -118,7 +118,7 @@ def resolved_config(config_file: str, overrides: dict):
 
 def tokenizer_settings(config) -> dict | None:
     """The settings a point's trained tokenizer is a function of; None when the point trains none."""
-    from data_pipelines import tokenizer_training  # noqa: PLC0415 (imports the tokenizer libraries)
+    from data_pipelines.tokenizers import training as tokenizer_training  # noqa: PLC0415 (imports the tokenizer libraries)
 
     data = config.data
     if config.get("init_from_hf", "") or data.source == "prepared" or data.tokenizer.get("path", ""):
@@ -178,7 +178,7 @@ def tpu_commands(sweep: dict, runs: list[dict], args) -> list[list[str]]:
 
 def train_shared_tokenizers(runs: list[dict]) -> None:
     """Trains each shared tokenizer the sweep lacks; one already there (a re-run sweep) is kept."""
-    from data_pipelines import tokenizer as tokenizer_lib  # noqa: PLC0415
+    from data_pipelines.tokenizers import tokenizer as tokenizer_lib  # noqa: PLC0415
 
     for directory, argv in shared_tokenizers(runs).items():
         if tokenizer_lib.has_tokenizer(directory):

@@ -5,7 +5,8 @@ from conftest import random_batch, small_model_config
 from hf_parity import random_params
 
 from bert_jax.families import get_family
-from data_pipelines import corpus, tokenizer_training
+from data_pipelines.sources import corpus
+from data_pipelines.tokenizers import training as tokenizer_training
 
 # family -> (config.model overrides as each family's HF parity test has them, tokenizer kind, the transformers
 # classes of the main folder and of `generator/`, or None)

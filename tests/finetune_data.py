@@ -69,8 +69,8 @@ def write_tiny_hf_bert(out: str, seed: int = 0) -> str:
     import torch
     import transformers
 
-    from data_pipelines import tokenizer as tokenizer_lib
-    from data_pipelines.tokenizer_kinds import DEFAULT_SPECIALS, HfTokenizer
+    from data_pipelines.tokenizers import tokenizer as tokenizer_lib
+    from data_pipelines.tokenizers.kinds import DEFAULT_SPECIALS, HfTokenizer
 
     specials = DEFAULT_SPECIALS["wordpiece"]
     vocab = list(specials.all()) + VOCAB_WORDS + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list(

@@ -10,7 +10,7 @@ from bert_jax.storage import paths, preflight
 from bert_jax.storage.preflight import StorageError
 from bert_jax.train.loop import train_and_evaluate
 from bert_jax.train.metrics_file import read_rows, truncate_metrics
-from data_pipelines import sources
+from data_pipelines.sources import documents as sources
 from test_pretrain import micro_config
 
 

@@ -21,7 +21,7 @@ import pytest
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train.metrics_file import read_rows
-from data_pipelines import corpus
+from data_pipelines.sources import corpus
 from test_parallel_mesh import FAST_COMPILE
 from test_pretrain import REPO, micro_overrides
 
@@ -189,7 +189,7 @@ def test_export_to_a_bucket_and_init_from_hf_from_it_give_the_trained_logits(buc
     import numpy as np
     import transformers
 
-    from bert_jax.checkpoint import hf_folder
+    from bert_jax.hf import folder as hf_folder
     from bert_jax.storage.workdir import Workdir
     from bert_jax.families import get_family
 

@@ -7,7 +7,7 @@ import pathlib
 import numpy as np
 
 from bert_jax.storage import paths
-from data_pipelines import records
+from data_pipelines.shards import records
 from test_data_prepare import corpus_cfg, run_prepare, write_corpus
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -19,7 +19,7 @@ LOCAL_ONLY_CALLS = {"open", "gzip.open", "glob.glob", "glob.iglob", "shutil.copy
 # Files whose paths are never a user's: the embedded corpus reads Python's own library;
 # a SLURM script and its logs live on the cluster's shared disk, which sbatch reads; the package looks for
 # this host's TPU device files (/dev/accel*).
-NOT_USER_PATHS = {"data_pipelines/corpus.py", "launch/slurm.py", "bert_jax/__init__.py"}
+NOT_USER_PATHS = {"data_pipelines/sources/corpus.py", "launch/slurm.py", "bert_jax/__init__.py"}
 
 
 def _call_name(node: ast.Call) -> str:

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from data_pipelines import sources
+from data_pipelines.sources import documents as sources
 from tests.test_data_sources import data_cfg, documents
 
 

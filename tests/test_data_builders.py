@@ -7,8 +7,8 @@ import pytest
 
 from bert_jax.models.attention import attention_mask_from_batch
 from bert_jax.models.attention_kernels import allowed_keys
-from data_pipelines import builders
-from data_pipelines.tokenizer import SpecialIds
+from data_pipelines.examples import builders
+from data_pipelines.tokenizers.tokenizer import SpecialIds
 
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 MAX_SEQ_LENGTH = 64

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tokenizers
 
-from data_pipelines import corpus
-from data_pipelines import tokenizer as tokenizer_lib
-from data_pipelines import tokenizer_training
+from data_pipelines.sources import corpus
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
+from data_pipelines.tokenizers import training as tokenizer_training
 
 
 def test_segments_are_prose_sentences_without_code_or_rules():

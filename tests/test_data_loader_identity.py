@@ -15,9 +15,10 @@ import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
 from grain._src.python.experimental.index_shuffle.python.index_shuffle_module import index_shuffle
 
-from data_pipelines import index_shuffle as index_shuffle_lib
-from data_pipelines import pipeline, records, stream
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.loader import index_shuffle as index_shuffle_lib
+from data_pipelines.loader import pipeline, stream
+from data_pipelines.shards import records
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 BATCH, BATCHES = 4, 3
 WORDS, PIECES = 200, 100

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from data_pipelines import masking
-from data_pipelines.tokenizer import SpecialIds
+from data_pipelines.loader import masking
+from data_pipelines.tokenizers.tokenizer import SpecialIds
 
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 VOCAB = 8192

@@ -5,8 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from data_pipelines import builders, corpus, pipeline, sources, stream
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.examples import builders
+from data_pipelines.sources import corpus, documents as sources
+from data_pipelines.loader import pipeline, stream
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 BATCH = 8
 

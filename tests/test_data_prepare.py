@@ -9,9 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from data_pipelines import prepare as prepare_lib
-from data_pipelines import records, sources
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.shards import prepare as prepare_lib
+from data_pipelines.shards import records
+from data_pipelines.sources import documents as sources
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from tests.test_data_sources import data_cfg
 
 

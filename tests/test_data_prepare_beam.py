@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from bert_jax.storage import paths
-from data_pipelines import prepare_beam, records, sources
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.shards import prepare_beam, records
+from data_pipelines.sources import documents as sources
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from tests.test_data_prepare import corpus_cfg, run_prepare, write_corpus
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from bert_jax.storage import paths
-from data_pipelines import pipeline
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.loader import pipeline
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from test_data_loader_identity import WORDS, PIECES, documents, write_prepared, write_vocab
 
 SHARDS, DOCS_PER_SHARD, BATCH = 4, 12, 4

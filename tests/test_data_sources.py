@@ -7,7 +7,7 @@ import ml_collections
 import pytest
 
 from configs import base
-from data_pipelines import segmenters, sources
+from data_pipelines.sources import segmenters, documents as sources
 
 
 def data_cfg(**overrides) -> ml_collections.ConfigDict:

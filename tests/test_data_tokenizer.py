@@ -11,8 +11,8 @@ import pytest
 import tokenizers
 from pydoc_data import topics as pydoc_topics
 
-from data_pipelines import tokenizer as tokenizer_lib
-from data_pipelines import tokenizer_training
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
+from data_pipelines.tokenizers import training as tokenizer_training
 from tests.test_data_sources import data_cfg
 
 SENTENCE = "The function returns a list of values, sorted by their keys."

@@ -17,7 +17,7 @@ from test_replaced_token_detection import micro_batch
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_jax.checkpoint import hf_deberta_v3, hf_folder  # noqa: E402
+from bert_jax.hf import deberta_v3 as hf_deberta_v3, folder as hf_folder  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 from test_hf_deberta_v3 import deberta_config  # noqa: E402
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import tokenizers
 
-from data_pipelines import records, tokenizer_extension
-from data_pipelines.document_records import DocumentTokenizer
-from data_pipelines.tokenizer_kinds import HfTokenizer, SpecialTokens
+from data_pipelines.shards import records
+from data_pipelines.tokenizers import extension as tokenizer_extension
+from data_pipelines.shards.document_records import DocumentTokenizer
+from data_pipelines.tokenizers.kinds import HfTokenizer, SpecialTokens
 from tests.test_data_tokenizer import trained
 
 TRICKY_DOCUMENTS = [

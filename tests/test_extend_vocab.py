@@ -26,13 +26,14 @@ import jax.numpy as jnp  # noqa: E402
 import ml_collections  # noqa: E402
 import tokenizers  # noqa: E402
 
-from bert_jax.checkpoint import hf_folder, vocab_rows  # noqa: E402
+from bert_jax.hf import folder as hf_folder  # noqa: E402
+from bert_jax.vocab import rows as vocab_rows
 from bert_jax.families import get_family  # noqa: E402
 from bert_jax.train.optimizer import make_optimizer  # noqa: E402
-from bert_jax.vocab_extension import REPORT_FILE, ExtendRequest, extend_vocab  # noqa: E402
-from data_pipelines import tokenizer_extension  # noqa: E402
-from data_pipelines.tokenizer import load_tokenizer  # noqa: E402
-from data_pipelines.tokenizer_kinds import DEFAULT_SPECIALS, HfTokenizer  # noqa: E402
+from bert_jax.vocab.extension import REPORT_FILE, ExtendRequest, extend_vocab  # noqa: E402
+from data_pipelines.tokenizers import extension as tokenizer_extension  # noqa: E402
+from data_pipelines.tokenizers.tokenizer import load_tokenizer  # noqa: E402
+from data_pipelines.tokenizers.kinds import DEFAULT_SPECIALS, HfTokenizer  # noqa: E402
 
 ADD = 4
 # Held-out general text (the tokenizers learned from the first 200 documents): no pharmacology word in it.

@@ -167,7 +167,7 @@ def check_sentence_transformers_export(workdir: str, out: str) -> float:
                                   pytest.param("span_qa", marks=pytest.mark.slow)])
 def test_a_task_model_on_an_hf_encoder_exports_with_transformers_logits(kind, hf_dir, tmp_path):
     """Without training (that is the slow tests'): the encoder read from an HF folder, a fresh head, the export."""
-    from bert_jax.checkpoint import hf_folder
+    from bert_jax.hf import folder as hf_folder
     from bert_jax.finetune import hf_export
     from bert_jax.finetune.run import _pretrained
     from bert_jax.finetune.tasks import get_task
@@ -286,7 +286,7 @@ def test_squad_answers_that_do_not_match_their_context_are_skipped_and_counted(t
 
 
 def test_long_contexts_become_overlapping_windows_and_the_answer_is_found_across_them(hf_dir, tmp_path):
-    from data_pipelines import tokenizer as tokenizer_lib
+    from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
     rows, _ = squad.read_squad(fd.write_squad(tmp_path / "q.json", 8, 3))
     fast = data.fast_tokenizer(tokenizer_lib.load_tokenizer(hf_dir), 24)

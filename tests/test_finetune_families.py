@@ -18,7 +18,8 @@ import configs.finetune.sentence_embedding
 import configs.finetune.span_qa
 import configs.finetune.token_classification
 import finetune_data as fd
-from bert_jax.checkpoint import hf_deberta_v3, hf_distilbert, hf_electra, hf_folder, hf_modernbert
+from bert_jax.hf import (deberta_v3 as hf_deberta_v3, distilbert as hf_distilbert, electra as hf_electra,
+                         folder as hf_folder, modernbert as hf_modernbert)
 from bert_jax.families import get_family
 from bert_jax.finetune import hf_export, hf_heads, init_from
 from bert_jax.finetune.tasks import get_task

@@ -12,7 +12,7 @@ from numerics import REORDERED, TRANSFORMERS, assert_close, relative_error
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_jax.checkpoint import hf_albert, hf_folder  # noqa: E402
+from bert_jax.hf import albert as hf_albert, folder as hf_folder  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 from bert_jax.models.albert import group_repeats  # noqa: E402
 

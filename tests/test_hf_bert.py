@@ -19,13 +19,13 @@ from numerics import TRANSFORMERS, relative_error
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_jax.checkpoint import hf_bert, hf_folder  # noqa: E402
+from bert_jax.hf import bert as hf_bert, folder as hf_folder  # noqa: E402
 from bert_jax.export import export  # noqa: E402
 from bert_jax.storage.workdir import Workdir  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 from bert_jax.models.bert import BertConfig, BertEncoder  # noqa: E402
 from bert_jax.train.loop import train_and_evaluate  # noqa: E402
-from data_pipelines import tokenizer as tokenizer_lib  # noqa: E402
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 from transformers.models.deberta_v2 import modeling_deberta_v2 as hf_deberta  # noqa: E402
 
-from bert_jax.checkpoint import hf_deberta_v3, hf_folder  # noqa: E402
+from bert_jax.hf import deberta_v3 as hf_deberta_v3, folder as hf_folder  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 from bert_jax.models.deberta_v3 import build_deberta_v3_mlm  # noqa: E402
 from bert_jax.models.disentangled_attention import relative_embedding_index  # noqa: E402
@@ -141,7 +141,7 @@ def test_bad_relative_position_settings_and_kernels_fail_naming_the_key():
 
 
 def test_an_exported_unigram_tokenizer_loads_as_deberta_v2_tokenizer_with_the_same_ids(exported, tmp_path):
-    from data_pipelines import tokenizer_training
+    from data_pipelines.tokenizers import training as tokenizer_training
     from test_data_tokenizer import SENTENCE, sample_lines
 
     model_cfg, _, params, _ = exported

@@ -12,7 +12,7 @@ from numerics import TRANSFORMERS, relative_error
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_jax.checkpoint import hf_distilbert, hf_folder  # noqa: E402
+from bert_jax.hf import distilbert as hf_distilbert, folder as hf_folder  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from numerics import TRANSFORMERS, relative_error
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_jax.checkpoint import hf_electra, hf_folder  # noqa: E402
+from bert_jax.hf import electra as hf_electra, folder as hf_folder  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 from bert_jax.models.electra import Electra  # noqa: E402
 

@@ -13,7 +13,7 @@ from numerics import TRANSFORMERS, relative_error
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_jax.checkpoint import hf_folder, hf_modernbert  # noqa: E402
+from bert_jax.hf import folder as hf_folder, modernbert as hf_modernbert  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 
 LENGTH = 32  # 4x the local window of 8 (4 tokens either side): local layers really mask
@@ -160,8 +160,8 @@ def test_an_hf_config_that_disagrees_names_the_key():
 def test_modernbert_bpe_tokenizer_exports_to_auto_tokenizer_with_the_same_ids(tmp_path):
     """The configs' tokenizer: the project's byte-level BPE with ModernBERT's specials [CLS] [SEP] [MASK] [PAD] [UNK]."""
     import configs.modernbert_base
-    from data_pipelines import tokenizer as tokenizer_lib
-    from data_pipelines import tokenizer_training
+    from data_pipelines.tokenizers import tokenizer as tokenizer_lib
+    from data_pipelines.tokenizers import training as tokenizer_training
     from test_data_tokenizer import SENTENCE, sample_lines
 
     tok_cfg = configs.modernbert_base.get_config("tiny").data.tokenizer

@@ -13,7 +13,7 @@ from numerics import TRANSFORMERS, relative_error
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_jax.checkpoint import hf_folder, hf_roberta  # noqa: E402
+from bert_jax.hf import folder as hf_folder, roberta as hf_roberta  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 from bert_jax.models.roberta import roberta_position_ids  # noqa: E402
 

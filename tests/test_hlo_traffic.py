@@ -1,6 +1,6 @@
-"""bert_jax/hlo_traffic.py: HBM and on-chip bytes of a compiled program, each counting rule on a small
+"""bert_jax/plan/hlo_traffic.py: HBM and on-chip bytes of a compiled program, each counting rule on a small
 hand-written module in the TPU compiler's text format (the real compiles are in tests/test_plan_tpu.py)."""
-from bert_jax import hlo_traffic
+from bert_jax.plan import hlo_traffic
 
 MIB = 2**20
 # f32[1024,256] is 1 MiB; S(1) marks on-chip memory (VMEM), no S (or S(0)) HBM.

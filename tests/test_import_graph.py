@@ -143,8 +143,8 @@ def import_graph():
 def test_resolves_from_package_import_module_to_the_module(import_graph):
     graph, _ = import_graph
     # `from bert_jax.storage import paths` is an edge to bert_jax.storage.paths, not to the package.
-    assert "bert_jax.storage.paths" in graph["data_pipelines.records"]
-    assert "bert_jax.storage" not in graph["data_pipelines.records"]
+    assert "bert_jax.storage.paths" in graph["data_pipelines.shards.records"]
+    assert "bert_jax.storage" not in graph["data_pipelines.shards.records"]
 
 
 def test_no_import_circle(import_graph):

@@ -18,9 +18,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from bert_jax import inspect  # noqa: E402
-from bert_jax.checkpoint import hf_bert  # noqa: E402
+from bert_jax.hf import bert as hf_bert  # noqa: E402
 from bert_jax.train.loop import train_and_evaluate  # noqa: E402
-from data_pipelines import corpus, tokenizer_training  # noqa: E402
+from data_pipelines.sources import corpus  # noqa: E402
+from data_pipelines.tokenizers import training as tokenizer_training
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TEXT = "the history of the [MASK] is long and [MASK] ."

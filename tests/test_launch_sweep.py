@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from launch import sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

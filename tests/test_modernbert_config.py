@@ -5,7 +5,7 @@ import pytest
 
 import configs.modernbert_base
 import configs.modernbert_large
-from bert_jax.config_validation import validate_config
+from bert_jax.train.config_validation import validate_config
 from bert_jax.train.optimizer import learning_rate_schedule
 
 

@@ -4,7 +4,7 @@ import pytest
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
 import configs.base
-from bert_jax.config_validation import validate_mesh_fit
+from bert_jax.train.config_validation import validate_mesh_fit
 from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import (MESH_AXES, RULE_PRESETS, check_divisible, logical_axis_rules,
                                     resolve_mesh_shape, resolve_mesh_shapes)

@@ -19,7 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_jax.checkpoint import hf_albert, hf_bert, hf_distilbert, hf_modernbert, hf_roberta  # noqa: E402
+from bert_jax.hf import (albert as hf_albert, bert as hf_bert, distilbert as hf_distilbert,
+                         modernbert as hf_modernbert, roberta as hf_roberta)  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 
 # config file -> (HF model class, our HF config.json writer); the base sizes run by default, the rest with -m slow.

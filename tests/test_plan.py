@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bert_jax import memory_fit
+from bert_jax.plan import memory_fit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = """
 import json, sys
 sys.path.insert(0, "tests")
-from bert_jax import compiled_plan as plan
+from bert_jax.plan import compiled_plan as plan
 plan.use_simulated_devices(8)
 import jax
 from parallel_steps import initial_state, tiny_config

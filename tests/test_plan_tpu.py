@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from bert_jax import tpu_slices
+from bert_jax.parallel import tpu_slices
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_SKIP_MDS_QUERY="1")
@@ -47,7 +47,8 @@ def test_libtpu_is_installed():
 def micro_plan():
     return run_script("""
 import json
-from bert_jax import compiled_plan as plan, tpu_slices
+from bert_jax.plan import compiled_plan as plan
+from bert_jax.parallel import tpu_slices
 screened = plan.make_plan(micro_config(layers=4), tpu_slices.parse_slice("v5e-4"), count_every_layer=False)
 p, _ = plan.count_every_layer(screened, micro_config(layers=4))  # what make_plan counts, in the same compiles
 u = plan.make_plan(micro_config(layers=4, scan=False), tpu_slices.parse_slice("v5e-4"))
@@ -121,7 +122,7 @@ def test_slice_names_map_to_chips_and_topologies():
 
 def test_search_splits_the_global_batch_every_way_it_divides():
     import configs.modernbert_large
-    from bert_jax import plan_search
+    from bert_jax.plan import plan_search
     c = configs.modernbert_large.get_config()  # 4608 sequences: 288 per chip of a v5e-16
     s = tpu_slices.parse_slice("v5e-16")
     steps = plan_search.accumulation_steps(c, s, "fsdp")
@@ -133,7 +134,7 @@ def test_search_splits_the_global_batch_every_way_it_divides():
 def test_search_skips_only_micro_batches_that_cannot_fit():
     """Memory c + k * b (c >= 0) that needs 20 GiB at 16 sequences is over 16 GiB above 12.8 sequences, whatever
     c and k are: the search compiles nothing above that."""
-    from bert_jax import plan_search
+    from bert_jax.plan import plan_search
     ceiling = plan_search.largest_that_can_fit(16, needed=20.0, limit=16.0)
     assert ceiling == pytest.approx(12.8)
     for intercept in (0.0, 5.0, 19.0):
@@ -146,7 +147,8 @@ def test_search_skips_only_micro_batches_that_cannot_fit():
 def searched():
     return run_script("""
 import json
-from bert_jax import plan_search, tpu_slices
+from bert_jax.plan import plan_search
+from bert_jax.parallel import tpu_slices
 s = tpu_slices.parse_slice("v5e-4")
 def searched(config, scans):
     lines = []
@@ -201,7 +203,8 @@ def test_search_does_not_count_the_flops_of_a_fit_that_cannot_beat_the_best(sear
 def test_a_mesh_that_does_not_divide_the_chips_names_both():
     result = run_script("""
 import json
-from bert_jax import compiled_plan as plan, tpu_slices
+from bert_jax.plan import compiled_plan as plan
+from bert_jax.parallel import tpu_slices
 c = micro_config()
 c.mesh.shape = (3, -1, 1)
 try:
@@ -218,7 +221,8 @@ def test_a_step_the_compiler_refuses_for_memory_is_a_verdict_with_the_shortfall(
     to read, only its message. The plan turns it into a verdict that says by how much; a search goes on."""
     result = run_script("""
 import json
-from bert_jax import compiled_plan as plan, plan_search, tpu_slices
+from bert_jax.plan import compiled_plan as plan, plan_search
+from bert_jax.parallel import tpu_slices
 c = micro_config(batch=65536, layers=1)  # 16384 sequences per chip
 s = tpu_slices.parse_slice("v5e-4")
 try:
@@ -237,7 +241,7 @@ except plan.DoesNotFit as e:
 def test_the_compilers_refusal_is_read_in_any_unit():
     """DeBERTa-v3-large with dots remat at 512 sequences per v5p chip is refused needing 1.08T: read as 1106 GiB,
     a verdict the search goes on from, not an error that ends it."""
-    from bert_jax import compiled_plan as plan
+    from bert_jax.plan import compiled_plan as plan
     message = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries ({}) "
                "exceeds available HBM (95.74G).")
     assert plan.refused_sizes_gib(message.format("41.11G")) == (41.11, 95.74)
@@ -250,7 +254,7 @@ def test_missing_libtpu_names_the_install_command():
     result = run_script("""
 import json, sys
 sys.modules["libtpu"] = None  # as if the tpu extra were not installed
-from bert_jax import tpu_slices
+from bert_jax.parallel import tpu_slices
 try:
     tpu_slices.slice_devices(tpu_slices.parse_slice("v5e-4"))
     print("RESULT " + json.dumps("no error"))
@@ -265,7 +269,8 @@ def test_bert_base_plans_on_v4_8():
     result = run_script("""
 import json
 import configs.bert_base
-from bert_jax import compiled_plan as plan, tpu_slices
+from bert_jax.plan import compiled_plan as plan
+from bert_jax.parallel import tpu_slices
 p = plan.make_plan(configs.bert_base.get_config(), tpu_slices.parse_slice("v4-8"))
 print("RESULT " + json.dumps(dict(devices=p.num_devices, kernel=p.kernel, peak=p.peak_bytes,
     flops=p.compiled_flops + p.pallas_flops, formula=p.formula_flops / p.num_devices, report=plan.format_plan(p))))
@@ -280,7 +285,8 @@ print("RESULT " + json.dumps(dict(devices=p.num_devices, kernel=p.kernel, peak=p
 def test_a_two_slice_plan_puts_data_parallelism_across_slices():
     result = run_script("""
 import json
-from bert_jax import compiled_plan as plan, tpu_slices
+from bert_jax.plan import compiled_plan as plan
+from bert_jax.parallel import tpu_slices
 c = micro_config(batch=16)
 c.mesh.dcn_shape = (2, 1, 1)
 p = plan.make_plan(c, tpu_slices.parse_slice("v5e-4", num_slices=2))
@@ -296,7 +302,8 @@ def test_search_finds_that_only_fsdp_fits_and_suggests_it():
     # data parallelism needs, only FSDP (which splits them over the 4 chips) fits, at any remat or batch.
     result = run_script("""
 import json
-from bert_jax import compiled_plan as plan, plan_search, tpu_slices
+from bert_jax.plan import compiled_plan as plan, plan_search
+from bert_jax.parallel import tpu_slices
 c = micro_config(batch=8, layers=2)
 c.model.vocab_size = 32768
 s = tpu_slices.parse_slice("v5e-4")
@@ -325,7 +332,8 @@ def test_a_count_refused_for_memory_is_made_at_one_sequence_per_chip_and_scaled(
     counting each loop's body once would miss three of its four layers."""
     result = run_script("""
 import json
-from bert_jax import compiled_plan as plan, tpu_slices
+from bert_jax.plan import compiled_plan as plan
+from bert_jax.parallel import tpu_slices
 p = plan.make_plan(micro_config(batch=5632, layers=4), tpu_slices.parse_slice("v5e-4"))
 print("RESULT " + json.dumps(dict(flops=p.compiled_flops + p.pallas_flops, formula=p.formula_flops / p.num_devices,
                                   how=p.layers_counted, counted=p.every_loop_counted)))
@@ -342,7 +350,8 @@ def test_scanned_loops_of_several_lengths_count_every_layer():
     result = run_script("""
 import json
 import configs.deberta_v3_xsmall
-from bert_jax import compiled_plan as plan, tpu_slices
+from bert_jax.plan import compiled_plan as plan
+from bert_jax.parallel import tpu_slices
 c = configs.deberta_v3_xsmall.get_config()
 c.model.update(vocab_size=512, hidden_size=256, num_heads=2, intermediate_size=1024, num_layers=4, generator_num_layers=2,
                max_position_embeddings=128, scan_layers=True, dropout_rate=0.0)
@@ -369,7 +378,8 @@ def test_a_policy_that_saves_less_is_searched_on_its_own_compiles():
     result = run_script("""
 import json
 import configs.deberta_v3_xsmall
-from bert_jax import plan_search, tpu_slices
+from bert_jax.plan import plan_search
+from bert_jax.parallel import tpu_slices
 c = configs.deberta_v3_xsmall.get_config()
 c.model.update(vocab_size=512, num_layers=2, generator_num_layers=1, scan_layers=True)
 c.data.update(max_seq_length=128, max_predictions_per_seq=20)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import configs.distilbert_base
-from bert_jax.checkpoint import hf_folder
+from bert_jax.hf import folder as hf_folder
 from bert_jax.export import export
 from bert_jax.storage.workdir import Workdir
 from bert_jax.families import get_family
@@ -286,7 +286,7 @@ def test_a_distilled_student_beats_one_trained_from_scratch(tmp_path):
 
 @pytest.mark.slow
 def test_the_planner_compiles_the_distillation_step_with_the_teacher(teacher_dir):
-    from bert_jax import compiled_plan as plan
+    from bert_jax.plan import compiled_plan as plan
 
     c = student_config(teacher_dir)
     result = plan.make_plan(c)

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from data_pipelines import tokenizer as tokenizer_lib
-from data_pipelines import tokenizer_training
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
+from data_pipelines.tokenizers import training as tokenizer_training
 from tests.test_data_sources import data_cfg
 from tests.test_data_tokenizer import sample_lines, trained
 
@@ -18,7 +18,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Trains every kind on the same ~250 KB sample (vocabulary 600) and saves each under argv[1].
 _TRAIN_EVERY_KIND = """
 import sys
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from tests.test_data_tokenizer import train
 for kind in tokenizer_lib.KINDS:
     train(kind).save(f"{sys.argv[1]}/{kind}")

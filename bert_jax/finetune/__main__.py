@@ -2,7 +2,7 @@
 from absl import app, flags
 from ml_collections import config_flags
 
-from bert_jax.log_filter import log_info_quietly
+from bert_jax.train.log_filter import log_info_quietly
 
 
 def _main(argv) -> None:

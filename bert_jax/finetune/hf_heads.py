@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-from bert_jax.checkpoint import hf_folder
+from bert_jax.hf import folder as hf_folder
 from bert_jax.families import get_family
 from bert_jax.finetune import init_from
 from bert_jax.storage import paths

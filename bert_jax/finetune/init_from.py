@@ -11,7 +11,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax.checkpoint import hf_folder
+from bert_jax.hf import folder as hf_folder
 from bert_jax.families import Family, family_of_hf_config, get_family
 from bert_jax.models.probe import abstract_params
 from bert_jax.models.scan_layout import stack_layers, unstack_layers

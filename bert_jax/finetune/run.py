@@ -15,7 +15,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax.checkpoint import hf_folder
+from bert_jax.hf import folder as hf_folder
 from bert_jax.finetune import data, diagnosis, init_from
 from bert_jax.finetune.cadence import make_cadence
 from bert_jax.finetune.optimizer import make_optimizer
@@ -28,7 +28,7 @@ from bert_jax.train import completion, harness
 from bert_jax.train.metrics_file import read_rows
 from bert_jax.train.state import abstract_state_and_shardings, create_sharded_state, make_init_fn
 from bert_jax.train.step import make_train_step
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 LOWER_IS_BETTER = ("loss",)
 

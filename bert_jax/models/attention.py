@@ -37,7 +37,7 @@ class KernelChoice:
 
 
 # The platform a program is being built for, when that is not the host's: a TPU plan compiled on a
-# CPU host (bert_jax/compiled_plan.py) must choose splash, as the run on the TPU would.
+# CPU host (bert_jax/plan/compiled_plan.py) must choose splash, as the run on the TPU would.
 _TARGET_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("target_platform", default=None)
 
 

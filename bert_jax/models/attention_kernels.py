@@ -130,7 +130,7 @@ def cudnn_attention(q, k, v, segments, window: int | None, packed: bool) -> jax.
         return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
     from jax._src.cudnn import fused_attention_stablehlo as cudnn  # the API with segment offsets
 
-    # Every packed sequence holds at least [CLS] x [SEP] (data_pipelines/packing.py), so a row of
+    # Every packed sequence holds at least [CLS] x [SEP] (data_pipelines/examples/packing.py), so a row of
     # L tokens holds at most L // 3 of them; a static bound is what cuDNN's layout needs.
     max_segments = max(1, q.shape[1] // 3)
     offsets, lengths = segment_offsets(segments, max_segments)

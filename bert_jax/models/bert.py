@@ -31,7 +31,7 @@ class BertConfig:
     hidden_act: str = "gelu"  # a key of layers.ACTIVATIONS
     scan_layers: bool = True
     # Layers per iteration of the scanned loop (nn.scan's unroll; >= the loop's length unrolls it whole, which
-    # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/compiled_plan.py).
+    # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/plan/compiled_plan.py).
     scan_unroll: int = 1
     remat_policy: str = "none"
     # A kernel of models.attention: xla | cudnn | splash; from_config resolves "auto" for this platform.

@@ -63,7 +63,7 @@ class ModernBertConfig:
     pad_token_id: int = 0
     scan_layers: bool = True
     # Layers per iteration of the scanned loop (nn.scan's unroll; >= the loop's length unrolls it whole, which
-    # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/compiled_plan.py).
+    # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/plan/compiled_plan.py).
     scan_unroll: int = 1
     remat_policy: str = "none"
     attention_impl: str = "xla"
@@ -272,7 +272,7 @@ def build_modernbert(model_cfg) -> nn.Module:
 
 
 def validate_config(config) -> None:
-    """The family's checks on the whole config (bert_jax.config_validation runs them before compiling)."""
+    """The family's checks on the whole config (bert_jax.train.config_validation runs them before compiling)."""
     check_model_config(config.model)
     choose_kernel(config.model, window=has_local_layers(config.model))  # cudnn cannot apply the window
     local, length = config.model.get("local_attention", 128), config.data.max_seq_length

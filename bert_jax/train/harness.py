@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import tpu_slices
+from bert_jax.parallel import tpu_slices
 from bert_jax.checkpoint import manager as ckpt
 from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import global_batch

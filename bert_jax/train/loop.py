@@ -7,16 +7,16 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax.checkpoint import hf_folder
-from bert_jax.config_validation import validate_config
+from bert_jax.hf import folder as hf_folder
+from bert_jax.train.config_validation import validate_config
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train import completion, harness, perf, run_identity
 from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.program import build_program
-from data_pipelines import pipeline
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.loader import pipeline
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 
 def _write_config(config, workdir: str, identity: dict) -> None:

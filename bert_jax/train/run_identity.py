@@ -29,8 +29,8 @@ from absl import logging
 
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from data_pipelines import corpus, sources
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.sources import corpus, documents as sources
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 IDENTITY_KEY = "run_identity"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "grain", "numpy", "tokenizers", "sentencepiece")
@@ -66,7 +66,7 @@ def data_fingerprint(data_cfg) -> dict:
         with concurrent.futures.ThreadPoolExecutor(_STAT_THREADS) as pool:
             fingerprint["files"] = list(pool.map(_file_fingerprint, files))
     elif source == "prepared":
-        from data_pipelines import records  # noqa: PLC0415 (imports array_record)
+        from data_pipelines.shards import records  # noqa: PLC0415 (imports array_record)
 
         records.read_manifest(data_cfg.path)  # names config.data.path if it is not prepared
         manifest = paths.path(data_cfg.path) / records.MANIFEST_FILE

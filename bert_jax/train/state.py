@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.parallel.mesh import logical_shardings
-from data_pipelines import pipeline
+from data_pipelines.loader import pipeline
 
 
 @flax.struct.dataclass

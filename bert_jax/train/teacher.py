@@ -14,14 +14,14 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from bert_jax.checkpoint import hf_folder
+from bert_jax.hf import folder as hf_folder
 from bert_jax.families import Family, family_of_hf_config, get_family
 from bert_jax.models.scan_layout import SCANNED, stack_layers, unstack_layers
 from bert_jax.parallel.mesh import logical_shardings
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train.state import example_batch
-from data_pipelines import tokenizer as tokenizer_lib
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 EVERY_OTHER_LAYER = "every_other_layer"
 INIT_CHOICES = ("", EVERY_OTHER_LAYER)

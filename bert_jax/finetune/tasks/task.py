@@ -12,7 +12,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from bert_jax.checkpoint import hf_folder
+from bert_jax.hf import folder as hf_folder
 from bert_jax.finetune import data, hf_heads
 from bert_jax.finetune.model import POOLINGS, FinetuneModel
 from bert_jax.objectives.objective import Objective

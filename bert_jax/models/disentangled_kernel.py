@@ -1,0 +1,304 @@
+"""DeBERTa's disentangled attention as one fused Pallas TPU kernel, forward and backward (`jax.custom_vjp`).
+
+    s[i, j] = scale * (q_i . k_j + q_i . Kr[idx(i - j)] + k_j . Qr[idx(i - j)]),  o = softmax(s + mask) v
+
+No [batch, heads, q, k] tensor reaches HBM: scores, probabilities and both position terms live per
+[block, block] tile in VMEM, with an online softmax (as flash attention, Dao et al. 2022), and the
+backward recomputes them from the saved log-sum-exp (two kernels: dq, then dk and dv).
+
+The position terms, per tile. A tile (query block qi, key block ki, both `block` long) sees the
+2 * block - 1 distances d = (qi - ki) * block + i - j. The relative tables arrive "by distance": row m of
+`table_k` is Kr[idx(m - L + 1)], m in [0, 2L) (gathered once per layer by XLA, [heads, 2L, head_dim]), so
+the tile's distances are the 2 * block consecutive rows from m0 = (L / block - 1 + qi - ki) * block.
+One matmul of the query block against those rows gives P[i, v] = q_i . Kr[idx(d)] with v = i - j +
+block - 1, and c2p[i, j] = P[i, v(i, j)] is a gather along lanes, one lane-vreg at a time (Mosaic's
+dynamic gather takes indices within one 128-lane vreg, so P is read as its two halves, v < block and
+v >= block). p2c is the same with the key block against `table_q`, in key-major layout, then transposed.
+This is FlashDeBERTa's idea (per-block projections against the span of relative rows) in TPU form.
+The backward scatters dS back onto the span by the inverse gather (the "relative shift" trick with a
+roll needs a negative stride there, which Mosaic refuses) and accumulates the tables' gradients per
+head in VMEM across the batch and the tiles.
+
+Masks: padding and packed segments as [batch, length] ids (padding a segment of its own, as the other
+kernels take them). No dropout of the probabilities: a caller with attention dropout > 0 is refused.
+
+Shapes: q, k, v [batch, heads, L, head_dim]; tables [heads, 2L, head_dim]; segments [batch, L] int32.
+On TPU the block is 128 (L a multiple of 128); in interpret mode (tests on a CPU) a power-of-two L up
+to 128 is one block.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+NUM_LANES = 128
+NUM_SUBLANES = 8
+MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)  # finite: exp(MASK - max) is 0, never NaN
+
+
+def block_size(length: int, interpret: bool) -> int:
+    """128 on TPU (one lane-vreg: the in-kernel gathers read one); a short power-of-two length in interpret mode."""
+    if length % NUM_LANES == 0:
+        return NUM_LANES
+    if interpret and length < NUM_LANES and length & (length - 1) == 0:
+        return length
+    raise ValueError(
+        f"the fused disentangled-attention kernel needs a sequence length that is a multiple of 128 "
+        f"(config.data.max_seq_length); got {length}. Use config.model.attention_impl='xla', or pad the length.")
+
+
+def _dot(a, b, trans_a=False, trans_b=False):
+    dims = (((0,) if trans_a else (1,), (1,) if trans_b else (0,)), ((), ()))
+    return jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+
+
+def _iotas(block: int):
+    return (jax.lax.broadcasted_iota(jnp.int32, (block, block), 0),
+            jax.lax.broadcasted_iota(jnp.int32, (block, block), 1))
+
+
+def _take_lanes(x, index):
+    return jnp.take_along_axis(x, index, axis=1, mode="promise_in_bounds")
+
+
+def _gather_by_distance(p, rows_are_queries: bool):
+    """p: [block, 2 * block] dot products of the block's rows with the tile's relative rows, column v =
+    i - j + block - 1. Returns [rows, cols] = p[r, v(r, c)]: c2p [i, j] for query rows, p2c^T [j, i] for key
+    rows."""
+    block = p.shape[0]
+    r, c = _iotas(block)
+    i, j = (r, c) if rows_are_queries else (c, r)
+    index = (i - j - 1) & (block - 1)  # v mod block (block is a power of two)
+    return jnp.where(i <= j, _take_lanes(p[:, :block], index), _take_lanes(p[:, block:], index))
+
+
+def _scatter_by_distance(dz, rows_are_queries: bool):
+    """The transpose of _gather_by_distance: dz [rows, cols] -> its two halves over v, each [rows, block]."""
+    block = dz.shape[0]
+    r, v = _iotas(block)
+    if rows_are_queries:  # row i, v = i - j + block - 1 -> j = (i - 1 - v) mod block; the first half when i <= v
+        gathered = _take_lanes(dz, (r - 1 - v) & (block - 1))
+        first = r <= v
+    else:  # row j, column i = v + j - block + 1 -> (v + j + 1) mod block; the first half when v + j + 1 >= block
+        gathered = _take_lanes(dz, (v + r + 1) & (block - 1))
+        first = v + r + 1 >= block
+    low = jnp.where(first, gathered, 0.0)
+    return low, gathered - low
+
+
+def _span_start(length: int, block: int):
+    """Row of the distance tables where tile (qi, ki)'s 2 * block distances begin."""
+    qi, ki = pl.program_id(2), pl.program_id(3)
+    return pl.multiple_of((length // block - 1 + qi - ki) * block, block)
+
+
+def _scores_query_major(q, k, tk_span, tq_span, scale):
+    """[i, j] float32: scale * (q k^T + c2p + p2c)."""
+    qk = _dot(q, k, trans_b=True)
+    c2p = _gather_by_distance(_dot(q, tk_span, trans_b=True), rows_are_queries=True)
+    p2c_t = _gather_by_distance(_dot(k, tq_span, trans_b=True), rows_are_queries=False)
+    return (qk + c2p + p2c_t.T) * scale
+
+
+def _forward_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, o_ref, lse_ref,
+                    m_scratch, l_scratch, acc_scratch, *, scale, length, block):
+    ki = pl.program_id(3)
+
+    @pl.when(ki == 0)
+    def _init():
+        m_scratch[...] = jnp.full(m_scratch.shape, -jnp.inf, jnp.float32)
+        l_scratch[...] = jnp.zeros(l_scratch.shape, jnp.float32)
+        acc_scratch[...] = jnp.zeros(acc_scratch.shape, jnp.float32)
+
+    m0 = _span_start(length, block)
+    s = _scores_query_major(q_ref[...], k_ref[...], tk_ref[pl.ds(m0, 2 * block), :],
+                            tq_ref[pl.ds(m0, 2 * block), :], scale)
+    s = jnp.where(seg_q_ref[:, :block] == seg_k_ref[:1, :], s, MASK_VALUE)
+    m_prev, l_prev = m_scratch[...], l_scratch[...]  # [block, 128], equal along lanes
+    m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+    p = jnp.exp(s - m_next[:, :block])
+    alpha = jnp.exp(m_prev - m_next)
+    l_scratch[...] = alpha * l_prev + jnp.sum(p, axis=1, keepdims=True)
+    m_scratch[...] = m_next
+    head_dim = acc_scratch.shape[1]
+    acc_scratch[...] = acc_scratch[...] * alpha[:, :1] + _dot(p.astype(v_ref.dtype), v_ref[...])
+
+    @pl.when(ki == pl.num_programs(3) - 1)
+    def _finish():
+        l = l_scratch[...]
+        o_ref[...] = (acc_scratch[...] / l[:, :1]).astype(o_ref.dtype)
+        lse_ref[...] = m_scratch[...] + jnp.log(l)
+        del head_dim
+
+
+def _dq_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_ref, lse_ref, delta_ref,
+               dq_ref, dtk_ref, dq_scratch, *, scale, length, block):
+    """Grid (heads, batch, q blocks, k blocks): dq per query block; the c2p table's gradient per head."""
+    b, qi, ki = pl.program_id(1), pl.program_id(2), pl.program_id(3)
+
+    @pl.when((b == 0) & (qi == 0) & (ki == 0))
+    def _init_table():
+        dtk_ref[...] = jnp.zeros(dtk_ref.shape, jnp.float32)
+
+    @pl.when(ki == 0)
+    def _init():
+        dq_scratch[...] = jnp.zeros(dq_scratch.shape, jnp.float32)
+
+    m0 = _span_start(length, block)
+    q, k, v = q_ref[...], k_ref[...], v_ref[...]
+    tk_span = tk_ref[pl.ds(m0, 2 * block), :]
+    s = _scores_query_major(q, k, tk_span, tq_ref[pl.ds(m0, 2 * block), :], scale)
+    s = jnp.where(seg_q_ref[:, :block] == seg_k_ref[:1, :], s, MASK_VALUE)
+    p = jnp.exp(s - lse_ref[:, :block])
+    dp = _dot(do_ref[...], v, trans_b=True)
+    dz = p * (dp - delta_ref[:, :block]) * scale  # the gradient of the unscaled sum of the three terms
+    low, high = (x.astype(q.dtype) for x in _scatter_by_distance(dz, rows_are_queries=True))
+    dq_scratch[...] += (_dot(dz.astype(k.dtype), k) + _dot(low, tk_span[:block]) + _dot(high, tk_span[block:]))
+    dtk_ref[pl.ds(m0, block), :] += _dot(low, q, trans_a=True)
+    dtk_ref[pl.ds(m0 + block, block), :] += _dot(high, q, trans_a=True)
+
+    @pl.when(ki == pl.num_programs(3) - 1)
+    def _finish():
+        dq_ref[...] = dq_scratch[...].astype(dq_ref.dtype)
+
+
+def _dkv_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_ref, lse_ref, delta_ref,
+                dk_ref, dv_ref, dtq_ref, dk_scratch, dv_scratch, *, scale, length, block):
+    """Grid (heads, batch, k blocks, q blocks), key-major tiles [j, i]: dk, dv per key block; the p2c table's
+    gradient per head."""
+    b, ki, qi = pl.program_id(1), pl.program_id(2), pl.program_id(3)
+
+    @pl.when((b == 0) & (ki == 0) & (qi == 0))
+    def _init_table():
+        dtq_ref[...] = jnp.zeros(dtq_ref.shape, jnp.float32)
+
+    @pl.when(qi == 0)
+    def _init():
+        dk_scratch[...] = jnp.zeros(dk_scratch.shape, jnp.float32)
+        dv_scratch[...] = jnp.zeros(dv_scratch.shape, jnp.float32)
+
+    m0 = pl.multiple_of((length // block - 1 + qi - ki) * block, block)
+    q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
+    tq_span = tq_ref[pl.ds(m0, 2 * block), :]
+    c2p = _gather_by_distance(_dot(q, tk_ref[pl.ds(m0, 2 * block), :], trans_b=True), rows_are_queries=True)
+    p2c_t = _gather_by_distance(_dot(k, tq_span, trans_b=True), rows_are_queries=False)
+    s_t = (_dot(k, q, trans_b=True) + c2p.T + p2c_t) * scale  # [j, i]
+    s_t = jnp.where(seg_k_ref[:, :block] == seg_q_ref[:1, :], s_t, MASK_VALUE)
+    p_t = jnp.exp(s_t - lse_ref[...])  # lse, delta: [1, block] along the query lanes
+    dv_scratch[...] += _dot(p_t.astype(do.dtype), do)
+    dp_t = _dot(v, do, trans_b=True)
+    dz_t = p_t * (dp_t - delta_ref[...]) * scale
+    low, high = (x.astype(k.dtype) for x in _scatter_by_distance(dz_t, rows_are_queries=False))
+    dk_scratch[...] += (_dot(dz_t.astype(q.dtype), q) + _dot(low, tq_span[:block]) + _dot(high, tq_span[block:]))
+    dtq_ref[pl.ds(m0, block), :] += _dot(low, k, trans_a=True)
+    dtq_ref[pl.ds(m0 + block, block), :] += _dot(high, k, trans_a=True)
+
+    @pl.when(qi == pl.num_programs(3) - 1)
+    def _finish():
+        dk_ref[...] = dk_scratch[...].astype(dk_ref.dtype)
+        dv_ref[...] = dv_scratch[...].astype(dv_ref.dtype)
+
+
+def _segment_layouts(segments):
+    """[batch, L] ids -> column layout [batch, L, 128] (ids down the sublanes) and row layout [batch, 8, L]."""
+    b, length = segments.shape
+    return (jnp.broadcast_to(segments[:, :, None], (b, length, NUM_LANES)),
+            jnp.broadcast_to(segments[:, None, :], (b, NUM_SUBLANES, length)))
+
+
+def _forward(q, k, v, table_k, table_q, segments, scale, interpret):
+    b, h, length, d = q.shape
+    block = block_size(length, interpret)
+    n = length // block
+    seg_col, seg_row = _segment_layouts(segments)
+    spec = lambda index: pl.BlockSpec((None, None, block, d), index)  # noqa: E731
+    table = pl.BlockSpec((None, 2 * length, d), lambda b, h, i, j: (h, 0, 0))
+    o, lse = pl.pallas_call(
+        functools.partial(_forward_kernel, scale=scale, length=length, block=block),
+        grid=(b, h, n, n),
+        in_specs=[spec(lambda b, h, i, j: (b, h, i, 0)), spec(lambda b, h, i, j: (b, h, j, 0)),
+                  spec(lambda b, h, i, j: (b, h, j, 0)), table, table,
+                  pl.BlockSpec((None, block, NUM_LANES), lambda b, h, i, j: (b, i, 0)),
+                  pl.BlockSpec((None, NUM_SUBLANES, block), lambda b, h, i, j: (b, 0, j))],
+        out_specs=[spec(lambda b, h, i, j: (b, h, i, 0)),
+                   pl.BlockSpec((None, None, block, NUM_LANES), lambda b, h, i, j: (b, h, i, 0))],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
+                   jax.ShapeDtypeStruct((b, h, length, NUM_LANES), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((block, NUM_LANES), jnp.float32), pltpu.VMEM((block, NUM_LANES), jnp.float32),
+                        pltpu.VMEM((block, d), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
+        interpret=interpret,
+        name="disentangled_attention_fwd",
+    )(q, k, v, table_k, table_q, seg_col, seg_row)
+    return o, lse[..., 0]
+
+
+def _backward(q, k, v, table_k, table_q, segments, o, lse, do, scale, interpret):
+    b, h, length, d = q.shape
+    block = block_size(length, interpret)
+    n = length // block
+    seg_col, seg_row = _segment_layouts(segments)
+    delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1)  # [b, h, L]
+    table = pl.BlockSpec((None, 2 * length, d), lambda h, b, x, y: (h, 0, 0))
+    table_out = jax.ShapeDtypeStruct((h, 2 * length, d), jnp.float32)
+    params = pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary", "arbitrary"))
+
+    # dq kernel: grid (h, b, q block i, k block j); query-major statistics [block, 128].
+    row = lambda index: pl.BlockSpec((None, None, block, d), index)  # noqa: E731
+    qi_spec, kj_spec = row(lambda h, b, i, j: (b, h, i, 0)), row(lambda h, b, i, j: (b, h, j, 0))
+    lanes = lambda x: jnp.broadcast_to(x[..., None], (*x.shape, NUM_LANES))  # noqa: E731
+    stat_col = pl.BlockSpec((None, None, block, NUM_LANES), lambda h, b, i, j: (b, h, i, 0))
+    dq, dtk = pl.pallas_call(
+        functools.partial(_dq_kernel, scale=scale, length=length, block=block),
+        grid=(h, b, n, n),
+        in_specs=[qi_spec, kj_spec, kj_spec, table, table,
+                  pl.BlockSpec((None, block, NUM_LANES), lambda h, b, i, j: (b, i, 0)),
+                  pl.BlockSpec((None, NUM_SUBLANES, block), lambda h, b, i, j: (b, 0, j)),
+                  qi_spec, stat_col, stat_col],
+        out_specs=[qi_spec, table],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), table_out],
+        scratch_shapes=[pltpu.VMEM((block, d), jnp.float32)],
+        compiler_params=params, interpret=interpret, name="disentangled_attention_dq",
+    )(q, k, v, table_k, table_q, seg_col, seg_row, do, lanes(lse), lanes(delta))
+
+    # dk/dv kernel: grid (h, b, k block j, q block i); key-major, statistics along the query lanes [1, block].
+    qi_spec, kj_spec = row(lambda h, b, j, i: (b, h, i, 0)), row(lambda h, b, j, i: (b, h, j, 0))
+    stat_row = pl.BlockSpec((None, None, 1, block), lambda h, b, j, i: (b, h, 0, i))
+    dk, dv, dtq = pl.pallas_call(
+        functools.partial(_dkv_kernel, scale=scale, length=length, block=block),
+        grid=(h, b, n, n),
+        in_specs=[qi_spec, kj_spec, kj_spec, table, table,
+                  pl.BlockSpec((None, NUM_SUBLANES, block), lambda h, b, j, i: (b, 0, i)),
+                  pl.BlockSpec((None, block, NUM_LANES), lambda h, b, j, i: (b, j, 0)),
+                  qi_spec, stat_row, stat_row],
+        out_specs=[kj_spec, kj_spec, table],
+        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype), table_out],
+        scratch_shapes=[pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, d), jnp.float32)],
+        compiler_params=params, interpret=interpret, name="disentangled_attention_dkv",
+    )(q, k, v, table_k, table_q, seg_row, seg_col, do, lse[:, :, None, :], delta[:, :, None, :])
+    return dq, dk, dv, dtk.astype(table_k.dtype), dtq.astype(table_q.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
+def fused_disentangled_attention(q, k, v, table_k, table_q, segments, scale: float, interpret: bool):
+    """softmax(scale * (q k^T + c2p + p2c) + mask) v, fused. q, k, v: [batch, heads, L, head_dim]; table_k,
+    table_q: [heads, 2L, head_dim], row m the key / query projection of relative distance m - L + 1's
+    bucket; segments: [batch, L] int32 -> [batch, heads, L, head_dim]."""
+    return _forward(q, k, v, table_k, table_q, segments, scale, interpret)[0]
+
+
+def _vjp_forward(q, k, v, table_k, table_q, segments, scale, interpret):
+    o, lse = _forward(q, k, v, table_k, table_q, segments, scale, interpret)
+    return o, (q, k, v, table_k, table_q, segments, o, lse)
+
+
+def _vjp_backward(scale, interpret, residuals, do):
+    q, k, v, table_k, table_q, segments, o, lse = residuals
+    dq, dk, dv, dtk, dtq = _backward(q, k, v, table_k, table_q, segments, o, lse, do, scale, interpret)
+    return dq, dk, dv, dtk, dtq, None
+
+
+fused_disentangled_attention.defvjp(_vjp_forward, _vjp_backward)

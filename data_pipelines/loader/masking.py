@@ -1,0 +1,282 @@
+"""Masked-LM corruption of a whole batch at once, in numpy, driven by an explicit Generator.
+
+Masking runs each time a batch is read (dynamic masking, Liu et al. 2019 §4.1), as a
+pure function of (input_ids, rng): the pipeline derives `rng` from the seed and the
+batch's position in the stream, so a resumed run masks identically.
+
+All four modes are one algorithm over "units" (runs of tokens masked together):
+
+  token       a unit is one token (BERT, Devlin et al. 2019 §3.1)
+  whole_word  a unit is one word: a token flagged as a word start plus the tokens
+              after it that are not (BERT's whole-word-masking release)
+  span        a unit is a run of whole words whose length is drawn from a geometric
+              distribution with p = span_p, truncated at max_span_length and
+              renormalised (SpanBERT, Joshi et al. 2020 §3.1: mean 3.8 words at p = 0.2)
+  ngram       a unit is a run of n whole words, p(n) ∝ 1/n for n in 1..max_ngram
+              (ALBERT, Lan et al. 2020 §4.1)
+
+Each row's words are cut into consecutive units of the drawn lengths (special tokens
+always end a unit, so a unit never holds [CLS]/[SEP]/[PAD]); the units are then taken in
+random order while the masked-token count stays within the row's budget
+max(1, round(mask_rate x non-special tokens)), capped at max_predictions_per_seq. Cutting
+instead of placing spans at random starts keeps units disjoint without a loop, so every
+step is a vectorised numpy operation over the batch.
+
+Of the selected tokens 80% become [MASK], 10% a random ordinary token, 10% stay
+(Devlin et al. 2019, Appendix C.2). Span mode decides once per span, as SpanBERT does;
+the other modes decide per token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+import numpy as np
+
+from data_pipelines.tokenizers.tokenizer import SpecialIds
+
+MASKING_MODES = ("token", "whole_word", "span", "ngram")
+MASK_TOKEN_SHARE = 0.8
+RANDOM_TOKEN_SHARE = 0.1
+
+
+def span_length_distribution(span_p: float, max_span_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """SpanBERT's span lengths 1..max_span_length and their probabilities (truncated geometric)."""
+    lengths = np.arange(1, max_span_length + 1)
+    weights = span_p * (1 - span_p) ** (lengths - 1)
+    return lengths, weights / weights.sum()
+
+
+def ngram_length_distribution(max_ngram: int) -> tuple[np.ndarray, np.ndarray]:
+    """ALBERT's n-gram lengths 1..max_ngram and their probabilities, p(n) ∝ 1/n."""
+    lengths = np.arange(1, max_ngram + 1)
+    weights = 1.0 / lengths
+    return lengths, weights / weights.sum()
+
+
+def random_non_special_ids(
+    rng: np.random.Generator, size: int, vocab_size: int, special: Iterable[int]
+) -> np.ndarray:
+    """Draws `size` ids uniformly from [0, vocab_size) minus the special ids."""
+    pool = np.setdiff1d(np.arange(vocab_size), np.asarray(sorted(set(special))))
+    return pool[rng.integers(0, len(pool), size=size)]
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskingSpec:
+    """What to mask; built from `config.data` by `from_config`."""
+
+    mode: str
+    mask_rate: float
+    max_predictions_per_seq: int
+    vocab_size: int
+    span_p: float = 0.2
+    max_span_length: int = 10
+    max_ngram: int = 3
+
+    @classmethod
+    def from_config(cls, data_cfg) -> "MaskingSpec":
+        return cls(
+            mode=data_cfg.masking,
+            mask_rate=data_cfg.mask_rate,
+            max_predictions_per_seq=data_cfg.max_predictions_per_seq,
+            vocab_size=data_cfg.vocab_size,
+            span_p=data_cfg.span_p,
+            max_span_length=data_cfg.max_span_length,
+            max_ngram=data_cfg.max_ngram,
+        )
+
+    def validate(self) -> None:
+        """ValueError naming the config.data key that is out of range."""
+        if self.mode not in MASKING_MODES:
+            raise ValueError(f"config.data.masking={self.mode!r} is not one of {MASKING_MODES}")
+        if not 0.0 < self.mask_rate < 1.0:
+            raise ValueError(f"config.data.mask_rate={self.mask_rate} must be in (0, 1)")
+        if self.max_predictions_per_seq < 1:
+            raise ValueError(
+                f"config.data.max_predictions_per_seq={self.max_predictions_per_seq} must be >= 1"
+            )
+        if self.mode == "span" and not (0.0 < self.span_p <= 1.0 and self.max_span_length >= 1):
+            raise ValueError(
+                f"config.data.span_p={self.span_p} must be in (0, 1] and "
+                f"config.data.max_span_length={self.max_span_length} >= 1"
+            )
+        if self.mode == "ngram" and self.max_ngram < 1:
+            raise ValueError(f"config.data.max_ngram={self.max_ngram} must be >= 1")
+
+
+class Masker:
+    """Masks batches per a MaskingSpec; holds only lookup tables built once.
+
+    Args:
+      spec: the mode and its rates.
+      special_ids: never selected, never drawn as random replacements.
+      word_starts: [vocab] bool, True where a token begins a word (the tokenizer's
+        `word_start_flags()`); needed by every mode but "token".
+    """
+
+    def __init__(self, spec: MaskingSpec, special_ids: SpecialIds, word_starts=None):
+        spec.validate()
+        self.spec = spec
+        self.special_ids = special_ids
+        table_size = max(spec.vocab_size, max(special_ids.all()) + 1)
+        if word_starts is not None:
+            table_size = max(table_size, len(word_starts))
+        self._is_special = np.zeros(table_size, bool)
+        self._is_special[list(special_ids.all())] = True
+        if spec.mode == "token":
+            self._starts_word = None
+        else:
+            if word_starts is None:
+                raise ValueError(
+                    f"config.data.masking={spec.mode!r} needs the tokenizer's word_start_flags()"
+                )
+            self._starts_word = np.ones(table_size, bool)
+            self._starts_word[: len(word_starts)] = np.asarray(word_starts, bool)
+        self._replacements = np.flatnonzero(~self._is_special[: spec.vocab_size])
+        if spec.mode == "span":
+            self._lengths = span_length_distribution(spec.span_p, spec.max_span_length)
+        elif spec.mode == "ngram":
+            self._lengths = ngram_length_distribution(spec.max_ngram)
+        else:
+            self._lengths = None
+
+    def _units(self, ids: np.ndarray, special: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """[B, L] int: index within its row of the unit each token belongs to."""
+        batch, length = ids.shape
+        if self._starts_word is None:
+            return np.broadcast_to(np.arange(length), (batch, length))
+        starts = self._starts_word[ids]
+        starts[:, 1:] |= special[:, :-1]  # A token right after a special starts a word.
+        starts[:, 0] = True
+        word = np.cumsum(starts, axis=1) - 1
+        if self._lengths is None:
+            return word
+        # Cut the words into runs of drawn lengths: a boundary at each run's first word,
+        # and around every special token's word, so no run holds a special token.
+        values, probs = self._lengths
+        draw = np.searchsorted(np.cumsum(probs), rng.random((batch, length)), side="right")
+        drawn = values[np.minimum(draw, len(values) - 1)]
+        run_starts = np.cumsum(drawn, axis=1) - drawn
+        boundary = np.zeros((batch, length + 1), bool)
+        rows = np.broadcast_to(np.arange(batch)[:, None], run_starts.shape)
+        inside = run_starts < length
+        boundary[rows[inside], run_starts[inside]] = True
+        special_word = np.zeros((batch, length + 1), bool)
+        special_word[np.nonzero(special)[0], word[special]] = True
+        boundary |= special_word
+        boundary[:, 1:] |= special_word[:, :-1]
+        run_of_word = np.cumsum(boundary[:, :length], axis=1) - 1
+        return np.take_along_axis(run_of_word, word, axis=1)
+
+    def _select_tokens(self, candidate, budget, rng) -> np.ndarray:
+        """[B, L] bool: a uniform subset of `budget` candidates per row (token mode).
+
+        The budget-th smallest of i.i.d. uniform keys is the row's threshold: one sort of
+        the keys instead of an argsort and gathers, which is what makes this mode fast.
+        """
+        batch = len(candidate)
+        keys = rng.random(candidate.shape)
+        keys[~candidate] = 2.0
+        threshold = np.sort(keys, axis=1)[np.arange(batch), np.maximum(budget - 1, 0)]
+        selected = (keys <= threshold[:, None]) & candidate & (budget > 0)[:, None]
+        # float64 keys tie with probability ~1e-11; never let a tie exceed the budget.
+        return selected & (np.cumsum(selected, axis=1) <= budget[:, None])
+
+    def _select_units(self, unit, candidate, budget, rng) -> np.ndarray:
+        """[B, L] bool: whole units in random order while their tokens fit the budget."""
+        batch, length = unit.shape
+        flat_unit = (np.arange(batch)[:, None] * length + unit)[candidate]
+        unit_tokens = np.bincount(flat_unit, minlength=batch * length).reshape(batch, length)
+        # A unit longer than max_predictions_per_seq (a 30-piece word) can never be whole.
+        unit_tokens[unit_tokens > self.spec.max_predictions_per_seq] = 0
+        # Random order of the units: sort random high bits packed above each unit's index
+        # (a plain sort is several times faster than argsort); empty units go last.
+        index_bits = max(1, int(length - 1).bit_length())
+        keys = rng.integers(0, 1 << (62 - index_bits), size=(batch, length), dtype=np.int64)
+        keys[unit_tokens == 0] = (1 << (62 - index_bits)) - 1
+        order = np.sort((keys << index_bits) | np.arange(length), axis=1) & ((1 << index_bits) - 1)
+        ordered_tokens = np.take_along_axis(unit_tokens, order, axis=1)
+        # Whole units while they fit; the first unit that overflows is taken with
+        # probability (budget left) / (its tokens), so a row's expected count is its
+        # budget whatever the unit lengths (a plain prefix would undershoot with spans).
+        after = np.cumsum(ordered_tokens, axis=1)
+        before = after - ordered_tokens
+        fits = after <= budget[:, None]
+        overflow = (before < budget[:, None]) & ~fits
+        draw = rng.random((batch, 1))
+        rows, cols = np.nonzero(overflow)  # At most one unit per row: its odds alone are computed.
+        odds = (budget[rows] - before[rows, cols]) / np.maximum(ordered_tokens[rows, cols], 1)
+        overflow[rows, cols] = draw[rows, 0] < odds
+        chosen_in_order = (fits | overflow) & (ordered_tokens > 0)
+        chosen_in_order &= after <= self.spec.max_predictions_per_seq
+        chosen_unit = np.zeros((batch, length), bool)
+        np.put_along_axis(chosen_unit, order, chosen_in_order, axis=1)
+        return np.take_along_axis(chosen_unit, unit, axis=1) & candidate
+
+    def __call__(self, input_ids: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Selects positions to predict and corrupts them.
+
+        Args:
+          input_ids: [B, L] int token ids, padded (padding is a special id).
+          rng: the only source of randomness.
+
+        Returns:
+          input_ids: [B, L] int32, the corrupted batch.
+          masked_positions: [B, P] int32, selected positions in increasing order, then 0s.
+          masked_ids: [B, P] int32, the original ids there, then 0s.
+          masked_weights: [B, P] float32, 1.0 for a real prediction, 0.0 for padding.
+          P = max_predictions_per_seq.
+        """
+        ids = np.asarray(input_ids)
+        if ids.ndim != 2:
+            raise ValueError(f"input_ids must be [batch, length], got shape {ids.shape}")
+        spec = self.spec
+        batch, length = ids.shape
+        special = self._is_special[ids]
+        candidate = ~special
+        num_candidates = candidate.sum(axis=1)
+        budget = np.where(
+            num_candidates > 0,
+            np.clip(np.rint(num_candidates * spec.mask_rate), 1, spec.max_predictions_per_seq),
+            0,
+        ).astype(np.int64)
+        if self._starts_word is None:
+            unit = None
+            selected = self._select_tokens(candidate, budget, rng)
+        else:
+            unit = self._units(ids, special, rng)
+            selected = self._select_units(unit, candidate, budget, rng)
+
+        rows, cols = np.nonzero(selected)  # Row-major: positions increase within a row.
+        per_row = selected.sum(axis=1)
+        slots = np.arange(len(rows)) - (np.cumsum(per_row) - per_row)[rows]
+        originals = ids[rows, cols]
+
+        if spec.mode == "span":
+            decision = rng.random((batch, length))[rows, unit[rows, cols]]  # One draw per span.
+        else:
+            decision = rng.random(len(rows))
+        replacement = originals.copy()
+        replacement[decision < MASK_TOKEN_SHARE] = self.special_ids.mask
+        use_random = (decision >= MASK_TOKEN_SHARE) & (decision < MASK_TOKEN_SHARE + RANDOM_TOKEN_SHARE)
+        replacement[use_random] = self._replacements[
+            rng.integers(0, len(self._replacements), size=int(use_random.sum()))
+        ]
+
+        masked = ids.astype(np.int32, copy=True)
+        masked[rows, cols] = replacement
+        predictions = spec.max_predictions_per_seq
+        masked_positions = np.zeros((batch, predictions), np.int32)
+        masked_ids = np.zeros((batch, predictions), np.int32)
+        masked_weights = np.zeros((batch, predictions), np.float32)
+        masked_positions[rows, slots] = cols
+        masked_ids[rows, slots] = originals
+        masked_weights[rows, slots] = 1.0
+        return {
+            "input_ids": masked,
+            "masked_positions": masked_positions,
+            "masked_ids": masked_ids,
+            "masked_weights": masked_weights,
+        }

@@ -1,0 +1,137 @@
+"""The prepared-corpus format: tokenized documents in ArrayRecord shards, and a manifest.
+
+One record holds one tokenized document (its segments of int32 ids; decoded as a FlatDocument):
+
+    uint32 num_segments | uint32 length of each segment | int32 ids of all segments
+
+little-endian, so shards written on one machine read on any other. `manifest.json` in the
+output directory lists the shards with their document counts (the order that gives each
+document its global index), totals, skipped records by reason and the tokenizer
+(`tokenizer/` beside the shards).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+from collections.abc import Sequence
+
+import numpy as np
+
+from bert_jax.storage import paths
+from data_pipelines.examples.example_types import FlatDocument
+
+MANIFEST_FILE = "manifest.json"
+FORMAT = "bert_jax.prepared.v1"
+_U32 = np.dtype("<u4")
+_I32 = np.dtype("<i4")
+
+
+def encode_document(segments: Sequence[np.ndarray]) -> bytes:
+    """A tokenized document (int ids per segment) -> one record's bytes."""
+    lengths = np.array([len(s) for s in segments], _U32)
+    ids = np.concatenate([np.asarray(s) for s in segments]) if segments else np.zeros(0)
+    if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max):
+        raise ValueError("token ids must be in [0, 2**31): cannot encode the document")
+    header = np.array([len(segments)], _U32)
+    return header.tobytes() + lengths.tobytes() + ids.astype(_I32).tobytes()
+
+
+def decode_document(record: bytes) -> FlatDocument:
+    """One record's bytes -> its segments, [num_tokens] int32 arrays (views of one array).
+
+    Raises ValueError if the record's sizes disagree (a corrupt or foreign record).
+    """
+    buffer = memoryview(record)
+    if len(buffer) < 4:
+        raise ValueError(f"record of {len(buffer)} bytes is too short for a document header")
+    (count,) = np.frombuffer(buffer[:4], _U32)
+    header_bytes = 4 + 4 * int(count)
+    if len(buffer) < header_bytes:
+        raise ValueError(f"record declares {count} segments but has only {len(buffer)} bytes")
+    lengths = np.frombuffer(buffer[4:header_bytes], _U32).astype(np.int64)
+    if len(buffer) != header_bytes + 4 * int(lengths.sum()):
+        raise ValueError(
+            f"record holds {len(buffer) - header_bytes} id bytes; its lengths say {4 * int(lengths.sum())}"
+        )
+    ids = np.frombuffer(buffer[header_bytes:], _I32).astype(np.int32)
+    return FlatDocument(ids, [0, *np.cumsum(lengths).tolist()])
+
+
+def read_manifest(directory: str) -> dict:
+    """The manifest of a prepared directory; names config.data.path when it is not one."""
+    path = paths.path(directory) / MANIFEST_FILE
+    if not path.exists():
+        raise FileNotFoundError(
+            f"config.data.path={directory!r} holds no {MANIFEST_FILE}: not a finished "
+            "`python -m data_pipelines.prepare` output (run or resume prepare first)"
+        )
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    return manifest
+
+
+class PreparedDocuments(Sequence):
+    """Random access over a prepared directory's shards: item i is tokenized document i.
+
+    Documents are numbered shard by shard in the manifest's order; `shard_ranges` gives
+    each shard's [start, stop). Shards are opened on first use through grain's
+    ArrayRecordDataSource, and the object pickles into worker processes (without its open
+    readers). ArrayRecord reads only local files: a shard in a bucket is copied to the
+    local cache (storage.paths.local_copy) when a document of it is first read, so a host
+    copies only the shards it reads, and the cache stays within `cache_bytes` (0 = no
+    bound) by evicting the least recently used files that no reader holds.
+    """
+
+    def __init__(self, directory: str, cache_bytes: int = 0):
+        manifest = read_manifest(directory)
+        self._directory = directory
+        self._cache_bytes = cache_bytes
+        shards = [s for s in manifest["shards"] if s["documents"]]
+        self._paths = [s["path"] for s in shards]
+        self._counts = [s["documents"] for s in shards]
+        self._starts = [0, *itertools.accumulate(self._counts)]
+        self._length = manifest["documents"]
+        if self._starts[-1] != self._length:
+            raise ValueError(
+                f"{directory}: the manifest's shards list {self._starts[-1]} documents, its total says "
+                f"{self._length}; the directory is damaged (re-run prepare into a new one)"
+            )
+        self._readers: dict = {}
+        if not paths.is_remote(directory):
+            for shard in range(len(self._paths)):  # Local shards are checked now.
+                self._reader(shard)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_readers": {}}
+
+    def __len__(self) -> int:
+        return self._length
+
+    def shard_ranges(self) -> list[tuple[int, int]]:
+        """[start, stop) of each non-empty shard's documents."""
+        return list(zip(self._starts[:-1], self._starts[1:]))
+
+    def _reader(self, shard: int):
+        reader = self._readers.get(shard)
+        if reader is None:
+            import grain  # noqa: PLC0415 (slow import; only readers of shards need it)
+
+            in_use = [local for local, _ in self._readers.values()]
+            local = paths.local_copy(paths.path(self._directory) / self._paths[shard], self._cache_bytes, in_use)
+            reader = (local, grain.sources.ArrayRecordDataSource([local]))
+            if len(reader[1]) != self._counts[shard]:
+                raise ValueError(
+                    f"{self._directory}: shard {self._paths[shard]} holds {len(reader[1])} records, the "
+                    f"manifest says {self._counts[shard]}; the directory is damaged (re-run prepare into a new one)"
+                )
+            self._readers[shard] = reader
+        return reader[1]
+
+    def __getitem__(self, index: int) -> FlatDocument:
+        if not 0 <= index < self._length:
+            raise IndexError(f"document {index} of {self._length}")
+        shard = bisect.bisect_right(self._starts, index) - 1
+        return decode_document(self._reader(shard)[index - self._starts[shard]])
