@@ -59,6 +59,41 @@ def disentangled_score_bias(q, k, pos_q, pos_k, index) -> jax.Array:
     return c2p + jnp.swapaxes(p2c, -1, -2)
 
 
+@functools.lru_cache(maxsize=None)
+def distance_table_index(length: int, buckets: int, max_position: int) -> np.ndarray:
+    """[2 * length] int32: row m is the relative-embedding row of distance m - length + 1 (the fused kernel's
+    tables hold the projections by distance, so a tile's distances are consecutive rows)."""
+    relative = log_bucket_position(np.arange(2 * length) - length + 1, buckets, max_position)
+    return np.clip(relative + buckets, 0, 2 * buckets - 1).astype(np.int32)
+
+
+def fused_attention(q, k, v, pos_q, pos_k, segments, buckets: int, max_position: int, interpret: bool,
+                    block: int | None = None):
+    """The fused Pallas kernel (models/disentangled_kernel.py) on [batch, length, heads, head_dim] q, k, v
+    (unscaled), pos_q, pos_k [2 * buckets, heads, head_dim], segments [batch, length] -> [batch, length,
+    heads, head_dim]. Under a mesh it runs in shard_map over the batch and heads axes, as splash does."""
+    from bert_jax.models.disentangled_kernel import fused_disentangled_attention
+
+    length, head_dim = q.shape[1], q.shape[-1]
+    index = jnp.asarray(distance_table_index(length, buckets, max_position))
+    scale = float(1.0 / np.sqrt(SCORE_TERMS * head_dim))
+
+    def run(q, k, v, pos_q, pos_k, segments):
+        heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [b, l, h, d] -> [b, h, l, d]
+        by_distance = lambda table: jnp.swapaxes(table[index], 0, 1).astype(q.dtype)  # noqa: E731 [h, 2L, d]
+        out = fused_disentangled_attention(heads_first(q), heads_first(k), heads_first(v), by_distance(pos_k),
+                                           by_distance(pos_q), segments, scale, interpret, block)
+        return heads_first(out)
+
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return run(q, k, v, pos_q, pos_k, segments)
+    spec = nn.logical_to_mesh_axes(("batch", None, "heads", None))
+    table = jax.P(None, spec[2], None)
+    return jax.shard_map(run, mesh=mesh, in_specs=(spec, spec, spec, table, table, jax.P(spec[0], None)),
+                         out_specs=spec, check_vma=False)(q, k, v, pos_q, pos_k, segments)
+
+
 class DisentangledSelfAttention(nn.Module):
     """q/k/v projections (shared with the position embeddings), the chosen kernel with the position
     terms as its score bias, the output projection. Parameter names are SelfAttention's."""

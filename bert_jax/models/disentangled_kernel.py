@@ -39,8 +39,13 @@ NUM_SUBLANES = 8
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)  # finite: exp(MASK - max) is 0, never NaN
 
 
-def block_size(length: int, interpret: bool) -> int:
-    """128 on TPU (one lane-vreg: the in-kernel gathers read one); a short power-of-two length in interpret mode."""
+def block_size(length: int, interpret: bool, block: int | None = None) -> int:
+    """128 on TPU (one lane-vreg: the in-kernel gathers read one); in interpret mode a short power-of-two
+    length is one block, or `block` (a power of two dividing the length: tests of the tiling)."""
+    if block is not None:
+        if not (interpret and length % block == 0 and block & (block - 1) == 0):
+            raise ValueError(f"block={block}: only in interpret mode, a power of two dividing the length {length}")
+        return block
     if length % NUM_LANES == 0:
         return NUM_LANES
     if interpret and length < NUM_LANES and length & (length - 1) == 0:
@@ -123,7 +128,6 @@ def _forward_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, o
     alpha = jnp.exp(m_prev - m_next)
     l_scratch[...] = alpha * l_prev + jnp.sum(p, axis=1, keepdims=True)
     m_scratch[...] = m_next
-    head_dim = acc_scratch.shape[1]
     acc_scratch[...] = acc_scratch[...] * alpha[:, :1] + _dot(p.astype(v_ref.dtype), v_ref[...])
 
     @pl.when(ki == pl.num_programs(3) - 1)
@@ -131,7 +135,6 @@ def _forward_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, o
         l = l_scratch[...]
         o_ref[...] = (acc_scratch[...] / l[:, :1]).astype(o_ref.dtype)
         lse_ref[...] = m_scratch[...] + jnp.log(l)
-        del head_dim
 
 
 def _dq_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_ref, lse_ref, delta_ref,
@@ -209,9 +212,9 @@ def _segment_layouts(segments):
             jnp.broadcast_to(segments[:, None, :], (b, NUM_SUBLANES, length)))
 
 
-def _forward(q, k, v, table_k, table_q, segments, scale, interpret):
+def _forward(q, k, v, table_k, table_q, segments, scale, interpret, block=None):
     b, h, length, d = q.shape
-    block = block_size(length, interpret)
+    block = block_size(length, interpret, block)
     n = length // block
     seg_col, seg_row = _segment_layouts(segments)
     spec = lambda index: pl.BlockSpec((None, None, block, d), index)  # noqa: E731
@@ -236,9 +239,9 @@ def _forward(q, k, v, table_k, table_q, segments, scale, interpret):
     return o, lse[..., 0]
 
 
-def _backward(q, k, v, table_k, table_q, segments, o, lse, do, scale, interpret):
+def _backward(q, k, v, table_k, table_q, segments, o, lse, do, scale, interpret, block=None):
     b, h, length, d = q.shape
-    block = block_size(length, interpret)
+    block = block_size(length, interpret, block)
     n = length // block
     seg_col, seg_row = _segment_layouts(segments)
     delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1)  # [b, h, L]
@@ -282,22 +285,23 @@ def _backward(q, k, v, table_k, table_q, segments, o, lse, do, scale, interpret)
     return dq, dk, dv, dtk.astype(table_k.dtype), dtq.astype(table_q.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
-def fused_disentangled_attention(q, k, v, table_k, table_q, segments, scale: float, interpret: bool):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
+def fused_disentangled_attention(q, k, v, table_k, table_q, segments, scale: float, interpret: bool,
+                                 block: int | None = None):
     """softmax(scale * (q k^T + c2p + p2c) + mask) v, fused. q, k, v: [batch, heads, L, head_dim]; table_k,
     table_q: [heads, 2L, head_dim], row m the key / query projection of relative distance m - L + 1's
     bucket; segments: [batch, L] int32 -> [batch, heads, L, head_dim]."""
-    return _forward(q, k, v, table_k, table_q, segments, scale, interpret)[0]
+    return _forward(q, k, v, table_k, table_q, segments, scale, interpret, block)[0]
 
 
-def _vjp_forward(q, k, v, table_k, table_q, segments, scale, interpret):
-    o, lse = _forward(q, k, v, table_k, table_q, segments, scale, interpret)
+def _vjp_forward(q, k, v, table_k, table_q, segments, scale, interpret, block):
+    o, lse = _forward(q, k, v, table_k, table_q, segments, scale, interpret, block)
     return o, (q, k, v, table_k, table_q, segments, o, lse)
 
 
-def _vjp_backward(scale, interpret, residuals, do):
+def _vjp_backward(scale, interpret, block, residuals, do):
     q, k, v, table_k, table_q, segments, o, lse = residuals
-    dq, dk, dv, dtk, dtq = _backward(q, k, v, table_k, table_q, segments, o, lse, do, scale, interpret)
+    dq, dk, dv, dtk, dtq = _backward(q, k, v, table_k, table_q, segments, o, lse, do, scale, interpret, block)
     return dq, dk, dv, dtk, dtq, None
 
 
