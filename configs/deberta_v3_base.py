@@ -46,9 +46,9 @@ def get_config(arg: str | None = None):
     c.model.position_buckets = 256
     c.model.max_relative_positions = 512
     c.model.pad_token_id = 0  # the unigram tokenizer's <pad>
-    # Disentangled attention adds position terms to the scores: only the xla kernel takes them
-    # (auto picks it for this family).
-    c.model.attention_impl = "xla"
+    # auto: on a TPU target the fused disentangled-attention Pallas kernel (bert_jax/models/disentangled_kernel.py,
+    # no [batch, heads, q, k] tensor in HBM), elsewhere (or with attention dropout) the xla kernel.
+    c.model.attention_impl = "auto"
     c.model.generator_num_layers = 6  # half the discriminator's depth, the same width (GDES shares one table)
     c.model.discriminator_loss_weight = 50.0  # lambda (He et al. 2023 §3, after Clark et al. 2020)
     c.model.sampling_temperature = 1.0

@@ -7,7 +7,9 @@
     cudnn   jax.nn.dot_product_attention(implementation="cudnn"): NVIDIA's fused flash kernel.
     splash  the TPU Pallas splash kernel (jax.experimental.pallas.ops.tpu.splash_attention).
             Off TPU it runs only in Pallas interpret mode, with config.model.splash_interpret=True:
-            slow, for tests of the kernel on a CPU.
+            slow, for tests of the kernel on a CPU. For DeBERTa-v3 (disentangled attention) splash
+            means that family's own fused Pallas kernel (models/disentangled_kernel.py), which adds the
+            position terms per tile; splash_interpret runs it in interpret mode likewise.
 
 Masks (all kernels): padding, packed `segment_ids` (block-diagonal: attention never crosses
 documents) and a sliding window (`window` tokens either side). What a kernel cannot apply fails

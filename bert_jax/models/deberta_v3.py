@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from bert_jax.models.attention import AttentionMask, attention_mask_from_batch
 from bert_jax.models.bert import BertConfig
-from bert_jax.models.disentangled_attention import DisentangledSelfAttention
+from bert_jax.models.disentangled_attention import FUSED_KERNEL, DisentangledSelfAttention
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.replaced_token_detection import GradientDisentangledEmbed, ReplacedTokenDetection
 from bert_jax.models.transformer import REMAT_POLICIES
@@ -61,9 +61,16 @@ class DebertaV3Config(BertConfig):
             raise ValueError(f"config.model.position_buckets={buckets} must be even and >= 4 (half of them "
                              f"hold exact distances either side)")
         impl = get("attention_impl", "auto")
-        if impl in ("cudnn", "splash"):
-            raise ValueError(f"config.model.attention_impl={impl!r}: disentangled attention adds position "
-                             f"terms to the scores that only the 'xla' kernel takes; use 'xla' or 'auto'")
+        if impl == "cudnn":
+            raise ValueError("config.model.attention_impl='cudnn': disentangled attention adds position terms to the "
+                             "scores, which cuDNN cannot; use 'xla' or 'auto' (or 'splash', the fused Pallas kernel, "
+                             "on TPU)")
+        dropout = float(get("attention_dropout_rate", 0.0))
+        if impl == "splash" and dropout > 0:
+            raise ValueError(f"config.model.attention_impl='splash' (DeBERTa's fused disentangled-attention Pallas "
+                             f"kernel) cannot apply config.model.attention_dropout_rate={dropout}: it does not drop "
+                             "attention probabilities. Set attention_dropout_rate=0, or attention_impl='xla' (or "
+                             "'auto', which then picks xla).")
         cfg = super().from_config(model_cfg)
         generator_layers = cfg.generator_num_layers or max(1, cfg.num_layers // 2)
         if not 1 <= generator_layers <= cfg.num_layers:
@@ -72,8 +79,10 @@ class DebertaV3Config(BertConfig):
                              f"DeBERTa-v3 uses half)")
         if not cfg.sampling_temperature > 0:
             raise ValueError(f"config.model.sampling_temperature={cfg.sampling_temperature} must be > 0")
-        # 'auto' may have resolved to a fused kernel; this family runs the xla one.
-        return dataclasses.replace(cfg, attention_impl="xla", generator_num_layers=generator_layers)
+        # 'auto' resolved for the target: on TPU (splash) this family runs its own fused kernel, elsewhere xla
+        # (cuDNN takes no score terms).
+        impl = FUSED_KERNEL if cfg.attention_impl == "splash" else "xla"
+        return dataclasses.replace(cfg, attention_impl=impl, generator_num_layers=generator_layers)
 
     def generator_config(self) -> "DebertaV3Config":
         """The generator: the discriminator's width (GDES shares one table), generator_num_layers deep."""

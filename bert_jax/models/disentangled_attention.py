@@ -27,6 +27,9 @@ from bert_jax.models.layers import Dense
 
 # content-to-content + content-to-position + position-to-content: the scale is sqrt(3 * head_dim).
 SCORE_TERMS = 3
+# The resolved kernel name (DebertaV3Config.attention_impl) of the fused Pallas kernel that
+# `attention_impl=splash` (or `auto` on a TPU) means for this family.
+FUSED_KERNEL = "disentangled_pallas"
 
 
 def log_bucket_position(relative: np.ndarray, buckets: int, max_position: int) -> np.ndarray:
@@ -96,7 +99,8 @@ def fused_attention(q, k, v, pos_q, pos_k, segments, buckets: int, max_position:
 
 class DisentangledSelfAttention(nn.Module):
     """q/k/v projections (shared with the position embeddings), the chosen kernel with the position
-    terms as its score bias, the output projection. Parameter names are SelfAttention's."""
+    terms as its score bias (the xla kernel), or the fused Pallas kernel that computes them per tile
+(attention_impl == FUSED_KERNEL); the output projection. Parameter names are SelfAttention's."""
 
     config: Any  # num_heads, hidden_size, position_buckets, max_relative_positions, attention_impl, ...
 
@@ -116,13 +120,22 @@ class DisentangledSelfAttention(nn.Module):
         query, key, value = dense("query"), dense("key"), dense("value")
         q, k, v = (nn.with_logical_constraint(proj(x), axes) for proj in (query, key, value))
         rel = nn.Dropout(cfg.dropout_rate)(rel_embeddings, deterministic=deterministic)
+        if cfg.attention_impl == FUSED_KERNEL:
+            context = fused_attention(q, k, v, query(rel), key(rel), mask.segments, cfg.position_buckets,
+                                      cfg.max_relative_positions, cfg.splash_interpret)
+            return self._output(context)
         index = relative_embedding_index(x.shape[1], cfg.position_buckets, cfg.max_relative_positions)
         scale = 1.0 / np.sqrt(SCORE_TERMS * head_dim)
         bias = disentangled_score_bias(q, k, query(rel), key(rel), index) * scale
         # The kernel divides q . k by sqrt(head_dim); the remaining 1/sqrt(3) goes on q.
         q_scaled = q * jnp.asarray(1.0 / np.sqrt(SCORE_TERMS), q.dtype)
         context = Attend(cfg, name="attend")(q_scaled, k, v, mask, deterministic, score_bias=bias)
-        context = nn.with_logical_constraint(context, axes)
+        return self._output(context)
+
+    def _output(self, context: jax.Array) -> jax.Array:
+        cfg = self.config
+        heads, head_dim = cfg.num_heads, cfg.hidden_size // cfg.num_heads
+        context = nn.with_logical_constraint(context, ("batch", "length", "heads", "kv"))
         return Dense(
             (heads, head_dim), (cfg.hidden_size,), ("heads", "kv", "embed"),
             dtype=cfg.dtype, param_dtype=cfg.param_dtype,

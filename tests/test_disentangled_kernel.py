@@ -1,0 +1,142 @@
+"""DeBERTa's fused disentangled-attention Pallas kernel (bert_jax/models/disentangled_kernel.py) equals the xla
+path (position terms as a [batch, heads, q, k] score bias), forward and backward, with padding and packed
+segments; `auto` picks it on a TPU target; dropout is refused by name.
+
+The kernel runs in Pallas interpret mode here. Default tests use micro shapes with 16-token tiles (several
+tiles each way, distances past the exact buckets); the TPU's 128-token tiles, bf16 and whole models are slow.
+"""
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from bert_jax.models import disentangled_attention as da
+from bert_jax.models.attention import building_for
+from bert_jax.models.attention_kernels import xla_attention
+from bert_jax.models.deberta_v3 import DebertaV3Config
+from bert_jax.models.disentangled_kernel import block_size
+
+HEADS, HEAD_DIM, BUCKETS, MAX_POSITION = 2, 8, 8, 32
+
+
+def rows(length: int) -> np.ndarray:
+    """[2, length] segment ids: row 0 one document then padding (-1); row 1 four packed documents then padding."""
+    seg = np.full((2, length), -1, np.int32)
+    seg[0, :length * 3 // 4] = 0
+    cuts = [0, length // 8, length // 3, length // 2, length * 7 // 8]
+    for s, (a, b) in enumerate(zip(cuts, cuts[1:])):
+        seg[1, a:b] = s + 1
+    return seg
+
+
+def xla_path(q, k, v, pos_q, pos_k, segments):
+    """What DisentangledSelfAttention does with attention_impl='xla': the terms as a score bias."""
+    length = q.shape[1]
+    index = da.relative_embedding_index(length, BUCKETS, MAX_POSITION)
+    bias = da.disentangled_score_bias(q, k, pos_q, pos_k, index) / np.sqrt(da.SCORE_TERMS * HEAD_DIM)
+    q_scaled = q * jnp.asarray(1.0 / np.sqrt(da.SCORE_TERMS), q.dtype)
+    return xla_attention(q_scaled, k, v, segments, None, score_bias=bias)
+
+
+def outputs_and_gradients(attend, length: int, dtype, seed: int = 0):
+    """Outputs at real tokens, and the gradients of a random projection of them w.r.t. q, k, v, pos_q, pos_k."""
+    rng = np.random.default_rng(seed)
+    q, k, v, cot = (jnp.asarray(rng.normal(size=(2, length, HEADS, HEAD_DIM)), dtype) for _ in range(4))
+    pos_q, pos_k = (jnp.asarray(rng.normal(size=(2 * BUCKETS, HEADS, HEAD_DIM)), dtype) for _ in range(2))
+    segments = jnp.asarray(rows(length))
+    real = (segments >= 0)[:, :, None, None]
+
+    def loss(*args):
+        out = attend(*args, segments).astype(jnp.float32)
+        return jnp.sum(jnp.where(real, out * cot.astype(jnp.float32), 0.0)), out
+
+    grads, out = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4), has_aux=True))(q, k, v, pos_q, pos_k)
+    return jnp.where(real, out, 0.0), grads
+
+
+def assert_kernel_matches_xla(length: int, block: int | None, dtype, tolerance: float):
+    fused = lambda q, k, v, pq, pk, seg: da.fused_attention(  # noqa: E731
+        q, k, v, pq, pk, seg, BUCKETS, MAX_POSITION, interpret=True, block=block)
+    want_out, want_grads = outputs_and_gradients(xla_path, length, dtype)
+    got_out, got_grads = outputs_and_gradients(fused, length, dtype)
+    scale = lambda x: max(1.0, float(jnp.max(jnp.abs(x.astype(jnp.float32)))))  # noqa: E731
+    np.testing.assert_allclose(got_out, want_out, atol=tolerance * scale(want_out), rtol=0)
+    for name, got, want in zip(("q", "k", "v", "pos_q", "pos_k"), got_grads, want_grads):
+        err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want.astype(jnp.float32))))
+        assert err <= tolerance * scale(want), f"d{name}: max error {err} against max {scale(want)}"
+
+
+def test_fused_kernel_equals_xla_forward_and_backward_across_tiles_with_padding_and_packing():
+    # 64 tokens in 16-token tiles: 4 x 4 tiles, distances up to 63 over 8 buckets (log-bucketed past 4).
+    assert_kernel_matches_xla(64, 16, jnp.float32, 1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("length, block", [(32, None), (256, None)])
+def test_fused_kernel_equals_xla_at_one_tile_and_at_the_tpu_tile(length, block):
+    assert_kernel_matches_xla(length, block, jnp.float32, 1e-5)
+
+
+@pytest.mark.slow
+def test_fused_kernel_equals_xla_in_bfloat16():
+    assert_kernel_matches_xla(64, 16, jnp.bfloat16, 2e-2)
+
+
+def deberta_model_config(**overrides) -> ml_collections.ConfigDict:
+    cfg = dict(family="deberta_v3", vocab_size=97, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+               max_position_embeddings=64, type_vocab_size=0, position_buckets=BUCKETS,
+               max_relative_positions=MAX_POSITION, dropout_rate=0.0, attention_dropout_rate=0.0,
+               attention_impl="auto", dtype="float32", param_dtype="float32")
+    cfg.update(overrides)
+    return ml_collections.ConfigDict(cfg)
+
+
+def test_auto_picks_the_fused_kernel_for_deberta_on_a_tpu_target_and_xla_elsewhere():
+    with building_for("tpu"):
+        assert DebertaV3Config.from_config(deberta_model_config()).attention_impl == da.FUSED_KERNEL
+        assert DebertaV3Config.from_config(deberta_model_config(attention_impl="splash")).attention_impl == \
+            da.FUSED_KERNEL
+        # Attention dropout: only xla applies it, and auto says so by choosing it.
+        assert DebertaV3Config.from_config(deberta_model_config(attention_dropout_rate=0.1)).attention_impl == "xla"
+    for platform in ("cpu", "gpu"):
+        with building_for(platform):
+            assert DebertaV3Config.from_config(deberta_model_config()).attention_impl == "xla"
+    with building_for("cpu"):
+        interpreted = deberta_model_config(attention_impl="splash", splash_interpret=True)
+        assert DebertaV3Config.from_config(interpreted).attention_impl == da.FUSED_KERNEL
+
+
+def test_fused_kernel_refuses_attention_dropout_naming_the_key_and_the_kernel():
+    with building_for("tpu"), pytest.raises(ValueError, match=r"attention_impl='splash'.*(?s:.*)attention_dropout_rate"):
+        DebertaV3Config.from_config(deberta_model_config(attention_impl="splash", attention_dropout_rate=0.1))
+
+
+def test_fused_kernel_on_tpu_refuses_a_length_off_its_tile_naming_the_key():
+    assert block_size(512, interpret=False) == 128
+    with pytest.raises(ValueError, match=r"max_seq_length.*got 100"):
+        block_size(100, interpret=False)
+
+
+@pytest.mark.slow
+def test_deberta_model_with_the_fused_kernel_gives_xla_logits_and_gradients():
+    from conftest import random_batch
+
+    from bert_jax.models.deberta_v3 import build_deberta_v3_mlm
+
+    results = {}
+    for impl in ("xla", "splash"):
+        cfg = deberta_model_config(attention_impl=impl, splash_interpret=impl == "splash", scan_layers=True)
+        model = build_deberta_v3_mlm(cfg)
+        batch = random_batch(0, batch=2, length=64)
+        batch.pop("token_type_ids")
+        params = model.init(jax.random.key(0), batch)["params"]
+
+        def loss(p):
+            logits = model.apply({"params": p}, batch)["mlm_logits"]
+            return jnp.sum(logits * jnp.sin(jnp.arange(logits.size).reshape(logits.shape))), logits
+
+        results[impl] = jax.jit(jax.grad(loss, has_aux=True))(params)
+    (g_xla, l_xla), (g_fused, l_fused) = results["xla"], results["splash"]
+    np.testing.assert_allclose(l_fused, l_xla, atol=1e-5, rtol=0)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4), g_fused, g_xla)
