@@ -29,7 +29,7 @@ import ml_collections
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bert_jax import export  # noqa: E402
+from bert_jax.train import export  # noqa: E402
 from bert_jax.train.loop import train_and_evaluate  # noqa: E402
 from bert_jax.vocab.extension import ExtendRequest, extend_vocab  # noqa: E402
 from configs import tiny  # noqa: E402

@@ -6,37 +6,10 @@
 `transformers.AutoModelForMaskedLM.from_pretrained(OUT)` and `AutoTokenizer` load;
 `--format=params` writes OUT/params (orbax, params only) and OUT/config.json, for JAX users.
 """
-import orbax.checkpoint as ocp
 from absl import app, flags, logging
 
-from bert_jax.families import get_family
+from bert_jax.train.export import FORMATS, export
 from bert_jax.train.log_filter import log_info_quietly
-from bert_jax.storage import paths
-from bert_jax.storage.workdir import CONFIG_FILE, Workdir
-
-FORMATS = ("hf", "params")
-
-
-def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> int:
-    """Writes the export to `out`; returns the step exported."""
-    if fmt not in FORMATS:
-        raise ValueError(f"--format={fmt!r}; expected one of {FORMATS}")
-    run = Workdir(workdir)
-    config = run.config()
-    params, step = run.restore_params(step)
-    if fmt == "params":
-        checkpointer = ocp.StandardCheckpointer()
-        checkpointer.save(paths.absolute(paths.path(out) / "params"), params, force=True)
-        checkpointer.wait_until_finished()
-        paths.copy_file(run.config_json, paths.path(out) / CONFIG_FILE)
-        return step
-    family = get_family(config.model.family)
-    if family.hf_export is None:
-        raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export; use --format=params")
-    tokenizer = str(run.tokenizer) if run.tokenizer.is_dir() else None
-    # The main folder and any beside it (ELECTRA's generator, as OUT/generator).
-    family.hf_export(params, config.model).write(out, tokenizer, model_max_length=config.data.max_seq_length)
-    return step
 
 
 def _define_flags():

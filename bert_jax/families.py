@@ -67,6 +67,9 @@ class Family:
     # hf_task_heads_missing, when set, says why no HF task class takes our heads (their export then fails with it).
     hf_classifier_head: HfClassifierHead = HfClassifierHead()
     hf_task_heads_missing: str = ""
+    # Vocabulary extension (bert_jax.vocab): {folder ("" the main one, or a subfolder such as `generator`): HF
+    # names of its tensors indexed by token id}; empty: the family's vocabulary cannot be extended.
+    hf_vocab_tensors: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def objective_for(self, model_cfg) -> Objective:
         """The objective a run of `config.model` trains: the loop, eval and validation ask this."""
@@ -90,6 +93,11 @@ def get_family(name: str) -> Family:
     if name not in _FAMILIES:
         raise ValueError(f"config.model.family={name!r} is unknown; known families: {', '.join(known_families())}")
     return _FAMILIES[name]
+
+
+def model_for(model_cfg) -> nn.Module:
+    """The family module that `model_cfg` (a config.model) describes."""
+    return get_family(model_cfg.family).build_model(model_cfg)
 
 
 def family_of_hf_config(hf_cfg: dict, where: str) -> Family:
@@ -117,7 +125,8 @@ def _register_builtin_families() -> None:
         register_family(Family(name=name, build_model=build, objective=objective, roles=roles,
                                hf_export=converter.hf_export, hf_import=converter.hf_import,
                                hf_model_type=name, hf_model_config=converter.model_config_from_hf,
-                               hf_classifier_head=HfClassifierHead(**getattr(converter, "CLASSIFIER_HEAD", {}))))
+                               hf_classifier_head=HfClassifierHead(**getattr(converter, "CLASSIFIER_HEAD", {})),
+                               hf_vocab_tensors=getattr(converter, "VOCAB_TENSORS", {})))
 
     # HF layer 0 (no attention norm) is `first_layer`, outside the scanned stack of the other num_layers - 1.
     modernbert_roles = ParamRoles(embeddings=("word", "embedding_norm"), single_layers=("first_layer",),
@@ -127,7 +136,8 @@ def _register_builtin_families() -> None:
                            hf_export=hf_modernbert.hf_export, hf_import=hf_modernbert.hf_import,
                            validate_config=modernbert.validate_config, hf_model_type=hf_modernbert.MODEL_TYPE,
                            hf_model_config=hf_modernbert.model_config_from_hf,
-                           hf_task_heads_missing=hf_modernbert.TASK_HEADS_MISSING))
+                           hf_task_heads_missing=hf_modernbert.TASK_HEADS_MISSING,
+                           hf_vocab_tensors=hf_modernbert.VOCAB_TENSORS))
 
     electra_roles = ParamRoles(embeddings=("embeddings", "embeddings_project"),
                                top=("rtd_transform", "rtd_output") + mlm_head)
@@ -141,13 +151,15 @@ def _register_builtin_families() -> None:
                            objective=replaced_token_detection.objective_for, hf_export=hf_electra.hf_export,
                            hf_import=hf_electra.hf_import, hf_subfolders=(hf_electra.GENERATOR_FOLDER,),
                            hf_model_type="electra", hf_model_config=hf_electra.discriminator_config_from_hf,
-                           hf_classifier_head=HfClassifierHead(**hf_electra.CLASSIFIER_HEAD)))
+                           hf_classifier_head=HfClassifierHead(**hf_electra.CLASSIFIER_HEAD),
+                           hf_vocab_tensors=hf_electra.VOCAB_TENSORS))
     register_family(Family(name="deberta_v3", build_model=deberta_v3.build_deberta_v3, roles=deberta_roles,
                            objective=replaced_token_detection.objective_for,
                            hf_export=hf_deberta_v3.hf_export, hf_import=hf_deberta_v3.hf_import,
                            hf_subfolders=(hf_deberta_v3.GENERATOR_FOLDER,),
                            hf_model_type="deberta-v2", hf_model_config=hf_deberta_v3.model_config_from_hf,
-                           hf_classifier_head=HfClassifierHead(**hf_deberta_v3.CLASSIFIER_HEAD)))
+                           hf_classifier_head=HfClassifierHead(**hf_deberta_v3.CLASSIFIER_HEAD),
+                           hf_vocab_tensors=hf_deberta_v3.VOCAB_TENSORS))
 
 
 _register_builtin_families()

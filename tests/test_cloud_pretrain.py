@@ -19,6 +19,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from bert_jax.storage import paths
+from bert_jax.checkpoint.params import restore_params
+from bert_jax.families import model_for
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train.metrics_file import read_rows
 from data_pipelines.sources import corpus
@@ -102,7 +104,7 @@ def test_a_workdir_in_gs_restores_the_params_its_newest_checkpoint_saved(gs_run)
     run = Workdir(gs_run[0])
     assert str(run.checkpoints) == f"{gs_run[0]}/checkpoints"
     assert run.config().train.num_steps == 2
-    params, step = run.restore_params()
+    params, step = restore_params(run, model_for)
     saved = ocp.PyTreeCheckpointer().restore(paths.absolute(run.checkpoints / "2" / "state"))["params"]
     assert step == 2 and jax.tree.structure(params) == jax.tree.structure(saved)
     jax.tree.map(lambda ours, theirs: np.testing.assert_array_equal(ours, np.asarray(theirs)), params, saved)
@@ -148,7 +150,7 @@ def test_a_workdir_in_s3_holds_committed_checkpoints_that_restore_the_saved_para
     assert run.checkpoint_steps() == [1, 2]
     assert all((run.checkpoints / str(step) / "commit_success.txt").exists() for step in (1, 2))
     assert stored_bytes(run.checkpoints / "2" / "state") > 50_000  # the arrays themselves are in the bucket
-    params, step = run.restore_params()
+    params, step = restore_params(run, model_for)
     saved = ocp.PyTreeCheckpointer().restore(paths.absolute(run.checkpoints / "2" / "state"))["params"]
     assert step == 2
     jax.tree.map(lambda ours, theirs: np.testing.assert_array_equal(ours, np.asarray(theirs)), params, saved)
@@ -206,8 +208,8 @@ def test_export_to_a_bucket_and_init_from_hf_from_it_give_the_trained_logits(buc
              "--config.train.learning_rate=0", "--config.train.warmup_steps=0", "--config.train.num_steps=1",
              "--config.checkpoint.every_steps=1", "--config.train.eval_every_steps=1")
     config = Workdir(workdir).config()
-    trained, _ = Workdir(workdir).restore_params()
-    imported, _ = Workdir(f"{workdir}_from_hf").restore_params()
+    trained, _ = restore_params(Workdir(workdir), model_for)
+    imported, _ = restore_params(Workdir(f"{workdir}_from_hf"), model_for)
     model = get_family("bert").build_model(config.model)
     tokenizer = transformers.AutoTokenizer.from_pretrained(local)
     enc = tokenizer("the python [MASK] is a list", return_tensors="np")

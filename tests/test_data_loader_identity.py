@@ -15,6 +15,7 @@ import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
 from grain._src.python.experimental.index_shuffle.python.index_shuffle_module import index_shuffle
 
+from configs import base
 from data_pipelines.loader import index_shuffle as index_shuffle_lib
 from data_pipelines.loader import pipeline, stream
 from data_pipelines.shards import records
@@ -95,7 +96,7 @@ def corpus_dir(tmp_path_factory):
 
 
 def _config(corpus_dir, source, builder, masking):
-    config = pipeline.default_data_config()
+    config = base.get_config().data.copy_and_resolve_references()
     config.vocab_size = 5 + WORDS + PIECES
     config.max_seq_length, config.max_predictions_per_seq = 32, 5
     config.shuffle_window, config.eval_fraction, config.num_eval_batches = 8, 0.2, 1

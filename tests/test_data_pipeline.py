@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from configs import base
 from data_pipelines.examples import builders
 from data_pipelines.sources import corpus, documents as sources
 from data_pipelines.loader import pipeline, stream
@@ -15,7 +16,7 @@ BATCH = 8
 
 @pytest.fixture(scope="module")
 def cfg():
-    config = pipeline.default_data_config()
+    config = base.get_config().data.copy_and_resolve_references()
     config.vocab_size = 2048  # Trains in about a second.
     config.max_seq_length = 64
     config.max_predictions_per_seq = 10

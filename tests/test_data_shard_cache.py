@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bert_jax.storage import paths
+from configs import base
 from data_pipelines.loader import pipeline
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from test_data_loader_identity import WORDS, PIECES, documents, write_prepared, write_vocab
@@ -29,7 +30,7 @@ def bucket_corpus(gcs, tmp_path_factory):
 
 
 def _config(path, cache_bytes):
-    config = pipeline.default_data_config()
+    config = base.get_config().data.copy_and_resolve_references()
     config.vocab_size = 5 + WORDS + PIECES
     config.max_seq_length, config.max_predictions_per_seq, config.shuffle_window = 32, 5, 8
     config.example_builder, config.source, config.path = "full_sentences", "prepared", path

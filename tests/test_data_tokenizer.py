@@ -96,6 +96,17 @@ def test_transformers_auto_tokenizer_loads_the_saved_files_with_the_same_ids(tmp
     )
 
 
+@pytest.mark.parametrize("kind", tokenizer_lib.KINDS)
+def test_fast_tokenizer_gives_the_kinds_ids_or_none_for_a_unigram_model(kind):
+    tokenizer = trained(kind)
+    fast = tokenizer.fast_tokenizer()
+    if kind == "unigram":  # a bare SentencePiece model: no offsets, no word ids
+        assert fast is None
+        return
+    (ids,) = tokenizer.encode_ids([SENTENCE])
+    assert fast.encode(SENTENCE, add_special_tokens=False).ids == ids.tolist()
+
+
 def test_vocab_txt_and_model_files_load_by_path(tmp_path):
     trained("wordpiece").save(str(tmp_path / "wp"))
     trained("unigram").save(str(tmp_path / "sp"))

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 import configs.deberta_v3_base
-from bert_jax.export import export
+from bert_jax.checkpoint.params import restore_params
+from bert_jax.families import model_for
+from bert_jax.train.export import export
 from bert_jax.storage.workdir import Workdir
 from bert_jax.families import get_family
 from bert_jax.train.loop import train_and_evaluate
@@ -117,7 +119,7 @@ def test_exported_deberta_v3_loads_in_transformers_with_our_discriminator_states
         theirs = model(input_ids=torch.tensor(enc["input_ids"]),
                        attention_mask=torch.tensor(enc["attention_mask"])).last_hidden_state.numpy()
     config = Workdir(workdir).config()
-    params, _ = Workdir(workdir).restore_params()
+    params, _ = restore_params(Workdir(workdir), model_for)
     ours = np.asarray(get_family("deberta_v3").build_model(config.model).apply(
         {"params": params}, enc, method=lambda m, b: m.discriminator.encoder(b["input_ids"], b["attention_mask"])))
     real = enc["attention_mask"].astype(bool)
@@ -133,8 +135,8 @@ def test_init_from_hf_continues_from_the_exported_discriminator(exported, tmp_pa
     c.train.learning_rate, c.train.warmup_steps, c.train.num_steps = 0.0, 0, 1
     c.train.eval_every_steps = c.checkpoint.every_steps = 1
     train_and_evaluate(c, str(tmp_path))
-    restarted, _ = Workdir(str(tmp_path)).restore_params()
-    trained, _ = Workdir(workdir).restore_params()
+    restarted, _ = restore_params(Workdir(str(tmp_path)), model_for)
+    trained, _ = restore_params(Workdir(workdir), model_for)
     # The generator folder came along: every network is back, the delta up to one float32 rounding.
     for part in ("discriminator", "generator", "word"):
         jax.tree.map(np.testing.assert_array_equal, restarted[part], trained[part])

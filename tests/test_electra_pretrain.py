@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 import configs.electra_small
-from bert_jax.export import export
+from bert_jax.checkpoint.params import restore_params
+from bert_jax.families import model_for
+from bert_jax.train.export import export
 from bert_jax.storage.workdir import Workdir
 from bert_jax.families import get_family
 from bert_jax.models.electra import Electra
@@ -117,7 +119,7 @@ def test_exported_electra_loads_in_transformers_with_our_logits(exported):
         hf_gen = generator(**inputs).logits.numpy()[:, position]
 
     config = Workdir(workdir).config()
-    params, _ = Workdir(workdir).restore_params()
+    params, _ = restore_params(Workdir(workdir), model_for)
     batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
              "token_type_ids": enc["token_type_ids"], "masked_positions": np.array([[position], [position]], np.int32)}
     model = get_family("electra").build_model(config.model)
@@ -137,6 +139,6 @@ def test_init_from_hf_restarts_electra_from_both_exported_folders(exported, tmp_
     c.train.learning_rate, c.train.warmup_steps = 0.0, 0
     c.train.eval_every_steps = c.checkpoint.every_steps = 1
     train_and_evaluate(c, str(tmp_path))
-    restarted, _ = Workdir(str(tmp_path)).restore_params()
-    trained, _ = Workdir(workdir).restore_params()
+    restarted, _ = restore_params(Workdir(str(tmp_path)), model_for)
+    trained, _ = restore_params(Workdir(workdir), model_for)
     jax.tree.map(np.testing.assert_array_equal, restarted, trained)  # the generator too: it came from generator/

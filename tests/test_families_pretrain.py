@@ -11,7 +11,9 @@ import pytest
 import configs.albert_base
 import configs.modernbert_base
 import configs.roberta_base
-from bert_jax.export import export
+from bert_jax.checkpoint.params import restore_params
+from bert_jax.families import model_for
+from bert_jax.train.export import export
 from bert_jax.storage.workdir import Workdir
 from bert_jax.families import get_family
 from bert_jax.train.loop import train_and_evaluate
@@ -80,7 +82,7 @@ def test_exported_family_run_fills_mask_in_transformers_with_our_logits(exported
         hf_logits = model(**{k: torch.tensor(v) for k, v in enc.items()}).logits.numpy()[:, position]
 
     config = Workdir(workdir).config()
-    params, _ = Workdir(workdir).restore_params()
+    params, _ = restore_params(Workdir(workdir), model_for)
     batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
              "token_type_ids": enc.get("token_type_ids", np.zeros_like(enc["input_ids"])),
              "masked_positions": np.array([[position], [position]], np.int32)}
@@ -99,8 +101,8 @@ def test_init_from_hf_starts_a_family_run_from_the_exported_weights(exported, tm
     c.train.learning_rate, c.train.warmup_steps, c.train.num_steps = 0.0, 0, 1
     c.train.eval_every_steps = c.checkpoint.every_steps = 1
     train_and_evaluate(c, str(tmp_path))
-    restarted, _ = Workdir(str(tmp_path)).restore_params()
-    trained, _ = Workdir(workdir).restore_params()
+    restarted, _ = restore_params(Workdir(str(tmp_path)), model_for)
+    trained, _ = restore_params(Workdir(workdir), model_for)
     # The tokenizer itself travels (tokenizer_config.json differs: export sets model_max_length;
     # sample.json records how the first run trained it, which an HF folder does not carry).
     for name in set(os.listdir(os.path.join(workdir, "tokenizer"))) - {"tokenizer_config.json", "sample.json"}:

@@ -19,8 +19,10 @@ from numerics import TRANSFORMERS, relative_error
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from bert_jax.checkpoint.params import restore_params
+from bert_jax.families import model_for
 from bert_jax.hf import bert as hf_bert, folder as hf_folder  # noqa: E402
-from bert_jax.export import export  # noqa: E402
+from bert_jax.train.export import export  # noqa: E402
 from bert_jax.storage.workdir import Workdir  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 from bert_jax.models.bert import BertConfig, BertEncoder  # noqa: E402
@@ -159,7 +161,7 @@ def test_init_from_hf_trains_from_the_hf_weights_and_tokenizer(hf_source, export
     with open(os.path.join(workdir, "tokenizer", "vocab.txt")) as a, open(os.path.join(hf_source, "vocab.txt")) as b:
         assert a.read() == b.read()
     config = Workdir(workdir).config()
-    params, step = Workdir(workdir).restore_params()
+    params, step = restore_params(Workdir(workdir), model_for)
     assert step == 1
     source = hf_folder.read_hf_state(hf_source)
     ours = hf_bert.params_to_hf(params, config.model)
@@ -183,7 +185,7 @@ def test_exported_run_fills_mask_in_transformers_with_our_logits(exported_run):
     assert filled.strip()
 
     config = Workdir(workdir).config()
-    params, _ = Workdir(workdir).restore_params()
+    params, _ = restore_params(Workdir(workdir), model_for)
     batch = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
     batch["masked_positions"] = np.array([[position]], np.int32)
     ours = get_family("bert").build_model(config.model).apply({"params": params}, batch, deterministic=True)
@@ -198,7 +200,7 @@ def test_params_export_restores_the_trained_params(exported_run, tmp_path):
     workdir, _ = exported_run
     export(workdir, str(tmp_path), fmt="params")
     saved = ocp.StandardCheckpointer().restore(str(tmp_path / "params"))
-    trained, _ = Workdir(workdir).restore_params()
+    trained, _ = restore_params(Workdir(workdir), model_for)
     jax.tree.map(np.testing.assert_array_equal, saved, trained)
     assert json.load(open(tmp_path / "config.json"))["model"]["hidden_size"] == 32
 

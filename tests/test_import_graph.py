@@ -1,4 +1,6 @@
-"""The import graph of bert_jax/ and data_pipelines/, read from the source: no circles, no unexplained lazy imports.
+"""The import graph of bert_jax/, data_pipelines/, configs/, launch/ and bench/, read from the source: layers
+that import only downward (docs/design.md, "Layers import downward"), no circles, no private name crossing a
+package, no unexplained lazy imports.
 
 A circle makes a module's behaviour depend on which of its members was imported first, and
 hides a layer that should sit below both. The graph counts every import, top-level or not:
@@ -12,7 +14,29 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("bert_jax", "data_pipelines")
+PACKAGES = ("bert_jax", "data_pipelines", "configs", "launch", "bench")
+LIBRARIES = ("bert_jax", "data_pipelines")  # whose in-function imports must say why
+
+# The layer map, bottom first: (layer, its rooms). A module lives in the room whose name is the longest prefix of
+# its own; it may import its own room and the rooms of lower layers, nothing beside or above it. Commands are
+# rooms of their own on top: the package root holds them (and the family registry), the library sits below.
+LAYERS = (
+    ("the path layer", ("bert_jax", "bert_jax.storage")),
+    ("models, objectives, meshes, data", ("bert_jax.models", "bert_jax.objectives", "bert_jax.parallel",
+                                          "data_pipelines")),
+    ("checkpoints and Hugging Face conversion", ("bert_jax.checkpoint", "bert_jax.hf")),
+    ("the family registry", ("bert_jax.families",)),
+    ("training", ("bert_jax.train",)),
+    ("fine-tuning and vocabulary extension", ("bert_jax.finetune", "bert_jax.vocab")),
+    ("planning", ("bert_jax.plan",)),
+    ("configs", ("configs",)),
+    ("commands, launchers, benchmarks", (
+        "bert_jax.cli", "bert_jax.pretrain", "bert_jax.export", "bert_jax.inspect", "bert_jax.extend_vocab",
+        "bert_jax.plan.__main__", "bert_jax.finetune.__main__", "bert_jax.finetune.hf_export",
+        "data_pipelines.prepare", "data_pipelines.prepare_beam", "data_pipelines.tokenizer", "launch", "bench")),
+)
+# Upward or sideways imports let through while a restructuring is under way: keep it empty.
+ALLOWED_UPWARD: set[tuple[str, str]] = set()  # (importer, imported)
 
 # Circles and uncommented in-function imports let through while a restructuring is under way: keep both empty.
 ALLOWED_CIRCLES: set[frozenset[str]] = set()
@@ -55,6 +79,64 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -
     return found
 
 
+def _room(module: str) -> tuple[int, str]:
+    """(layer index, room) of a module: the room whose name is the longest prefix of the module's."""
+    best = None
+    for index, (_, rooms) in enumerate(LAYERS):
+        for room in rooms:
+            if (module == room or module.startswith(room + ".")) and (best is None or len(room) > len(best[1])):
+                best = (index, room)
+    assert best, f"{module} is in no room of LAYERS: add it"
+    return best
+
+
+def _upward(graph: dict[str, set[str]], layers=None) -> list[tuple[str, str]]:
+    """(importer, imported) for every import of a room beside or above the importer's."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        layer, room = _room(module)
+        for target in sorted(targets):
+            target_layer, target_room = _room(target)
+            if target_layer > layer or (target_layer == layer and target_room != room):
+                found.append((module, target))
+    return found
+
+
+def _package(module: str) -> str:
+    file = MODULES[module]
+    return module if file.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _private_crossings() -> list[str]:
+    """`from pkg.mod import _name` or `mod._name` where mod is a project module of another package."""
+    found = []
+    for module, file in MODULES.items():
+        tree = ast.parse(file.read_text(), str(file))
+        bound = {}  # local name -> project module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    if full in MODULES:
+                        bound[alias.asname or alias.name] = full
+                    elif node.module in MODULES and _is_private(alias.name) and \
+                            _package(node.module) != _package(module):
+                        found.append(f"{module}: from {node.module} import {alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname and alias.name in MODULES:
+                        bound[alias.asname] = alias.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+                    and _is_private(node.attr) and _package(bound[node.value.id]) != _package(module)):
+                found.append(f"{module}: {node.value.id}.{node.attr} ({bound[node.value.id]})")
+    return found
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
 def _function_imports(tree: ast.AST):
     """Import statements that sit in a function body (at any depth)."""
     for func in ast.walk(tree):
@@ -76,6 +158,8 @@ def _graph() -> tuple[dict[str, set[str]], list[tuple[str, int, str]]]:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 graph[module] |= _targets(node, module, is_package) - {module}
         lines = source.splitlines()
+        if module.split(".")[0] not in LIBRARIES:
+            continue
         for node in {id(n): n for n in _function_imports(tree)}.values():
             if not _explained(lines, node.lineno):
                 uncommented.append((str(file.relative_to(ROOT)), node.lineno, lines[node.lineno - 1].strip()))
@@ -166,3 +250,32 @@ def test_the_allowlists_name_only_what_still_exists(import_graph):
     stale = [c for c in ALLOWED_CIRCLES if c not in {frozenset(c) for c in _circles(graph)}]
     stale += [u for u in ALLOWED_UNCOMMENTED if u not in {(f, text) for f, _, text in uncommented}]
     assert not stale, f"fixed, so remove them from the allowlists: {stale}"
+
+
+def test_layers_import_only_downward(import_graph):
+    graph, _ = import_graph
+    upward = [u for u in _upward(graph) if u not in ALLOWED_UPWARD]
+    assert not upward, "imports of a room beside or above the importer's (see LAYERS):\n" + "\n".join(
+        f"  {a} [{LAYERS[_room(a)[0]][0]}] -> {b} [{LAYERS[_room(b)[0]][0]}]" for a, b in upward)
+
+
+def test_the_layer_check_catches_an_upward_import(import_graph):
+    graph, _ = import_graph
+    injected = {**graph, "bert_jax.storage.workdir": graph["bert_jax.storage.workdir"] | {"bert_jax.families"}}
+    assert ("bert_jax.storage.workdir", "bert_jax.families") in _upward(injected)
+    beside = {**graph, "data_pipelines.loader.pipeline": graph["data_pipelines.loader.pipeline"] | {"bert_jax.models.bert"}}
+    assert ("data_pipelines.loader.pipeline", "bert_jax.models.bert") in _upward(beside)
+
+
+def test_no_private_name_crosses_a_package():
+    crossings = _private_crossings()
+    assert not crossings, "private names used from another package (make them public, or move the code):\n" + \
+        "\n".join(f"  {c}" for c in crossings)
+
+
+def test_modules_are_found_by_import_statements_not_by_name():
+    """`importlib.import_module` hides a dependency from this graph; in the library only the console script may look commands up
+    by name (bert_jax/cli.py maps each command to its module)."""
+    users = [str(file.relative_to(ROOT)) for module, file in MODULES.items()
+             if module.split(".")[0] in LIBRARIES and module != "bert_jax.cli" and "import_module(" in file.read_text()]
+    assert not users, f"importlib.import_module outside bert_jax/cli.py: {users}"

@@ -12,6 +12,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 import configs.tiny
+from bert_jax.checkpoint.params import restore_params
+from bert_jax.families import model_for
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train.completion import read_done
 from bert_jax.train.harness import NonFiniteLossError
@@ -92,18 +94,18 @@ def test_workdir_restores_exactly_the_params_each_checkpoint_saved(straight_run)
     for step in (4, 8):
         # The whole train state as orbax saved it (optimizer state too), read without a target.
         saved = ocp.PyTreeCheckpointer().restore(str(workdir.checkpoints / str(step) / "state"))["params"]
-        restored[step], got_step = workdir.restore_params(step)
+        restored[step], got_step = restore_params(workdir, model_for, step)
         assert got_step == step
         assert jax.tree.structure(restored[step]) == jax.tree.structure(saved)
         for ours, theirs in zip(jax.tree.leaves(restored[step]), jax.tree.leaves(saved)):
             assert isinstance(ours, np.ndarray)  # on the host, whatever mesh trained it
             np.testing.assert_array_equal(ours, np.asarray(theirs))
-    newest, step = workdir.restore_params()
+    newest, step = restore_params(workdir, model_for)
     assert step == 8
     jax.tree.map(np.testing.assert_array_equal, newest, restored[8])
     assert not np.array_equal(jax.tree.leaves(restored[4])[0], jax.tree.leaves(restored[8])[0])
     with pytest.raises(ValueError, match=r"step 5: .*checkpoints holds steps \[4, 8\]"):
-        workdir.restore_params(5)
+        restore_params(workdir, model_for, 5)
 
 
 def test_resume_gives_identical_losses(straight_run, tmp_path):
@@ -194,5 +196,5 @@ def test_skip_policy_skips_nonfinite_steps_and_checkpoints_only_finite_params(st
     saved = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
     assert saved[-1] == 8
     for step in saved:  # no checkpoint holds a NaN or an Inf
-        params, _ = Workdir(workdir).restore_params(step)
+        params, _ = restore_params(Workdir(workdir), model_for, step)
         assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(params)), step

@@ -21,9 +21,10 @@ import pytest
 
 import configs.distilbert_base
 from bert_jax.hf import folder as hf_folder
-from bert_jax.export import export
+from bert_jax.train.export import export
 from bert_jax.storage.workdir import Workdir
-from bert_jax.families import get_family
+from bert_jax.checkpoint.params import restore_params
+from bert_jax.families import get_family, model_for
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.train import perf
 from bert_jax.train import teacher as teacher_lib
@@ -191,7 +192,7 @@ def student_dir(tmp_path_factory, teacher_dir):
 
 
 def _teacher_params(teacher_dir):
-    return Workdir(teacher_dir).restore_params()[0]
+    return restore_params(Workdir(teacher_dir), model_for)[0]
 
 
 @pytest.mark.slow
@@ -207,7 +208,7 @@ def test_a_distillation_run_logs_every_term_and_keeps_the_teacher_out_of_its_che
     evals = [r for r in rows if "eval/teacher_mlm_accuracy" in r]
     print(f"student eval: mlm_accuracy {evals[-1]['eval/mlm_accuracy']:.4f}, teacher "
           f"{evals[-1]['eval/teacher_mlm_accuracy']:.4f}, kl {evals[-1]['eval/kl_loss']:.4f}")
-    params, _ = Workdir(student_dir).restore_params()
+    params, _ = restore_params(Workdir(student_dir), model_for)
     teacher = _teacher_params(teacher_dir)
     student_layers = params["encoder"]["stack"]["layers"]["attention"]["query"]["kernel"].shape[0]
     assert student_layers == 1 and "token_type" not in params["encoder"]["embeddings"]
@@ -320,7 +321,7 @@ def test_the_real_minilm_teaches_a_three_layer_student_that_exports(tmp_path):
     assert type(model).__name__ == "DistilBertForMaskedLM" and model.config.n_layers == 3
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     assert tokenizer.vocab == transformers.AutoTokenizer.from_pretrained(hf_dir).vocab
-    params, _ = Workdir(workdir).restore_params()
+    params, _ = restore_params(Workdir(workdir), model_for)
     word = params["encoder"]["embeddings"]["word"]["embedding"]
     # Two Adam steps at lr <= 2e-3 move a copied tensor by at most ~4e-3 per entry.
     assert np.max(np.abs(word - minilm["embeddings.word_embeddings.weight"])) < 1e-2

@@ -8,6 +8,8 @@ import json
 import pytest
 
 import configs.tiny
+from bert_jax.checkpoint.params import restore_params
+from bert_jax.families import model_for
 from bert_jax.storage.workdir import Workdir
 
 
@@ -45,7 +47,7 @@ def test_a_folder_without_config_json_fails_naming_it(tmp_path):
     with pytest.raises(ValueError, match=rf"{tmp_path / 'config.json'} does not exist"):
         Workdir(tmp_path).config()
     with pytest.raises(ValueError, match=rf"{tmp_path / 'config.json'} does not exist"):
-        Workdir(tmp_path).restore_params()
+        restore_params(Workdir(tmp_path), model_for)
 
 
 def test_a_workdir_without_a_checkpoint_fails_naming_its_checkpoints_folder(tmp_path):
@@ -53,8 +55,8 @@ def test_a_workdir_without_a_checkpoint_fails_naming_its_checkpoints_folder(tmp_
     run = Workdir(tmp_path)
     assert not run.holds_a_run() and run.checkpoint_steps() == []
     with pytest.raises(ValueError, match=rf"{run.checkpoints} holds no checkpoint"):
-        run.restore_params()
+        restore_params(run, model_for)
     (tmp_path / "checkpoints" / "4.orbax-checkpoint-tmp-0").mkdir(parents=True)  # a save killed before its commit
     assert run.holds_a_run() and run.checkpoint_steps() == []
     with pytest.raises(ValueError, match=rf"{run.checkpoints} holds no checkpoint"):
-        run.restore_params()
+        restore_params(run, model_for)

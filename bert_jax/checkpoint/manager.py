@@ -29,6 +29,10 @@ class _IteratorSnapshot:
         return self._state
 
 
+# The checkpoint item that holds the train state (`state=` in the save and restore arguments below).
+STATE_ITEM = "state"
+
+
 def make_manager(directory: str, checkpoint_cfg) -> ocp.CheckpointManager:
     options = ocp.CheckpointManagerOptions(
         max_to_keep=checkpoint_cfg.max_to_keep,
@@ -37,7 +41,7 @@ def make_manager(directory: str, checkpoint_cfg) -> ocp.CheckpointManager:
     )
     # Handlers are named up front so a fresh manager can read a checkpoint's metadata
     # (shapes, for the compatibility check) before anything is restored.
-    handlers = {"state": ocp.StandardCheckpointHandler(), "data": grain_checkpoint.CheckpointHandler()}
+    handlers = {STATE_ITEM: ocp.StandardCheckpointHandler(), "data": grain_checkpoint.CheckpointHandler()}
     return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
 

@@ -121,9 +121,7 @@ def any_empty(texts: list, skipped: collections.Counter) -> bool:
 def fast_tokenizer(tokenizer, max_length: int) -> tokenizers.Tokenizer:
     """A copy of the encoder's `tokenizers.Tokenizer` (with its [CLS] A [SEP] B [SEP] template), truncating
     and padding to max_length."""
-    hf = getattr(tokenizer, "hf", None)
-    if hf is None and hasattr(tokenizer, "_hf_bpe") and tokenizer.kind == "sentencepiece_bpe":
-        hf = tokenizer._hf_bpe()
+    hf = tokenizer.fast_tokenizer()
     if hf is None:
         raise ValueError(f"fine-tuning needs a tokenizer with offsets and word ids (tokenizer.json); the encoder's "
                          f"is a bare {tokenizer.kind} SentencePiece model")

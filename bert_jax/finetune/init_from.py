@@ -12,7 +12,8 @@ import ml_collections
 import numpy as np
 
 from bert_jax.hf import folder as hf_folder
-from bert_jax.families import Family, family_of_hf_config, get_family
+from bert_jax.checkpoint.params import restore_params
+from bert_jax.families import Family, family_of_hf_config, get_family, model_for
 from bert_jax.models.probe import abstract_params
 from bert_jax.models.scan_layout import stack_layers, unstack_layers
 from bert_jax.storage import paths
@@ -68,7 +69,7 @@ def resolve(init_from: str, runtime_model_cfg) -> Source:
     path, step = _split_step(init_from)
     root, run = paths.path(path), Workdir(path)
     if run.holds_a_run():
-        params, step = run.restore_params(step)
+        params, step = restore_params(run, model_for, step)
         model_cfg = _with_runtime(run.config().model.to_dict(), runtime_model_cfg)
         family = get_family(model_cfg.family)
         return Source("workdir", path, step, family, model_cfg, str(run.tokenizer),

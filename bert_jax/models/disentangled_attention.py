@@ -75,7 +75,7 @@ def fused_attention(q, k, v, pos_q, pos_k, segments, buckets: int, max_position:
     """The fused Pallas kernel (models/disentangled_kernel.py) on [batch, length, heads, head_dim] q, k, v
     (unscaled), pos_q, pos_k [2 * buckets, heads, head_dim], segments [batch, length] -> [batch, length,
     heads, head_dim]. Under a mesh it runs in shard_map over the batch and heads axes, as splash does."""
-    from bert_jax.models.disentangled_kernel import fused_disentangled_attention
+    from bert_jax.models.disentangled_kernel import fused_disentangled_attention  # noqa: PLC0415 (imports Pallas, for TPU targets only)
 
     length, head_dim = q.shape[1], q.shape[-1]
     index = jnp.asarray(distance_table_index(length, buckets, max_position))

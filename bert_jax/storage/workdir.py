@@ -6,11 +6,9 @@ once, so the train loop, export, the distillation teacher, `init_from` and the l
 agree on them. The root may be local or a gs:// / s3:// URL (every sub-path is an
 `epath.Path` from the path layer).
 
-Reading a run back (`config()`, `restore_params()`) lives here rather than in the export
-command, so that whoever reads a workdir imports this module and not an entry point.
-Restoring params builds no optimizer and no train program: the abstract target is
-`jax.eval_shape` of the family module's init, placed on this host's first device,
-whatever mesh the run trained on.
+Reading a run's config back lives here, so that whoever reads a workdir imports this module
+and not an entry point. Its params are read by `bert_jax.checkpoint.params.restore_params`: that
+needs the model zoo, which the path layer (launchers, leases) must not load.
 """
 from __future__ import annotations
 
@@ -18,13 +16,10 @@ import dataclasses
 import json
 import os
 
-import jax
 import ml_collections
 import orbax.checkpoint as ocp
 from etils import epath
 
-from bert_jax.families import get_family
-from bert_jax.models.probe import abstract_params
 from bert_jax.storage import paths
 
 CONFIG_FILE = "config.json"
@@ -43,8 +38,6 @@ PREDICTIONS_FILE = "predictions.jsonl"
 RESULTS_FILE = "results.json"
 DIAGNOSIS_FILE = "diagnosis.json"
 SEEDS_FILE = "seeds.json"
-# The orbax item of a checkpoint that holds the train state (bert_jax/checkpoint/manager.py).
-_STATE_ITEM = "state"
 
 
 def _tuples(value):
@@ -155,33 +148,3 @@ class Workdir:
         if not paths.fresh(self.checkpoints).is_dir():  # (other processes write them)
             return []
         return sorted(ocp.utils.checkpoint_steps(paths.absolute(self.checkpoints)))
-
-    def restore_params(self, step: int | None = None) -> tuple[dict, int]:
-        """(params as numpy arrays, their step) of checkpoint `step` (default: the newest) of a pre-training run.
-
-        Unrolled or scanned as trained. Only the params are read (orbax partial restore):
-        not the optimizer state, not the data iterator.
-        """
-        config = self.config()
-        steps = self.checkpoint_steps()
-        if not steps:
-            raise ValueError(f"{self.checkpoints} holds no checkpoint")
-        step = steps[-1] if step is None else step
-        if step not in steps:
-            raise ValueError(f"step {step}: {self.checkpoints} holds steps {steps}")
-        model_cfg = ml_collections.ConfigDict(config.model.to_dict())
-        # Parameter shapes do not depend on the attention kernel; the reference one builds on any host.
-        model_cfg.attention_impl = "xla"
-        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
-                              abstract_params(get_family(model_cfg.family).build_model(model_cfg)))
-        restore_args = jax.tree.map(lambda a: ocp.ArrayRestoreArgs(sharding=device), target)
-        manager = ocp.CheckpointManager(
-            paths.absolute(self.checkpoints), options=ocp.CheckpointManagerOptions(create=False),
-            item_handlers={_STATE_ITEM: ocp.PyTreeCheckpointHandler()})
-        try:
-            restored = manager.restore(step, args=ocp.args.Composite(**{_STATE_ITEM: ocp.args.PyTreeRestore(
-                item={"params": target}, restore_args={"params": restore_args}, partial_restore=True)}))
-        finally:
-            manager.close()
-        return jax.device_get(restored[_STATE_ITEM]["params"]), step

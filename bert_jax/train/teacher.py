@@ -15,7 +15,8 @@ import numpy as np
 from absl import logging
 
 from bert_jax.hf import folder as hf_folder
-from bert_jax.families import Family, family_of_hf_config, get_family
+from bert_jax.checkpoint.params import restore_params
+from bert_jax.families import Family, family_of_hf_config, get_family, model_for
 from bert_jax.models.scan_layout import SCANNED, stack_layers, unstack_layers
 from bert_jax.parallel.mesh import logical_shardings
 from bert_jax.storage import paths
@@ -54,7 +55,7 @@ class Teacher:
     def load_params(self, data_cfg) -> dict:
         """The teacher's params as numpy arrays, read once from its checkpoint or Hugging Face folder."""
         if self.is_workdir:
-            params, step = Workdir(self.path).restore_params()
+            params, step = restore_params(Workdir(self.path), model_for)
             logging.info("distillation teacher: step %d of the workdir %s", step, self.path)
             return params
         fresh = jax.device_get(nn.meta.unbox(jax.jit(lambda: self.init_params(data_cfg))()))

@@ -13,7 +13,7 @@ import tempfile
 import ml_collections
 from absl import logging
 
-from bert_jax import export
+from bert_jax.train import export
 from bert_jax.hf import folder as hf_folder
 from bert_jax.vocab import rows as vocab_rows
 from bert_jax.families import family_of_hf_config

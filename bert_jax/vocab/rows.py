@@ -5,9 +5,8 @@ of the rows of the pieces the old tokenizer cut it into, so the model starts fro
 the word. Applied alike to the word embeddings, the tied decoder and the MLM output bias, which keeps
 the decoder tied and a new word's logit the mean of its pieces'. Old rows are copied untouched.
 Pure functions on numpy arrays; which tensors are indexed by token id is each converter's
-VOCAB_TENSORS (bert_jax/checkpoint/hf_*.py).
+VOCAB_TENSORS (bert_jax/hf/*.py), registered as `Family.hf_vocab_tensors`.
 """
-import importlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,17 +17,11 @@ INITS = ("fvt", "random", "mean_of_all")
 
 
 def vocab_tensors(family) -> dict[str, tuple[str, ...]]:
-    """{folder ("" the main one, or a subfolder such as `generator`): HF names of its token-indexed tensors}.
-
-    The registry has no field for this: the converter module holding the family's hf_export declares
-    VOCAB_TENSORS, and a family whose converter does not cannot be extended.
-    """
-    module = importlib.import_module(family.hf_export.__module__) if family.hf_export else None
-    names = getattr(module, "VOCAB_TENSORS", None)
-    if names is None:
+    """{folder ("" the main one, or a subfolder such as `generator`): HF names of its token-indexed tensors}."""
+    if not family.hf_vocab_tensors:
         raise ValueError(f"model family {family.name!r} declares no token-indexed tensors (VOCAB_TENSORS in its "
                          f"Hugging Face converter): its vocabulary cannot be extended")
-    return names
+    return family.hf_vocab_tensors
 
 
 def _new_rows(table: np.ndarray, pieces: Sequence[Sequence[int]], init: str, seed: int,

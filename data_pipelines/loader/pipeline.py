@@ -40,13 +40,6 @@ from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 SPLITS = ("train", "eval")
 
 
-def default_data_config() -> ml_collections.ConfigDict:
-    """The `config.data` block of configs/base.py, with BERT-base sequence settings."""
-    from configs import base  # noqa: PLC0415 (configs import nothing from here)
-
-    return base.get_config().data.copy_and_resolve_references()
-
-
 def _host_seed(seed: int, process_index: int, stream_id: int) -> int:
     """A 32-bit seed per (run seed, host, use) so hosts and uses draw independent numbers."""
     return int(np.random.SeedSequence([seed, process_index, stream_id]).generate_state(1)[0])

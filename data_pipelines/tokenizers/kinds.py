@@ -130,6 +130,11 @@ class Tokenizer(abc.ABC):
     def save(self, directory: str) -> None:
         """Writes the files transformers' AutoTokenizer loads, with tokenizer_config.json."""
 
+    def fast_tokenizer(self) -> tokenizers.Tokenizer | None:
+        """This tokenizer as a `tokenizers.Tokenizer` (offsets and word ids, which fine-tuning's span and
+        token tasks need), or None for a kind that has none (a SentencePiece unigram model)."""
+        return None
+
     def _config_json(self, extra: dict) -> dict:
         return {
             "tokenizer_class": _HF_CLASS[self.kind],
@@ -148,6 +153,9 @@ class Tokenizer(abc.ABC):
 
 class HfTokenizer(Tokenizer):
     """A `tokenizers.Tokenizer` (WordPiece or byte-level BPE; also a loaded Unigram JSON)."""
+
+    def fast_tokenizer(self) -> tokenizers.Tokenizer:
+        return self.hf
 
     def __init__(self, kind: str, hf: tokenizers.Tokenizer, specials: SpecialTokens):
         self.kind = kind
@@ -272,6 +280,9 @@ class SentencePieceTokenizer(Tokenizer):
             paths.write_atomically(paths.path(directory) / TOKENIZER_FILE, self._hf_bpe().to_str(pretty=True))
             # Saying do_lower_case lets a reload rebuild the same tokenizer.json (same hash).
             self._write_config(directory, {"do_lower_case": self.lowercase})
+
+    def fast_tokenizer(self) -> tokenizers.Tokenizer | None:
+        return self._hf_bpe() if self.kind == "sentencepiece_bpe" else None
 
     def _hf_bpe(self) -> tokenizers.Tokenizer:
         """This SentencePiece BPE as a `tokenizers` BPE: merges ranked by the merged piece's id.

@@ -1,0 +1,53 @@
+"""A pre-training run's params alone, read back from its newest (or a chosen) checkpoint.
+
+Export, fine-tuning's `init_from` and the distillation teacher read a run this way. Restoring
+params builds no optimizer and no train program: the abstract target is `jax.eval_shape` of the
+family module's init, placed on this host's first device, whatever mesh the run trained on.
+The module comes from the caller (`build_model`, e.g. `bert_jax.families.model_for`), so that this
+layer, like the path layer below it, does not import the model zoo.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import flax.linen as nn
+import jax
+import ml_collections
+import orbax.checkpoint as ocp
+
+from bert_jax.checkpoint.manager import STATE_ITEM
+from bert_jax.models.probe import abstract_params
+from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
+
+
+def restore_params(run: Workdir, build_model: Callable[[ml_collections.ConfigDict], nn.Module],
+                   step: int | None = None) -> tuple[dict, int]:
+    """(params as numpy arrays, their step) of checkpoint `step` (default: the newest) of `run`.
+
+    Unrolled or scanned as trained. Only the params are read (orbax partial restore):
+    not the optimizer state, not the data iterator.
+    """
+    config = run.config()
+    steps = run.checkpoint_steps()
+    if not steps:
+        raise ValueError(f"{run.checkpoints} holds no checkpoint")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise ValueError(f"step {step}: {run.checkpoints} holds steps {steps}")
+    model_cfg = ml_collections.ConfigDict(config.model.to_dict())
+    # Parameter shapes do not depend on the attention kernel; the reference one builds on any host.
+    model_cfg.attention_impl = "xla"
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
+                          abstract_params(build_model(model_cfg)))
+    restore_args = jax.tree.map(lambda a: ocp.ArrayRestoreArgs(sharding=device), target)
+    manager = ocp.CheckpointManager(
+        paths.absolute(run.checkpoints), options=ocp.CheckpointManagerOptions(create=False),
+        item_handlers={STATE_ITEM: ocp.PyTreeCheckpointHandler()})
+    try:
+        restored = manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.PyTreeRestore(
+            item={"params": target}, restore_args={"params": restore_args}, partial_restore=True)}))
+    finally:
+        manager.close()
+    return jax.device_get(restored[STATE_ITEM]["params"]), step

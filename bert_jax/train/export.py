@@ -1,0 +1,35 @@
+"""A pre-training run's params, exported: a Hugging Face folder (default) or a params-only orbax checkpoint.
+
+The work of `python -m bert_jax.export` (bert_jax/export.py), here so that library code that needs an
+export (vocabulary extension) does not import a command.
+"""
+import orbax.checkpoint as ocp
+
+from bert_jax.checkpoint.params import restore_params
+from bert_jax.families import get_family, model_for
+from bert_jax.storage import paths
+from bert_jax.storage.workdir import CONFIG_FILE, Workdir
+
+FORMATS = ("hf", "params")
+
+
+def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> int:
+    """Writes the export to `out`; returns the step exported."""
+    if fmt not in FORMATS:
+        raise ValueError(f"--format={fmt!r}; expected one of {FORMATS}")
+    run = Workdir(workdir)
+    config = run.config()
+    params, step = restore_params(run, model_for, step)
+    if fmt == "params":
+        checkpointer = ocp.StandardCheckpointer()
+        checkpointer.save(paths.absolute(paths.path(out) / "params"), params, force=True)
+        checkpointer.wait_until_finished()
+        paths.copy_file(run.config_json, paths.path(out) / CONFIG_FILE)
+        return step
+    family = get_family(config.model.family)
+    if family.hf_export is None:
+        raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export; use --format=params")
+    tokenizer = str(run.tokenizer) if run.tokenizer.is_dir() else None
+    # The main folder and any beside it (ELECTRA's generator, as OUT/generator).
+    family.hf_export(params, config.model).write(out, tokenizer, model_max_length=config.data.max_seq_length)
+    return step
