@@ -7,10 +7,10 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from bert_jax.train.log_filter import log_info_quietly
-from bert_jax.train import harness
+from bert_jax.train import command_line, harness
 from bert_jax.train.loop import train_and_evaluate
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file.", lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file("config", None, command_line.CONFIG_HELP, lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: checkpoints, metrics, tokenizer.")
 flags.mark_flags_as_required(["config", "workdir"])
 
@@ -24,7 +24,7 @@ def _main(argv) -> None:
 
 
 def main() -> None:
-    app.run(_main)
+    command_line.run(_main)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from data_pipelines.shards import prepare as prepare_lib
 def _define_flags():
     from ml_collections import config_flags  # noqa: PLC0415
 
-    config_flags.DEFINE_config_file("config", None, "Config file; its data block names the source.")
+    config_flags.DEFINE_config_file("config", None, "Config file; its data block names the source; `bert-jax show-config --config=FILE` prints its keys.")
     flags.DEFINE_string("out", None, "Output directory (shards, tokenizer/, manifest.json).")
     flags.DEFINE_integer("num_workers", 1, "Worker processes; each tokenizes whole parts.")
     flags.DEFINE_integer("docs_per_shard", 10_000, "Documents per ArrayRecord shard, at most.")

@@ -18,7 +18,7 @@ from data_pipelines.shards import prepare_beam as beam
 def _define_flags():
     from ml_collections import config_flags  # noqa: PLC0415
 
-    config_flags.DEFINE_config_file("config", None, "Config file; its data block names the source.")
+    config_flags.DEFINE_config_file("config", None, "Config file; its data block names the source; `bert-jax show-config --config=FILE` prints its keys.")
     flags.DEFINE_string("out", None, "Output directory (shards, tokenizer/, manifest.json); may be gs:// or s3://.")
     flags.DEFINE_integer("num_shards", 64, "ArrayRecord shards; a document's shard is a hash of its record.")
     flags.DEFINE_integer("num_parts", 0, "Parts the source is read in; 0 = one per file (16 otherwise).")

@@ -20,7 +20,7 @@ def _define_flags():
     # next to other entry points (e.g. in one console script) cannot clash on flag names.
     from ml_collections import config_flags  # noqa: PLC0415
 
-    config_flags.DEFINE_config_file("config", None, "Config whose data block says what to train.")
+    config_flags.DEFINE_config_file("config", None, "Config whose data block says what to train; `bert-jax show-config --config=FILE` prints its keys.")
     flags.DEFINE_string("out", None, "Directory to write the tokenizer files to.")
     flags.DEFINE_integer("vocab_size", 8192, "Without --config: WordPiece vocabulary size.")
     flags.DEFINE_integer("min_frequency", 2, "Without --config: minimum count to enter the vocab.")

@@ -61,6 +61,13 @@ def test_a_finetuning_workdir_in_a_missing_bucket_fails_before_anything_is_built
     assert not paths.path("gs://no-such-finetune-bucket").exists()
 
 
+def test_an_empty_init_from_is_refused_before_the_workdir_is_made(tmp_path):
+    c = micro_config("classification", "", {"train.csv": "", "test.csv": ""})
+    with pytest.raises(ValueError, match="config.init_from is empty"):
+        finetune(c, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.slow  # ~2 min: three runs of two processes or one, compiled once each shape
 def test_two_processes_give_the_one_process_losses_and_resume_identically(inputs, tmp_path):
     one, two = str(tmp_path / "one"), str(tmp_path / "two")

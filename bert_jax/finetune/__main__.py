@@ -2,6 +2,7 @@
 from absl import app, flags
 from ml_collections import config_flags
 
+from bert_jax.train import command_line
 from bert_jax.train.log_filter import log_info_quietly
 
 
@@ -18,10 +19,11 @@ def _main(argv) -> None:
 
 
 def main() -> None:
-    config_flags.DEFINE_config_file("config", None, "A configs/finetune/*.py file.", lock_config=True)
+    config_flags.DEFINE_config_file("config", None, f"A configs/finetune/*.py file: {command_line.CONFIG_HELP}",
+                                    lock_config=True)
     flags.DEFINE_string("workdir", None, "Directory of the run (checkpoints, metrics, predictions).")
     flags.mark_flags_as_required(["config", "workdir"])
-    app.run(_main)
+    command_line.run(_main)
 
 
 if __name__ == "__main__":

@@ -61,11 +61,13 @@ def _relayout(params: dict, scan_layers: bool) -> dict:
     return stack_layers(params) if scan_layers else params
 
 
+EMPTY = "config.init_from is empty: name a pre-training workdir (DIR or DIR:STEP) or a Hugging Face model folder"
+
+
 def resolve(init_from: str, runtime_model_cfg) -> Source:
     """The encoder `config.init_from` names; a path that is neither a workdir nor an HF folder fails naming it."""
     if not init_from:
-        raise ValueError("config.init_from is empty: name a pre-training workdir (DIR or DIR:STEP) or a Hugging "
-                         "Face model folder")
+        raise ValueError(EMPTY)
     path, step = _split_step(init_from)
     root, run = paths.path(path), Workdir(path)
     if run.holds_a_run():

@@ -80,12 +80,20 @@ def _check_batch(batch_size: int, mesh) -> None:
                          f"of the mesh and of the {jax.process_count()} processes")
 
 
+def validate_config(config) -> None:
+    """Fine-tuning's checks that need nothing but the config: run before the workdir is made, so that a refusal
+    leaves nothing behind. Raises ValueError naming the key."""
+    get_task(config.task.kind).validate(config.task)
+    if not config.init_from:
+        raise ValueError(init_from.EMPTY)
+
+
 def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
     """Fine-tunes one seed in `workdir` (resuming from its checkpoints); returns results.json's content, or
     {"stopped_at": step} / {"preempted_at": step} when it stopped before the end."""
     t_cfg = config.train
+    validate_config(config)
     task = get_task(config.task.kind)
-    task.validate(config.task)
     root = Workdir(workdir)
     lease = harness.check_storage(config, workdir, {f"config.data.{split}": config.data.get(split, "")
                                             for split in ("train", "validation", "test")})

@@ -34,8 +34,9 @@ from ml_collections import config_flags
 from bert_jax.plan import memory_fit, plan_search
 from bert_jax.parallel import tpu_slices
 from bert_jax.plan.compiled_plan import DoesNotFit, fits, format_plan, make_plan, use_simulated_devices
+from bert_jax.train import command_line
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file.", lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file("config", None, command_line.CONFIG_HELP, lock_config=True)
 _TPU = flags.DEFINE_string("tpu", "", "A TPU slice to compile for with the TPU compiler: v4-32, v5e-16, v5p-128, v6e-8, ...")
 _NUM_SLICES = flags.DEFINE_integer("num_slices", 1, "With --tpu: this many such slices (multi-slice over DCN).")
 _SEARCH = flags.DEFINE_bool("search", False, "With --tpu: try remat x mesh x per-chip batch x scan; rank what fits.")
@@ -89,7 +90,7 @@ def _plan(config) -> None:
 
 
 def main() -> None:
-    app.run(_main)
+    command_line.run(_main)
 
 
 if __name__ == "__main__":
