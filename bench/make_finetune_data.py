@@ -12,7 +12,7 @@ split, either way round, so no split holds another's sentence. Deterministic by 
 interpreter's version, which fixes the corpus); no download.
 
 `--perturbation=shuffle` shuffles all of a sentence's words instead: an easier task (3 epochs of
-MiniLM at lr 2e-5 on 512 bigram-shift sentences stayed at chance; see README, Benchmarks).
+MiniLM at lr 2e-5 on 512 bigram-shift sentences stayed at chance; see docs/results/benchmarks.md).
 
 Writes OUT/train.csv, OUT/validation.csv and OUT/test.csv with columns `sentence,label`.
 """

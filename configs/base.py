@@ -95,7 +95,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.shuffle_window = 1024  # examples shuffled together after building (1 = off)
     c.data.eval_fraction = 0.05
     c.data.num_eval_batches = 4
-    c.data.worker_count = 0  # grain worker processes: 2 on 2 cores make the loader 1.5x (README)
+    c.data.worker_count = 0  # grain worker processes: 2 on 2 cores make the loader 1.5x (docs/results/benchmarks.md)
     c.data.prefetch_buffer_size = 2
 
     c.train = ml_collections.ConfigDict()

@@ -5,7 +5,7 @@ ElectraForPreTraining (the discriminator), 51.3M as ElectraForMaskedLM (the gene
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
 then `python -m bert_jax.export` as for configs/electra_base.py. Memory on 8 and 64 devices:
-`python -m bert_jax.plan --config=configs/electra_large.py --num_devices=8` (README, "ELECTRA").
+`python -m bert_jax.plan --config=configs/electra_large.py --num_devices=8` (docs/guides/families.md, "ELECTRA").
 
 The paper's recipe (Table 6), kept here: sequences of 512 with 25% masked, generator 1/4 (256 wide,
 4 heads, FFN 1024), lambda = 50, Adam at lr 2e-4, 10K warmup, linear decay, weight decay 0.01,

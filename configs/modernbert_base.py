@@ -16,7 +16,7 @@ weight decay 1e-5 decoupled), peak lr 8e-4, a warmup-stable-decay (trapezoidal) 
 with [CLS] [SEP] [MASK] [PAD] [UNK]. Here: sequence 1024 by default, the 8192 stage with
 `--config.data.max_seq_length=8192` (and init_from_hf or a resume), WSD by
 `config.train.schedule="wsd"`, AdamW in place of StableAdamW (neither optax nor any
-well-kept JAX library provides it, see README), no batch-size warmup.
+well-kept JAX library provides it, see docs/guides/families.md), no batch-size warmup.
 
 Tiny variant: 2 layers (one global, one local with a 16-token window), 64 wide, 400 steps on
 the embedded corpus with a 2048-token BPE trained first:

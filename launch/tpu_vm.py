@@ -13,7 +13,7 @@ resources (the way to get spot capacity that is not free right now).
 
 It does not relaunch: a preempted slice's run stays stopped (its checkpoint saved) until
 someone runs `run` again. For runs that relaunch themselves until done, use
-`python -m launch.ray_tpu` on a Ray cluster (README: "Spot TPUs that finish by themselves").
+`python -m launch.ray_tpu` on a Ray cluster (docs/guides/tpu.md: "Spot TPUs that finish by themselves").
 """
 import argparse
 import shlex

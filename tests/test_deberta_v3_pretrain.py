@@ -27,7 +27,7 @@ MARGIN = 0.01  # how far above its trivial baseline each tiny metric must end (s
 
 
 def tiny_config():
-    """configs/deberta_v3_base.py:tiny as the README runs it (the same numbers), without plots."""
+    """configs/deberta_v3_base.py:tiny as docs/guides/families.md runs it (the same numbers), without plots."""
     c = configs.deberta_v3_base.get_config("tiny")
     c.logging.plots = False
     c.logging.peak_flops_per_device = 1e11  # skip the matmul measurement

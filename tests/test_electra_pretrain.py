@@ -61,7 +61,7 @@ def exported(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """configs/electra_small.py:tiny as the README's command runs it (the same numbers, bit for bit)."""
+    """configs/electra_small.py:tiny as docs/guides/families.md's command runs it (the same numbers, bit for bit)."""
     c = configs.electra_small.get_config("tiny")
     c.logging.plots = False
     c.logging.peak_flops_per_device = 1e11

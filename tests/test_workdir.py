@@ -21,7 +21,7 @@ def write_config_as_a_run_does(root, config) -> None:
 
 
 def test_sub_paths_carry_the_contracted_names_locally_and_in_a_bucket(tmp_path):
-    # DESIGN.md's workdir table: other tools (launchers, sweeps, users' scripts) open these names.
+    # docs/design.md's workdir table: other tools (launchers, sweeps, users' scripts) open these names.
     for root in (str(tmp_path), "gs://bucket/runs/a", "s3://bucket/runs/a"):
         run = Workdir(root)
         names = {run.config_json: "config.json", run.checkpoints: "checkpoints", run.metrics_jsonl: "metrics.jsonl",

@@ -114,7 +114,7 @@ def cudnn_attention(q, k, v, segments, window: int | None, packed: bool) -> jax.
 
     Padding goes in as key lengths (padding trails every row, as the pipeline builds them): a
     [batch, 1, q, k] bias would cost a bias gradient and is slow broadcast per head
-    (../shared/GPU.md). Packed rows use cuDNN's ragged layout (segment offsets and lengths;
+    (docs/results/gpu.md). Packed rows use cuDNN's ragged layout (segment offsets and lengths;
     Hopper or later), through jax's cuDNN API: jax.nn.dot_product_attention does not take
     offsets in jax 0.10. A bidirectional window cannot be expressed: jax 0.10's cuDNN path
     takes only a left (causal) window.

@@ -5,7 +5,7 @@ parameter and optimizer bytes are exact; its temporaries are the CPU compiler's
 schedule, and accelerators schedule differently. How differently was measured: the
 peak of the same steps on a real device divided by this planner's peak for them.
 
-On one H100 (GPU.md, the code of 2026-11-22, bf16 compute, fp32 params, AdamW, remat
+On one H100 (docs/results/gpu.md, the code of 2026-11-22, bf16 compute, fp32 params, AdamW, remat
 none), `peak_bytes_in_use` against this planner's figure for the same config:
 
   BERT-base  (seq 128, batch 256)   26.9 GiB on the GPU / 42.3 GiB planned = 0.64

@@ -1,6 +1,6 @@
 """A run's directory as a value: every file and folder a pre-training or fine-tuning run keeps there.
 
-The names are the contract of DESIGN.md's workdir table (config.json, checkpoints/,
+The names are the contract of docs/design.md's workdir table (config.json, checkpoints/,
 metrics.jsonl, tokenizer/, plots/, DONE) plus what fine-tuning adds; they are spelled here
 once, so the train loop, export, the distillation teacher, `init_from` and the launchers
 agree on them. The root may be local or a gs:// / s3:// URL (every sub-path is an
@@ -61,7 +61,7 @@ class Workdir:
     def __str__(self) -> str:
         return str(self.root)
 
-    # What a pre-training run writes (DESIGN.md, "Workdir").
+    # What a pre-training run writes (docs/design.md, "Workdir").
     @property
     def config_json(self) -> epath.Path:
         return self.root / CONFIG_FILE

@@ -7,7 +7,7 @@
 Every flag this module does not define is a Beam pipeline option: the runner (DirectRunner
 by default, multi-process on every core; PrismRunner, DataflowRunner, FlinkRunner,
 SparkRunner) and its settings. An option Beam rejects, or does not know, fails before
-any work with Beam's message. README "Preparing on Apache Beam" has a Dataflow recipe.
+any work with Beam's message. docs/guides/data.md, "Preparing on Apache Beam", has a Dataflow recipe.
 
 Steps. The tokenizer is trained (or copied) once, here, before the pipeline:
 `tokenizer.prepare_tokenizer`, the deterministic trainer on a sample, into `out/tokenizer/`.
