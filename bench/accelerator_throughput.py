@@ -2,17 +2,24 @@
 
     python bench/accelerator_throughput.py --out=figures.json
 
-On a GPU it runs base (128, 256), large (512, 32), large (128, 256) and modernbert_base
-(1024, 32) in bf16; on a CPU mini (128, 16), base (128, 8) and large (128, 4) in float32.
-Any shape is `model:seq:batch` with model one of mini, base, large (BERT shapes put into
---config), or the name of a config file in configs/ (e.g. modernbert_base), which is
-then run whole: its family and sizes, bert_jax's side only, as the HF sides build BERT.
+On a GPU it runs base (128, 256), large (512, 32), large (128, 256), modernbert_base
+(1024, 32) and deberta_v3_base (512, 32) in bf16; on a CPU mini (128, 16), base (128, 8) and
+large (128, 4) in float32. Any shape is `model:seq:batch` with model one of mini, base, large
+(BERT shapes put into --config), or the name of a config file in configs/ (e.g.
+modernbert_base), which is then run whole: its family and sizes, against the family's own
+Hugging Face masked-LM built from the config.json our export writes for it.
 On 2 busy CPU cores mini alone, all sides, took 10 minutes (4 of them torch.compile's
 first, cold compile):
 
     python bench/accelerator_throughput.py --shapes=large:512:32 --sides=bert_jax,hf_compile
     python bench/accelerator_throughput.py --shapes=large:128:2 --sides=bert_jax \
         --scan_layers=false --steps=1 --rounds=1 --packing_shape=    # compile time, unrolled
+
+A change to bert_jax is measured A/B in the same rounds as a variant: an extra bert_jax side
+with config keys or XLA compiler options put in (`xla_*` keys go to `compile(compiler_options)`),
+optionally only at some shapes (`@` then shapes joined by `|`):
+
+    --jax_variants='triton_off:xla_gpu_enable_triton_gemm=false,unrolled:model.scan_layers=false@base:128:256'
 
 A distillation step: `--config=configs/distilbert_base.py --config.distill.teacher=PATH` (a
 workdir or HF folder whose vocabulary is the config's): the teacher runs inside bert_jax's step
@@ -77,6 +84,7 @@ from etils import epath  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 import real_length_batches  # noqa: E402
+from bert_jax.families import get_family  # noqa: E402
 from bert_jax.parallel.mesh import global_batch, make_mesh  # noqa: E402
 from bert_jax.plan.memory_fit import compiled_peak_bytes  # noqa: E402
 from bert_jax.train import perf  # noqa: E402
@@ -98,7 +106,7 @@ MODELS = {
 }
 DEFAULT_SHAPES = {
     "cpu": "mini:128:16,base:128:8,large:128:4",
-    "accelerator": "base:128:256,large:512:32,large:128:256,modernbert_base:1024:32",
+    "accelerator": "base:128:256,large:512:32,large:128:256,modernbert_base:1024:32,deberta_v3_base:512:32",
 }
 DEFAULT_PACKING_SHAPE = {"cpu": "mini:512:8", "accelerator": "base:512:32"}
 SIDES = ("bert_jax", "hf_eager", "hf_compile")
@@ -124,7 +132,48 @@ _PACKING_SHAPE = flags.DEFINE_string("packing_shape", "auto", "model:seq:batch o
 _PACKING_BATCHES = flags.DEFINE_integer("packing_batches", 4, "Distinct batches per layout, cycled while timing.")
 _PACKING_MEDIAN = flags.DEFINE_float("packing_median_tokens", 160.0, "Median document length (tokens).")
 _PACKING_SIGMA = flags.DEFINE_float("packing_sigma", 1.0, "Log-space spread of document lengths.")
+_VARIANTS = flags.DEFINE_list("jax_variants", [], "Extra bert_jax sides, each name:key=value+key=value[@shape|shape]; "
+                               "keys are config paths (model.remat_policy) or XLA options (xla_gpu_...).")
 _OUT = flags.DEFINE_string("out", "", "Write every figure to this JSON file.")
+
+
+def _value(text: str):
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_variant(spec: str) -> tuple[str, dict, dict, list[str] | None]:
+    """'name:key=v+key=v@shape|shape' -> (name, config overrides, compiler options, shapes or None for all)."""
+    body, _, shapes = spec.partition("@")
+    name, _, assignments = body.partition(":")
+    overrides, options = {}, {}
+    for assignment in filter(None, assignments.split("+")):
+        key, sep, text = assignment.partition("=")
+        if not (name and sep and key):
+            raise app.UsageError(f"--jax_variants={spec!r}: expected name:key=value+key=value[@shape|shape]")
+        (options if key.startswith("xla_") else overrides)[key] = _value(text)
+    return name, overrides, options, shapes.split("|") if shapes else None
+
+
+def variant_config(c, overrides: dict):
+    """A copy of `c` with dotted config keys set; an unknown key fails naming it."""
+    v = copy.deepcopy(c)
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        node = v
+        for part in parents:
+            node = node[part]
+        if leaf not in node:
+            raise app.UsageError(f"--jax_variants: config key {key!r} does not exist")
+        node[leaf] = value
+    return v
 
 
 def platform_kind() -> str:
@@ -198,8 +247,9 @@ def synthetic_batch(c, seed: int = 0) -> dict:
 class JaxSide:
     """bert_jax's train and eval steps, compiled ahead of time for one device; batches are cycled."""
 
-    def __init__(self, name: str, config, batches: list[dict]):
+    def __init__(self, name: str, config, batches: list[dict], compiler_options: dict | None = None):
         self.name = name
+        self.config = config
         self.program = build_program(config, make_mesh(config.mesh, jax.devices()[:1]))
         # A distillation teacher's forward counts too (bert_jax/train/perf.py).
         self.flops_per_step = perf.step_flops(self.program, config)
@@ -214,9 +264,11 @@ class JaxSide:
             lowered = self.program.train_step.lower(self.state, self.batches[0], self.frozen)
             self.lower_s = time.perf_counter() - start
             start = time.perf_counter()
-            self.train = lowered.compile()
+            self.train = lowered.compile(compiler_options or None)
             self.compile_s = time.perf_counter() - start
-            self.eval = self.program.eval_step.lower(self.state.params, self.batches[0], 0, self.frozen).compile()
+            self.eval = self.program.eval_step.lower(self.state.params, self.batches[0], 0, self.frozen).compile(
+                compiler_options or None)
+        self.attention_kernel = attention_kernel(self.program)
         self.compiled_peak = compiled_peak_bytes(self.train.memory_analysis())
         self._next = 0
 
@@ -238,7 +290,7 @@ class JaxSide:
     def forward_steps(self, steps: int) -> float:
         start = time.perf_counter()
         for _ in range(steps):
-            out = self.eval(self.state.params, self._batch(), self.frozen)
+            out = self.eval(self.state.params, self._batch(), 0, self.frozen)
         jax.block_until_ready(out)
         return (time.perf_counter() - start) / steps
 
@@ -254,6 +306,20 @@ class JaxSide:
 
     def close(self) -> None:
         del self.state, self.batches, self.train, self.eval
+
+
+def attention_kernel(program) -> str:
+    """The kernel the family's model resolved `attention_impl` to (its module config holds it)."""
+    return str(getattr(getattr(program.model, "config", None), "attention_impl", "unknown"))
+
+
+def hf_family_config(config, jax_side) -> dict | None:
+    """The config.json our export writes for a config's family (its HF side's model), or None for BERT shapes."""
+    family = get_family(config.model.family)
+    if family.hf_export is None:
+        raise ValueError(f"family {family.name!r} has no Hugging Face export to build its HF side from")
+    params = jax.device_get(nn.meta.unbox(jax_side.state.params))
+    return family.hf_export(params, config.model).config
 
 
 def out_of_memory(error: Exception) -> bool:
@@ -291,23 +357,36 @@ def _failure(name: str, error: Exception) -> str:
     return f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
 
 
-def make_sides(c, names: list[str]) -> tuple[list, dict]:
-    """The sides asked for; those that cannot be built are returned as errors."""
+def make_sides(c, spec: str, names: list[str]) -> tuple[list, dict]:
+    """The sides asked for, and the variants that apply at `spec`; those that cannot be built are errors."""
     batch = synthetic_batch(c)
     sides, errors = [], {}
     kind = platform_kind()
-    for name in names:
+    variants = [parse_variant(v) for v in _VARIANTS.value]
+    builds = [(name, None) for name in names]
+    if "bert_jax" in names:
+        builds[names.index("bert_jax") + 1:names.index("bert_jax") + 1] = [
+            (f"bert_jax[{name}]", (overrides, options)) for name, overrides, options, shapes in variants
+            if shapes is None or spec in shapes]
+    hf_config = None
+    for name, variant in builds:
         start = time.perf_counter()
         try:
             if name == "bert_jax":
                 sides.append(JaxSide(name, c, [batch]))
+                if spec.split(":")[0] not in MODELS:
+                    hf_config = hf_family_config(c, sides[-1])
+            elif variant is not None:
+                sides.append(JaxSide(name, variant_config(c, variant[0]), [batch], variant[1]))
             elif torch_bert is None:
                 errors[name] = f"not run: {TORCH_MISSING}"
             else:
+                if hf_config is None and spec.split(":")[0] not in MODELS:
+                    raise ValueError("a config's family needs the bert_jax side first (its HF config comes from it)")
                 sides.append(torch_bert.TorchBertSide(
                     name, c, batch, torch_bert.torch_device(jax.default_backend()),
                     autocast_bf16=kind == "accelerator" and c.model.dtype == "bfloat16",
-                    compile_mode=_COMPILE_MODE.value if name == "hf_compile" else None))
+                    compile_mode=_COMPILE_MODE.value if name == "hf_compile" else None, hf_config=hf_config))
         except Exception as error:  # noqa: BLE001
             errors[name] = _failure(name, error)
         print(f"  built {name} in {time.perf_counter() - start:.1f} s", flush=True)
@@ -316,9 +395,7 @@ def make_sides(c, names: list[str]) -> tuple[list, dict]:
 
 def compare_shape(c, spec: str, peak_flops: float) -> dict:
     tokens = c.train.global_batch_size * c.data.max_seq_length
-    # The HF sides build BertForMaskedLM of --config's sizes: a shape naming its own config runs bert_jax alone.
-    names = _SIDES.value if spec.split(":")[0] in MODELS else [n for n in _SIDES.value if n == "bert_jax"]
-    sides, errors = make_sides(c, names)
+    sides, errors = make_sides(c, spec, _SIDES.value)
     figures = run_rounds(sides, _STEPS.value, _ROUNDS.value, _WARMUP.value)
     flops = next((s.flops_per_step for s in sides if isinstance(s, JaxSide)), None)
     rows = {}
@@ -331,19 +408,24 @@ def compare_shape(c, spec: str, peak_flops: float) -> dict:
             f["peak_bytes"], f["peak_how"] = side.peak_bytes()
         if isinstance(side, JaxSide):
             f.update(compile_s=side.compile_s, lower_s=side.lower_s, compiled_peak_bytes=side.compiled_peak,
-                     params=side.param_count)
+                     params=side.param_count, attention_kernel=side.attention_kernel,
+                     remat_policy=side.config.model.remat_policy, scan_layers=side.config.model.scan_layers)
         else:
             f.update(compile_s=side.first_train_s, forward_compile_s=side.first_forward_s)
         rows[side.name] = f
         side.close()
     rows.update({name: {"error": e} for name, e in errors.items()})
-    jax_tps = rows.get("bert_jax", {}).get("tokens_per_s")
-    ratios = {f"bert_jax/{name}": jax_tps / r["tokens_per_s"]
-              for name, r in rows.items() if name != "bert_jax" and jax_tps and "tokens_per_s" in r}
+    ratios = {f"{jax}/{hf}": rows[jax]["tokens_per_s"] / rows[hf]["tokens_per_s"]
+              for jax in rows if jax.startswith("bert_jax") and "tokens_per_s" in rows[jax]
+              for hf in rows if not hf.startswith("bert_jax") and "tokens_per_s" in rows[hf]}
+    base_tps = rows.get("bert_jax", {}).get("tokens_per_s")
+    ratios.update({f"{name}/bert_jax": r["tokens_per_s"] / base_tps for name, r in rows.items()
+                   if name.startswith("bert_jax[") and base_tps and "tokens_per_s" in r})
     return {"shape": spec, "layers": c.model.num_layers, "hidden": c.model.hidden_size,
             "seq": c.data.max_seq_length, "batch": c.train.global_batch_size, "dtype": c.model.dtype,
             "scan_layers": c.model.scan_layers, "remat_policy": c.model.remat_policy,
             "attention_impl": c.model.get("attention_impl", "xla (before attention_impl existed)"),
+            "attention_kernel": next((s.attention_kernel for s in sides if isinstance(s, JaxSide)), None),
             "flops_per_step": flops, "sides": rows, "ratios": ratios}
 
 
@@ -352,15 +434,15 @@ def print_shape(result: dict) -> None:
     flops = f"{r['flops_per_step'] / 1e12:.3g} TFLOP/step" if r["flops_per_step"] else "FLOPs n/a"
     print(f"\n{r['shape']}: {r['layers']} layers, hidden {r['hidden']}, seq {r['seq']}, batch {r['batch']}, "
           f"{r['dtype']}, scan_layers={r['scan_layers']}, remat={r['remat_policy']}, "
-          f"attention={r['attention_impl']}; {flops}")
-    print(f"  {'side':10} {'tokens/s':>10} {'step ms':>9} {'fwd ms':>8} {'step/fwd':>8} {'MFU':>6} "
+          f"attention={r['attention_impl']} -> {r['attention_kernel']}; {flops}")
+    print(f"  {'side':22} {'tokens/s':>10} {'step ms':>9} {'fwd ms':>8} {'step/fwd':>8} {'MFU':>6} "
           f"{'peak GiB':>9} {'compile s':>9}  memory from")
     for name, f in r["sides"].items():
         if "error" in f:
-            print(f"  {name:10} {f['error']}")
+            print(f"  {name:22} {f['error']}")
             continue
         peak = "n/a" if np.isnan(f["peak_bytes"]) else f"{f['peak_bytes'] / GIB:.2f}"
-        print(f"  {name:10} {f['tokens_per_s']:10.0f} {1e3 * f['train_s']:9.1f} {1e3 * f['forward_s']:8.1f} "
+        print(f"  {name:22} {f['tokens_per_s']:10.0f} {1e3 * f['train_s']:9.1f} {1e3 * f['forward_s']:8.1f} "
               f"{f['step_over_forward']:8.2f} {f['mfu']:6.1%} {peak:>9} {f['compile_s']:9.1f}  {f['peak_how']}"
               + (f"; XLA buffers {f['compiled_peak_bytes'] / GIB:.2f} GiB" if "compiled_peak_bytes" in f
                  and f["peak_how"] != "XLA buffer assignment" else ""))

@@ -1,11 +1,14 @@
 """The Hugging Face PyTorch side of bench/accelerator_throughput.py: what a plain HF script trains.
 
-`BertForMaskedLM` from a random `BertConfig` of the same shape (nothing is downloaded),
+The family's own `*ForMaskedLM` (BertForMaskedLM for the BERT shapes; ModernBertForMaskedLM,
+DebertaV2ForMaskedLM, ... for a config's family, from the config.json our export writes), random
+init from that config (nothing is downloaded),
 SDPA attention, `torch.optim.AdamW` (fused on CUDA), gradient clipping at the config's
 norm, bf16 autocast on accelerators, eager or `torch.compile`d. Its MLM head scores every
 position, as `BertForMaskedLM` does with `labels` of -100 on unmasked tokens; bert_jax
 gathers the masked positions first. Both sides are charged the same FLOP formula.
 """
+import inspect
 import time
 
 import numpy as np
@@ -45,15 +48,31 @@ def mlm_labels(batch: dict) -> np.ndarray:
     return labels
 
 
+def masked_lm(hf_config: dict | None, model_cfg) -> torch.nn.Module:
+    """A random-init HF masked-LM: of `hf_config` (a config.json dict our export writes), else BERT of model_cfg's
+    sizes. SDPA attention where the architecture has it (DeBERTa-v2 has only its eager attention): what a
+    plain HF script gets without extra packages."""
+    if hf_config is None:
+        return transformers.BertForMaskedLM(bert_config(model_cfg))
+    fields = {k: v for k, v in hf_config.items() if k not in ("model_type", "architectures", "transformers_version")}
+    cfg = transformers.AutoConfig.for_model(hf_config["model_type"], **fields)
+    try:
+        return transformers.AutoModelForMaskedLM.from_config(cfg, attn_implementation="sdpa")
+    except ValueError as error:
+        if "scaled_dot_product_attention" not in str(error):
+            raise
+        return transformers.AutoModelForMaskedLM.from_config(cfg, attn_implementation="eager")
+
+
 class TorchBertSide:
     """One HF model + optimizer on one device; `train_steps` / `forward_steps` return seconds per step."""
 
     def __init__(self, name: str, config, batch: dict, device: torch.device, autocast_bf16: bool,
-                 compile_mode: str | None):
+                 compile_mode: str | None, hf_config: dict | None = None):
         self.name = name
         self.device = device
         torch.manual_seed(0)
-        self.model = transformers.BertForMaskedLM(bert_config(config.model)).to(device)
+        self.model = masked_lm(hf_config, config.model).to(device)
         t = config.train
         self.max_grad_norm = t.max_grad_norm
         self.optimizer = torch.optim.AdamW(
@@ -61,10 +80,13 @@ class TorchBertSide:
             weight_decay=t.weight_decay, fused=device.type == "cuda",
         )
         self.forward = self.model if compile_mode is None else torch.compile(self.model, mode=compile_mode)
+        # Only what this model's forward takes (ModernBERT has no token types; DeBERTa-v3 has none in use).
+        accepted = inspect.signature(self.model.forward).parameters
+        types = getattr(self.model.config, "type_vocab_size", 0)
         self.inputs = {
-            "input_ids": torch.as_tensor(batch["input_ids"], dtype=torch.long, device=device),
-            "attention_mask": torch.as_tensor(batch["attention_mask"], dtype=torch.long, device=device),
-            "token_type_ids": torch.as_tensor(batch["token_type_ids"], dtype=torch.long, device=device),
+            key: torch.as_tensor(batch[key], dtype=torch.long, device=device)
+            for key in ("input_ids", "attention_mask", "token_type_ids")
+            if key in accepted and key in batch and (key != "token_type_ids" or types > 1)
         }
         self.labels = torch.as_tensor(mlm_labels(batch), device=device)
         self.autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=autocast_bf16)
