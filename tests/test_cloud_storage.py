@@ -5,6 +5,7 @@ import logging
 import pathlib
 
 import numpy as np
+import pytest
 
 from bert_jax.storage import paths
 from data_pipelines.shards import records
@@ -65,3 +66,17 @@ def test_prepared_shards_in_a_bucket_read_through_a_logged_local_cache(gcs, tmp_
     assert len(documents) == len(want) == local["documents"]
     for i in range(len(want)):
         assert all(np.array_equal(a, b) for a, b in zip(documents[i], want[i]))
+
+
+def test_an_orbax_without_the_s3_hooks_still_imports_and_refuses_s3_checkpoints_by_name(monkeypatch):
+    """A GPU image's newer orbax lacks a private hook: the package must import, and s3:// must fail clearly."""
+    from orbax.checkpoint._src.serialization import tensorstore_utils
+
+    from bert_jax.checkpoint import manager, s3_store
+
+    monkeypatch.setattr(s3_store, "UNAVAILABLE", "")
+    monkeypatch.setattr(tensorstore_utils, "_bert_jax_s3", False)
+    monkeypatch.delattr(tensorstore_utils, "_use_gcs_driver")
+    s3_store.install()
+    with pytest.raises(RuntimeError, match=r"s3://b/run/checkpoints: .*_use_gcs_driver"):
+        manager.make_manager("s3://b/run/checkpoints", None)

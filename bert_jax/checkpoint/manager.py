@@ -11,6 +11,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from grain import checkpoint as grain_checkpoint
 
+from bert_jax.checkpoint import s3_store
 from bert_jax.storage import paths
 
 
@@ -34,6 +35,7 @@ STATE_ITEM = "state"
 
 
 def make_manager(directory: str, checkpoint_cfg) -> ocp.CheckpointManager:
+    s3_store.check_supported(directory)
     options = ocp.CheckpointManagerOptions(
         max_to_keep=checkpoint_cfg.max_to_keep,
         enable_async_checkpointing=checkpoint_cfg.async_save,

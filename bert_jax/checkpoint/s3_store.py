@@ -50,8 +50,29 @@ def kvstore_spec(path: str) -> dict:
     return spec
 
 
+# Why s3:// checkpoints cannot be written in this process, or "" when they can (see install).
+UNAVAILABLE = ""
+_HOOKS = ((tensorstore_utils, "_use_gcs_driver"), (gcs_utils, "get_kvstore_for_gcs"),
+          (atomicity_defaults, "get_default_temporary_path_class"),
+          (atomicity_defaults, "get_item_default_temporary_path_class"))
+
+
+def check_supported(directory) -> None:
+    """Fails naming the checkpoint folder when it is on s3:// and this orbax could not be taught S3."""
+    if is_s3(directory) and UNAVAILABLE:
+        raise RuntimeError(f"cannot checkpoint to {directory}: {UNAVAILABLE}")
+
+
 def install() -> None:
+    global UNAVAILABLE
     if getattr(tensorstore_utils, "_bert_jax_s3", False):
+        return
+    # Another orbax (a GPU image's, say) may lack the private hooks: everything but s3:// checkpoints still
+    # works, so importing the package must not fail; a run that checkpoints to s3:// fails naming this.
+    missing = [f"{module.__name__}.{name}" for module, name in _HOOKS if not hasattr(module, name)]
+    if missing:
+        UNAVAILABLE = (f"this orbax-checkpoint lacks {', '.join(missing)}, which s3:// checkpoints patch "
+                       "(bert_jax/checkpoint/s3_store.py); install the pinned orbax-checkpoint<0.13")
         return
     uses_remote_driver = tensorstore_utils._use_gcs_driver
     gcs_kvstore = gcs_utils.get_kvstore_for_gcs

@@ -12,6 +12,7 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
+from bert_jax.train.compiler_options import compiler_options
 from bert_jax.train.config_validation import validate_mesh_fit
 from bert_jax.models.attention import building_for, choose_kernel, devices_platform
 from bert_jax.families import Family, get_family
@@ -67,11 +68,12 @@ def build_program(config, mesh: Mesh) -> TrainProgram:
     Everything is built for the platform of the mesh's devices, which is not the host's when the
     planner compiles for a TPU slice from a CPU host: `auto` picks that platform's kernel.
     """
-    with building_for(devices_platform(mesh.devices.flat)):
-        return _build_program(config, mesh)
+    platform = devices_platform(mesh.devices.flat)
+    with building_for(platform):
+        return _build_program(config, mesh, compiler_options(platform))
 
 
-def _build_program(config, mesh: Mesh) -> TrainProgram:
+def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
     validate_mesh_fit(config, mesh)
     family = get_family(config.model.family)
     rules = logical_axis_rules(config.mesh)
@@ -94,9 +96,11 @@ def _build_program(config, mesh: Mesh) -> TrainProgram:
     train_step = jax.jit(
         make_train_step(model, objective, tx, config.train.grad_accum_steps, frozen_model),
         in_shardings=(shardings, data_sharding, frozen_shardings), out_shardings=(shardings, None), donate_argnums=0,
+        compiler_options=options,
     )
     eval_step = jax.jit(make_eval_step(model, objective, config.seed, frozen_model),
-                        in_shardings=(shardings.params, data_sharding, None, frozen_shardings))
+                        in_shardings=(shardings.params, data_sharding, None, frozen_shardings),
+                        compiler_options=options)
     return TrainProgram(
         family=family, objective=objective, model=model, mesh=mesh, rules=rules, abstract_state=abstract_state,
         state_shardings=shardings, data_sharding=data_sharding, schedule=learning_rate_schedule(config.train),
