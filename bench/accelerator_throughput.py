@@ -316,10 +316,10 @@ def attention_kernel(program) -> str:
 def hf_family_config(config, jax_side) -> dict | None:
     """The config.json our export writes for a config's family (its HF side's model), or None for BERT shapes."""
     family = get_family(config.model.family)
-    if family.hf_export is None:
+    if family.hf is None:
         raise ValueError(f"family {family.name!r} has no Hugging Face export to build its HF side from")
     params = jax.device_get(nn.meta.unbox(jax_side.state.params))
-    return family.hf_export(params, config.model).config
+    return family.hf.to_hf(params, config.model).config
 
 
 def out_of_memory(error: Exception) -> bool:

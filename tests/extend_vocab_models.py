@@ -69,5 +69,5 @@ def write_family_folder(family: str, tokenizer_dir: str, vocab_size: int, out: s
     """A random-weight HF folder of `family` (and its generator/) with the tokenizer in tokenizer_dir."""
     model_cfg = model_config(family, vocab_size)
     params = random_params(get_family(family).build_model(model_cfg), random_batch(0), seed=seed)
-    get_family(family).hf_export(params, model_cfg).write(out, tokenizer_dir)
+    get_family(family).hf.to_hf(params, model_cfg).write(out, tokenizer_dir)
     return model_cfg

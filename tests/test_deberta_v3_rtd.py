@@ -83,7 +83,7 @@ def test_export_is_the_discriminator_with_the_merged_table_and_transformers_give
     merged = params["word"]["embedding"] + params["discriminator_word"]["delta"]
     np.testing.assert_array_equal(ours, np.asarray(merged)[np.asarray(batch["input_ids"])])
     rtd_logits = np.asarray(model.apply({"params": params}, batch, method=lambda m, b: m.discriminator(b, True)))
-    exported = get_family("deberta_v3").hf_export(params, model_cfg)
+    exported = get_family("deberta_v3").hf.to_hf(params, model_cfg)
     state, hf_cfg = exported.state, exported.config
     np.testing.assert_array_equal(state["deberta.embeddings.word_embeddings.weight"], merged)
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
@@ -115,13 +115,13 @@ def test_a_released_deberta_v3_checkpoint_imports_and_exports_back_exactly(model
     state = {f"deberta.{k}": v.numpy() for k, v in bare.state_dict().items()}
     state.update({s.hf_name: rng.standard_normal(s.hf_shape).astype(np.float32)
                   for s in hf_deberta_v3.discriminator_specs(model_cfg) if s.hf_name.startswith("mask_predictions.")})
-    params, report = get_family("deberta_v3").hf_import(state, hf_deberta_v3.hf_config(model_cfg), model_cfg,
+    params, report = get_family("deberta_v3").hf.from_hf(state, hf_deberta_v3.hf_config(model_cfg), model_cfg,
                                                         fallback, extras={})
     assert report.unused == [] and len(report.kept_from_fallback) == 1
     assert report.kept_from_fallback[0].startswith("generator/ (no generator folder")
     np.testing.assert_array_equal(params["discriminator_word"]["delta"], 0)
     assert jax.tree.structure(params) == jax.tree.structure(jax.tree.map(np.asarray, fallback))
-    again = get_family("deberta_v3").hf_export(params, model_cfg).state
+    again = get_family("deberta_v3").hf.to_hf(params, model_cfg).state
     assert set(again) == set(state)
     for name in sorted(state):
         np.testing.assert_array_equal(again[name], state[name], err_msg=name)
@@ -129,13 +129,13 @@ def test_a_released_deberta_v3_checkpoint_imports_and_exports_back_exactly(model
 
 def test_our_export_with_its_generator_folder_imports_back_to_the_same_model(model_and_params):
     model_cfg, _, params = model_and_params
-    exported = get_family("deberta_v3").hf_export(params, model_cfg)
+    exported = get_family("deberta_v3").hf.to_hf(params, model_cfg)
     state, hf_cfg, extras = exported.state, exported.config, exported.subfolders
     gen_state, gen_cfg = extras["generator"]
     assert gen_cfg["architectures"] == ["DebertaV2ForMaskedLM"] and gen_cfg["num_hidden_layers"] == 1
     np.testing.assert_array_equal(gen_state["deberta.embeddings.word_embeddings.weight"], params["word"]["embedding"])
     zeros = jax.tree.map(np.zeros_like, jax.tree.map(np.asarray, params))
-    again, report = get_family("deberta_v3").hf_import(state, hf_cfg, model_cfg, zeros, extras=extras)
+    again, report = get_family("deberta_v3").hf.from_hf(state, hf_cfg, model_cfg, zeros, extras=extras)
     assert report.kept_from_fallback == [] and report.unused == []
     for part in ("word", "generator", "discriminator"):
         jax.tree.map(np.testing.assert_array_equal, again[part], jax.tree.map(np.asarray, params[part]))
@@ -144,7 +144,7 @@ def test_our_export_with_its_generator_folder_imports_back_to_the_same_model(mod
                                rtol=0, atol=1e-6 * np.abs(state["deberta.embeddings.word_embeddings.weight"]).max())
     with pytest.raises(ValueError, match=r"generator_num_layers gives the generator 1 layers but generator/"
                                          r"config\.json says num_hidden_layers=2"):
-        get_family("deberta_v3").hf_import(state, hf_cfg, model_cfg, zeros, extras={
+        get_family("deberta_v3").hf.from_hf(state, hf_cfg, model_cfg, zeros, extras={
             "generator": (gen_state, {**gen_cfg, "num_hidden_layers": 2})})
 
 

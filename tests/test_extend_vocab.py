@@ -152,7 +152,7 @@ def test_our_import_and_export_of_an_extended_folder_give_back_its_tensors(folde
         fallback = random_params(fam.build_model(model_cfg), random_batch(0))
         params = hf_folder.import_params(fam, model_cfg, extended, fallback)
         written = hf_folder.read_hf_state(extended)
-        for name, array in fam.hf_export(params, model_cfg).state.items():
+        for name, array in fam.hf.to_hf(params, model_cfg).state.items():
             np.testing.assert_array_equal(array, written[name], err_msg=f"{family} {name}")
 
 

@@ -103,11 +103,11 @@ def test_a_packed_row_encodes_as_each_example_alone(family_model):
 
 def test_hf_export_imports_back_to_the_same_params(family_model):
     family, model_cfg, _, params = family_model
-    exported = family.hf_export(params, model_cfg)
-    assert set(exported.subfolders) == set(family.hf_subfolders)
+    exported = family.hf.to_hf(params, model_cfg)
+    assert set(exported.subfolders) == set(family.hf.subfolders)
     zeros = jax.tree.map(np.zeros_like, params)
-    extras = {"extras": exported.subfolders} if family.hf_subfolders else {}
-    again, report = family.hf_import(exported.state, exported.config, model_cfg, zeros, **extras)
+    extras = {"extras": exported.subfolders} if family.hf.subfolders else {}
+    again, report = family.hf.from_hf(exported.state, exported.config, model_cfg, zeros, **extras)
     assert not report.kept_from_fallback and not report.unused
     # GDES: the import recovers the delta as merged - shared, one float32 subtraction from the exported one.
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-6), again, params)
@@ -118,7 +118,7 @@ def test_parameter_count_equals_the_transformers_models_of_the_export(family_mod
     tensor two folders hold under one name with one value (ELECTRA's shared embeddings) is one of ours, and a
     tensor the class ignores (DeBERTa-v3's replaced-token head) is counted from the export."""
     family, model_cfg, _, params = family_model
-    exported = family.hf_export(params, model_cfg)
+    exported = family.hf.to_hf(params, model_cfg)
     folders = [(exported.state, exported.config), *exported.subfolders.values()]
     total, seen = 0, {}
     for state, hf_cfg in folders:

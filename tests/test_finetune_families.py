@@ -47,7 +47,7 @@ FAMILIES = {
     "distilbert": (dict(hidden_act="gelu"), hf_distilbert.hf_config, "DistilBertForMaskedLM"),
 }
 # A family whose HF task classes hold heads ours are not (ModernBERT) declares why; its export fails, saying so.
-EXPORTS = {f for f in FAMILIES if not get_family(f).hf_task_heads_missing}
+EXPORTS = {f for f in FAMILIES if not get_family(f).hf.task_heads_missing}
 
 
 def write_tiny_hf_folder(family: str, out: str, tokenizer_dir: str) -> str:

@@ -50,7 +50,7 @@ def test_albert_in_transformers_matches_our_mlm_and_sop_logits(tmp_path, scan_la
     batch = random_batch(1)
     params = random_params(model, batch)
     ours = model.apply({"params": params}, batch)
-    exported = get_family("albert").hf_export(params, model_cfg)
+    exported = get_family("albert").hf.to_hf(params, model_cfg)
     state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     inputs = {k: torch.tensor(np.asarray(batch[k])) for k in ("input_ids", "attention_mask", "token_type_ids")}
@@ -99,11 +99,11 @@ def test_albert_import_errors_name_the_tensor_or_config_key():
     hf_cfg = hf_albert.hf_config(model_cfg)
     family = get_family("albert")
     with pytest.raises(ValueError, match="model_type='roberta'"):
-        family.hf_import(full_state(model_cfg), {**hf_cfg, "model_type": "roberta"}, model_cfg, None)
+        family.hf.from_hf(full_state(model_cfg), {**hf_cfg, "model_type": "roberta"}, model_cfg, None)
     with pytest.raises(ValueError, match=r"config\.model\.num_hidden_groups=2 .* num_hidden_groups=1"):
-        family.hf_import(full_state(model_cfg), {**hf_cfg, "num_hidden_groups": 1}, model_cfg, None)
+        family.hf.from_hf(full_state(model_cfg), {**hf_cfg, "num_hidden_groups": 1}, model_cfg, None)
     with pytest.raises(ValueError, match="inner_group_num=2"):
-        family.hf_import(full_state(model_cfg), {**hf_cfg, "inner_group_num": 2}, model_cfg, None)
+        family.hf.from_hf(full_state(model_cfg), {**hf_cfg, "inner_group_num": 2}, model_cfg, None)
 
 
 @pytest.mark.slow  # four compilations of a gradient: ~2 min on a busy 2-core machine

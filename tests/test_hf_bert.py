@@ -53,7 +53,7 @@ def test_bert_in_transformers_matches_our_mlm_and_nsp_logits(tmp_path, scan_laye
     model, params = init_params(model_cfg)
     batch = random_batch(1)
     ours = model.apply({"params": params}, batch, deterministic=True)
-    exported = get_family("bert").hf_export(params, model_cfg)
+    exported = get_family("bert").hf.to_hf(params, model_cfg)
     state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     hf_model = transformers.BertForPreTraining.from_pretrained(str(tmp_path)).eval()
@@ -95,7 +95,7 @@ def test_imported_minilm_hidden_states_match_transformers():
     fresh = jax.eval_shape(lambda: get_family("bert").build_model(model_cfg).init(
         jax.random.key(0), random_batch(0), deterministic=True)["params"])
     fresh = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), fresh)
-    params, report = get_family("bert").hf_import(hf_folder.read_hf_state(hf_dir), hf_cfg, model_cfg, fresh)
+    params, report = get_family("bert").hf.from_hf(hf_folder.read_hf_state(hf_dir), hf_cfg, model_cfg, fresh)
     # all-MiniLM-L6-v2 is a BertModel: pre-training heads absent, pooler present.
     assert "cls.predictions.bias" in report.kept_from_fallback
     assert "bert.pooler.dense.weight" not in report.kept_from_fallback

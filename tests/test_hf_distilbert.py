@@ -23,7 +23,7 @@ def distilbert_config(**overrides):
 
 
 def exported_model(tmp_path, params, model_cfg):
-    exported = get_family("distilbert").hf_export(params, model_cfg)
+    exported = get_family("distilbert").hf.to_hf(params, model_cfg)
     state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     return transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path)).eval()
@@ -78,9 +78,9 @@ def test_distilbert_import_errors_name_the_tensor_or_config_key():
         hf_distilbert.hf_to_params(state, model_cfg)
     hf_cfg = hf_distilbert.hf_config(model_cfg)
     with pytest.raises(ValueError, match=r"config\.model\.num_layers=2 .* n_layers=3"):
-        get_family("distilbert").hf_import(full_state(model_cfg), {**hf_cfg, "n_layers": 3}, model_cfg, None)
+        get_family("distilbert").hf.from_hf(full_state(model_cfg), {**hf_cfg, "n_layers": 3}, model_cfg, None)
     with pytest.raises(ValueError, match="sinusoidal_pos_embds=True"):
-        get_family("distilbert").hf_import(full_state(model_cfg), {**hf_cfg, "sinusoidal_pos_embds": True},
+        get_family("distilbert").hf.from_hf(full_state(model_cfg), {**hf_cfg, "sinusoidal_pos_embds": True},
                                            model_cfg, None)
     with pytest.raises(ValueError, match=r"config\.model\.layer_norm_eps=1e-05"):
         hf_distilbert.hf_config(distilbert_config(layer_norm_eps=1e-5))

@@ -40,7 +40,7 @@ def test_electra_in_transformers_matches_our_discriminator_and_generator_logits(
     batch = random_batch(1)
     params = random_params(get_family("electra").build_model(model_cfg), batch)
     discriminator, generator = our_logits(model_cfg, params, batch)
-    exported = get_family("electra").hf_export(params, model_cfg)
+    exported = get_family("electra").hf.to_hf(params, model_cfg)
     state, hf_cfg, extras = exported.state, exported.config, exported.subfolders
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     hf_folder.write_hf_folder(str(tmp_path / "generator"), *extras["generator"], tokenizer_dir=None)

@@ -46,7 +46,7 @@ def params():
 
 
 def hf_model_from(tmp_path, params, model_cfg, attn_implementation="eager"):
-    exported = get_family("modernbert").hf_export(params, model_cfg)
+    exported = get_family("modernbert").hf.to_hf(params, model_cfg)
     state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     return transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path),
@@ -144,17 +144,17 @@ def test_an_hf_folder_of_another_model_type_is_refused_naming_it():
     bert_cfg = transformers.BertConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                        intermediate_size=64).to_dict()
     with pytest.raises(ValueError, match=r"model_type='bert'.*'modernbert'"):
-        get_family("modernbert").hf_import({}, bert_cfg, modernbert_config(), None)
+        get_family("modernbert").hf.from_hf({}, bert_cfg, modernbert_config(), None)
 
 
 def test_an_hf_config_that_disagrees_names_the_key():
     model_cfg = modernbert_config()
     two_layers = modernbert_config(num_layers=2)  # [global, local]: every n >= 2 gives these layer_types
     assert hf_modernbert.model_config_from_hf(hf_modernbert.hf_config(two_layers))["global_attn_every_n_layers"] == 2
-    get_family("modernbert").hf_import(full_state(two_layers), hf_modernbert.hf_config(two_layers), two_layers, None)
+    get_family("modernbert").hf.from_hf(full_state(two_layers), hf_modernbert.hf_config(two_layers), two_layers, None)
     hf_cfg = hf_modernbert.hf_config(modernbert_config(local_attention=16))
     with pytest.raises(ValueError, match=r"config\.model\.local_attention=8 .* local_attention=16"):
-        get_family("modernbert").hf_import({}, hf_cfg, model_cfg, None)
+        get_family("modernbert").hf.from_hf({}, hf_cfg, model_cfg, None)
 
 
 def test_modernbert_bpe_tokenizer_exports_to_auto_tokenizer_with_the_same_ids(tmp_path):
@@ -170,7 +170,7 @@ def test_modernbert_bpe_tokenizer_exports_to_auto_tokenizer_with_the_same_ids(tm
     tokenizer.save(str(tmp_path / "tok"))
     model_cfg = modernbert_config(vocab_size=tokenizer.get_vocab_size(), pad_token_id=1)
     params = random_params(get_family("modernbert").build_model(model_cfg), batch_of())
-    exported = get_family("modernbert").hf_export(params, model_cfg)
+    exported = get_family("modernbert").hf.to_hf(params, model_cfg)
     state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path / "hf"), state, hf_cfg, str(tmp_path / "tok"))
     hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))

@@ -40,7 +40,7 @@ def perturbed_params(model_cfg, seed: int = 0):
 
 
 def exported_model(tmp_path, params, model_cfg):
-    exported = get_family("roberta").hf_export(params, model_cfg)
+    exported = get_family("roberta").hf.to_hf(params, model_cfg)
     state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     return transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path)).eval()
@@ -124,9 +124,9 @@ def test_roberta_import_errors_name_the_tensor_or_config_key():
         hf_roberta.hf_to_params(state, model_cfg)
     hf_cfg = hf_roberta.hf_config(model_cfg)
     with pytest.raises(ValueError, match="model_type='bert'"):
-        get_family("roberta").hf_import(full_state(model_cfg), {**hf_cfg, "model_type": "bert"}, model_cfg, None)
+        get_family("roberta").hf.from_hf(full_state(model_cfg), {**hf_cfg, "model_type": "bert"}, model_cfg, None)
     with pytest.raises(ValueError, match=r"config\.model\.pad_token_id=1 .* pad_token_id=0"):
-        get_family("roberta").hf_import(full_state(model_cfg), {**hf_cfg, "pad_token_id": 0}, model_cfg, None)
+        get_family("roberta").hf.from_hf(full_state(model_cfg), {**hf_cfg, "pad_token_id": 0}, model_cfg, None)
 
 
 def test_a_position_table_without_room_for_the_offset_fails_naming_the_key():

@@ -81,7 +81,7 @@ def hf_teacher(tmp_path_factory):
     """A random micro BERT (2 layers) as a Hugging Face folder with a WordPiece vocabulary of its size: no training."""
     model_cfg = small_model_config(dropout_rate=0.0, attention_dropout_rate=0.0)
     params = random_params(get_family("bert").build_model(model_cfg), random_batch(0), scale=0.05)
-    exported = get_family("bert").hf_export(params, model_cfg)
+    exported = get_family("bert").hf.to_hf(params, model_cfg)
     state, hf_cfg = exported.state, exported.config
     vocab_dir, out = tmp_path_factory.mktemp("vocab"), tmp_path_factory.mktemp("hf_teacher")
     tokens = SPECIALS + [f"w{i}" for i in range(VOCAB - len(SPECIALS))]

@@ -3,10 +3,10 @@ head renamed to Hugging Face's; and the sentence-transformers folder of an embed
 
 The encoder's pre-training heads, which the family's export also writes, are dropped: only
 tensors under the encoder's prefix are kept. A sequence head is `classifier` on the pooled
-[CLS] for a family with a pooler, the family's `hf_classifier_head` names for one without
+[CLS] for a family with a pooler, the family's `hf.classifier_head` names for one without
 (RobertaClassificationHead's `classifier.dense` + `classifier.out_proj` by default); a tagging
 head is `classifier` on every token, span QA's `qa_outputs`. A family whose HF task classes hold
-heads ours are not (`hf_task_heads_missing`) fails, saying so.
+heads ours are not (`hf.task_heads_missing`) fails, saying so.
 """
 import json
 
@@ -33,10 +33,10 @@ def _linear(state: dict, name: str, dense: dict) -> None:
 def encoder_state(params: dict, config) -> tuple[dict, dict, str]:
     """(HF state dict of the encoder alone, its config.json, the HF base-model name, e.g. "Bert")."""
     family = get_family(config.model.family)
-    if family.hf_export is None:
+    if family.hf is None:
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export")
     full = _merge(init_from.zeros_like_family_params(family, config.model), params["backbone"])
-    exported = family.hf_export(full, config.model)  # its subfolders (a generator) are not the encoder's
+    exported = family.hf.to_hf(full, config.model)  # its subfolders (a generator) are not the encoder's
     state, hf_cfg = exported.state, exported.config
     embedding = next(k for k in state if k.startswith("embeddings.") or ".embeddings." in k)
     prefix = embedding[: embedding.index("embeddings.")]
@@ -47,15 +47,15 @@ def encoder_state(params: dict, config) -> tuple[dict, dict, str]:
 def task_state(params: dict, config, hf_class: str, head_config: dict) -> tuple[dict, dict]:
     """(HF state dict, config.json) of the encoder with its task head, for `Auto{hf_class}`."""
     family = get_family(config.model.family)
-    if family.hf_task_heads_missing:
+    if family.hf.task_heads_missing:
         raise ValueError(f"config.model.family={family.name!r}: a fine-tuned {config.task.kind} head does not "
-                         f"export to Hugging Face: {family.hf_task_heads_missing}")
+                         f"export to Hugging Face: {family.hf.task_heads_missing}")
     state, hf_cfg, base_arch = encoder_state(params, config)
     head = params["head"]
     if "qa_outputs" in head:
         _linear(state, "qa_outputs", head["qa_outputs"])
     elif "pooler" in head:
-        spec = family.hf_classifier_head
+        spec = family.hf.classifier_head
         _linear(state, spec.dense, head["pooler"])
         _linear(state, spec.classifier, head["classifier"])
         hf_cfg = dict(hf_cfg, **dict(spec.config))

@@ -3,7 +3,7 @@
 Either way the result is the family, its `config.model`, the tokenizer folder and the
 pre-trained parameters of the family module (the pre-training tree); the task model takes
 the subtree its `encode` uses. The family of an HF folder is the registered one whose
-`hf_model_type` its config.json names: nothing here knows a family by name.
+`HfConverter.model_type` its config.json names: nothing here knows a family by name.
 """
 import dataclasses
 
@@ -82,11 +82,11 @@ def resolve(init_from: str, runtime_model_cfg) -> Source:
             raise ValueError(f"config.init_from={init_from!r}: a Hugging Face folder has no steps")
         hf_cfg = hf_folder.read_hf_config(path)
         family = family_of_hf_config(hf_cfg, path)
-        values = dict(family.hf_model_config(hf_cfg), family=family.name,
+        values = dict(family.hf.model_config(hf_cfg), family=family.name,
                       initializer_range=hf_cfg.get("initializer_range", 0.02))
         model_cfg = _with_runtime(values, runtime_model_cfg)
         fallback = zeros_like_family_params(family, model_cfg)
-        params, report = family.hf_import(hf_folder.read_hf_state(path), hf_cfg, model_cfg, fallback)
+        params, report = family.hf.from_hf(hf_folder.read_hf_state(path), hf_cfg, model_cfg, fallback)
         return Source("hf", path, None, family, model_cfg, path, params)
     raise ValueError(f"config.init_from={init_from!r} is neither a pre-training workdir (config.json and "
                      f"checkpoints/) nor a Hugging Face model folder (config.json and model.safetensors)")

@@ -6,7 +6,7 @@ leaf by leaf. Heads (bert_jax/finetune/tasks/) live under `head/`, and mirror Hu
 the export is a renaming. The sequence head shared by classification and regression is here: `classifier`
 on the family's pooled [CLS] when it has a pooler (BERT, ALBERT), else dense + the activation of the
 family's HF head (`pooler`; tanh in RobertaClassificationHead, GELU in ELECTRA's and DeBERTa's, ReLU in
-DistilBERT's: `Family.hf_classifier_head`) then `classifier`.
+DistilBERT's: `HfConverter.classifier_head`) then `classifier`.
 """
 import flax.linen as nn
 import jax.numpy as jnp

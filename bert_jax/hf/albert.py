@@ -6,6 +6,7 @@ axis in either, so scanned and unrolled runs convert alike. Pure functions on nu
 """
 from typing import Any
 
+from bert_jax.hf.converter import HfConverter
 from bert_jax.hf import bert as hf_bert
 from bert_jax.hf.exported import HfExport
 from bert_jax.hf.bert import COPY, HEAD, HEADS_IN, HEADS_OUT, LINEAR, ImportReport, TensorSpec
@@ -102,3 +103,7 @@ def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[di
     """The family hook: our params from an HF state dict, after checking its config fits `model_cfg`."""
     hf_bert.check_values_match(model_config_from_hf(hf_cfg), model_cfg, CONFIG_KEYS)
     return hf_to_params(state, model_cfg, fallback_params)
+
+
+CONVERTER = HfConverter(model_type="albert", to_hf=hf_export, from_hf=hf_import, model_config=model_config_from_hf,
+                        vocab_tensors=VOCAB_TENSORS)

@@ -14,6 +14,7 @@ from typing import Any
 import flax.linen as nn
 import numpy as np
 
+from bert_jax.hf.converter import HfConverter
 from bert_jax.hf.exported import HfExport
 from bert_jax.models.scan_layout import SCANNED, stack_layers, unstack_layers
 
@@ -333,3 +334,7 @@ def hf_import(state: dict[str, np.ndarray], hf_cfg: dict, model_cfg, fallback_pa
     """The family hook: our params from an HF state dict, after checking its config fits `model_cfg`."""
     check_config_matches(hf_cfg, model_cfg)
     return hf_to_params(state, model_cfg, fallback_params)
+
+
+CONVERTER = HfConverter(model_type="bert", to_hf=hf_export, from_hf=hf_import, model_config=model_config_from_hf,
+                        vocab_tensors=VOCAB_TENSORS)

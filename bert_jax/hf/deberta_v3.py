@@ -20,6 +20,7 @@ import flax.linen as nn
 import ml_collections
 import numpy as np
 
+from bert_jax.hf.converter import HfClassifierHead, HfConverter
 from bert_jax.hf import bert as hf_bert
 from bert_jax.hf.exported import HfExport
 from bert_jax.hf.bert import COPY, HEAD, HEADS_IN, HEADS_OUT, LINEAR, ImportReport, TensorSpec
@@ -40,8 +41,8 @@ VOCAB_TENSORS = {"": (f"{PREFIX}.embeddings.word_embeddings.weight",),
                                     "cls.predictions.bias")}
 
 # DebertaV2ForSequenceClassification's head: ContextPooler (dense, pooler_hidden_act) then classifier (families.py).
-CLASSIFIER_HEAD = {"dense": "pooler.dense", "classifier": "classifier", "activation": "gelu",
-                   "config": (("pooler_hidden_act", "gelu"),)}
+CLASSIFIER_HEAD = HfClassifierHead(dense="pooler.dense", classifier="classifier", activation="gelu",
+                                   config=(("pooler_hidden_act", "gelu"),))
 CONFIG_KEYS = {
     **{k: v for k, v in hf_bert.CONFIG_KEYS.items() if k != "max_position_embeddings"},
     "position_buckets": "position_buckets",
@@ -227,3 +228,8 @@ def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict, extras: dic
     after checking its config fits."""
     hf_bert.check_values_match(model_config_from_hf(hf_cfg), model_cfg, CONFIG_KEYS)
     return hf_to_discriminator(state, model_cfg, fallback_params, (extras or {}).get(GENERATOR_FOLDER))
+
+
+CONVERTER = HfConverter(model_type="deberta-v2", to_hf=hf_export, from_hf=hf_import,
+                        model_config=model_config_from_hf, subfolders=(GENERATOR_FOLDER,),
+                        vocab_tensors=VOCAB_TENSORS, classifier_head=CLASSIFIER_HEAD)

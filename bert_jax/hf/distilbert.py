@@ -7,6 +7,7 @@ embeddings). Pure functions on numpy arrays.
 """
 from typing import Any
 
+from bert_jax.hf.converter import HfClassifierHead, HfConverter
 from bert_jax.hf import bert as hf_bert
 from bert_jax.hf.exported import HfExport
 from bert_jax.hf.bert import COPY, HEAD, HEADS_IN, HEADS_OUT, LINEAR, ImportReport, TensorSpec
@@ -20,7 +21,7 @@ IGNORED_ON_IMPORT = (f"{PREFIX}.embeddings.position_ids",)
 # Tensors indexed by token id, by folder, for extend-vocab (checkpoint/vocab_rows.py): the word embeddings first.
 VOCAB_TENSORS = {"": (f"{PREFIX}.embeddings.word_embeddings.weight", *TIED_ON_EXPORT, "vocab_projector.bias")}
 # DistilBertForSequenceClassification's head: pre_classifier, ReLU, classifier (families.py).
-CLASSIFIER_HEAD = {"dense": "pre_classifier", "classifier": "classifier", "activation": "relu"}
+CLASSIFIER_HEAD = HfClassifierHead(dense="pre_classifier", classifier="classifier", activation="relu")
 # transformers hard-wires every DistilBERT LayerNorm's epsilon.
 LAYER_NORM_EPS = 1e-12
 
@@ -111,3 +112,8 @@ def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[di
     hf_bert.check_values_match(model_config_from_hf(hf_cfg), model_cfg,
                                {**CONFIG_KEYS, "layer_norm_eps": "(hard-wired LayerNorm epsilon)"})
     return hf_to_params(state, model_cfg, fallback_params)
+
+
+CONVERTER = HfConverter(model_type="distilbert", to_hf=hf_export, from_hf=hf_import,
+                        model_config=model_config_from_hf, vocab_tensors=VOCAB_TENSORS,
+                        classifier_head=CLASSIFIER_HEAD)

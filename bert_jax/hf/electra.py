@@ -15,6 +15,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from bert_jax.hf.converter import HfClassifierHead, HfConverter
 from bert_jax.hf import bert as hf_bert
 from bert_jax.hf.exported import HfExport
 from bert_jax.hf.bert import COPY, HEAD, LINEAR, ImportReport, TensorSpec
@@ -31,7 +32,7 @@ VOCAB_TENSORS = {"": ("electra.embeddings.word_embeddings.weight",),
                                     "generator_lm_head.bias")}
 
 # ElectraForSequenceClassification's head (ElectraClassificationHead): dense, exact GELU, out_proj (families.py).
-CLASSIFIER_HEAD = {"dense": "classifier.dense", "classifier": "classifier.out_proj", "activation": "gelu"}
+CLASSIFIER_HEAD = HfClassifierHead(dense="classifier.dense", classifier="classifier.out_proj", activation="gelu")
 CONFIG_KEYS = {**hf_bert.CONFIG_KEYS, "embedding_size": "embedding_size", "hidden_act": "hidden_act"}
 
 
@@ -177,3 +178,8 @@ def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict, extras: dic
 def np_tree(tree):
     """Numpy copies of a (possibly boxed) params subtree."""
     return jax.tree.map(np.asarray, nn.meta.unbox(tree))
+
+
+CONVERTER = HfConverter(model_type="electra", to_hf=hf_export, from_hf=hf_import,
+                        model_config=discriminator_config_from_hf, subfolders=(GENERATOR_FOLDER,),
+                        vocab_tensors=VOCAB_TENSORS, classifier_head=CLASSIFIER_HEAD)

@@ -1,4 +1,4 @@
-"""What every family's `hf_export` hook returns: one value type, whether the family exports one model or a
+"""What every family's `HfConverter.to_hf` returns: one value type, whether the family exports one model or a
 main model with others beside it (ELECTRA's and DeBERTa-v3's generator, in `generator/`)."""
 import dataclasses
 

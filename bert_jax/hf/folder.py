@@ -1,7 +1,7 @@
 """Reading and writing Hugging Face model folders: config.json, safetensors weights, tokenizer files.
 
-Family-agnostic: the tensor names come from the family's `hf_export` / `hf_import`
-hooks (bert_jax.families); this file only moves them to and from disk.
+Family-agnostic: the tensor names come from the family's converter (`HfConverter.to_hf` / `from_hf`,
+bert_jax/hf/converter.py); this file only moves them to and from disk.
 Weights are written with safetensors' numpy API, so exporting needs no torch. A folder may
 be local or in a bucket (gs://, s3://): every file is read and written whole through
 bert_jax.storage.paths.
@@ -114,17 +114,17 @@ def read_hf_state(hf_dir: str) -> dict[str, np.ndarray]:
 def import_params(family, model_cfg, hf_dir: str, fallback_params: dict) -> dict:
     """Params for `family` from the HF folder `hf_dir`; tensors it lacks that the family may keep
     (e.g. pre-training heads of a BertModel-only checkpoint) come from `fallback_params`, and are logged."""
-    if family.hf_import is None:
+    if family.hf is None:
         raise ValueError(f"config.init_from_hf={hf_dir!r} is set, but config.model.family={family.name!r} "
                          f"has no Hugging Face import")
     extras = {}
-    for name in family.hf_subfolders:  # e.g. ELECTRA's generator, exported beside the discriminator
+    for name in family.hf.subfolders:  # e.g. ELECTRA's generator, exported beside the discriminator
         sub = str(paths.path(hf_dir) / name)
         if (paths.path(sub) / "config.json").exists():
             extras[name] = (read_hf_state(sub), read_hf_config(sub))
-    kwargs = {"extras": extras} if family.hf_subfolders else {}
-    params, report = family.hf_import(read_hf_state(hf_dir), read_hf_config(hf_dir), model_cfg, fallback_params,
-                                      **kwargs)
+    kwargs = {"extras": extras} if family.hf.subfolders else {}
+    params, report = family.hf.from_hf(read_hf_state(hf_dir), read_hf_config(hf_dir), model_cfg, fallback_params,
+                                       **kwargs)
     logging.info("initialised params from the Hugging Face checkpoint %s%s", hf_dir,
                  f" (with its {', '.join(extras)} folder)" if extras else "")
     if report.kept_from_fallback:

@@ -9,6 +9,7 @@ classifier_bias / decoder_bias say. Pure functions on numpy arrays.
 """
 from typing import Any
 
+from bert_jax.hf.converter import HfConverter
 from bert_jax.hf import bert as hf_bert
 from bert_jax.hf.exported import HfExport
 from bert_jax.hf.bert import (COPY, GLU_BIAS, GLU_IN, HEAD, HEADS_OUT, LINEAR, QKV_BIAS, QKV_IN,
@@ -174,3 +175,7 @@ def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[di
         values[every] = model_cfg.get(every, 3)
     hf_bert.check_values_match(values, model_cfg, CONFIG_KEYS)
     return hf_to_params(state, model_cfg, fallback_params)
+
+
+CONVERTER = HfConverter(model_type=MODEL_TYPE, to_hf=hf_export, from_hf=hf_import, model_config=model_config_from_hf,
+                        vocab_tensors=VOCAB_TENSORS, task_heads_missing=TASK_HEADS_MISSING)

@@ -27,9 +27,9 @@ def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> 
         paths.copy_file(run.config_json, paths.path(out) / CONFIG_FILE)
         return step
     family = get_family(config.model.family)
-    if family.hf_export is None:
+    if family.hf is None:
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export; use --format=params")
     tokenizer = str(run.tokenizer) if run.tokenizer.is_dir() else None
     # The main folder and any beside it (ELECTRA's generator, as OUT/generator).
-    family.hf_export(params, config.model).write(out, tokenizer, model_max_length=config.data.max_seq_length)
+    family.hf.to_hf(params, config.model).write(out, tokenizer, model_max_length=config.data.max_seq_length)
     return step

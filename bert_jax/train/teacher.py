@@ -59,7 +59,7 @@ class Teacher:
             logging.info("distillation teacher: step %d of the workdir %s", step, self.path)
             return params
         fresh = jax.device_get(nn.meta.unbox(jax.jit(lambda: self.init_params(data_cfg))()))
-        params, report = self.family.hf_import(hf_folder.read_hf_state(self.path), hf_folder.read_hf_config(self.path),
+        params, report = self.family.hf.from_hf(hf_folder.read_hf_state(self.path), hf_folder.read_hf_config(self.path),
                                                self.model_cfg, fresh)
         logging.info("distillation teacher: the Hugging Face %s folder %s", self.family.name, self.path)
         if report.kept_from_fallback:
@@ -99,10 +99,10 @@ def resolve_teacher(config) -> Teacher | None:
         if not any((root / name).exists() for name in (hf_folder.SAFETENSORS_FILE, hf_folder.TORCH_FILE)):
             raise _fail(path, f"holds no weights ({hf_folder.SAFETENSORS_FILE} or {hf_folder.TORCH_FILE})")
         family = family_of_hf_config(hf_cfg, f"config.distill.teacher={path!r}")
-        if family.hf_model_config is None or family.hf_import is None:
+        if family.hf is None:
             raise _fail(path, f"is a {family.name} folder, and that family has no Hugging Face import")
         values = {k: m[k] for k in _EXECUTION_KEYS if k in m}
-        values.update(family.hf_model_config(hf_cfg), family=family.name, dropout_rate=0.0,
+        values.update(family.hf.model_config(hf_cfg), family=family.name, dropout_rate=0.0,
                       attention_dropout_rate=0.0)
         model_cfg, is_workdir, tokenizer_dir = ml_collections.ConfigDict(values), False, path
     _check_distill_config(config, model_cfg, path)

@@ -5,7 +5,7 @@ of the rows of the pieces the old tokenizer cut it into, so the model starts fro
 the word. Applied alike to the word embeddings, the tied decoder and the MLM output bias, which keeps
 the decoder tied and a new word's logit the mean of its pieces'. Old rows are copied untouched.
 Pure functions on numpy arrays; which tensors are indexed by token id is each converter's
-VOCAB_TENSORS (bert_jax/hf/*.py), registered as `Family.hf_vocab_tensors`.
+`HfConverter.vocab_tensors` (bert_jax/hf/*.py).
 """
 from collections.abc import Sequence
 
@@ -18,10 +18,10 @@ INITS = ("fvt", "random", "mean_of_all")
 
 def vocab_tensors(family) -> dict[str, tuple[str, ...]]:
     """{folder ("" the main one, or a subfolder such as `generator`): HF names of its token-indexed tensors}."""
-    if not family.hf_vocab_tensors:
+    if family.hf is None or not family.hf.vocab_tensors:
         raise ValueError(f"model family {family.name!r} declares no token-indexed tensors (VOCAB_TENSORS in its "
                          f"Hugging Face converter): its vocabulary cannot be extended")
-    return family.hf_vocab_tensors
+    return family.hf.vocab_tensors
 
 
 def _new_rows(table: np.ndarray, pieces: Sequence[Sequence[int]], init: str, seed: int,

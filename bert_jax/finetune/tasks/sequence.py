@@ -22,7 +22,7 @@ class SequenceTask(Task):
         return SequenceHead(num_outputs=num_outputs, pooling=task_cfg.pooling, has_family_pooler=has_family_pooler,
                             hidden_size=model_cfg.hidden_size, dropout_rate=float(model_cfg.dropout_rate),
                             initializer_range=float(model_cfg.get("initializer_range", 0.02)),
-                            pooler_activation=family.hf_classifier_head.activation)
+                            pooler_activation=family.hf.classifier_head.activation)
 
     def check_export(self, task_cfg):
         if task_cfg.pooling != "cls":
