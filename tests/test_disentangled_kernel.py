@@ -140,3 +140,27 @@ def test_deberta_model_with_the_fused_kernel_gives_xla_logits_and_gradients():
     (g_xla, l_xla), (g_fused, l_fused) = results["xla"], results["splash"]
     np.testing.assert_allclose(l_fused, l_xla, atol=1e-5, rtol=0)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4), g_fused, g_xla)
+
+
+@pytest.mark.slow
+def test_tiny_deberta_pretraining_gives_the_same_losses_with_the_fused_kernel(tmp_path):
+    """configs/deberta_v3_base.py:tiny for 20 steps (its 64 tokens are one interpret-mode tile, 16 buckets):
+    the fused kernel in interpret mode against xla, loss for loss."""
+    import configs.deberta_v3_base
+    from test_pretrain import train_losses
+
+    from bert_jax.train.loop import train_and_evaluate
+
+    losses = {}
+    for impl in ("xla", "splash"):
+        c = configs.deberta_v3_base.get_config("tiny")
+        c.model.attention_impl, c.model.splash_interpret = impl, impl == "splash"
+        c.logging.plots = False
+        c.logging.peak_flops_per_device = 1e11  # skip the matmul measurement
+        c.train.num_steps, c.train.log_every_steps = 20, 1
+        c.train.eval_every_steps = c.checkpoint.every_steps = 20
+        c.data.num_eval_batches = 1
+        train_and_evaluate(c, str(tmp_path / impl))
+        losses[impl] = [loss for _, loss in train_losses(str(tmp_path / impl))]
+    assert len(losses["xla"]) == 20
+    np.testing.assert_allclose(losses["splash"], losses["xla"], rtol=2e-3)

@@ -19,6 +19,7 @@ import numpy as np
 from bert_jax.plan import hlo_traffic, memory_fit
 from bert_jax.parallel import tpu_slices
 from bert_jax.train.config_validation import validate_config
+from bert_jax.models import disentangled_attention, disentangled_kernel
 from bert_jax.models.attention import building_for, devices_platform
 from bert_jax.parallel.mesh import make_mesh, resolve_mesh_shapes
 from bert_jax.plan.roofline import Roofline
@@ -186,14 +187,27 @@ def tpu_mesh(config, tpu_slice: tpu_slices.TpuSlice):
     return make_mesh(config.mesh, devices)
 
 
-def _pallas_flops(config, kernel: str, num_devices: int) -> float:
-    """FLOPs per device of the Pallas attention kernel, which cost_analysis does not see: the formula's
-    attention term, 12 * layers * hidden * S^2 * B (forward and backward). Its bytes need no formula: the
-    kernel's custom calls read and write their operands and results, which hlo_traffic counts."""
-    if kernel != "splash":
-        return 0.0
+def _pallas_flops(config, model_config, kernel: str, num_devices: int) -> float:
+    """FLOPs per device of a Pallas attention kernel, which cost_analysis does not see. Splash: the formula's
+    attention term, 12 * layers * hidden * S^2 * B (forward and backward). DeBERTa's fused disentangled kernel:
+    what its tiles execute (models/disentangled_kernel.py: the position terms, recomputation in the backward,
+    and the forward again under remat), for every network that runs it (a generator's layers too). Its bytes need
+    no formula: the kernel's custom calls read and write their operands and results, which hlo_traffic counts."""
     m, b, s = config.model, config.train.global_batch_size, config.data.max_seq_length
-    return 12.0 * m.num_layers * m.hidden_size * s * s * b / num_devices
+    if kernel == "splash":
+        return 12.0 * m.num_layers * m.hidden_size * s * s * b / num_devices
+    if kernel == disentangled_attention.FUSED_KERNEL:
+        layers = model_config.num_layers + getattr(model_config, "generator_num_layers", 0)
+        forward_runs = 1 if model_config.remat_policy == "none" else 2
+        return layers * disentangled_kernel.matmul_flops(b, s, m.hidden_size, forward_runs) / num_devices
+    return 0.0
+
+
+PALLAS_FLOPS_SOURCE = {
+    "splash": "the formula's 12*layers*hidden*S^2*B",
+    disentangled_attention.FUSED_KERNEL: "its tiles' matmuls, (6 forward (x2 under remat) + 23 backward) * "
+                                         "2*B*S^2*hidden per layer, generator layers included",
+}
 
 
 def _layers_in_loop(unroll: int, length: int) -> int:
@@ -404,7 +418,7 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
             f"grad_accum_steps={accum}: the micro-batch loop's FLOPs counted {accum} times, the optimizer's pass "
             f"with them (an upper bound on {what})")]))
     kernel = _kernel(program)
-    pallas_flops = _pallas_flops(config, kernel, mesh.size) if tpu_slice is not None else 0.0
+    pallas_flops = _pallas_flops(config, getattr(program.model, "config", None), kernel, mesh.size) if tpu_slice is not None else 0.0
     state = program.abstract_state
     rows = [
         ParamRow(_path(path), tuple(leaf.shape), str(tuple(leaf.sharding.spec)),
@@ -515,9 +529,9 @@ def _tpu_lines(plan: Plan, hbm_gib: float) -> list[str]:
     r = plan.roofline
     lines = ["", verdict, ""]
     if plan.pallas_flops:
-        lines.append(f"The {plan.kernel} kernel is Pallas, its FLOPs invisible to the compiler's count: added from the "
-                     f"formula, {plan.pallas_flops:.4g} FLOPs (12*layers*hidden*S^2*B) per chip; its bytes are its "
-                     "operands and results in the program.")
+        lines.append(f"The {plan.kernel} kernel is Pallas, its FLOPs invisible to the compiler's count: added from "
+                     f"{PALLAS_FLOPS_SOURCE[plan.kernel]}, {plan.pallas_flops:.4g} FLOPs per chip; its bytes are "
+                     "its operands and results in the program.")
     lines += [
         f"Bytes per chip per step: {r.bytes / 1e9:.4g} GB through HBM ({r.bytes_per_token / 1e3:.4g} kB per token), "
         f"of the compiler's {plan.bytes_accessed / 1e9:.4g} GB accessed ({plan.on_chip_bytes / 1e9:.4g} GB stay in "
