@@ -16,7 +16,7 @@ from ml_collections import config_flags
 
 from bert_jax.finetune.run import validate_config as validate_finetune_config
 from bert_jax.train import command_line
-from bert_jax.train.config_validation import validate_config
+from bert_jax.train.config_validation import resolve_config, validate_config
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, command_line.CONFIG_HELP, lock_config=True)
 flags.mark_flags_as_required(["config"])
@@ -27,6 +27,8 @@ def _main(argv) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value.copy_and_resolve_references()
     try:
+        if "task" not in config:
+            config = resolve_config(config)  # `auto` keys printed as the numbers a run uses
         (validate_finetune_config if "task" in config else validate_config)(config)
     except ValueError as error:
         sys.exit(f"show-config: {error}")

@@ -79,8 +79,11 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.tokenizer.special_tokens = ""  # "" = the kind's; else "pad,unk,cls,sep,mask" names
     c.data.vocab_size = c.model.get_ref("vocab_size")
     c.data.max_seq_length = 128
-    c.data.max_predictions_per_seq = 20
     c.data.mask_rate = 0.15  # share of non-special tokens predicted (15-40% are sensible)
+    # Masked positions per row, the width of the MLM head's gather. auto = ceil(mask_rate x max_seq_length),
+    # so a mask-rate sweep trains at the rate it names (train/masked_fraction shows it); a set number
+    # below that is refused, naming the value that fits (bert_jax/train/config_validation.py).
+    c.data.max_predictions_per_seq = ml_collections.FieldReference("auto", field_type=object)
     c.data.short_seq_prob = 0.1
     c.data.nsp_random_prob = 0.5
     # Examples (data_pipelines/examples/builders.py, packing.py): nsp (BERT) | sop (ALBERT) |

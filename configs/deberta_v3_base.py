@@ -58,7 +58,6 @@ def get_config(arg: str | None = None):
     c.data.example_builder = "full_sentences"
     c.data.masking = "token"
     c.data.max_seq_length = 512
-    c.data.max_predictions_per_seq = 80  # 15% of 512, rounded up
 
     c.train.global_batch_size = 8192
     c.train.num_steps = 500_000
@@ -94,7 +93,6 @@ def shrink_to_tiny(c) -> None:
     c.data.source = "embedded"
     c.data.max_seq_length = 64
     # The tiny ELECTRA's recipe (configs/electra_small.py): 30% masked, samples at temperature 2.
-    c.data.max_predictions_per_seq = 20
     c.data.mask_rate = 0.3
     c.model.sampling_temperature = 2.0
     c.train.global_batch_size = 16

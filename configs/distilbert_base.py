@@ -70,7 +70,6 @@ def shrink_to_tiny(c) -> None:
     c.model.attention_dropout_rate = 0.0
     c.data.source = "embedded"
     c.data.max_seq_length = 128
-    c.data.max_predictions_per_seq = 20
     c.train.global_batch_size = 32
     c.train.num_steps = 400
     c.train.learning_rate = 2e-3

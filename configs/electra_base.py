@@ -31,7 +31,6 @@ def get_config(arg: str | None = None):
     c.model.intermediate_size = 3072
     c.model.generator_size_ratio = 1 / 3  # 256 wide, 4 heads, FFN 1024 (google/electra-base-generator)
     c.data.max_seq_length = 512
-    c.data.max_predictions_per_seq = 77  # 15% of 512
     c.train.global_batch_size = 256
     c.train.num_steps = 766_000
     c.train.learning_rate = 2e-4

@@ -28,7 +28,6 @@ def get_config(arg: str | None = None):
     c.model.generator_size_ratio = 1 / 4
     c.data.max_seq_length = 512
     c.data.mask_rate = 0.25
-    c.data.max_predictions_per_seq = 128  # 25% of 512
     c.train.global_batch_size = 2048
     c.train.num_steps = 400_000
     c.train.learning_rate = 2e-4

@@ -56,7 +56,6 @@ def get_config(arg: str | None = None):
     c.data.example_builder = "full_sentences"
     c.data.masking = "token"
     c.data.max_seq_length = 128
-    c.data.max_predictions_per_seq = 20  # 15% of 128, rounded up
     c.data.mask_rate = 0.15
 
     c.train.global_batch_size = 128
@@ -91,7 +90,6 @@ def shrink_to_tiny(c) -> None:
     c.data.max_seq_length = 64
     # 30% masked and samples at temperature 2: without them the tiny discriminator answers "original"
     # everywhere (see the docstring).
-    c.data.max_predictions_per_seq = 20
     c.data.mask_rate = 0.3
     c.model.sampling_temperature = 2.0
     c.train.global_batch_size = 16

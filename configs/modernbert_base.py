@@ -72,7 +72,6 @@ def set_modernbert(c) -> None:
     c.data.masking = "token"
     c.data.mask_rate = 0.3
     c.data.max_seq_length = 1024
-    c.data.max_predictions_per_seq = 308  # 30 % of 1024, rounded up
 
     c.train.global_batch_size = 4608  # the paper's final batch, in sequences of 1024
     c.train.num_steps = 360_000
@@ -100,7 +99,6 @@ def shrink_to_tiny(c) -> None:
     c.model.scan_layers = False
     c.data.source = "embedded"
     c.data.max_seq_length = 128
-    c.data.max_predictions_per_seq = 39  # 30 % of 128, rounded up
     c.train.global_batch_size = 16
     c.train.num_steps = 400
     c.train.learning_rate = 2e-3

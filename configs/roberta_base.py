@@ -38,7 +38,6 @@ def get_config(arg: str | None = None):
     c.data.example_builder = "full_sentences"
     c.data.masking = "token"
     c.data.max_seq_length = 512
-    c.data.max_predictions_per_seq = 80  # 15% of 512, rounded up
 
     c.train.global_batch_size = 8192
     c.train.num_steps = 500_000
@@ -69,7 +68,6 @@ def shrink_to_tiny(c) -> None:
     c.model.attention_dropout_rate = 0.0
     c.data.source = "embedded"
     c.data.max_seq_length = 64
-    c.data.max_predictions_per_seq = 10
     c.train.global_batch_size = 16
     c.train.num_steps = 400
     c.train.learning_rate = 2e-3

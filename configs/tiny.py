@@ -29,7 +29,6 @@ def get_config():
     c.model.attention_dropout_rate = 0.0
 
     c.data.max_seq_length = 128
-    c.data.max_predictions_per_seq = 20
 
     c.train.global_batch_size = 32
     c.train.num_steps = 1000

@@ -98,7 +98,7 @@ def corpus_dir(tmp_path_factory):
 def _config(corpus_dir, source, builder, masking):
     config = base.get_config().data.copy_and_resolve_references()
     config.vocab_size = 5 + WORDS + PIECES
-    config.max_seq_length, config.max_predictions_per_seq = 32, 5
+    config.max_seq_length = 32  # max_predictions_per_seq: auto, 5
     config.shuffle_window, config.eval_fraction, config.num_eval_batches = 8, 0.2, 1
     config.example_builder, config.masking = builder, masking
     if source == "prepared":

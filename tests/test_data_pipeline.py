@@ -18,8 +18,7 @@ BATCH = 8
 def cfg():
     config = base.get_config().data.copy_and_resolve_references()
     config.vocab_size = 2048  # Trains in about a second.
-    config.max_seq_length = 64
-    config.max_predictions_per_seq = 10
+    config.max_seq_length = 64  # max_predictions_per_seq: auto, 10
     config.shuffle_window = 16
     config.tokenizer.sample_bytes = 300_000
     return config

@@ -32,7 +32,7 @@ def bucket_corpus(gcs, tmp_path_factory):
 def _config(path, cache_bytes):
     config = base.get_config().data.copy_and_resolve_references()
     config.vocab_size = 5 + WORDS + PIECES
-    config.max_seq_length, config.max_predictions_per_seq, config.shuffle_window = 32, 5, 8
+    config.max_seq_length, config.shuffle_window = 32, 8  # max_predictions_per_seq: auto, 5
     config.example_builder, config.source, config.path = "full_sentences", "prepared", path
     config.shard_cache_bytes = cache_bytes
     return config

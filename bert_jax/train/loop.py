@@ -8,7 +8,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from bert_jax.hf import folder as hf_folder
-from bert_jax.train.config_validation import validate_config
+from bert_jax.train.config_validation import resolve_config, validate_config
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
@@ -62,6 +62,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     Runs to config.train.num_steps, or stops (after checkpointing) at `stop_at_step`,
     which is how tests interrupt a run. Returns the last logged metrics.
     """
+    config = resolve_config(config)  # `auto` keys become numbers, logged; config.json records them
     validate_config(config, jax.process_count())
     lease = harness.check_storage(config, workdir, {
         "config.data.path": config.data.get("path", ""),

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.families import get_family
+from data_pipelines.loader import masking
 
 # Dense bf16 peak FLOP/s per device, from the vendors' data sheets.
 PEAK_FLOPS_BY_DEVICE_KIND = {
@@ -91,7 +92,7 @@ def _find(tree, key: str):
 def train_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) -> float:
     roles = get_family(model_cfg.family).roles
     n, n_pool = applied_params(params, roles, model_cfg.num_layers), pooler_params(params, roles)
-    b, s, p = global_batch_size, data_cfg.max_seq_length, data_cfg.max_predictions_per_seq
+    b, s, p = global_batch_size, data_cfg.max_seq_length, masking.max_predictions(data_cfg)
     h, layers, v = model_cfg.hidden_size, model_cfg.num_layers, model_cfg.vocab_size
     return 6.0 * n * b * s + 6.0 * n_pool * b + 12.0 * layers * h * s * s * b + 6.0 * h * v * b * p
 

@@ -50,6 +50,12 @@ def with_frozen_outputs(outputs: dict, frozen_model, frozen, batch: dict) -> dic
     return {**outputs, "frozen": jax.lax.stop_gradient(frozen_outputs)}
 
 
+def masked_fraction(batch: dict) -> jax.Array:
+    """Realised share of the batch's non-special tokens that are predicted: sum(masked_weights) / sum(maskable_tokens)."""
+    maskable = jnp.sum(batch["maskable_tokens"].astype(jnp.float32))
+    return jnp.sum(batch["masked_weights"].astype(jnp.float32)) / jnp.maximum(maskable, 1.0)
+
+
 def make_train_step(model, objective: Objective, tx: optax.GradientTransformation, grad_accum_steps: int,
                     frozen_model=None):
     """Returns train_step(state, batch, frozen) -> (state, metrics); `frozen`: `frozen_model`'s params, or None.
@@ -92,6 +98,8 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
         params = optax.apply_updates(state.params, updates)
         metrics = objective.metrics(sums, weights)
         metrics["grad_norm"] = optax.tree.norm(grads)
+        if "maskable_tokens" in batch:  # the mask rate trained at: predicted / non-special tokens (masking.py)
+            metrics["masked_fraction"] = masked_fraction(batch)
         # A non-finite loss or gradient leaves params and optimizer state as they
         # were, so NaNs can never reach a checkpoint; the loop sees the flag and
         # stops (or counts the skip) by config.train.nan_policy.

@@ -18,7 +18,11 @@ All four modes are one algorithm over "units" (runs of tokens masked together):
 Each row's words are cut into consecutive units of the drawn lengths (special tokens
 always end a unit, so a unit never holds [CLS]/[SEP]/[PAD]); the units are then taken in
 random order while the masked-token count stays within the row's budget
-max(1, round(mask_rate x non-special tokens)), capped at max_predictions_per_seq. Cutting
+max(1, round(mask_rate x non-special tokens)), capped at max_predictions_per_seq. That cap is
+`auto` by default: ceil(mask_rate x max_seq_length), which no row's budget reaches, so the
+rate asked for is the rate trained at (`max_predictions`; a set cap that would bind is refused
+by bert_jax/train/config_validation.py). Each batch carries `maskable_tokens`, the non-special
+tokens per row, so a run can log the realised rate (`train/masked_fraction`). Cutting
 instead of placing spans at random starts keeps units disjoint without a loop, so every
 step is a vectorised numpy operation over the batch.
 
@@ -30,6 +34,7 @@ the other modes decide per token.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -39,6 +44,27 @@ from data_pipelines.tokenizers.tokenizer import SpecialIds
 MASKING_MODES = ("token", "whole_word", "span", "ngram")
 MASK_TOKEN_SHARE = 0.8
 RANDOM_TOKEN_SHARE = 0.1
+# config.data.max_predictions_per_seq's default: derived from mask_rate and max_seq_length.
+AUTO = "auto"
+
+
+def expected_predictions(mask_rate: float, max_seq_length: int) -> int:
+    """ceil(mask_rate x max_seq_length): more than any row's budget round(mask_rate x non-special tokens).
+
+    Rounded to 6 places first, so that 0.15 x 20 (3.0000000000000004 in floats) is 3, not 4.
+    """
+    return max(1, math.ceil(round(mask_rate * max_seq_length, 6)))
+
+
+def max_predictions(data_cfg) -> int:
+    """config.data.max_predictions_per_seq as a number: `auto` resolves to expected_predictions."""
+    value = data_cfg.max_predictions_per_seq
+    if value == AUTO:
+        return expected_predictions(data_cfg.mask_rate, data_cfg.max_seq_length)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"config.data.max_predictions_per_seq={value!r}: expected 'auto' or a number") from None
 
 
 def span_length_distribution(span_p: float, max_span_length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -80,7 +106,7 @@ class MaskingSpec:
         return cls(
             mode=data_cfg.masking,
             mask_rate=data_cfg.mask_rate,
-            max_predictions_per_seq=data_cfg.max_predictions_per_seq,
+            max_predictions_per_seq=max_predictions(data_cfg),
             vocab_size=data_cfg.vocab_size,
             span_p=data_cfg.span_p,
             max_span_length=data_cfg.max_span_length,
@@ -227,6 +253,7 @@ class Masker:
           masked_positions: [B, P] int32, selected positions in increasing order, then 0s.
           masked_ids: [B, P] int32, the original ids there, then 0s.
           masked_weights: [B, P] float32, 1.0 for a real prediction, 0.0 for padding.
+          maskable_tokens: [B] int32, the row's non-special tokens (what mask_rate is a share of).
           P = max_predictions_per_seq.
         """
         ids = np.asarray(input_ids)
@@ -279,4 +306,5 @@ class Masker:
             "masked_positions": masked_positions,
             "masked_ids": masked_ids,
             "masked_weights": masked_weights,
+            "maskable_tokens": num_candidates.astype(np.int32),
         }

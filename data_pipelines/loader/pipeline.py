@@ -56,14 +56,15 @@ def batch_spec(data_cfg: ml_collections.ConfigDict, batch_size: int) -> dict[str
     """name -> (shape, dtype) of every key of a batch; the one description of the layout.
 
     input_ids, token_type_ids, attention_mask [B, L] int32; masked_positions, masked_ids
-    [B, P] int32; masked_weights [B, P] float32; by builder next_sentence_label or
+    [B, P] int32; masked_weights [B, P] float32; maskable_tokens [B] int32 (non-special tokens
+    per row, for the realised mask rate); P = masking.max_predictions(data_cfg); by builder next_sentence_label or
     sentence_order_label [B] int32, or segment_ids and position_ids [B, L] int32.
     """
     if data_cfg.example_builder not in builders.EXAMPLE_KEYS:
         raise ValueError(
             f"config.data.example_builder={data_cfg.example_builder!r} is not one of {builders.BUILDERS}"
         )
-    rows, preds = (batch_size, data_cfg.max_seq_length), (batch_size, data_cfg.max_predictions_per_seq)
+    rows, preds = (batch_size, data_cfg.max_seq_length), (batch_size, masking.max_predictions(data_cfg))
     spec = {
         "input_ids": (rows, np.int32),
         "token_type_ids": (rows, np.int32),
@@ -71,6 +72,7 @@ def batch_spec(data_cfg: ml_collections.ConfigDict, batch_size: int) -> dict[str
         "masked_positions": (preds, np.int32),
         "masked_ids": (preds, np.int32),
         "masked_weights": (preds, np.float32),
+        "maskable_tokens": ((batch_size,), np.int32),
     }
     for key in builders.EXAMPLE_KEYS[data_cfg.example_builder]:
         spec[key] = (rows if key in ("segment_ids", "position_ids") else (batch_size,), np.int32)
@@ -295,6 +297,10 @@ def build_eval_batches(cfg, tokenizer, *, seed: int, per_host_batch_size: int, p
             f"config.data.num_eval_batches={cfg.num_eval_batches} batches of {per_host_batch_size}; "
             f"raise config.data.eval_fraction (now {cfg.eval_fraction}) or lower num_eval_batches"
         )
+    if num_batches < cfg.num_eval_batches:  # a smaller eval than asked for is said, not silent
+        logging.warning("config.data.num_eval_batches=%d, but the eval split (config.data.eval_fraction=%g) holds "
+                        "%d batches of %d on host %d: evaluating on %d", cfg.num_eval_batches, cfg.eval_fraction,
+                        num_batches, per_host_batch_size, process_index, num_batches)
     mask_batch = make_mask_batch(cfg, tokenizer)
     batches = []
     for b in range(num_batches):
@@ -306,10 +312,12 @@ def build_eval_batches(cfg, tokenizer, *, seed: int, per_host_batch_size: int, p
 
 def batch_digest(batches: Iterable[dict[str, np.ndarray]]) -> str:
     """sha256 over every batch's keys, dtypes, shapes and bytes, in order: shows that two versions of the
-    loader give identical batches (bench/loader_throughput.py, tests/test_data_loader_identity.py)."""
+    loader give identical batches (bench/loader_throughput.py, tests/test_data_loader_identity.py).
+    `maskable_tokens` is left out: a count the masker derives from the unmasked rows, added after the
+    pinned digests were taken, so they still pin every array the model reads."""
     digest = hashlib.sha256()
     for batch in batches:
-        for key in sorted(batch):
+        for key in sorted(set(batch) - {"maskable_tokens"}):
             array = np.ascontiguousarray(batch[key])
             digest.update(f"{key}:{array.dtype.str}:{array.shape}".encode())
             digest.update(array.tobytes())
