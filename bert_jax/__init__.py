@@ -1,8 +1,9 @@
 """bert_jax: pre-training BERT-family encoders with JAX and Flax linen.
 
-Entry points live in `bert_jax.pretrain` (and `bert_jax.cli` for the `bert-jax`
-console script); the library parts are `models`, `objectives`, `train`,
-`checkpoint` and `parallel`.
+The package root holds the commands (`pretrain`, `export`, `inspect`, `extend_vocab`, `show_config`;
+`cli` is the `bert-jax` console script) and the family registry (`families`). The library is the
+subpackages, bottom layer first: `storage`; `models`, `objectives`, `parallel`; `checkpoint`, `hf`;
+`train`; `finetune`, `vocab`; `plan` (docs/dev/architecture.md).
 """
 import glob
 import importlib.util
