@@ -20,6 +20,10 @@ def get_config() -> ml_collections.ConfigDict:
     # A resume whose tokenizer or data changed since the run started stops, naming what changed
     # (bert_jax/train/run_identity.py); True goes on anyway and logs it.
     c.allow_data_change = False
+    # A resume whose config changes the experiment (model, data, masking, optimizer, schedule, stages) stops,
+    # naming the keys (bert_jax/train/experiment.py); the keys named here, comma-separated ("data.masking,
+    # train.num_steps"), go on, each change recorded in DIR/config_history.jsonl.
+    c.accept_changes = ""
     # GPU only: XLA's --xla_gpu_deterministic_ops (no autotuning, no atomics), so that the same
     # command gives the same losses on a GPU too, at a cost in speed (bench/deterministic_ops_cost.py).
     c.deterministic_gpu_ops = False

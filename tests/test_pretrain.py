@@ -141,6 +141,7 @@ def test_incompatible_checkpoint_fails_with_a_message(straight_run):
     c = micro_config()
     c.model.intermediate_size = 128
     c.train.num_steps = 12
+    c.accept_changes = "model.intermediate_size,train.num_steps"  # past the experiment check, to the checkpoint's
     with pytest.raises(ValueError, match="does not fit this config.*intermediate"):
         train_and_evaluate(c, workdir)
 

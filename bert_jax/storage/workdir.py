@@ -23,6 +23,8 @@ from etils import epath
 from bert_jax.storage import paths
 
 CONFIG_FILE = "config.json"
+CONFIG_HISTORY_FILE = "config_history.jsonl"  # the first config and every change a resume made
+WANDB_ID_FILE = "wandb_id"  # the run's Weights & Biases id, derived once (train/metrics_writer.py)
 CHECKPOINTS_DIR = "checkpoints"
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -65,6 +67,14 @@ class Workdir:
     @property
     def config_json(self) -> epath.Path:
         return self.root / CONFIG_FILE
+
+    @property
+    def config_history(self) -> epath.Path:
+        return self.root / CONFIG_HISTORY_FILE
+
+    @property
+    def wandb_id(self) -> epath.Path:
+        return self.root / WANDB_ID_FILE
 
     @property
     def checkpoints(self) -> epath.Path:

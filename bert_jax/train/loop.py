@@ -12,18 +12,34 @@ from bert_jax.train.config_validation import resolve_config, validate_config
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import completion, harness, perf, run_identity
+from bert_jax.train import completion, experiment, harness, perf, run_identity
 from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.program import build_program
 from data_pipelines.loader import pipeline
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 
-def _write_config(config, workdir: str, identity: dict) -> None:
+def _write_config(config, workdir: str, identity: dict, history_entry: dict | None) -> None:
+    """config.json: the config that runs now; a start or a changed resume first goes into config_history.jsonl."""
     if jax.process_index() == 0:
         resolved = json.loads(config.to_json_best_effort())
+        if history_entry is None:
+            experiment.append_history(workdir, experiment.start_entry(resolved))
+        elif history_entry:
+            experiment.append_history(workdir, history_entry)
         resolved[run_identity.IDENTITY_KEY] = identity
         paths.write_atomically(Workdir(workdir).config_json, json.dumps(resolved, indent=2, sort_keys=True))
+
+
+def _check_experiment(config, workdir: str) -> dict | None:
+    """Before anything is built: a resume of another experiment stops, naming the keys (train/experiment.py).
+
+    Returns the history entry of this start: None for a fresh one, {} for a resume that changed nothing."""
+    steps = Workdir(workdir).checkpoint_steps()
+    config_json = paths.fresh(Workdir(workdir).config_json)
+    recorded = json.loads(config_json.read_text()) if steps and config_json.exists() else None
+    return experiment.check_resume(recorded, json.loads(config.to_json_best_effort()),
+                                   config.get("accept_changes", ""), workdir, steps[-1] if steps else 0)
 
 
 def _log_progress(step: int, num_steps: int, row: dict, objective) -> None:
@@ -69,6 +85,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
         "config.data.tokenizer.path": (config.data.get("tokenizer") or {}).get("path", ""),
         "config.init_from_hf": config.get("init_from_hf", ""),
         "config.distill.teacher": (config.get("distill") or {}).get("teacher", "")})
+    history_entry = _check_experiment(config, workdir)
     program = build_program(config, make_mesh(config.mesh))
     teacher = program.teacher
     # Read before process 0 rewrites it below (after every process passed the tokenizer sync).
@@ -100,7 +117,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
         teacher_lib.check_vocabulary(teacher, tokenizer, tokenizer_dir)
     identity = run_identity.run_identity(config.data, tokenizer_dir)
     run_identity.check_resume(previous_identity, identity, workdir, config.get("allow_data_change", False))
-    _write_config(config, workdir, identity)
+    _write_config(config, workdir, identity, history_entry)
     # A model that reads pad_token_id (e.g. to offset positions) must agree with the tokenizer.
     pad_token_id = config.model.get("pad_token_id")
     if pad_token_id is not None and pad_token_id != tokenizer_lib.special_ids(tokenizer).pad:

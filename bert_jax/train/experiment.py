@@ -1,0 +1,125 @@
+"""A resume continues the experiment its workdir started, or stops naming the keys that changed.
+
+A workdir holds one run. Its first start records the resolved config (DIR/config.json, and the
+first line of DIR/config_history.jsonl). A later start that resumes a checkpoint compares its own
+resolved config with the recorded one, key by key:
+
+- keys that change the experiment (the model, data and masking, optimizer and schedule, stages,
+  the seed: everything not in PASSING) stop the run before anything is built, naming each key
+  with its old and new value, unless `config.accept_changes` names it;
+- keys in PASSING (logging, eval and log cadence, checkpoint cadence, the mesh, paths, loader
+  threads) go through.
+
+Every difference, accepted or passing, is appended to DIR/config_history.jsonl as one line
+{"event": "resume", "step", "time", "accepted": {key: [old, new]}, "passed": {...}} before
+config.json is rewritten to the config that now runs, so the record of what ran is never lost:
+config.json says what runs now, the history says what ran before and from which step.
+
+A key the recorded config lacks (the code gained it since the run started) is not a change: it
+is logged. So is one the new code no longer has.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+
+from absl import logging
+
+from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
+
+# Keys (fnmatch patterns over dotted paths) that do not change what is trained.
+PASSING = (
+    "logging.*", "checkpoint.*", "mesh.*", "distributed.*", "lease.*",
+    "compilation_cache_dir", "libtpu_init_args", "deterministic_gpu_ops", "allow_data_change", "accept_changes",
+    "init_from_hf",  # read only by a fresh start
+    "run_identity", "run_identity.*",  # checked by bert_jax/train/run_identity.py
+    "train.log_every_steps", "train.eval_every_steps", "train.nan_policy",
+    "data.num_eval_batches", "data.worker_count", "data.prefetch_buffer_size", "data.shard_cache_bytes",
+    # Paths: what they hold is checked by the data fingerprint and the tokenizer's hash (run_identity.py).
+    "data.path", "data.tokenizer.path", "data.tfds_data_dir", "data.mixture.*.path",
+)
+
+
+class ExperimentChangedError(ValueError):
+    pass
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists and tuples stay whole values (as JSON gives them: lists)."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def passes(key: str) -> bool:
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in PASSING)
+
+
+def accepted_keys(accept_changes: str) -> set[str]:
+    """config.accept_changes "data.masking, train.num_steps" -> {"data.masking", "train.num_steps"}."""
+    return {key.strip().removeprefix("config.") for key in (accept_changes or "").split(",") if key.strip()}
+
+
+def differences(recorded: dict, current: dict) -> tuple[dict, dict]:
+    """(experiment changes, passing changes), each {key: [old, new]}, between two configs as JSON dicts."""
+    before, after = flatten(recorded), flatten(current)
+    changed, passed = {}, {}
+    for key in sorted(before.keys() | after.keys()):
+        if key not in before or key not in after:
+            if not passes(key):
+                logging.warning("config key %s is %s since the run started (code changed): not counted as a change",
+                                key, "new" if key not in before else "gone")
+            continue
+        if before[key] != after[key]:
+            (passed if passes(key) else changed)[key] = [before[key], after[key]]
+    return changed, passed
+
+
+def check_resume(recorded: dict | None, current: dict, accept_changes: str, workdir: str, step: int) -> dict | None:
+    """The history line of this resume ({} -> nothing to record), or None for a fresh start.
+
+    Raises ExperimentChangedError when a key that changes the experiment differs and is not accepted.
+    """
+    if recorded is None:
+        return None
+    changed, passed = differences(recorded, current)
+    accepted = accepted_keys(accept_changes)
+    refused = {k: v for k, v in changed.items() if k not in accepted}
+    if refused:
+        what = "; ".join(f"config.{k}: {json.dumps(old)} -> {json.dumps(new)}" for k, (old, new) in refused.items())
+        raise ExperimentChangedError(
+            f"{workdir} holds a run (checkpoint at step {step}) of another experiment: {what}. Resume with the "
+            f"config it started with (DIR/config.json), start a new workdir, or accept the change, recorded in "
+            f"{Workdir(workdir).config_history}: --config.accept_changes={','.join(refused)}")
+    for key in sorted(accepted - changed.keys()):
+        logging.info("config.accept_changes names %s, which did not change", key)
+    for key, (old, new) in changed.items():
+        logging.warning("config.accept_changes: resuming at step %d with config.%s changed: %s -> %s",
+                        step, key, json.dumps(old), json.dumps(new))
+    if not (changed or passed):
+        return {}
+    return {"event": "resume", "step": step, "time": time.time(), "accepted": changed, "passed": passed}
+
+
+def read_history(workdir: str) -> list[dict]:
+    path = paths.fresh(Workdir(workdir).config_history)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def append_history(workdir: str, entry: dict) -> None:
+    """Adds one line to DIR/config_history.jsonl: the file is rewritten whole (a bucket has no append)."""
+    lines = [json.dumps(e, sort_keys=True) for e in read_history(workdir)] + [json.dumps(entry, sort_keys=True)]
+    paths.write_atomically(Workdir(workdir).config_history, "\n".join(lines) + "\n")
+
+
+def start_entry(config_json: dict) -> dict:
+    """The history's first line: the resolved config the run started with."""
+    return {"event": "start", "step": 0, "time": time.time(), "config": config_json}

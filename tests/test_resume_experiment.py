@@ -1,0 +1,84 @@
+"""A resume refuses a changed experiment, naming the keys; accepted changes are recorded, never lost."""
+import json
+import os
+import sys
+
+import pytest
+
+from bert_jax.storage.workdir import Workdir
+from bert_jax.train import experiment
+from bert_jax.train.loop import train_and_evaluate
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_pretrain import micro_config, read_metrics  # noqa: E402
+
+RECORDED = {"seed": 0, "data": {"masking": "whole_word", "path": "a", "max_predictions_per_seq": 20},
+            "train": {"num_steps": 10, "log_every_steps": 5, "stages": []}, "logging": {"wandb_mode": "disabled"},
+            "run_identity": {"git_commit": "x"}}
+
+
+def _with(**changes):
+    config = json.loads(json.dumps(RECORDED))
+    for key, value in changes.items():
+        *parents, leaf = key.split("__")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
+    return config
+
+
+def test_a_changed_experiment_key_is_refused_naming_it_and_the_flag():
+    with pytest.raises(experiment.ExperimentChangedError,
+                       match=r'config.data.masking: "whole_word" -> "token".*--config.accept_changes=data.masking'):
+        experiment.check_resume(RECORDED, _with(data__masking="token"), "", "DIR", 40)
+    with pytest.raises(experiment.ExperimentChangedError, match=r"config.train.num_steps: 10 -> 20.*config.train.stages"):
+        experiment.check_resume(RECORDED, _with(train__num_steps=20, train__stages=[[5, {"a": 1}]]), "", "DIR", 4)
+
+
+def test_cadence_paths_and_logging_pass_and_are_recorded_as_passed():
+    entry = experiment.check_resume(
+        RECORDED, _with(train__log_every_steps=1, data__path="b", logging__wandb_mode="offline"), "", "DIR", 4)
+    assert entry["accepted"] == {}
+    assert entry["passed"] == {"data.path": ["a", "b"], "logging.wandb_mode": ["disabled", "offline"],
+                               "train.log_every_steps": [5, 1]}
+    assert experiment.check_resume(RECORDED, _with(), "", "DIR", 4) == {}  # nothing to record
+    assert experiment.check_resume(None, _with(seed=3), "", "DIR", 0) is None  # a fresh start
+
+
+def test_accepted_changes_go_through_only_for_the_keys_named():
+    changed = _with(data__masking="token", seed=1)
+    with pytest.raises(experiment.ExperimentChangedError, match=r"config.seed: 0 -> 1") as refused:
+        experiment.check_resume(RECORDED, changed, "data.masking", "DIR", 4)
+    assert "masking" not in str(refused.value)
+    entry = experiment.check_resume(RECORDED, changed, "config.data.masking, seed", "DIR", 4)
+    assert entry["accepted"] == {"data.masking": ["whole_word", "token"], "seed": [0, 1]} and entry["step"] == 4
+
+
+def test_a_key_the_code_gained_since_the_start_is_not_a_change():
+    current = _with()
+    current["data"]["mixture"] = {}
+    assert experiment.check_resume(RECORDED, current, "", "DIR", 4) == {}
+
+
+@pytest.mark.slow  # two builds of the micro run: ~30 s alone on a quiet 2-core CPU, 90 s on a busy one
+def test_resume_with_changed_masking_stops_and_with_the_flag_runs_and_keeps_the_history(tmp_path, xla_compile_cache):
+    workdir = str(tmp_path / "run")
+    c = micro_config()
+    train_and_evaluate(c, workdir, stop_at_step=1)
+    fraction = [r["train/masked_fraction"] for r in read_metrics(workdir) if "train/masked_fraction" in r]
+    assert fraction and all(abs(f - 0.15) < 0.02 for f in fraction)  # the realised rate is logged
+    changed = micro_config()
+    changed.data.masking = "whole_word"
+    with pytest.raises(experiment.ExperimentChangedError, match=r'config.data.masking: "token" -> "whole_word"'):
+        train_and_evaluate(changed, workdir, stop_at_step=2)
+    assert json.loads(Workdir(workdir).config_json.read_text())["data"]["masking"] == "token"  # untouched
+    changed.accept_changes = "data.masking"
+    train_and_evaluate(changed, workdir, stop_at_step=2)
+    history = experiment.read_history(workdir)
+    assert [e["event"] for e in history] == ["start", "resume"]
+    assert history[0]["config"]["data"]["masking"] == "token"  # what ran first is kept
+    assert history[1]["step"] == 1 and history[1]["accepted"] == {"data.masking": ["token", "whole_word"]}
+    assert history[1]["passed"] == {"accept_changes": ["", "data.masking"]}
+    assert json.loads(Workdir(workdir).config_json.read_text())["data"]["masking"] == "whole_word"
+    assert max(r["step"] for r in read_metrics(workdir)) == 2
