@@ -180,7 +180,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.logging = ml_collections.ConfigDict()
     c.logging.wandb_mode = "disabled"  # disabled | offline | online
     c.logging.wandb_project = "bert_jax"
-    c.logging.wandb_run_name = ""
+    c.logging.wandb_run_name = ""  # "" = the workdir's name; the run's id is DIR/wandb_id, one per workdir
+    c.logging.wandb_group = ""  # a sweep sets it to the sweep's name
     c.logging.tensorboard = True
     c.logging.plots = True
     # Peak FLOP/s of one device for MFU; 0 = look up the device kind, else measure a matmul.

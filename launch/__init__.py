@@ -1,5 +1,11 @@
 """Launchers: the same pretrain command on TPU VMs, SLURM clusters, local processes, and sweeps."""
 import argparse
+import os
+import shlex
+
+# Weights & Biases reads these from the environment (WANDB_API_KEY, WANDB_ENTITY, WANDB_PROJECT, WANDB_MODE,
+# WANDB_BASE_URL, ...): the launchers pass every WANDB_* variable of the launching shell to the workers.
+WANDB_PREFIX = "WANDB_"
 
 
 def parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
@@ -8,3 +14,16 @@ def parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str]) -> ar
     args = parser.parse_args(argv[:cut])
     args.overrides = argv[cut + 1:]
     return args
+
+
+def wandb_env(environ: dict | None = None) -> dict[str, str]:
+    """The WANDB_* variables of `environ` (default: this process's), for the workers a launcher starts."""
+    return {k: v for k, v in (os.environ if environ is None else environ).items() if k.startswith(WANDB_PREFIX)}
+
+
+def shown(command: str, env: dict[str, str]) -> str:
+    """`command` with the values of env's secrets (names holding KEY or TOKEN) masked, for printing."""
+    for name, value in env.items():
+        if value and ("KEY" in name or "TOKEN" in name):
+            command = command.replace(shlex.quote(value), "***").replace(value, "***")
+    return command

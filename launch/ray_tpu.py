@@ -34,7 +34,7 @@ from bert_jax.storage.workdir import Workdir
 from bert_jax.train import completion
 from bert_jax.train import lease as lease_lib
 from launch import attempts as attempts_lib
-from launch import parse_with_overrides
+from launch import parse_with_overrides, wandb_env
 
 CONNECT_TIMEOUT_S = 15.0
 # After one host fails by itself, the others get this long to notice (jax.distributed) before they are stopped.
@@ -92,11 +92,11 @@ def _slice_head() -> tuple[str, str, int]:
     return ray.util.get_node_ip_address(), name, port
 
 
-def _run_host(index: int, command: list[str], cwd: str, echo: bool) -> tuple[int, str]:
+def _run_host(index: int, command: list[str], cwd: str, echo: bool, env: dict | None = None) -> tuple[int, str]:
     """One host's pretrain: (exit status, the last lines of its output). Host 0's output is printed (Ray
-    forwards it to the launcher)."""
+    forwards it to the launcher). `env` is added to the worker's environment (the launcher's WANDB_*)."""
     proc = subprocess.Popen(command, cwd=cwd or None, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=_die_with_parent, env={**os.environ, **(env or {})})
     tail = collections.deque(maxlen=40)
     for line in proc.stdout:
         tail.append(line)
@@ -138,7 +138,7 @@ def reserve_slice(ray, args, deadline: float):
 def run_attempt(ray, args, hosts: int, coordinator: str, name: str, relaunch: bool) -> tuple[list, str]:
     """Starts and waits for one pretrain per host: (exit codes, reason a host was lost or "")."""
     run_host = ray.remote(_run_host)
-    refs = [run_host.options(num_cpus=0, resources={name: 1}, max_retries=0).remote(i, cmd, args.repo, i == 0)
+    refs = [run_host.options(num_cpus=0, resources={name: 1}, max_retries=0).remote(i, cmd, args.repo, i == 0, wandb_env())
             for i, cmd in enumerate(host_commands(args, coordinator, hosts, relaunch))]
     codes: list = [None] * hosts
     lost, failed_at = "", None

@@ -20,7 +20,7 @@ import shlex
 import subprocess
 import sys
 
-from launch import parse_with_overrides
+from launch import parse_with_overrides, shown, wandb_env
 
 ACTIONS = ("create", "setup", "run", "logs", "delete", "all")
 REMOTE_DIR = "bert_jax"
@@ -36,8 +36,11 @@ def _ssh(args, remote: str, worker: str = "all") -> list[str]:
     return _gcloud(args, "tpu-vm", "ssh", args.name) + [f"--worker={worker}", f"--command={remote}"]
 
 
-def pretrain_command(config: str, workdir: str, overrides: list[str]) -> str:
-    return shlex.join(["python3", "-m", "bert_jax.pretrain", f"--config={config}", f"--workdir={workdir}", *overrides])
+def pretrain_command(config: str, workdir: str, overrides: list[str], env: dict | None = None) -> str:
+    """The pretrain command line, prefixed with `env` (the launching shell's WANDB_*, so every worker logs)."""
+    prefix = [f"{k}={v}" for k, v in sorted((env or {}).items())]
+    return shlex.join([*(["env", *prefix] if prefix else []), "python3", "-m", "bert_jax.pretrain", f"--config={config}",
+                       f"--workdir={workdir}", *overrides])
 
 
 def commands(action: str, args) -> list[list[str]]:
@@ -57,7 +60,7 @@ def commands(action: str, args) -> list[list[str]]:
                  f"cd {REMOTE_DIR} && pip install -U pip && pip install -e . 'jax[tpu]>=0.10,<0.11'")
         return [_ssh(args, setup)]
     if action == "run":
-        run = (f"cd {REMOTE_DIR} && nohup {pretrain_command(args.config, args.workdir, args.overrides)} "
+        run = (f"cd {REMOTE_DIR} && nohup {pretrain_command(args.config, args.workdir, args.overrides, wandb_env())} "
                f"> {LOG} 2>&1 &")
         return [_ssh(args, run)]
     if action == "logs":
@@ -101,7 +104,7 @@ def main(argv=None) -> None:
         sys.exit(f"launch.tpu_vm: --workdir={args.workdir!r}: give a gs:// path (all workers share it, and it "
                  f"outlives the VM), e.g. --workdir=gs://BUCKET/runs/NAME")
     for cmd in commands(args.action, args):
-        print(shlex.join(cmd), flush=True)
+        print(shown(shlex.join(cmd), wandb_env()), flush=True)  # an API key is passed, never printed
         if not args.dry_run:
             subprocess.run(cmd, check=True)
 

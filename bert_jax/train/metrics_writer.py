@@ -6,9 +6,16 @@ local) and uploaded whole, each as one object, by `sync()`, which the loop calls
 every checkpoint save and at the end. An upload is atomic, so after a kill the bucket
 holds the rows up to the last checkpoint, which are the steps a resume does not re-run;
 the re-run steps are logged again. Plots are rewritten whole at each eval.
+
+wandb: one run per workdir. Its id is derived once from the workdir (`wandb_run_id`) and kept in
+DIR/wandb_id, and wandb.init resumes it, so every resume, relaunch and preemption of the run logs
+into the same wandb run; `logging.wandb_run_name` names it (default: the workdir's name) and
+`logging.wandb_group` groups it (a sweep sets both: group = the sweep, name = the point).
 """
+import hashlib
 import io
 import json
+import re
 import tempfile
 from typing import Any
 
@@ -20,6 +27,19 @@ from bert_jax.storage.workdir import METRICS_FILE, TENSORBOARD_DIR, Workdir
 from bert_jax.train.metrics_file import as_text, read_rows, truncate_metrics
 
 WANDB_MODES = ("disabled", "offline", "online")
+
+
+def wandb_run_id(workdir: str) -> str:
+    """The workdir's wandb run id: read from DIR/wandb_id, else derived from the workdir's absolute path
+    ("<name>-<12 hex digits of its sha256>", the characters wandb allows) and written there."""
+    stored = Workdir(workdir).wandb_id
+    if stored.exists():
+        return stored.read_text().strip()
+    root = str(paths.absolute(workdir)).rstrip("/")
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", root.rsplit("/", 1)[-1])[:48] or "run"
+    run_id = f"{name}-{hashlib.sha256(root.encode()).hexdigest()[:12]}"
+    paths.write_atomically(stored, run_id + "\n")
+    return run_id
 
 
 class MetricsWriter:
@@ -50,9 +70,9 @@ class MetricsWriter:
             import wandb  # seconds to load: only a wandb_mode other than disabled needs it
 
             self.wandb_run = wandb.init(
-                project=config.logging.wandb_project, name=config.logging.wandb_run_name or None,
-                dir=str(self.staging), mode=mode, config=config.to_dict(), resume="allow",
-                id=config.logging.wandb_run_name or None,
+                project=config.logging.wandb_project, id=wandb_run_id(workdir), resume="allow",
+                name=config.logging.wandb_run_name or self.workdir.name, group=config.logging.get("wandb_group") or None,
+                dir=str(self.staging), mode=mode, config=config.to_dict(),
             )
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
