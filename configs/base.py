@@ -73,6 +73,12 @@ def get_config() -> ml_collections.ConfigDict:
     # prepared shards in a bucket are copied to $BERT_JAX_CACHE_DIR as a host first reads them;
     # least recently used files are evicted to stay within this many bytes (0 = no bound)
     c.data.shard_cache_bytes = 64 * 2**30
+    # A mixture of named sources (data_pipelines/sources/mixture.py, docs/guides/data.md); empty = the one
+    # source above. e.g. dict(books=dict(source="text", path="gs://b/books/*.txt", weight=0.7),
+    # web=dict(source="jsonl", path="gs://b/web/*.jsonl.gz", weight=0.3)); a source's unset keys are these.
+    c.data.mixture = ml_collections.ConfigDict()
+    # Weights by step: ((step, dict(name=weight, ...)), ...), each stage from that step's batch on.
+    c.data.mixture_schedule = ()
     # Tokenizer (data_pipelines/tokenizers/tokenizer.py): trained once per workdir unless `path` is set.
     c.data.tokenizer = ml_collections.ConfigDict()
     c.data.tokenizer.kind = "wordpiece"  # wordpiece | bpe (RoBERTa) | unigram | sentencepiece_bpe (ALBERT)

@@ -15,7 +15,8 @@ from bert_jax.storage.workdir import Workdir
 from bert_jax.train import completion, experiment, harness, perf, run_identity
 from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.program import build_program
-from data_pipelines.loader import pipeline
+from data_pipelines.loader import mixing, pipeline
+from data_pipelines.sources import mixture
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 
@@ -50,14 +51,36 @@ def _log_progress(step: int, num_steps: int, row: dict, objective) -> None:
     )
 
 
-def _evaluate(eval_step, params, eval_batches, objective, frozen) -> dict:
+def _evaluate(eval_step, params, eval_batches, objective, frozen, eval_sources=()) -> dict:
+    """eval/<metric> over all batches; with eval_sources, (name, its number of batches) in the
+    batches' order (a mixture's), also eval/<name>/<metric> per source."""
+    def add(a, b):
+        return b if a is None else jax.tree.map(np.add, a, b)
+
     sums = weights = None
+    per_source = {}
+    ends = np.cumsum([count for _, count in eval_sources])
     for index, batch in enumerate(eval_batches):
         s, w = eval_step(params, batch, index, frozen)
-        sums = s if sums is None else jax.tree.map(np.add, sums, s)
-        weights = w if weights is None else jax.tree.map(np.add, weights, w)
-    metrics = objective.metrics(sums, weights)
-    return {f"eval/{k}": float(v) for k, v in jax.device_get(metrics).items()}
+        sums, weights = add(sums, s), add(weights, w)
+        if eval_sources:
+            name = eval_sources[int(np.searchsorted(ends, index, side="right"))][0]
+            source_sums, source_weights = per_source.get(name, (None, None))
+            per_source[name] = (add(source_sums, s), add(source_weights, w))
+    row = {f"eval/{k}": float(v) for k, v in jax.device_get(objective.metrics(sums, weights)).items()}
+    for name, (s, w) in per_source.items():
+        row.update({f"eval/{name}/{k}": float(v) for k, v in jax.device_get(objective.metrics(s, w)).items()})
+    return row
+
+
+def _data_metrics(train_iter) -> dict:
+    """A mixture's data/<name>/sequences, tokens (cumulative, summed over hosts) and fraction; {} otherwise."""
+    if not isinstance(train_iter, mixing.SourceCountingIterator):
+        return {}
+    counts = np.stack([train_iter.sequences, train_iter.tokens])
+    if jax.process_count() > 1:  # every process logs the same steps, so every one joins this gather
+        counts = np.asarray(multihost_utils.process_allgather(counts)).sum(axis=0)
+    return mixing.count_metrics(train_iter.names, counts[0], counts[1])
 
 
 def _with_new_params(state, program, make_params):
@@ -84,7 +107,8 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
         "config.data.path": config.data.get("path", ""),
         "config.data.tokenizer.path": (config.data.get("tokenizer") or {}).get("path", ""),
         "config.init_from_hf": config.get("init_from_hf", ""),
-        "config.distill.teacher": (config.get("distill") or {}).get("teacher", "")})
+        "config.distill.teacher": (config.get("distill") or {}).get("teacher", ""),
+        **mixture.storage_paths(config.data)})
     history_entry = _check_experiment(config, workdir)
     program = build_program(config, make_mesh(config.mesh))
     teacher = program.teacher
@@ -135,9 +159,10 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     train_iter = pipeline.build_train_iterator(
         config.data, tokenizer, seed=config.seed, per_host_batch_size=per_host_batch, **host
     )
-    eval_host_batches = pipeline.build_eval_batches(
+    eval_sets = pipeline.build_eval_sets(
         config.data, tokenizer, seed=config.seed, per_host_batch_size=per_host_batch, **host
     )
+    eval_host_batches = [batch for _, batches in eval_sets for batch in batches]
     baseline = pipeline.most_frequent_token_accuracy(eval_host_batches)
 
     # The frozen network (a distillation teacher), loaded once; {} without one.
@@ -164,6 +189,8 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     meter = perf.PerfMeter(flops, t_cfg.global_batch_size * config.data.max_seq_length,
                            peak * jax.device_count(), t_cfg.num_steps)
     hooks = _PretrainHooks(config, program, frozen, eval_host_batches, baseline, meter, last_step, workdir)
+    hooks.train_iter = train_iter
+    hooks.eval_sources = [(name, len(batches)) for name, batches in eval_sets if name]
     outcome = harness.run(run, hooks, workdir, config, last_step, lease)
     if outcome.step >= t_cfg.num_steps and not outcome.preempted and jax.process_index() == 0:
         completion.write_done(workdir, outcome.step, t_cfg.num_steps, "pretrain")
@@ -181,6 +208,7 @@ class _PretrainHooks:
         self.t_cfg, self.objective = config.train, program.objective
         self.headline = ("loss",) + self.objective.headline
         self.last_metrics: dict = {}
+        self.train_iter, self.eval_sources = None, []  # a mixture's per-source counts and eval sets
 
     def started(self, step, state, writer):
         logging.info("starting at step %d of %d (workdir %s)", step, self.t_cfg.num_steps, self.workdir)
@@ -193,6 +221,7 @@ class _PretrainHooks:
     def logged(self, step, row):
         row["train/learning_rate"] = float(self.program.schedule(step - 1))
         row.update(self.meter.measure(step))
+        row.update(_data_metrics(self.train_iter))
         self.last_metrics.update(row)
         _log_progress(step, self.t_cfg.num_steps, row, self.objective)
 
@@ -200,12 +229,16 @@ class _PretrainHooks:
         return step % self.t_cfg.eval_every_steps == 0 or step == self.last_step
 
     def evaluate(self, step, state, writer):
-        row = _evaluate(self.program.eval_step, state.params, self.eval_batches, self.objective, self.frozen)
+        row = _evaluate(self.program.eval_step, state.params, self.eval_batches, self.objective, self.frozen,
+                        self.eval_sources)
         row["eval/most_frequent_token_accuracy"] = self.baseline
         writer.write(step, row)
         self.last_metrics.update(row)
         logging.info("eval step %d | %s (MLM always-most-frequent-token: %.4f)",
                      step, harness.headline(row, "eval", self.objective.headline), self.baseline)
+        for name, _ in self.eval_sources:
+            logging.info("eval step %d | source %s | %s", step, name,
+                         harness.headline(row, f"eval/{name}", self.objective.headline))
         writer.plot(self.headline)
         self.meter.start(step)  # eval time is not train time
         return False

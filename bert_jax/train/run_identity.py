@@ -29,7 +29,7 @@ from absl import logging
 
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from data_pipelines.sources import corpus, documents as sources
+from data_pipelines.sources import corpus, documents as sources, mixture
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 IDENTITY_KEY = "run_identity"
@@ -58,6 +58,8 @@ def data_fingerprint(data_cfg) -> dict:
     content: hashing a terabyte corpus at every start costs too much. So touching a file
     counts as a change; pass config.allow_data_change=True to go on.
     """
+    if mixture.has_mixture(data_cfg):  # each source's own, by name
+        return {"mixture": {name: data_fingerprint(cfg) for name, cfg in mixture.source_configs(data_cfg).items()}}
     source = data_cfg.source
     fingerprint = {"source": source}
     if source in sources.FILE_SOURCES:

@@ -33,16 +33,16 @@ import numpy as np
 from absl import flags, logging
 
 from data_pipelines.examples import builders
-from data_pipelines.sources import corpus, documents as sources
-from data_pipelines.loader import masking, stream, window_shuffle
+from data_pipelines.sources import corpus, documents as sources, mixture
+from data_pipelines.loader import masking, mixing, stream, window_shuffle
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 SPLITS = ("train", "eval")
 
 
-def _host_seed(seed: int, process_index: int, stream_id: int) -> int:
-    """A 32-bit seed per (run seed, host, use) so hosts and uses draw independent numbers."""
-    return int(np.random.SeedSequence([seed, process_index, stream_id]).generate_state(1)[0])
+def _host_seed(seed: int, process_index: int, stream_id: int, *more: int) -> int:
+    """A 32-bit seed per (run seed, host, use[, source]) so hosts and uses draw independent numbers."""
+    return int(np.random.SeedSequence([seed, process_index, stream_id, *more]).generate_state(1)[0])
 
 
 def _check_host(process_index: int, process_count: int, per_host_batch_size: int) -> None:
@@ -191,11 +191,25 @@ class UnpackBatch(grain.transforms.Map):
         return {key: flat[start:stop].view(dtype).reshape(shape) for key, start, stop, shape, dtype in self._layout}
 
 
-def make_mask_batch(cfg, tokenizer) -> MaskBatch:
+def make_mask_batch(cfg, tokenizer, extra_keys: tuple[str, ...] = ()) -> MaskBatch:
     spec = masking.MaskingSpec.from_config(cfg)
     word_starts = None if spec.mode == "token" else tokenizer.word_start_flags()
     masker = masking.Masker(spec, tokenizer_lib.special_ids(tokenizer), word_starts)
-    return MaskBatch(masker, builders.EXAMPLE_KEYS[cfg.example_builder])
+    return MaskBatch(masker, builders.EXAMPLE_KEYS[cfg.example_builder] + extra_keys)
+
+
+def _example_stream(cfg, tokenizer, special, *, seed: int, process_index: int, process_count: int,
+                    source_seed: tuple[int, ...] = ()) -> stream.ExampleStream:
+    """One source's endless training examples on this host; a mixture's source adds its source_seed."""
+    source_stats = sources.SkipStats()
+    feed = document_feed(
+        cfg, tokenizer, split="train", shuffle_seed=_host_seed(seed, process_index, 0, *source_seed),
+        shard_index=process_index, shard_count=process_count, stats=source_stats,
+    )
+    return stream.ExampleStream(
+        feed, functools.partial(builders.make_builder, cfg, special),
+        _host_seed(seed, process_index, 3, *source_seed), source_stats,
+    )
 
 
 def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, process_index: int = 0,
@@ -209,27 +223,31 @@ def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, proces
     _check_host(process_index, process_count, per_host_batch_size)
     batch_spec(cfg, per_host_batch_size)  # Fails now on an unknown builder.
     special = tokenizer_lib.special_ids(tokenizer)
-    mask_batch = make_mask_batch(cfg, tokenizer)
-    source_stats = sources.SkipStats()
-    feed = document_feed(
-        cfg, tokenizer, split="train", shuffle_seed=_host_seed(seed, process_index, 0),
-        shard_index=process_index, shard_count=process_count, stats=source_stats,
-    )
-    dataset = stream.ExampleStream(
-        feed, functools.partial(builders.make_builder, cfg, special), _host_seed(seed, process_index, 3),
-        source_stats,
-    )
+    host = dict(seed=seed, process_index=process_index, process_count=process_count)
+    stack = builders.make_stacker(cfg, special)
+    extra_keys: tuple[str, ...] = ()
+    if mixture.has_mixture(cfg):
+        # Each source its own stream (own builder, own seeds from its name), mixed by weight;
+        # examples carry their source into the batch's `source_ids` (mixing.py).
+        streams = {name: _example_stream(source_cfg, tokenizer, special, **host,
+                                         source_seed=(mixture.source_seed(name),))
+                   for name, source_cfg in mixture.source_configs(cfg).items()}
+        dataset = mixing.mix_sources(streams, mixture.stages(cfg), per_host_batch_size)
+        stack, extra_keys = mixing.SourceStacker(stack), (mixing.SOURCE_IDS,)
+    else:
+        dataset = _example_stream(cfg, tokenizer, special, **host)
+    mask_batch = make_mask_batch(cfg, tokenizer, extra_keys)
     if cfg.shuffle_window > 1:
         dataset = window_shuffle.WindowShuffleIterDataset(
             dataset, window_size=cfg.shuffle_window, seed=_host_seed(seed, process_index, 4)
         )
-    dataset = dataset.batch(per_host_batch_size, drop_remainder=True,
-                            batch_fn=builders.make_stacker(cfg, special))
+    dataset = dataset.batch(per_host_batch_size, drop_remainder=True, batch_fn=stack)
     dataset = dataset.random_map(mask_batch, seed=_host_seed(seed, process_index, 1))
     if cfg.worker_count > 0:
         if not flags.FLAGS.is_parsed():
             flags.FLAGS.mark_as_parsed()  # grain reads its absl flags; a notebook or pytest parsed none.
         spec = batch_spec(cfg, per_host_batch_size)
+        spec.update({key: ((per_host_batch_size,), np.int32) for key in extra_keys})
         dataset = dataset.map(PackBatch(spec)).mp_prefetch(
             grain.MultiprocessingOptions(
                 num_workers=cfg.worker_count, per_worker_buffer_size=max(1, cfg.prefetch_buffer_size)
@@ -248,14 +266,34 @@ def build_train_iterator(cfg, tokenizer, *, seed: int, per_host_batch_size: int,
                          process_count: int = 1) -> grain.DatasetIterator:
     """This host's training batch iterator; `get_state()`/`set_state()` resume it exactly.
 
-    Checkpointed with orbax through grain.checkpoint (bert_jax/checkpoint/manager.py).
+    Checkpointed with orbax through grain.checkpoint (bert_jax/checkpoint/manager.py). A
+    mixture's iterator (mixing.SourceCountingIterator) takes `source_ids` out of the batches
+    and counts sequences and tokens per source.
     """
-    return iter(
+    iterator = iter(
         train_dataset(
             cfg, tokenizer, seed=seed, per_host_batch_size=per_host_batch_size,
             process_index=process_index, process_count=process_count,
         )
     )
+    if mixture.has_mixture(cfg):
+        return mixing.SourceCountingIterator(iterator, mixture.source_names(cfg))
+    return iterator
+
+
+def build_eval_sets(cfg, tokenizer, *, seed: int, per_host_batch_size: int, process_index: int = 0,
+                    process_count: int = 1) -> list[tuple[str, list[dict[str, np.ndarray]]]]:
+    """[("", eval batches)] for one source; a mixture's [(name, its source's eval batches)] per source.
+
+    Each source of a mixture holds out its own documents (its eval_fraction) and gives
+    num_eval_batches batches (build_eval_batches); the run's total is over all of them.
+    """
+    host = dict(seed=seed, per_host_batch_size=per_host_batch_size, process_index=process_index,
+                process_count=process_count)
+    if not mixture.has_mixture(cfg):
+        return [("", build_eval_batches(cfg, tokenizer, **host))]
+    return [(name, build_eval_batches(source_cfg, tokenizer, **host))
+            for name, source_cfg in mixture.source_configs(cfg).items()]
 
 
 def build_eval_batches(cfg, tokenizer, *, seed: int, per_host_batch_size: int, process_index: int = 0,

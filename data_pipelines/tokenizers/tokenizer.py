@@ -27,6 +27,7 @@ import ml_collections
 import tokenizers
 
 from bert_jax.storage import paths
+from data_pipelines.sources import mixture
 from data_pipelines.tokenizers.kinds import (  # noqa: F401 (the module's public names)
     CONFIG_FILE,
     DEFAULT_SPECIALS,
@@ -193,14 +194,16 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
     """
     tok_cfg = data_cfg.get("tokenizer") or ml_collections.ConfigDict()
     sample_record = source_dir = None
+    prepared = _prepared_sources(data_cfg)
     if has_tokenizer(tokenizer_dir):
         tokenizer = load_tokenizer(tokenizer_dir)
     else:
-        if data_cfg.source == "prepared":
+        if prepared:
             from data_pipelines.shards import records  # noqa: PLC0415 (imports array_record)
 
-            records.read_manifest(data_cfg.path)  # Names config.data.path if it is not prepared.
-            source_dir = str(paths.path(data_cfg.path) / "tokenizer")
+            _, path = prepared[0]
+            records.read_manifest(path)  # Names config.data.path if it is not prepared.
+            source_dir = str(paths.path(path) / "tokenizer")
             tokenizer = load_tokenizer(source_dir)
         elif tok_cfg.get("path", ""):
             source_dir = tok_cfg.path
@@ -220,7 +223,25 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
             # Saved files are what resumes and other hosts load: use them from the start.
             tokenizer = load_tokenizer(tokenizer_dir)
     special_ids(tokenizer)  # Fails early, naming a missing special token.
+    for key, path in prepared if mixture.has_mixture(data_cfg) else ():
+        if _pieces(load_tokenizer(str(paths.path(path) / "tokenizer"))) != _pieces(tokenizer):
+            raise ValueError(
+                f"{key}={path!r} was prepared with another tokenizer than the run's ({tokenizer_dir}): "
+                "a mixture's prepared sources share one tokenizer; prepare them all with "
+                "--config.data.tokenizer.path set to the same tokenizer")
     return tokenizer
+
+
+def _pieces(tokenizer: Tokenizer) -> list[str]:
+    return [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]
+
+
+def _prepared_sources(data_cfg) -> list[tuple[str, str]]:
+    """(config key, path) of each prepared source: config.data's own, or a mixture's (by name)."""
+    if mixture.has_mixture(data_cfg):
+        return [(f"config.data.mixture.{name}.path", cfg.path)
+                for name, cfg in mixture.source_configs(data_cfg).items() if cfg.source == "prepared"]
+    return [("config.data.path", data_cfg.path)] if data_cfg.source == "prepared" else []
 
 
 def copy_tokenizer(src_dir: str, dst_dir: str) -> None:

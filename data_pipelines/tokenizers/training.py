@@ -45,7 +45,7 @@ import tokenizers
 from absl import logging
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from data_pipelines.sources import corpus, documents as sources
+from data_pipelines.sources import corpus, documents as sources, mixture
 from data_pipelines.tokenizers import kinds as tokenizer_kinds
 from data_pipelines.tokenizers.kinds import SpecialTokens
 
@@ -61,7 +61,7 @@ _SENTENCEPIECE_SEED = 0
 # these (it trains from `training_settings`), so two configs with equal settings train equal
 # tokenizers and may share one (launch/sweep.py).
 TRAINING_KEYS = ("source", "path", "field", "tfds_name", "tfds_split", "tfds_data_dir", "segmenter",
-                 "max_line_bytes", "eval_fraction", "vocab_size")
+                 "max_line_bytes", "eval_fraction", "vocab_size", "mixture")
 TOKENIZER_KEYS = ("kind", "sample_bytes", "lowercase", "min_frequency", "special_tokens")
 
 
@@ -69,6 +69,8 @@ def training_settings(data_cfg: ml_collections.ConfigDict) -> dict:
     """The settings a trained tokenizer is a function of (TRAINING_KEYS, TOKENIZER_KEYS), as plain values."""
     tok_cfg = data_cfg.tokenizer
     settings = {key: data_cfg.get(key) for key in TRAINING_KEYS if key in data_cfg}
+    if isinstance(settings.get("mixture"), ml_collections.ConfigDict):
+        settings["mixture"] = settings["mixture"].to_dict()
     settings["tokenizer"] = {key: tok_cfg.get(key) for key in TOKENIZER_KEYS if key in tok_cfg}
     return settings
 
@@ -256,6 +258,12 @@ def training_sample(
     """
     if sample_bytes <= 0:
         raise ValueError(f"config.data.tokenizer.sample_bytes={sample_bytes} must be positive")
+    if mixture.has_mixture(data_cfg):
+        # Each source gives its weight's share of the bytes (its own weight, not a schedule's).
+        for (name, cfg), weight in zip(mixture.source_configs(data_cfg).items(), mixture.weights(data_cfg)):
+            if weight > 0:
+                yield from training_sample(cfg, max(1, int(sample_bytes * weight)), stats)
+        return
     seen = 0
     for index, document in enumerate(sources.iter_documents(data_cfg, stats=stats)):
         if corpus.is_eval_document(index, data_cfg.eval_fraction):

@@ -1,0 +1,178 @@
+"""Mixing the sources of a data mixture (sources/mixture.py): one example stream per source, by weight.
+
+  constant weights   grain's `IterDataset.mix` over the sources' streams (keyed by name): a
+                     deterministic interleave that holds each source's count within one
+                     example of its weight's share at every point, its state the sources'
+                     states and the position, so a resume is exact.
+  a schedule         ScheduledMixIterDataset: the same kind of interleave (a source is drawn
+                     when it is furthest behind its share), its weights those of the stage
+                     that holds the example's batch; it restarts the shares at each stage.
+
+Each example travels as (source index, example), the index its source's place in
+mixture.source_names, until the batch is stacked (SourceStacker: `source_ids [B] int32`); the trainer's iterator (SourceCountingIterator)
+takes the ids out of the batch and counts sequences and tokens per source, cumulatively,
+in its checkpointed state. Nothing here is random: the order is a function of the weights and
+the per-host batch size, and each source's own stream draws from the seed as a single source does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grain
+import numpy as np
+
+SOURCE_IDS = "source_ids"  # per batch row [B] int32, until the trainer's iterator counts it
+
+
+class TagSource(grain.transforms.Map):
+    """Pairs each example of a source with the source's index; module-level so workers can pickle it."""
+
+    def __init__(self, index: int):
+        self._index = index
+
+    def map(self, example) -> tuple:
+        return self._index, example
+
+
+class SourceStacker:
+    """A builder's stacker (builders.make_stacker) over (source index, example) pairs: adds `source_ids`."""
+
+    def __init__(self, stack):
+        self._stack = stack
+
+    def __call__(self, tagged: Sequence[tuple]) -> dict[str, np.ndarray]:
+        batch = self._stack([example for _, example in tagged])
+        batch[SOURCE_IDS] = np.array([index for index, _ in tagged], np.int32)
+        return batch
+
+
+def _next_source(weights: Sequence[float], counts: Sequence[int]) -> int:
+    """The source furthest behind its share: argmax of weight * (drawn + 1) - count (lowest index on ties).
+
+    Keeps every |count - weight * drawn| below 1; a source of weight 0 is never drawn.
+    """
+    drawn = sum(counts) + 1
+    return int(np.argmax([w * drawn - c for w, c in zip(weights, counts)]))
+
+
+class ScheduledMixIterDataset(grain.IterDataset):
+    """Examples of the sources' streams, mixed by the weights of the stage that holds each one's batch.
+
+    Args:
+      parents: one example stream per source (stream.ExampleStream), in source_names order.
+      schedule: mixture.stages(config.data): ((first batch index, weights), ...).
+      batch_size: examples per batch of this host (the stage of example i is that of batch
+        i // batch_size).
+    """
+
+    def __init__(self, parents: Sequence[grain.IterDataset], schedule, batch_size: int):
+        super().__init__(list(parents))
+        self._schedule = tuple(schedule)
+        self._batch_size = batch_size
+        self._slice = (0, 1)
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        """grain's worker w of n makes this host's batches w, w + n, ...: each source's stream is sliced too."""
+        self._slice = (sl.start or 0, sl.step or 1)
+        for parent in self._parents:
+            parent.set_slice(sl, sequential_slice)
+
+    def __iter__(self) -> "_ScheduledMixIterator":
+        return _ScheduledMixIterator([p.__iter__() for p in self._parents], self._schedule,
+                                     self._batch_size, self._slice)
+
+    def __str__(self) -> str:
+        return f"ScheduledMixIterDataset({len(self._parents)} sources, {len(self._schedule)} stages)"
+
+
+class _ScheduledMixIterator(grain.DatasetIterator):
+
+    def __init__(self, parents, schedule, batch_size: int, worker_slice: tuple[int, int]):
+        super().__init__(parents)
+        self._schedule, self._batch_size, self._worker_slice = schedule, batch_size, worker_slice
+        self._index = 0  # examples handed out by this iterator
+        self._stage = 0
+        self._counts = [0] * len(parents)  # per source, since the stage began
+
+    def _stage_of(self, index: int) -> int:
+        worker, workers = self._worker_slice
+        batch = (index // self._batch_size) * workers + worker  # this host's batch index
+        return max(i for i, (first, _) in enumerate(self._schedule) if batch >= first)
+
+    def __next__(self) -> tuple:
+        stage = self._stage_of(self._index)
+        if stage != self._stage:
+            self._stage, self._counts = stage, [0] * len(self._parents)
+        source = _next_source(self._schedule[stage][1], self._counts)
+        example = next(self._parents[source])
+        self._counts[source] += 1
+        self._index += 1
+        return source, example
+
+    def get_state(self) -> dict:
+        return {"parents": [p.get_state() for p in self._parents], "index": self._index,
+                "stage": self._stage, "counts": list(self._counts)}
+
+    def set_state(self, state: dict) -> None:
+        for parent, parent_state in zip(self._parents, state["parents"]):
+            parent.set_state(parent_state)
+        self._index, self._stage, self._counts = state["index"], state["stage"], list(state["counts"])
+
+
+def mix_sources(streams: dict[str, grain.IterDataset], schedule, batch_size: int) -> grain.IterDataset:
+    """The sources' example streams (name -> stream, names sorted) as one, each example tagged.
+
+    schedule: mixture.stages(config.data). One stage: grain's mix (sources of weight 0 left
+    out); several: ScheduledMixIterDataset.
+    """
+    names = list(streams)
+    if len(schedule) == 1:
+        weights = schedule[0][1]
+        kept = {name: streams[name].map(TagSource(i)) for i, name in enumerate(names) if weights[i] > 0}
+        if len(kept) == 1:
+            return next(iter(kept.values()))
+        return grain.IterDataset.mix(kept, {name: weights[names.index(name)] for name in kept})
+    return ScheduledMixIterDataset([streams[name] for name in names], schedule, batch_size)
+
+
+class SourceCountingIterator(grain.DatasetIterator):
+    """The trainer's batch iterator of a mixture: takes `source_ids` out of each batch and counts.
+
+    Cumulative per source: sequences (batch rows) and tokens (their non-padding positions,
+    attention_mask). The counts live in the iterator's state, so they survive a resume.
+    """
+
+    def __init__(self, parent: grain.DatasetIterator, names: Sequence[str]):
+        super().__init__(parent)  # grain's DatasetIterator keeps it as self._parent
+        self.names = tuple(names)
+        self.sequences = np.zeros(len(names), np.int64)
+        self.tokens = np.zeros(len(names), np.int64)
+
+    def __next__(self) -> dict:
+        batch = dict(next(self._parent))
+        ids = np.asarray(batch.pop(SOURCE_IDS))
+        self.sequences += np.bincount(ids, minlength=len(self.names))
+        row_tokens = np.asarray(batch["attention_mask"]).sum(axis=1)
+        self.tokens += np.bincount(ids, weights=row_tokens, minlength=len(self.names)).astype(np.int64)
+        return batch
+
+    def get_state(self) -> dict:
+        return {"batches": self._parent.get_state(), "sequences": self.sequences.tolist(),
+                "tokens": self.tokens.tolist()}
+
+    def set_state(self, state: dict) -> None:
+        self._parent.set_state(state["batches"])
+        self.sequences = np.asarray(state["sequences"], np.int64)
+        self.tokens = np.asarray(state["tokens"], np.int64)
+
+
+def count_metrics(names: Sequence[str], sequences: np.ndarray, tokens: np.ndarray) -> dict[str, float]:
+    """data/<name>/sequences, data/<name>/tokens (cumulative) and data/<name>/fraction (of sequences)."""
+    total = max(int(np.sum(sequences)), 1)
+    row = {}
+    for name, seqs, toks in zip(names, sequences, tokens):
+        row[f"data/{name}/sequences"] = int(seqs)
+        row[f"data/{name}/tokens"] = int(toks)
+        row[f"data/{name}/fraction"] = int(seqs) / total
+    return row

@@ -1,0 +1,198 @@
+"""Data mixtures (data.mixture): realised fractions, exact resume, schedules, per-source counts and eval,
+and the config errors, on micro corpora without training (one slow test trains)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from configs import base
+from data_pipelines.loader import mixing, pipeline
+from data_pipelines.shards import prepare as prepare_lib
+from data_pipelines.sources import corpus, mixture
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
+
+BATCH = 8
+
+
+def _write_corpora(root, documents):
+    """Three micro corpora of different documents: text files, a JSONL file, and text to prepare."""
+    text_dir, jsonl_path, raw_dir = root / "books", root / "web.jsonl", root / "raw"
+    text_dir.mkdir()
+    raw_dir.mkdir()
+    for f in range(2):
+        (text_dir / f"part{f}.txt").write_text("\n\n".join("\n".join(d) for d in documents[f:120:2]))
+    with open(jsonl_path, "w") as out:
+        for document in documents[120:240]:
+            out.write(json.dumps({"text": "\n".join(document)}) + "\n")
+    (raw_dir / "wiki.txt").write_text("\n\n".join("\n".join(d) for d in documents[240:360]))
+    return text_dir, jsonl_path, raw_dir
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    """(data config with a 70/20/10 mixture of text, jsonl and prepared shards, its tokenizer)."""
+    root = tmp_path_factory.mktemp("mixture")
+    text_dir, jsonl_path, raw_dir = _write_corpora(root, list(corpus.embedded_documents()))
+    cfg = base.get_config().data
+    cfg.vocab_size = 1024
+    cfg.max_seq_length = 64
+    cfg.max_predictions_per_seq = 10
+    cfg.shuffle_window = 16
+    cfg.num_eval_batches = 1
+    cfg.eval_fraction = 0.1
+    cfg.tokenizer.sample_bytes = 200_000
+    cfg.mixture = dict(books=dict(source="text", path=str(text_dir / "*.txt"), weight=0.7),
+                       web=dict(source="jsonl", path=str(jsonl_path), weight=0.2))
+    tokenizer_dir = str(root / "tokenizer")
+    tokenizer = tokenizer_lib.prepare_tokenizer(cfg, tokenizer_dir)
+    raw = cfg.copy_and_resolve_references()
+    raw.mixture, raw.source, raw.path = {}, "text", str(raw_dir)
+    raw.tokenizer.path = tokenizer_dir
+    prepare_lib.prepare(raw, str(root / "wiki"), docs_per_shard=20, num_parts=1)
+    cfg.mixture.wiki = dict(source="prepared", path=str(root / "wiki"), weight=0.1)
+    return cfg, tokenizer
+
+
+def _iterator(cfg, tokenizer, **kwargs):
+    return pipeline.build_train_iterator(cfg, tokenizer, seed=3, per_host_batch_size=BATCH, **kwargs)
+
+
+def _same(batches_a, batches_b):
+    return len(batches_a) == len(batches_b) and all(
+        a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a) for a, b in zip(batches_a, batches_b))
+
+
+@pytest.mark.parametrize("sequences", [2_000, pytest.param(10_000, marks=pytest.mark.slow)])
+def test_a_mixture_realises_its_weights(corpora, sequences):
+    cfg, tokenizer = corpora
+    iterator = _iterator(cfg, tokenizer)
+    for _ in range(sequences // BATCH):
+        batch = next(iterator)
+    assert mixing.SOURCE_IDS not in batch and set(batch) == set(pipeline.batch_spec(cfg, BATCH))
+    row = mixing.count_metrics(iterator.names, iterator.sequences, iterator.tokens)
+    assert sum(row[f"data/{n}/sequences"] for n in iterator.names) == sequences
+    for name, weight in zip(mixture.source_names(cfg), (0.7, 0.2, 0.1)):
+        assert abs(row[f"data/{name}/fraction"] - weight) < 0.01, (name, row)
+        assert row[f"data/{name}/tokens"] > 0
+    assert row["data/books/tokens"] > row["data/web/tokens"] > row["data/wiki/tokens"]
+
+
+def test_a_mixture_resumes_with_identical_batches_and_counts(corpora):
+    cfg, tokenizer = corpora
+    iterator = _iterator(cfg, tokenizer)
+    for _ in range(7):
+        next(iterator)
+    state = json.loads(json.dumps(iterator.get_state()))  # as the checkpoint stores it
+    straight = [next(iterator) for _ in range(12)]
+    resumed = _iterator(cfg, tokenizer)
+    resumed.set_state(state)
+    assert _same(straight, [next(resumed) for _ in range(12)])
+    np.testing.assert_array_equal(resumed.sequences, iterator.sequences)
+    np.testing.assert_array_equal(resumed.tokens, iterator.tokens)
+
+
+def test_a_schedule_switches_the_mixture_at_its_step(corpora):
+    cfg, tokenizer = corpora
+    cfg = cfg.copy_and_resolve_references()
+    cfg.mixture.books.weight, cfg.mixture.web.weight, cfg.mixture.wiki.weight = 0.9, 0.1, 0.0
+    cfg.mixture_schedule = ((40, dict(books=0.1, web=0.9)),)
+    iterator = _iterator(cfg, tokenizer)
+    books_per_interval = []
+    for _ in range(4):  # logging intervals of 20 steps
+        before = iterator.sequences.copy()
+        for _ in range(20):
+            next(iterator)
+        books_per_interval.append((iterator.sequences - before) / (20 * BATCH))
+    # The shuffle window (16 examples) blurs the switch over at most two batches of the interval.
+    assert [round(f[0], 1) for f in books_per_interval] == [0.9, 0.9, 0.1, 0.1], books_per_interval
+    assert iterator.sequences[2] == 0  # wiki at weight 0 is never drawn
+    state = iterator.get_state()
+    straight = [next(iterator) for _ in range(5)]
+    resumed = _iterator(cfg, tokenizer)
+    resumed.set_state(state)
+    assert _same(straight, [next(resumed) for _ in range(5)])
+
+
+@pytest.mark.slow  # worker start-up costs seconds on 2 cores
+def test_grain_worker_processes_give_a_mixture_its_weights(corpora):
+    cfg, tokenizer = corpora
+    cfg = cfg.copy_and_resolve_references()
+    cfg.worker_count = 2
+    iterator = _iterator(cfg, tokenizer)
+    for _ in range(100):
+        next(iterator)
+    fractions = iterator.sequences / iterator.sequences.sum()
+    np.testing.assert_allclose(fractions, [0.7, 0.2, 0.1], atol=0.01)
+
+
+def test_each_source_has_its_own_eval_batches(corpora):
+    cfg, tokenizer = corpora
+    sets = pipeline.build_eval_sets(cfg, tokenizer, seed=0, per_host_batch_size=BATCH)
+    assert [name for name, _ in sets] == ["books", "web", "wiki"]
+    assert all(len(batches) == 1 for _, batches in sets)
+    assert not any(np.array_equal(sets[0][1][0]["input_ids"], other[0]["input_ids"]) for _, other in sets[1:])
+    single = cfg.copy_and_resolve_references()
+    single.mixture = {}
+    assert [name for name, _ in pipeline.build_eval_sets(single, tokenizer, seed=0, per_host_batch_size=BATCH)] == [""]
+
+
+def test_the_tokenizer_of_a_mixture_with_prepared_sources_is_theirs(corpora, tmp_path):
+    cfg, tokenizer = corpora
+    run_tokenizer = tokenizer_lib.prepare_tokenizer(cfg, str(tmp_path / "run"))
+    assert run_tokenizer.get_vocab_size() == tokenizer.get_vocab_size()
+    assert all(run_tokenizer.id_to_token(i) == tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size()))
+    other = cfg.copy_and_resolve_references()
+    other.mixture, other.vocab_size = {}, 700
+    tokenizer_lib.prepare_tokenizer(other, str(tmp_path / "other"))  # a workdir that holds another tokenizer
+    with pytest.raises(ValueError, match=r"config.data.mixture.wiki.path=.*another tokenizer"):
+        tokenizer_lib.prepare_tokenizer(cfg, str(tmp_path / "other"))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c.mixture.web.update(weight=-1), r"config.data.mixture.web.weight=-1(\.0)? must be >= 0"),
+    (lambda c: [c.mixture[n].update(weight=0) for n in c.mixture], r"every source's weight is 0"),
+    (lambda c: c.mixture.web.update(path="/no/such/*.jsonl"), r"config.data.mixture.web.path=.*matches no files"),
+    (lambda c: c.mixture.web.update(source="csv"), r"config.data.mixture.web.source='csv' is not one of"),
+    (lambda c: setattr(c, "mixture_schedule", ((10, dict(news=1.0)),)),
+     r"config.data.mixture_schedule\[0\] names \['news'\]"),
+    (lambda c: setattr(c, "mixture_schedule", ((10, dict(web=1.0)), (5, dict(books=1.0)))),
+     r"config.data.mixture_schedule\[1\]: step 5 must be an integer above the stage before's \(10\)"),
+    (lambda c: c.mixture.web.update(max_seq_length=32), r"config.data.mixture.web sets \['max_seq_length'\]"),
+])
+def test_a_bad_mixture_fails_naming_the_key(corpora, change, message):
+    cfg = corpora[0].copy_and_resolve_references()
+    change(cfg)
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        mixture.check_mixture(cfg)
+
+
+
+@pytest.mark.slow
+def test_a_mixture_run_logs_per_source_counts_and_eval_and_resumes_exactly(corpora, tmp_path, xla_compile_cache):
+    """A micro pre-training on the 70/20/10 mixture: killed at step 4 and resumed, it logs the straight run's
+    losses and per-source counts; each source gets its own eval row."""
+    from test_pretrain import micro_config, read_metrics, train_losses  # noqa: PLC0415
+
+    from bert_jax.train.loop import train_and_evaluate  # noqa: PLC0415
+
+    def config():
+        c = micro_config()
+        c.data.mixture = corpora[0].mixture.to_dict()
+        c.data.eval_fraction, c.data.num_eval_batches = 0.1, 1
+        return c
+
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    train_and_evaluate(config(), straight)
+    train_and_evaluate(config(), resumed, stop_at_step=4)
+    train_and_evaluate(config(), resumed)
+    assert train_losses(straight) == train_losses(resumed)
+    rows = read_metrics(straight)
+    last = [r for r in rows if "data/books/sequences" in r][-1]
+    assert last["step"] == 8
+    assert sum(last[f"data/{n}/sequences"] for n in ("books", "web", "wiki")) == 8 * 8
+    again = [r for r in read_metrics(resumed) if "data/books/sequences" in r][-1]
+    assert {k: v for k, v in again.items() if k.startswith("data/")} == {
+        k: v for k, v in last.items() if k.startswith("data/")}
+    evals = [r for r in rows if "eval/loss" in r][-1]
+    assert all(f"eval/{n}/loss" in evals and f"eval/{n}/mlm_accuracy" in evals for n in ("books", "web", "wiki"))
