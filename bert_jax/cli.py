@@ -9,6 +9,7 @@
     bert-jax extend-vocab --from=/tmp/bert_tiny_hf --corpus=/data/domain.txt --add=500 --out=/tmp/bert_tiny_domain
     bert-jax finetune --config=configs/finetune/classification.py --workdir=/tmp/cls --config.init_from=/tmp/bert_tiny
     bert-jax finetune-export --workdir=/tmp/cls --out=/tmp/cls_hf
+    bert-jax evaluate --checkpoint=/tmp/bert_tiny --suite=glue --glue_dir=/data/glue --out=/tmp/bert_tiny_glue
     bert-jax inspect --from=/tmp/bert_tiny --text="the [MASK] sat on the mat" --mode=fill_mask
     bert-jax plan --config=configs/bert_large.py --num_devices=16 --hbm_gib=32
     bert-jax sweep run --sweep=configs/sweeps/tiny_lr.py --sweep_dir=runs/tiny_lr
@@ -34,6 +35,7 @@ COMMANDS = {
     "inspect": ("bert_jax.inspect", "fill-mask candidates and attention maps for a sentence"),
     "finetune": ("bert_jax.finetune", "fine-tunes from a pre-training run or a Hugging Face folder"),
     "finetune-export": ("bert_jax.finetune.hf_export", "writes a fine-tuned run as a Hugging Face folder"),
+    "evaluate": ("bert_jax.evaluate", "fine-tunes a battery of tasks (GLUE) over seeds; writes a scoreboard of medians"),
     "sweep": ("launch.sweep", "one run per point of a grid of overrides; summaries of a sweep"),
     "tpu-vm": ("launch.tpu_vm", "creates Cloud TPU VMs and runs pre-training on every worker"),
     "slurm": ("launch.slurm", "an sbatch script for multi-node GPU pre-training"),

@@ -52,6 +52,7 @@ HELP_NAMES = {
     "inspect": ("--from", "--text", "--mode"),
     "finetune": ("--config", "--workdir", "bert-jax show-config"),
     "finetune-export": ("--workdir", "--out"),
+    "evaluate": ("--checkpoint", "--suite", "--glue_dir", "--tasks", "--seeds", "--out"),
     "sweep": ("run", "summary"),
     "tpu-vm": ("--zone", "--accelerator_type"),
     "slurm": ("--nodes", "--gpus_per_node"),

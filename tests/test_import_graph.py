@@ -32,7 +32,7 @@ LAYERS = (
     ("configs", ("configs",)),
     ("commands, launchers, benchmarks", (
         "bert_jax.cli", "bert_jax.pretrain", "bert_jax.show_config", "bert_jax.export", "bert_jax.inspect",
-        "bert_jax.extend_vocab",
+        "bert_jax.extend_vocab", "bert_jax.evaluate",
         "bert_jax.plan.__main__", "bert_jax.finetune.__main__", "bert_jax.finetune.hf_export",
         "data_pipelines.prepare", "data_pipelines.prepare_beam", "data_pipelines.tokenizer", "launch", "bench")),
 )

@@ -6,7 +6,8 @@ from scipy import stats
 
 
 def classification_metrics(predicted: np.ndarray, labels: np.ndarray, num_labels: int) -> dict:
-    """accuracy, macro-F1 (over the labels present in either), Matthews correlation (multi-class, Gorodkin 2004)."""
+    """accuracy, macro-F1 (over the labels present in either), Matthews correlation (multi-class, Gorodkin 2004);
+    with two labels also `f1`, the F1 of the second (positive) label, as GLUE scores MRPC and QQP."""
     confusion = np.zeros((num_labels, num_labels), np.float64)
     np.add.at(confusion, (labels, predicted), 1)
     tp = np.diag(confusion)
@@ -17,8 +18,11 @@ def classification_metrics(predicted: np.ndarray, labels: np.ndarray, num_labels
     correct = tp.sum()
     cov = correct * n - support @ predicted_n
     denom = np.sqrt(n**2 - predicted_n @ predicted_n) * np.sqrt(n**2 - support @ support)
-    return {"accuracy": float(correct / max(n, 1)), "macro_f1": float(f1[present].mean()) if present.any() else 0.0,
-            "matthews": float(cov / denom) if denom > 0 else 0.0}
+    out = {"accuracy": float(correct / max(n, 1)), "macro_f1": float(f1[present].mean()) if present.any() else 0.0,
+           "matthews": float(cov / denom) if denom > 0 else 0.0}
+    if num_labels == 2:
+        out["f1"] = float(f1[1])
+    return out
 
 
 def regression_metrics(predicted: np.ndarray, labels: np.ndarray) -> dict:

@@ -88,16 +88,19 @@ def validate_config(config) -> None:
         raise ValueError(init_from.EMPTY)
 
 
-def run(config, workdir: str, stop_at_step: int | None = None) -> dict:
+def run(config, workdir: str, stop_at_step: int | None = None, source: init_from.Source | None = None) -> dict:
     """Fine-tunes one seed in `workdir` (resuming from its checkpoints); returns results.json's content, or
-    {"stopped_at": step} / {"preempted_at": step} when it stopped before the end."""
+    {"stopped_at": step} / {"preempted_at": step} when it stopped before the end.
+
+    source: the encoder, when the caller holds it already (a pre-training run's current params, for its
+    downstream probe); otherwise config.init_from is read."""
     t_cfg = config.train
     validate_config(config)
     task = get_task(config.task.kind)
     root = Workdir(workdir)
     lease = harness.check_storage(config, workdir, {f"config.data.{split}": config.data.get(split, "")
                                             for split in ("train", "validation", "test")})
-    source = init_from.resolve(config.init_from, config.model)
+    source = source or init_from.resolve(config.init_from, config.model)
     tokenizer_dir = str(root.tokenizer)
 
     def copy_tokenizer():

@@ -1,0 +1,363 @@
+"""A battery of fine-tuning tasks over seeds (and a learning-rate grid): `bert-jax evaluate`'s work.
+
+    OUT/battery.json                    what was asked: the checkpoint, the suite, its tasks and seeds
+    OUT/data/<task>/{train,dev}.jsonl   each task's rows as read and checked (the runs read these)
+    OUT/runs/<task>/lr=<lr>/seed=<s>/   one fine-tuning run each (bert_jax/finetune/run.py), DONE when finished
+    OUT/scoreboard.{json,csv,md,png}    bert_jax/finetune/scoreboard.py, once every run is done
+
+Everything that can be wrong with the input (a suite key, a task folder, a file's header, a
+label outside the task's set, a checkpoint whose family cannot fine-tune the task) is checked
+before anything is written to OUT or trained, and named in the error. A rerun skips the runs
+that hold DONE and resumes the one that was killed from its checkpoints.
+"""
+import collections
+import dataclasses
+import json
+
+import jax
+import numpy as np
+from absl import logging
+
+from bert_jax.finetune import init_from, scoreboard
+from bert_jax.finetune.tasks import get_task
+from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
+from bert_jax.train import completion
+
+METRICS = ("accuracy", "f1", "macro_f1", "matthews", "pearson", "spearman")
+TEXT_FIELDS = ("text_a", "text_b")  # the columns of OUT/data's JSONL, whatever the source called them
+TASK_KEYS = ("dir", "train", "dev", "columns", "text_fields", "label_field", "labels", "metric", "tfds",
+             "tfds_fields", "tfds_dev", "tfds_labels", "init_from_task", "learning_rates", "finetune")
+
+
+@dataclasses.dataclass
+class TaskData:
+    """One task's checked rows: {"text_a", ["text_b",] "label"} each; rows that could not be used, by reason."""
+    train: list[dict]
+    dev: list[dict]
+    sources: dict[str, str]  # split -> the file (or TFDS split) it came from
+    skipped: collections.Counter
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    task: str
+    learning_rate: float
+    seed: int
+    workdir: str
+
+
+def select_tasks(suite, tasks: str = "") -> list[str]:
+    """The suite's tasks to run (`--tasks=sst2,cola`, "" = all), those others start from first; unknown names and
+    incomplete entries fail naming the key."""
+    names = list(suite.tasks)
+    wanted = [t.strip() for t in tasks.split(",") if t.strip()] or names
+    unknown = [t for t in wanted if t not in names]
+    if unknown:
+        raise ValueError(f"--tasks: {unknown} not in suite {suite.name!r}; its tasks are {names}")
+    for name in wanted:
+        spec = suite.tasks[name]
+        missing = [k for k in TASK_KEYS if k not in spec]
+        if missing:
+            raise ValueError(f"suite {suite.name!r}: tasks.{name} lacks {missing} (make it with "
+                             f"configs/suites/recipe.py's task())")
+        if spec.metric not in METRICS:
+            raise ValueError(f"suite {suite.name!r}: tasks.{name}.metric={spec.metric!r}; expected one of {METRICS}")
+        if not spec.learning_rates:
+            raise ValueError(f"suite {suite.name!r}: tasks.{name}.learning_rates is empty")
+        get_task(spec.finetune.task.kind).validate(spec.finetune.task)
+        parent = starts_from(suite, name)
+        if parent and parent not in names:
+            raise ValueError(f"suite {suite.name!r}: tasks.{name}.init_from_task={parent!r} is not a task of it")
+    parents = [p for p in dict.fromkeys(starts_from(suite, n) for n in wanted) if p]
+    return parents + [n for n in wanted if n not in parents]
+
+
+def starts_from(suite, name: str) -> str:
+    """The task whose fine-tuned encoder `name` starts from ("" = the checkpoint itself)."""
+    return suite.tasks[name].init_from_task if suite.get("start_from_mnli", False) else ""
+
+
+# --- reading and checking the task files ----------------------------------------------------------------------
+
+def _tsv(path: str, spec, name: str, skipped: collections.Counter) -> list[dict]:
+    """A GLUE TSV file as dicts by column (GLUE leaves quotes bare: no quoting, as BERT's run_classifier)."""
+    p = paths.path(path)
+    if not p.exists():
+        raise ValueError(f"{path} does not exist (suite task {name}: tasks.{name}.dir={spec.dir!r})")
+    lines = p.read_text(encoding="utf-8").splitlines()
+    if spec.columns:
+        header = [c.strip() for c in spec.columns.split(",")]
+    else:
+        if not lines:
+            raise ValueError(f"{path} is empty: it has no header line")
+        header, lines = lines[0].split("\t"), lines[1:]
+    needed = [f.strip() for f in spec.text_fields.split(",")] + [spec.label_field]
+    absent = [c for c in needed if c not in header]
+    if absent:
+        raise ValueError(f"{path}: the {'columns' if spec.columns else 'header'} {header} lack {absent}, which "
+                         f"the {name} reader needs (tasks.{name}.text_fields={spec.text_fields!r}, "
+                         f"tasks.{name}.label_field={spec.label_field!r})")
+    rows = []
+    for line in lines:
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != len(header):
+            skipped[f"{len(fields)} fields where the header has {len(header)}"] += 1
+            continue
+        rows.append(dict(zip(header, fields)))
+    return rows
+
+
+def _tfds(spec, split: str, data_dir: str, name: str) -> list[dict]:
+    # Imported here: tensorflow_datasets is heavy and only this source needs it (no TensorFlow needed).
+    import tensorflow_datasets as tfds  # noqa: PLC0415
+
+    if not spec.tfds:
+        raise ValueError(f"tasks.{name}.tfds is empty: this task has no TFDS source; give --glue_dir")
+    try:
+        source = tfds.data_source(spec.tfds, split=split, data_dir=data_dir)
+    except Exception as e:  # noqa: BLE001 (TFDS raises several kinds for a dataset that is not prepared)
+        raise ValueError(f"TFDS {spec.tfds!r} split {split!r} in {data_dir} (tasks.{name}.tfds): {e}") from None
+    fields = [f.strip() for f in spec.tfds_fields.split(",")]
+    names = [n.strip() for n in spec.tfds_labels.split(",") if n.strip()]
+    rows = []
+    for i in range(len(source)):
+        record = source[i]
+        values = [v.decode("utf-8") if isinstance(v, bytes) else v for v in (record[f] for f in fields)]
+        label = values[-1]
+        if names and isinstance(label, (int, np.integer)):
+            label = names[int(label)] if 0 <= int(label) < len(names) else str(label)
+        rows.append({**dict(zip(TEXT_FIELDS, map(str, values[:-1]))), "label": str(label)})
+    return rows
+
+
+def _checked(records: list[dict], spec, name: str, source: str, from_tfds: bool,
+             skipped: collections.Counter) -> list[dict]:
+    """Records -> {"text_a", ["text_b",] "label"}; an empty text is skipped and counted, a label outside the task's
+    set (or not a number, for regression) fails naming the file and the row."""
+    fields = [f.strip() for f in spec.text_fields.split(",")]
+    labels = [n.strip() for n in spec.labels.split(",") if n.strip()]
+    regression = not get_task(spec.finetune.task.kind).has_labels(spec.finetune.task)
+    rows = []
+    for number, record in enumerate(records, start=1):
+        texts = [record[t] for t in TEXT_FIELDS[:len(fields)]] if from_tfds else [record[f] for f in fields]
+        label = record["label"] if from_tfds else record[spec.label_field]
+        if any(not t.strip() for t in texts):
+            skipped["empty text"] += 1
+            continue
+        if regression:
+            try:
+                float(label)
+            except ValueError:
+                raise ValueError(f"{source}, row {number}: label {label!r} is not a number (task {name} is a "
+                                 f"regression)") from None
+        elif labels and label not in labels:
+            raise ValueError(f"{source}, row {number}: label {label!r} is outside task {name}'s set {labels} "
+                             f"(tasks.{name}.labels)")
+        rows.append({**dict(zip(TEXT_FIELDS, texts)), "label": label})
+    if not rows:
+        raise ValueError(f"{source} holds no usable row for task {name}")
+    return rows
+
+
+def read_task(suite, name: str, glue_dir: str = "", tfds_data_dir: str = "") -> TaskData:
+    """Task `name`'s train and dev rows from --glue_dir's layout (or TFDS), checked."""
+    spec = suite.tasks[name]
+    skipped = collections.Counter()
+    out, sources = {}, {}
+    for split in ("train", "dev"):
+        if glue_dir:
+            folder = paths.path(glue_dir) / spec.dir
+            if not folder.exists():
+                raise ValueError(f"{folder} does not exist: task {name} reads {spec.dir}/ under --glue_dir "
+                                 f"(tasks.{name}.dir)")
+            source = str(folder / spec[split])
+            records, from_tfds = _tsv(source, spec, name, skipped), False
+        else:
+            tfds_split = "train" if split == "train" else spec.tfds_dev
+            source, from_tfds = f"TFDS {spec.tfds}[{tfds_split}]", True
+            records = _tfds(spec, tfds_split, tfds_data_dir, name)
+        out[split] = _checked(records, spec, name, source, from_tfds, skipped)
+        sources[split] = source
+    if skipped:
+        logging.warning("task %s: skipped %d row(s): %s", name, sum(skipped.values()),
+                        ", ".join(f"{k}: {v}" for k, v in skipped.most_common()))
+    return TaskData(out["train"], out["dev"], sources, skipped)
+
+
+# --- the runs ---------------------------------------------------------------------------------------------------
+
+def seeds_of(suite, seeds: int | None) -> list[int]:
+    n = suite.seeds if seeds is None else seeds
+    if n < 1:
+        raise ValueError(f"--seeds={n}: at least one seed per task")
+    return list(range(n))
+
+
+def plan_runs(suite, tasks: list[str], seeds: list[int], out: str) -> list[Run]:
+    """Every task × learning rate × seed, in the order they run (tasks others start from first)."""
+    root = paths.path(out) / "runs"
+    return [Run(name, float(lr), seed, str(root / name / f"lr={float(lr):g}" / f"seed={seed}"))
+            for name in tasks for lr in suite.tasks[name].learning_rates for seed in seeds]
+
+
+def data_files(out: str, name: str) -> dict[str, str]:
+    folder = paths.path(out) / "data" / name
+    return {"train": str(folder / "train.jsonl"), "dev": str(folder / "dev.jsonl")}
+
+
+def run_config(suite, run: Run, files: dict[str, str], init: str):
+    """The fine-tuning config of one run: the task's (suite.tasks.<task>.finetune), on OUT/data's files."""
+    spec = suite.tasks[run.task]
+    c = spec.finetune.copy_and_resolve_references()
+    n_texts = len([f for f in spec.text_fields.split(",") if f.strip()])
+    c.init_from = init
+    c.seed, c.seeds = run.seed, ""
+    c.data.format, c.data.train, c.data.validation, c.data.test = "jsonl", files["train"], files["dev"], ""
+    c.task.text_fields, c.task.label_field, c.task.labels = ",".join(TEXT_FIELDS[:n_texts]), "label", spec.labels
+    c.train.learning_rate = run.learning_rate
+    return c
+
+
+def check_checkpoint(suite, tasks: list[str], checkpoint: str) -> init_from.Source:
+    """The encoder at `checkpoint`, and proof that every task can be built on its family (before any training)."""
+    first = suite.tasks[tasks[0]].finetune
+    try:
+        source = init_from.resolve(checkpoint, first.model)
+    except ValueError as e:
+        raise ValueError(f"--checkpoint={checkpoint}: {e}") from None
+    for name in tasks:
+        c = suite.tasks[name].finetune
+        task = get_task(c.task.kind)
+        labels = [n for n in suite.tasks[name].labels.split(",") if n]
+        try:
+            model = task.build_model(source.family, source.model_cfg, c.task, task.num_outputs(labels),
+                                     "pooler" in source.params)
+            jax.eval_shape(lambda m=model: m.init(jax.random.key(0), _probe_batch(c.task, task), deterministic=True))
+        except Exception as e:  # noqa: BLE001 (whatever the family raises, named with the checkpoint and the task)
+            raise ValueError(f"--checkpoint={checkpoint}: its family {source.family.name!r} cannot fine-tune task "
+                             f"{name} ({c.task.kind}): {type(e).__name__}: {e}") from None
+    return source
+
+
+def _probe_batch(task_cfg, task) -> dict:
+    batch = {}
+    for prefix in task.texts(task_cfg):
+        batch.update({f"{prefix}input_ids": np.ones((1, 8), np.int32), f"{prefix}attention_mask": np.ones((1, 8), np.int32),
+                      f"{prefix}token_type_ids": np.zeros((1, 8), np.int32)})
+    return batch
+
+
+def _record(checkpoint: str, suite, tasks: list[str], seeds: list[int]) -> dict:
+    return {"checkpoint": checkpoint, "suite": suite.name, "tasks": tasks, "seeds": seeds,
+            "recipes": {n: json.loads(suite.tasks[n].to_json_best_effort()) for n in tasks}}
+
+
+def check_out(out: str, record: dict) -> None:
+    """An OUT that holds another battery (another checkpoint, suite or recipe) is refused, naming what differs."""
+    path = paths.path(out) / "battery.json"
+    if not path.exists():
+        return
+    before = json.loads(path.read_text())
+    changed = [k for k in ("checkpoint", "suite") if before.get(k) != record[k]]
+    changed += [f"tasks.{n}" for n in record["tasks"]
+                if n in before.get("recipes", {}) and before["recipes"][n] != record["recipes"][n]]
+    if changed:
+        raise ValueError(f"{out} holds a battery with other {', '.join(changed)} ({path}); use a fresh --out")
+
+
+def prepare(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_dir: str = "", tasks: str = "",
+            seeds: int | None = None):
+    """Every check, then OUT's battery.json and data/: (runs, data by task, the checked source). Raises
+    ValueError, having written nothing, on bad input."""
+    if not glue_dir and not tfds_data_dir:
+        raise ValueError("give --glue_dir (GLUE's TSV layout) or --tfds_data_dir (TFDS's prepared glue/*)")
+    names = select_tasks(suite, tasks)
+    seed_list = seeds_of(suite, seeds)
+    task_data = {n: read_task(suite, n, glue_dir, tfds_data_dir) for n in names}
+    source = check_checkpoint(suite, names, checkpoint)
+    record = _record(checkpoint, suite, names, seed_list)
+    check_out(out, record)
+    if jax.process_index() == 0:
+        for name, d in task_data.items():
+            files = data_files(out, name)
+            for split, rows in (("train", d.train), ("dev", d.dev)):
+                paths.write_atomically(files[split], "".join(json.dumps(r) + "\n" for r in rows))
+        paths.write_atomically(paths.path(out) / "battery.json", json.dumps(record, indent=2))
+    return plan_runs(suite, names, seed_list, out), task_data, source
+
+
+def run_battery(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_dir: str = "", tasks: str = "",
+                seeds: int | None = None, finetune_fn=None) -> dict[Run, dict] | None:
+    """Runs what is not DONE, one after another; returns each run's results.json, or None when a run was
+    preempted (rerun the same command to go on).
+
+    finetune_fn: how a run is fine-tuned, (config, workdir, source=) -> results; bert_jax.finetune.run.run.
+    """
+    from bert_jax.finetune.run import run as finetune_run  # noqa: PLC0415 (run imports the whole harness)
+
+    finetune_fn = finetune_fn or finetune_run
+    runs, _, source = prepare(checkpoint, suite, out, glue_dir, tfds_data_dir, tasks, seeds)
+    results: dict[Run, dict] = {}
+    for i, run in enumerate(runs):
+        done = Workdir(run.workdir).results_json
+        if completion.read_done(run.workdir) is not None and done.exists():
+            results[run] = json.loads(done.read_text())
+            logging.info("battery %d/%d: %s lr=%g seed=%d is DONE: kept", i + 1, len(runs), run.task,
+                         run.learning_rate, run.seed)
+            continue
+        parent = starts_from(suite, run.task)
+        start, init = source, checkpoint
+        if parent:
+            start, init = _from_task(suite, parent, run.seed, results, checkpoint, source)
+        logging.info("battery %d/%d: %s lr=%g seed=%d from %s", i + 1, len(runs), run.task, run.learning_rate,
+                     run.seed, init)
+        print(f"[evaluate] {i + 1}/{len(runs)} {run.task} lr={run.learning_rate:g} seed={run.seed}", flush=True)
+        result = finetune_fn(run_config(suite, run, data_files(out, run.task), init), run.workdir, source=start)
+        if "validation" not in result:
+            return None
+        results[run] = result
+    return results
+
+
+def _from_task(suite, parent: str, seed: int, results: dict, checkpoint: str, source: init_from.Source):
+    """(source, init_from text) of a run that starts from task `parent`'s fine-tuned encoder: the run of `parent`
+    with the same seed at its best learning rate."""
+    runs = {r: v for r, v in results.items() if r.task == parent}
+    best = scoreboard.best_learning_rate(suite.tasks[parent].metric, runs)
+    run = next(r for r in runs if r.learning_rate == best and r.seed == seed) if any(
+        r.learning_rate == best and r.seed == seed for r in runs) else next(r for r in runs if r.learning_rate == best)
+    params = _finetuned_backbone(run.workdir)
+    return (dataclasses.replace(source, params=params, kind="finetuned", path=run.workdir),
+            f"{checkpoint} via {run.workdir}")
+
+
+def _finetuned_backbone(workdir: str) -> dict:
+    """The encoder params of a finished fine-tuning run: its best params if it kept some, else its last step's."""
+    import orbax.checkpoint as ocp  # noqa: PLC0415 (only a chained task restores a fine-tuned run)
+
+    run = Workdir(workdir)
+    if run.best_params.exists():
+        params = ocp.StandardCheckpointer().restore(paths.absolute(run.best_params))
+    else:
+        manager = ocp.CheckpointManager(paths.absolute(run.checkpoints),
+                                        item_handlers={"state": ocp.StandardCheckpointHandler()})
+        restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+        params = restored["state"]["params"]
+        manager.close()
+    return jax.tree.map(np.asarray, jax.device_get(params["backbone"]))
+
+
+def evaluate(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_dir: str = "", tasks: str = "",
+             seeds: int | None = None, finetune_fn=None) -> dict | None:
+    """The battery, then OUT/scoreboard.*: returns the scoreboard, or None when a run was preempted."""
+    results = run_battery(checkpoint, suite, out, glue_dir, tfds_data_dir, tasks, seeds, finetune_fn)
+    if results is None:
+        return None
+    record = json.loads((paths.path(out) / "battery.json").read_text())
+    board = scoreboard.build(record, {n: suite.tasks[n].metric for n in record["tasks"]}, results)
+    if jax.process_index() == 0:
+        scoreboard.write(out, board)
+    return board

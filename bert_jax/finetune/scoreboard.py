@@ -1,0 +1,116 @@
+"""A battery's results -> the scoreboard: per task the median over seeds, its min–max and n, the best learning rate
+of a grid, and the suite's average of the medians; as OUT/scoreboard.json, .csv, .md and a per-seed plot (.png).
+
+The median, not the mean: the small tasks (RTE, MRPC, CoLA) swing by points from seed to
+seed, and one diverged seed would drag a mean (ELECTRA's README and MosaicBERT report medians).
+A grid's learning rate is the one with the best median over seeds; its seeds are the task's row.
+"""
+import csv
+import io
+import json
+
+import numpy as np
+
+from bert_jax.storage import paths
+
+FILES = ("scoreboard.json", "scoreboard.csv", "scoreboard.md", "scoreboard.png")
+
+
+def scores_by_lr(metric: str, runs: dict) -> dict[float, dict[int, float]]:
+    """{learning rate: {seed: the run's validation `metric`}} of one task's runs ({Run: results.json})."""
+    out: dict[float, dict[int, float]] = {}
+    for run, result in sorted(runs.items(), key=lambda kv: (kv[0].learning_rate, kv[0].seed)):
+        out.setdefault(run.learning_rate, {})[run.seed] = float(result["validation"][metric])
+    return out
+
+
+def best_learning_rate(metric: str, runs: dict) -> float:
+    """The learning rate whose seeds have the best median (the smaller rate on a tie)."""
+    by_lr = scores_by_lr(metric, runs)
+    return max(sorted(by_lr), key=lambda lr: (float(np.median(list(by_lr[lr].values()))), -lr))
+
+
+def build(record: dict, metrics: dict[str, str], results: dict) -> dict:
+    """The scoreboard of a battery: `record` is OUT/battery.json's, `metrics` each task's headline, `results`
+    {Run: results.json} of every run."""
+    tasks = {}
+    for name in record["tasks"]:
+        runs = {r: v for r, v in results.items() if r.task == name}
+        metric = metrics[name]
+        by_lr = scores_by_lr(metric, runs)
+        best = best_learning_rate(metric, runs)
+        scores = by_lr[best]
+        values = np.array(list(scores.values()))
+        tasks[name] = {"metric": metric, "median": float(np.median(values)), "min": float(values.min()),
+                       "max": float(values.max()), "n": len(values),
+                       "best_lr": best if len(by_lr) > 1 else None, "learning_rate": best,
+                       "scores": {str(seed): v for seed, v in scores.items()},
+                       "median_by_lr": {f"{lr:g}": float(np.median(list(s.values()))) for lr, s in by_lr.items()}}
+    average = float(np.mean([t["median"] for t in tasks.values()])) if tasks else None
+    return {"checkpoint": record["checkpoint"], "suite": record["suite"], "seeds": record["seeds"],
+            "tasks": tasks, "average": average}
+
+
+def markdown(board: dict) -> str:
+    """The table: per task its metric, median, min–max and n (scores × 100), the best learning rate of a grid."""
+    lines = [f"Suite `{board['suite']}` on `{board['checkpoint']}`: median over seeds (× 100) on dev.", "",
+             "| task | metric | median | min–max | n | best lr |", "|---|---|---|---|---|---|"]
+    for name, t in board["tasks"].items():
+        lr = f"{t['best_lr']:g}" if t["best_lr"] is not None else "—"
+        lines.append(f"| {name} | {t['metric']} | {100 * t['median']:.1f} | {100 * t['min']:.1f}–{100 * t['max']:.1f} "
+                     f"| {t['n']} | {lr} |")
+    if board["average"] is not None:
+        lines.append(f"| **average** | of the medians | **{100 * board['average']:.1f}** | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(board: dict) -> str:
+    out = io.StringIO(newline="")
+    writer = csv.writer(out)
+    writer.writerow(["task", "metric", "median", "min", "max", "n", "best_lr", "scores"])
+    for name, t in board["tasks"].items():
+        writer.writerow([name, t["metric"], t["median"], t["min"], t["max"], t["n"],
+                         "" if t["best_lr"] is None else t["best_lr"],
+                         " ".join(f"{v:.6g}" for v in t["scores"].values())])
+    writer.writerow(["average", "", board["average"], "", "", "", "", ""])
+    return out.getvalue()
+
+
+def plot_png(board: dict) -> bytes:
+    """Each task's per-seed scores as dots, its median as a bar."""
+    import matplotlib  # noqa: PLC0415 (only drawing needs it)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    names = list(board["tasks"])
+    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(names) + 2), 3.5))
+    for i, name in enumerate(names):
+        t = board["tasks"][name]
+        values = [100 * v for v in t["scores"].values()]
+        ax.scatter([i] * len(values), values, color="tab:blue", alpha=0.7, zorder=3)
+        ax.hlines(100 * t["median"], i - 0.3, i + 0.3, color="tab:red", zorder=4)
+    ax.set_xticks(range(len(names)), [f"{n}\n({board['tasks'][n]['metric']})" for n in names], fontsize=8)
+    ax.set_ylabel("dev score × 100")
+    ax.set_title(f"{board['suite']}: per-seed scores (dots), median (bar)", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
+    plt.close(fig)
+    return png.getvalue()
+
+
+def write(out: str, board: dict) -> None:
+    """OUT/scoreboard.{json,csv,md,png}, each written whole (atomically)."""
+    root = paths.path(out)
+    paths.write_atomically(root / "scoreboard.json", json.dumps(board, indent=2))
+    paths.write_atomically(root / "scoreboard.csv", csv_text(board))
+    paths.write_atomically(root / "scoreboard.md", markdown(board))
+    paths.write_atomically(root / "scoreboard.png", plot_png(board))
+
+
+def read(out: str) -> dict | None:
+    """OUT/scoreboard.json, or None when the battery has not finished."""
+    path = paths.path(out) / "scoreboard.json"
+    return json.loads(path.read_text()) if path.exists() else None

@@ -1,0 +1,196 @@
+"""`bert-jax evaluate`: a battery of GLUE-layout tasks over seeds -> a scoreboard of medians; a killed battery
+resumes without redoing finished runs; bad input fails before any training, naming the file or key, and leaves
+nothing in OUT."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import finetune_data as fd
+from bert_jax.finetune import battery, scoreboard
+from bert_jax.finetune.run import run as finetune_run
+from configs.suites import load_suite
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+STSB_HEADER = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2",
+               "score"]
+
+
+def write_tsv(path, header: list[str], rows: list[list[str]]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("\t".join(header) + "\n" + "".join("\t".join(r) + "\n" for r in rows))
+
+
+def write_glue(root, n_train: int = 256, n_dev: int = 64) -> str:
+    """SST-2 (sentence, label 0/1) and STS-B (GLUE's 10 columns, a 0–5 score) in GLUE's layout, learnable."""
+    for split, n, seed in (("train", n_train, 0), ("dev", n_dev, 1)):
+        write_tsv(f"{root}/SST-2/{split}.tsv", ["sentence", "label"],
+                  [[r["sentence"], "1" if r["label"] == "pos" else "0"] for r in fd.sentiment_rows(n, seed)])
+        write_tsv(f"{root}/STS-B/{split}.tsv", STSB_HEADER,
+                  [[str(i), "main-news", "x", "2012", str(i), "none", "none", r["sentence1"], r["sentence2"],
+                    f"{5 * float(r['score']):.1f}"] for i, r in enumerate(fd.sts_rows(n, seed))])
+    return str(root)
+
+
+def micro_suite(seeds: int = 2):
+    """The smoke suite at micro scale: a recipe a random tiny encoder learns from in a few steps."""
+    suite = load_suite("smoke")
+    suite.seeds = seeds
+    for t in suite.tasks.values():
+        t.learning_rates = (3e-3,)
+        c = t.finetune
+        c.data.max_seq_length, c.train.batch_size, c.train.epochs = 16, 32, 4.0
+        c.model.dropout_rate = 0.0
+        c.train.log_every_steps = 3
+        c.checkpoint.async_save = False
+    return suite
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    return fd.write_tiny_hf_bert(str(tmp_path_factory.mktemp("tiny_hf")))
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory):
+    return write_glue(tmp_path_factory.mktemp("glue"))
+
+
+class Killed(Exception):
+    pass
+
+
+def killed_after(n: int, calls: list):
+    """bert_jax.finetune.run.run, raising (as a kill would) when asked for run n + 1; `calls` records each run."""
+
+    def run(config, workdir, source=None):
+        if len(calls) == n:
+            raise Killed(workdir)
+        calls.append(workdir)
+        return finetune_run(config, workdir, source=source)
+
+    return run
+
+
+def check_board(board: dict, out, tasks: dict, seeds: int) -> None:
+    """The scoreboard's medians, min–max and n are those of the runs' own results.json; its files agree."""
+    assert set(board["tasks"]) == set(tasks)
+    for name, metric in tasks.items():
+        runs = sorted((out / "runs" / name).glob("lr=*/seed=*/results.json"))
+        values = [json.loads(p.read_text())["validation"][metric] for p in runs]
+        t = board["tasks"][name]
+        assert len(values) == t["n"] == seeds and t["metric"] == metric
+        assert t["median"] == pytest.approx(float(np.median(values)))
+        assert (t["min"], t["max"]) == pytest.approx((min(values), max(values)))
+        print(f"{name}: {metric} per seed {values}")
+    assert board["average"] == pytest.approx(np.mean([t["median"] for t in board["tasks"].values()]))
+    assert json.loads((out / "scoreboard.json").read_text()) == board
+    table = (out / "scoreboard.md").read_text()
+    assert all(f"| {name} | {metric} |" in table for name, metric in tasks.items()) and "average" in table
+    assert (out / "scoreboard.csv").read_text().splitlines()[0].startswith("task,metric,median,min,max")
+    assert (out / "scoreboard.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_battery_scores_medians_of_its_runs_and_resumes_without_redoing_them(hf_dir, glue_dir, tmp_path,
+                                                                               xla_compile_cache):
+    """One task, 2 seeds (the default suite's budget: one compile, shared by the second seed)."""
+    out, suite, calls = tmp_path / "out", micro_suite(), []
+    with pytest.raises(Killed):
+        battery.evaluate(hf_dir, suite, str(out), glue_dir=glue_dir, tasks="sst2", finetune_fn=killed_after(1, calls))
+    assert not (out / "scoreboard.json").exists()  # nothing claims a finished battery
+    first = list(calls)
+    board = battery.evaluate(hf_dir, suite, str(out), glue_dir=glue_dir, tasks="sst2",
+                             finetune_fn=killed_after(99, calls))
+    again = calls[len(first):]
+    assert len(first) == 1 and len(again) == 1 and not set(first) & set(again)  # the finished run was kept
+    check_board(board, out, {"sst2": "accuracy"}, 2)
+    assert board["tasks"]["sst2"]["median"] > 0.75  # the made task is learnable: it beats chance (0.5)
+    # Everything DONE: a third run trains nothing and gives the same board.
+    assert battery.evaluate(hf_dir, suite, str(out), glue_dir=glue_dir, tasks="sst2",
+                            finetune_fn=killed_after(0, [])) == board
+
+
+@pytest.mark.slow
+def test_two_tasks_three_seeds_killed_mid_battery_finish_without_redoing_runs(hf_dir, glue_dir, tmp_path,
+                                                                             xla_compile_cache):
+    """The acceptance battery: classification and regression, 3 seeds each, killed after 4 of its 6 runs."""
+    out, suite, calls = tmp_path / "out", micro_suite(seeds=3), []
+    with pytest.raises(Killed):
+        battery.evaluate(hf_dir, suite, str(out), glue_dir=glue_dir, finetune_fn=killed_after(4, calls))
+    first = list(calls)
+    board = battery.evaluate(hf_dir, suite, str(out), glue_dir=glue_dir, finetune_fn=killed_after(99, calls))
+    again = calls[len(first):]
+    assert len(first) == 4 and len(again) == 2 and not set(first) & set(again)
+    check_board(board, out, {"sst2": "accuracy", "stsb": "spearman"}, 3)
+    assert board["tasks"]["sst2"]["median"] > 0.75 and board["tasks"]["stsb"]["median"] > 0.3
+
+
+def test_best_learning_rate_is_the_best_median_and_its_seeds_are_the_row():
+    runs = {battery.Run("t", lr, s, ""): {"validation": {"accuracy": v}}
+            for lr, values in ((1e-5, (0.6, 0.9, 0.7)), (3e-5, (0.8, 0.5, 0.75))) for s, v in enumerate(values)}
+    assert scoreboard.best_learning_rate("accuracy", runs) == 3e-5  # median 0.75 beats 0.7 (though 0.9 is the max)
+    board = scoreboard.build({"checkpoint": "c", "suite": "s", "seeds": [0, 1, 2], "tasks": ["t"]},
+                             {"t": "accuracy"}, runs)
+    row = board["tasks"]["t"]
+    assert (row["median"], row["min"], row["max"], row["n"], row["best_lr"]) == (0.75, 0.5, 0.8, 3, 3e-5)
+
+
+# --- bad input: fails before any training, naming the file or key; nothing written in OUT ----------------------
+
+def _refused(tmp_path, says: str, checkpoint: str, glue: str, suite=None, tasks: str = "") -> None:
+    out = tmp_path / "out"
+    with pytest.raises(ValueError) as error:
+        battery.evaluate(checkpoint, suite or micro_suite(), str(out), glue_dir=glue, tasks=tasks,
+                         finetune_fn=lambda *a, **k: pytest.fail("trained despite bad input"))
+    assert says in str(error.value), str(error.value)
+    assert not out.exists(), "OUT was written despite bad input"
+
+
+def test_a_missing_task_directory_is_named(hf_dir, tmp_path):
+    glue = write_glue(tmp_path / "glue", 8, 4)
+    os.rename(f"{glue}/STS-B", f"{glue}/STS-B.moved")
+    _refused(tmp_path, f"{glue}/STS-B does not exist", hf_dir, glue)
+
+
+def test_a_header_that_does_not_match_the_reader_names_the_file_and_columns(hf_dir, tmp_path):
+    glue = write_glue(tmp_path / "glue", 8, 4)
+    write_tsv(f"{glue}/SST-2/dev.tsv", ["text", "label"], [["good", "1"]])
+    _refused(tmp_path, f"{glue}/SST-2/dev.tsv: the header ['text', 'label'] lack ['sentence']", hf_dir, glue)
+
+
+def test_a_label_outside_the_task_set_names_the_file_and_row(hf_dir, tmp_path):
+    glue = write_glue(tmp_path / "glue", 8, 4)
+    write_tsv(f"{glue}/SST-2/train.tsv", ["sentence", "label"], [["good", "1"], ["bad", "0"], ["meh", "2"]])
+    _refused(tmp_path, f"{glue}/SST-2/train.tsv, row 3: label '2' is outside task sst2's set", hf_dir, glue)
+
+
+def test_an_unknown_task_and_a_bad_checkpoint_are_named(hf_dir, tmp_path):
+    glue = write_glue(tmp_path / "glue", 8, 4)
+    _refused(tmp_path, "--tasks: ['mnli'] not in suite 'smoke'", hf_dir, glue, tasks="mnli")
+    _refused(tmp_path, f"--checkpoint={tmp_path}", str(tmp_path), glue)
+
+
+def test_a_checkpoint_whose_family_cannot_fine_tune_is_named(hf_dir, tmp_path):
+    glue = write_glue(tmp_path / "glue", 8, 4)
+    alien = tmp_path / "alien"
+    alien.mkdir()
+    for name in os.listdir(hf_dir):
+        os.symlink(os.path.join(hf_dir, name), alien / name)
+    (alien / "config.json").unlink()
+    config = json.loads(open(os.path.join(hf_dir, "config.json")).read())
+    (alien / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
+    _refused(tmp_path, "--checkpoint=", str(alien), glue)
+
+
+def test_an_out_of_another_checkpoint_is_refused(hf_dir, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "battery.json").write_text(json.dumps({"checkpoint": "/elsewhere", "suite": "smoke"}))
+    glue = write_glue(tmp_path / "glue", 8, 4)
+    with pytest.raises(ValueError, match="holds a battery with other checkpoint"):
+        battery.evaluate(hf_dir, micro_suite(), str(out), glue_dir=glue,
+                         finetune_fn=lambda *a, **k: pytest.fail("trained despite bad input"))
