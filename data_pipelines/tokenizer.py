@@ -34,6 +34,7 @@ def _run(argv: Sequence[str], flag_values) -> None:
     # Here, not at import: they import the sources and the tokenizer libraries, which `--help` does not need.
     from data_pipelines.sources import corpus  # noqa: PLC0415
     from data_pipelines.tokenizers import training as tokenizer_training  # noqa: PLC0415
+    from data_pipelines.tokenizers import wordpiece  # noqa: PLC0415
 
     start = time.perf_counter()
     record = None
@@ -45,7 +46,7 @@ def _run(argv: Sequence[str], flag_values) -> None:
             for index, document in enumerate(corpus.embedded_documents())
             if not corpus.is_eval_document(index, flag_values.eval_fraction)
         )
-        tokenizer = tokenizer_training.train_wordpiece(
+        tokenizer = wordpiece.train_wordpiece(
             texts, flag_values.vocab_size, flag_values.min_frequency
         )
     tokenizer.save(flag_values.out)

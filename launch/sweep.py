@@ -2,6 +2,7 @@
 
     python -m launch.sweep run --sweep=configs/sweeps/tiny_lr.py --sweep_dir=runs/tiny_lr
     python -m launch.sweep summary --sweep_dir=runs/tiny_lr
+    python -m launch.sweep evaluate runs/tiny_lr --suite=glue --glue_dir=/data/glue   (launch/sweep_downstream.py)
 
 A sweep file is Python with `get_sweep()` returning a dict:
     config     the base config file, e.g. "configs/tiny.py"
@@ -46,6 +47,7 @@ import sys
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train.metrics_file import read_rows
+from launch import sweep_downstream
 
 SUMMARY_KEYS = ("train/loss", "train/mlm_accuracy", "eval/loss", "eval/mlm_accuracy", "perf/tokens_per_s")
 PRETRAIN = "bert_jax.pretrain"
@@ -258,6 +260,7 @@ def summarize(sweep_dir: str) -> list[dict]:
     lines += ["", f"{len(tokenizers)} tokenizer(s){per_kind} (sha256 of tokenizer/):"]
     lines += [f"- `{sha256}` ({kind}): {', '.join(names)}" for (sha256, kind), names in tokenizers.items()]
     lines += _over_seeds(runs, table, keys)
+    lines += sweep_downstream.summary_lines(str(sweep_dir), [run["name"] for run in runs])  # arms × tasks, if evaluated
     paths.write_atomically(sweep_dir / "summary.md", "\n".join(lines) + "\n")
     _plot_curves(curves, sweep_dir / "curves.png")
     return table
@@ -324,7 +327,10 @@ def main(argv=None) -> None:
     run.add_argument("--gcs_dir", default="gs://BUCKET/sweeps", help="tpu: workdirs go under it")
     summary = sub.add_parser("summary", help="tabulate and plot the runs of a sweep directory")
     summary.add_argument("--sweep_dir", required=True)
+    sweep_downstream.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "evaluate":
+        sys.exit(sweep_downstream.evaluate_sweep(args))
     if args.command == "run":
         sys.exit(run_sweep(args))
     table = summarize(args.sweep_dir)

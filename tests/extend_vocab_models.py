@@ -6,7 +6,7 @@ from hf_parity import random_params
 
 from bert_jax.families import get_family
 from data_pipelines.sources import corpus
-from data_pipelines.tokenizers import training as tokenizer_training
+from data_pipelines.tokenizers.kinds import get_kind
 
 # family -> (config.model overrides as each family's HF parity test has them, tokenizer kind, the transformers
 # classes of the main folder and of `generator/`, or None)
@@ -47,12 +47,7 @@ def domain_lines(count: int = 60, seed: int = 0) -> list[str]:
 
 
 def train_tokenizer(kind: str, vocab_size: int = 400):
-    texts = general_texts()
-    if kind == "wordpiece":
-        return tokenizer_training.train_wordpiece(texts, vocab_size)
-    if kind == "bpe":
-        return tokenizer_training.train_byte_bpe(texts, vocab_size)
-    return tokenizer_training.train_sentencepiece(texts, vocab_size, kind=kind)
+    return get_kind(kind).train(general_texts(), vocab_size)
 
 
 def model_config(family: str, vocab_size: int):

@@ -69,14 +69,14 @@ def write_tiny_hf_bert(out: str, seed: int = 0) -> str:
     import torch
     import transformers
 
-    from data_pipelines.tokenizers import tokenizer as tokenizer_lib
-    from data_pipelines.tokenizers.kinds import DEFAULT_SPECIALS, HfTokenizer
+    from data_pipelines.tokenizers.kinds import HfTokenizer, get_kind
+    from data_pipelines.tokenizers.wordpiece import bert_wordpiece
 
-    specials = DEFAULT_SPECIALS["wordpiece"]
+    specials = get_kind("wordpiece").specials
     vocab = list(specials.all()) + VOCAB_WORDS + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list(
         "abcdefghijklmnopqrstuvwxyz.,")
     vocab = list(dict.fromkeys(vocab))
-    tokenizer = HfTokenizer("wordpiece", tokenizer_lib.bert_wordpiece({t: i for i, t in enumerate(vocab)}),
+    tokenizer = HfTokenizer("wordpiece", bert_wordpiece({t: i for i, t in enumerate(vocab)}),
                             specials)
     torch.manual_seed(seed)
     cfg = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

@@ -11,7 +11,7 @@ import tokenizers
 
 from data_pipelines.sources import corpus
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
-from data_pipelines.tokenizers import training as tokenizer_training
+from data_pipelines.tokenizers import wordpiece
 
 
 def test_segments_are_prose_sentences_without_code_or_rules():
@@ -82,7 +82,7 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.", "A dog sleeps; the fox 
 
 
 def test_trained_tokenizer_puts_specials_first_and_round_trips(tmp_path):
-    tokenizer = tokenizer_training.train_wordpiece(TEXTS, vocab_size=120, min_frequency=1)
+    tokenizer = wordpiece.train_wordpiece(TEXTS, vocab_size=120, min_frequency=1)
     assert tokenizer_lib.special_ids(tokenizer) == tokenizer_lib.SpecialIds(0, 1, 2, 3, 4)
     tokenizer_lib.save_tokenizer(tokenizer, str(tmp_path / "full"))
     lines = (tmp_path / "full" / "vocab.txt").read_text(encoding="utf-8").splitlines()
@@ -100,7 +100,7 @@ def test_trained_tokenizer_puts_specials_first_and_round_trips(tmp_path):
 
 
 def test_missing_special_token_is_named():
-    tokenizer = tokenizer_training.train_wordpiece(TEXTS, vocab_size=120, min_frequency=1)
+    tokenizer = wordpiece.train_wordpiece(TEXTS, vocab_size=120, min_frequency=1)
     kept = [t for t in sorted(tokenizer.hf.get_vocab()) if t != "[MASK]"]
     without_mask = tokenizers.Tokenizer(
         tokenizers.models.WordPiece({t: i for i, t in enumerate(kept)}, unk_token="[UNK]")

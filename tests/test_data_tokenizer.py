@@ -28,12 +28,7 @@ def sample_lines() -> tuple[str, ...]:
 
 
 def train(kind: str, vocab_size: int = 600):
-    texts = sample_lines()
-    if kind == "wordpiece":
-        return tokenizer_training.train_wordpiece(texts, vocab_size)
-    if kind == "bpe":
-        return tokenizer_training.train_byte_bpe(texts, vocab_size)
-    return tokenizer_training.train_sentencepiece(texts, vocab_size, kind=kind)
+    return tokenizer_lib.get_kind(kind).train(sample_lines(), vocab_size)
 
 
 @functools.lru_cache(maxsize=None)
@@ -49,7 +44,7 @@ EXPECTED_SPECIALS = {
 }
 
 
-@pytest.mark.parametrize("kind", tokenizer_lib.KINDS)
+@pytest.mark.parametrize("kind", tokenizer_lib.known_kinds())
 def test_each_kind_trains_with_its_specials_and_round_trips_save_load(tmp_path, kind):
     tokenizer = trained(kind)
     assert tokenizer.kind == kind
@@ -65,7 +60,7 @@ def test_each_kind_trains_with_its_specials_and_round_trips_save_load(tmp_path, 
     assert np.array_equal(loaded.word_start_flags(), tokenizer.word_start_flags())
 
 
-@pytest.mark.parametrize("kind", tokenizer_lib.KINDS)
+@pytest.mark.parametrize("kind", tokenizer_lib.known_kinds())
 def test_word_start_flags_mark_exactly_the_first_piece_of_each_word(kind):
     tokenizer = trained(kind)
     flags = tokenizer.word_start_flags()
@@ -82,7 +77,7 @@ def test_word_start_flags_mark_exactly_the_first_piece_of_each_word(kind):
     assert flags[ids].sum() == 2
 
 
-@pytest.mark.parametrize("kind", tokenizer_lib.KINDS)
+@pytest.mark.parametrize("kind", tokenizer_lib.known_kinds())
 def test_transformers_auto_tokenizer_loads_the_saved_files_with_the_same_ids(tmp_path, kind):
     transformers = pytest.importorskip("transformers")
     tokenizer = trained(kind)
@@ -96,7 +91,7 @@ def test_transformers_auto_tokenizer_loads_the_saved_files_with_the_same_ids(tmp
     )
 
 
-@pytest.mark.parametrize("kind", tokenizer_lib.KINDS)
+@pytest.mark.parametrize("kind", tokenizer_lib.known_kinds())
 def test_fast_tokenizer_gives_the_kinds_ids_or_none_for_a_unigram_model(kind):
     tokenizer = trained(kind)
     fast = tokenizer.fast_tokenizer()
@@ -122,7 +117,7 @@ def test_vocab_txt_and_model_files_load_by_path(tmp_path):
 
 def test_configured_special_tokens_replace_the_kinds_defaults():
     specials = tokenizer_lib.parse_specials("wordpiece", "<p>,<u>,<c>,<s>,<m>")
-    tokenizer = tokenizer_training.train_wordpiece(sample_lines()[:200], 300, specials=specials)
+    tokenizer = tokenizer_lib.get_kind("wordpiece").train(sample_lines()[:200], 300, specials=specials)
     assert tokenizer_lib.special_ids(tokenizer) == tokenizer_lib.SpecialIds(0, 1, 2, 3, 4)
     assert tokenizer.id_to_token(4) == "<m>"
     with pytest.raises(ValueError, match="special_tokens=.*five distinct names"):

@@ -33,7 +33,7 @@ from bert_jax.train.optimizer import make_optimizer  # noqa: E402
 from bert_jax.vocab.extension import REPORT_FILE, ExtendRequest, extend_vocab  # noqa: E402
 from data_pipelines.tokenizers import extension as tokenizer_extension  # noqa: E402
 from data_pipelines.tokenizers.tokenizer import load_tokenizer  # noqa: E402
-from data_pipelines.tokenizers.kinds import DEFAULT_SPECIALS, HfTokenizer  # noqa: E402
+from data_pipelines.tokenizers.kinds import HfTokenizer, get_kind  # noqa: E402
 
 ADD = 4
 # Held-out general text (the tokenizers learned from the first 200 documents): no pharmacology word in it.
@@ -192,7 +192,7 @@ def test_bad_sources_and_outputs_fail_naming_the_culprit(folders, workspace):
         extend_vocab(ExtendRequest(source=original, corpus=domain, out=str(workspace / "o3")))
     # A Unigram tokenizer.json (no SentencePiece model beside it) is a kind extend-vocab cannot grow.
     unigram = HfTokenizer("unigram", tokenizers.Tokenizer(tokenizers.models.Unigram([("<unk>", 0.0)], 0)),
-                          DEFAULT_SPECIALS["unigram"])
+                          get_kind("unigram").specials)
     with pytest.raises(ValueError, match="HfTokenizer of kind 'unigram' cannot be extended"):
         tokenizer_extension.check_extendable(unigram, "--from=X")
 

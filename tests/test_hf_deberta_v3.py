@@ -141,11 +141,11 @@ def test_bad_relative_position_settings_and_kernels_fail_naming_the_key():
 
 
 def test_an_exported_unigram_tokenizer_loads_as_deberta_v2_tokenizer_with_the_same_ids(exported, tmp_path):
-    from data_pipelines.tokenizers import training as tokenizer_training
+    from data_pipelines.tokenizers.kinds import get_kind
     from test_data_tokenizer import SENTENCE, sample_lines
 
     model_cfg, _, params, _ = exported
-    tokenizer = tokenizer_training.train_sentencepiece(sample_lines()[:400], 300, kind="unigram")
+    tokenizer = get_kind("unigram").train(sample_lines()[:400], 300)
     tokenizer.save(str(tmp_path / "tokenizer"))
     hf_folder.write_hf_folder(str(tmp_path / "hf"), hf_deberta_v3.params_to_hf(params, model_cfg),
                               hf_deberta_v3.hf_config(model_cfg), str(tmp_path / "tokenizer"))

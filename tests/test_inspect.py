@@ -21,7 +21,7 @@ from bert_jax import inspect  # noqa: E402
 from bert_jax.hf import bert as hf_bert  # noqa: E402
 from bert_jax.train.loop import train_and_evaluate  # noqa: E402
 from data_pipelines.sources import corpus  # noqa: E402
-from data_pipelines.tokenizers import training as tokenizer_training
+from data_pipelines.tokenizers import wordpiece  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TEXT = "the history of the [MASK] is long and [MASK] ."
@@ -47,7 +47,7 @@ def hf_dir(tmp_path_factory):
     trained on the embedded corpus's first documents, saved as a Hugging Face folder."""
     out = str(tmp_path_factory.mktemp("hf_bert"))
     texts = [" ".join(doc) for doc in itertools.islice(corpus.pydoc_topic_documents(), 40)]
-    tokenizer = tokenizer_training.train_wordpiece(texts, 600)
+    tokenizer = wordpiece.train_wordpiece(texts, 600)
     model_cfg = small_model_config(vocab_size=tokenizer.get_vocab_size(), num_heads=2)
     torch.manual_seed(0)
     model = transformers.BertForMaskedLM(transformers.BertConfig(**hf_bert.hf_config(model_cfg)))

@@ -1,7 +1,8 @@
 """Adding whole words to a trained tokenizer, each word one new token, every old id kept.
 
 New ids are appended (old size, old size + 1, ...), so a model's old embedding rows keep
-their meaning. Each kind takes the words where its own algorithm reads them as one token:
+their meaning. Each kind takes the words where its own algorithm reads them as one token (its
+record's `extend`, in its file):
 
   wordpiece          appended to the WordPiece vocabulary (vocab.txt, tokenizer.json). Greedy
                      longest-match then also takes the word as the start of a longer word
@@ -20,26 +21,20 @@ their meaning. Each kind takes the words where its own algorithm reads them as o
 """
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 
-import tokenizers
-from sentencepiece import sentencepiece_model_pb2
+from data_pipelines.tokenizers.kinds import Tokenizer, get_kind
+from data_pipelines.tokenizers.sentencepiece import SENTENCEPIECE_SPACE, SentencePieceTokenizer
 
-from data_pipelines.tokenizers.kinds import HfTokenizer, SentencePieceTokenizer, Tokenizer
-
-SENTENCEPIECE_SPACE = "▁"
-BYTE_LEVEL_SPACE = "Ġ"
 # A word worth a token of its own: letters only (no digits, no punctuation, which every kind splits off).
 _WORD = re.compile(r"^[^\W\d_]+$")
 
 
 def check_extendable(tokenizer: Tokenizer, where: str) -> None:
     """ValueError naming the tokenizer's kind (and `where` it came from) if words cannot be added to it."""
-    supported = (tokenizer.kind in ("wordpiece", "bpe") and isinstance(tokenizer, HfTokenizer)) or (
-        tokenizer.kind in ("unigram", "sentencepiece_bpe") and isinstance(tokenizer, SentencePieceTokenizer))
-    if not supported:
+    kind = get_kind(tokenizer.kind)
+    if kind.extend is None or not isinstance(tokenizer, kind.extends):
         raise ValueError(f"{where}: a {type(tokenizer).__name__} of kind {tokenizer.kind!r} cannot be extended; "
                          f"extend-vocab adds words to WordPiece and byte-level BPE tokenizer.json files and to "
                          f"SentencePiece (unigram, BPE) .model files")
@@ -57,8 +52,9 @@ def words_of(tokenizer: Tokenizer, text: str) -> list[str]:
             units = normalized.split()
         else:
             units = [unit for unit, _ in hf.pre_tokenizer.pre_tokenize_str(normalized)]
-        if tokenizer.kind == "bpe":  # only a word after a space: `Ġword`; a word after `(` is cut differently
-            units = [unit[1:] for unit in units if unit.startswith(BYTE_LEVEL_SPACE)]
+        marker = get_kind(tokenizer.kind).space_marker
+        if marker:  # byte-level BPE: only a word after a space, `Ġword`; a word after `(` is cut differently
+            units = [unit[len(marker):] for unit in units if unit.startswith(marker)]
     return [unit for unit in units if _WORD.match(unit)]
 
 
@@ -69,8 +65,8 @@ def token_form(tokenizer: Tokenizer, word: str) -> str:
 
 def in_vocabulary(tokenizer: Tokenizer, word: str) -> bool:
     forms = {token_form(tokenizer, word), word}
-    if tokenizer.kind == "bpe":
-        forms.add(BYTE_LEVEL_SPACE + word)
+    if get_kind(tokenizer.kind).space_marker:
+        forms.add(get_kind(tokenizer.kind).space_marker + word)
     return any(tokenizer.token_to_id(form) is not None for form in forms)
 
 
@@ -83,23 +79,7 @@ def extend_tokenizer(tokenizer: Tokenizer, words: Sequence[str]) -> Tokenizer:
     known = [w for w in words if in_vocabulary(tokenizer, w)]
     if known:
         raise ValueError(f"already in the vocabulary: {known[:5]}")
-    if tokenizer.kind == "wordpiece":
-        spec = json.loads(tokenizer.hf.to_str())
-        for offset, word in enumerate(words):
-            spec["model"]["vocab"][word] = old_size + offset
-        extended = HfTokenizer(tokenizer.kind, tokenizers.Tokenizer.from_str(json.dumps(spec)), tokenizer.specials)
-    elif tokenizer.kind == "bpe":
-        hf = tokenizers.Tokenizer.from_str(tokenizer.hf.to_str())
-        hf.add_tokens([tokenizers.AddedToken(w, single_word=True, lstrip=True, normalized=True) for w in words])
-        extended = HfTokenizer(tokenizer.kind, hf, tokenizer.specials)
-    else:
-        model = sentencepiece_model_pb2.ModelProto.FromString(tokenizer._proto)
-        piece_type = (model.SentencePiece.Type.NORMAL if tokenizer.kind == "unigram"
-                      else model.SentencePiece.Type.USER_DEFINED)
-        for word in words:
-            model.pieces.add(piece=SENTENCEPIECE_SPACE + word, score=0.0, type=piece_type)
-        extended = SentencePieceTokenizer(tokenizer.kind, model.SerializeToString(), tokenizer.specials,
-                                          tokenizer.lowercase)
+    extended = get_kind(tokenizer.kind).extend(tokenizer, words, old_size)
     for offset, word in enumerate(words):
         got = extended.token_to_id(token_form(tokenizer, word))
         if got != old_size + offset:  # a guard on the library's numbering, which the embeddings rely on

@@ -1,8 +1,10 @@
-"""The tokenizer object: one interface over `tokenizers` (WordPiece, byte-level BPE) and
-SentencePiece (unigram, BPE), with each kind's special tokens and Hugging Face files.
+"""Tokenizer kinds: the tokenizer object's interface, and the registry of kinds (`config.data.tokenizer.kind`).
 
-tokenizer.py loads, trains (through tokenizer_training.py, which builds on this module
-alone) and hands these out; import from there.
+A kind is one file in this package that defines its `TokenizerKind` record and registers it:
+wordpiece.py (BERT), byte_bpe.py (RoBERTa's byte-level BPE), sentencepiece.py (ALBERT's unigram, and
+SentencePiece BPE). Training, loading, saving, masking's word starts and vocabulary extension ask the
+record (`get_kind`) for what differs between kinds, and never branch on a kind's name. tokenizer.py
+loads, saves and hands tokenizers out; import from there.
 """
 
 from __future__ import annotations
@@ -10,18 +12,15 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
-import sentencepiece as spm
 import tokenizers
-from tokenizers import models, normalizers, pre_tokenizers, processors
+from tokenizers import processors
 
 from bert_jax.storage import paths
 
-KINDS = ("wordpiece", "bpe", "unigram", "sentencepiece_bpe")
-SENTENCEPIECE_KINDS = ("unigram", "sentencepiece_bpe")
 TOKENIZER_FILE = "tokenizer.json"
 VOCAB_FILE = "vocab.txt"
 SENTENCEPIECE_FILE = "spiece.model"
@@ -42,29 +41,73 @@ class SpecialTokens:
         return (self.pad, self.unk, self.cls, self.sep, self.mask)
 
 
-DEFAULT_SPECIALS = {
-    "wordpiece": SpecialTokens("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"),
-    "bpe": SpecialTokens("<pad>", "<unk>", "<s>", "</s>", "<mask>"),
-    "unigram": SpecialTokens("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"),
-    "sentencepiece_bpe": SpecialTokens("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"),
-}
+def _marks_a_word_start(token: str) -> bool:
+    """SentencePiece and byte-level BPE mark the first piece of a word (`▁`, `Ġ`)."""
+    return token.startswith(("Ġ", "▁"))
 
-# transformers class written into tokenizer_config.json, so AutoTokenizer picks the right one.
-_HF_CLASS = {
-    "wordpiece": "BertTokenizer",
-    "bpe": "RobertaTokenizer",
-    "unigram": "AlbertTokenizer",
-    # AlbertTokenizer reads spiece.model as unigram only: the generic class reads tokenizer.json.
-    "sentencepiece_bpe": "PreTrainedTokenizerFast",
-}
+
+def _generic_fast_files(tokenizer: HfTokenizer, directory: str) -> dict:
+    """A `tokenizers` tokenizer with no slow transformers class of its own (a Unigram tokenizer.json loaded from
+    elsewhere): tokenizer.json alone, read by the generic fast class."""
+    return {"tokenizer_class": "PreTrainedTokenizerFast"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerKind:
+    """One kind, whole: what the shared code (training, loading, saving, word starts, vocabulary extension)
+    asks of it."""
+
+    name: str  # its value of config.data.tokenizer.kind
+    specials: SpecialTokens  # its default special tokens (config.data.tokenizer.special_tokens overrides them)
+    hf_class: str  # tokenizer_config.json's tokenizer_class: what transformers' AutoTokenizer builds
+    # train(texts, vocab_size, min_frequency=2, *, lowercase, specials=None) -> Tokenizer; deterministic: the same
+    # texts and settings give byte-identical files (training.py says what each trainer needed for that).
+    train: Callable[..., Tokenizer]
+    # Loading (tokenizer.py): the `tokenizers` model type of a tokenizer.json of this kind ("WordPiece", "BPE",
+    # "Unigram"), the SentencePiece model type of a .model file ("UNIGRAM", "BPE"), and vocab_file(path,
+    # lowercase) -> tokenizers.Tokenizer for a one-token-per-line vocab.txt; empty where the kind has none.
+    hf_model: str = ""
+    sentencepiece_model: str = ""
+    vocab_file: Callable[[str, bool], tokenizers.Tokenizer] | None = None
+    # Held as a `tokenizers.Tokenizer` (HfTokenizer): whether a vocabulary entry begins a word (whole-word and
+    # span masking), and save_files(tokenizer, directory) -> tokenizer_config.json entries, writing the files
+    # beside tokenizer.json that the kind's slow transformers class reads.
+    word_start: Callable[[str], bool] = _marks_a_word_start
+    save_files: Callable[[Any, str], dict] = _generic_fast_files
+    # Vocabulary extension (extension.py): extend(tokenizer, words, old_size) -> a new tokenizer with `words`
+    # appended as ids old_size, old_size + 1, ..., for a tokenizer of class `extends` (None: not extendable);
+    # space_marker: how the pre-tokenizer marks a word that follows a space (`Ġ` for byte-level BPE).
+    extend: Callable[[Any, Sequence[str], int], Tokenizer] | None = None
+    extends: type | None = None
+    space_marker: str = ""
+
+
+_KINDS: dict[str, TokenizerKind] = {}
+
+
+def register_kind(kind: TokenizerKind) -> TokenizerKind:
+    if kind.name in _KINDS:
+        raise ValueError(f"tokenizer kind {kind.name!r} is registered twice")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def known_kinds() -> tuple[str, ...]:
+    """The registered kinds, in registration order (this package's __init__ imports each kind's file)."""
+    return tuple(_KINDS)
+
+
+def get_kind(name: str) -> TokenizerKind:
+    if name not in _KINDS:
+        raise ValueError(f"config.data.tokenizer.kind={name!r} is not one of {known_kinds()}")
+    return _KINDS[name]
 
 
 def parse_specials(kind: str, names: str | Sequence[str] = "") -> SpecialTokens:
     """Kind's default specials, or five comma-separated names in pad,unk,cls,sep,mask order."""
-    if kind not in KINDS:
-        raise ValueError(f"config.data.tokenizer.kind={kind!r} is not one of {KINDS}")
+    default = get_kind(kind).specials
     if not names:
-        return DEFAULT_SPECIALS[kind]
+        return default
     names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
     if len(names) != 5 or not all(names) or len(set(names)) != 5:
         raise ValueError(
@@ -72,27 +115,6 @@ def parse_specials(kind: str, names: str | Sequence[str] = "") -> SpecialTokens:
             "order pad,unk,cls,sep,mask"
         )
     return SpecialTokens(*names)
-
-
-def bert_wordpiece(
-    vocab: dict[str, int] | str, lowercase: bool = True, specials: SpecialTokens | None = None
-) -> tokenizers.Tokenizer:
-    """BERT's pipeline (normaliser, splitter, [CLS] A [SEP] B [SEP] template) on a WordPiece vocab.
-
-    vocab: token -> id, or a vocab.txt path (local or in a bucket). specials: BERT's unless given.
-    """
-    specials = specials or DEFAULT_SPECIALS["wordpiece"]
-    if isinstance(vocab, str):
-        # As WordPiece.from_file reads it (line i is id i, trailing blanks trimmed), from any path.
-        vocab = {line.rstrip(): i for i, line in enumerate(paths.path(vocab).read_text(encoding="utf-8").splitlines())}
-    model = models.WordPiece(vocab, unk_token=specials.unk)
-    hf = tokenizers.Tokenizer(model)
-    hf.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
-    hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    hf.decoder = tokenizers.decoders.WordPiece(prefix="##")
-    if hf.token_to_id(specials.cls) is not None and hf.token_to_id(specials.sep) is not None:
-        add_pair_template(hf, specials)  # A vocabulary still to be trained has no [CLS] yet.
-    return hf
 
 
 class Tokenizer(abc.ABC):
@@ -137,7 +159,7 @@ class Tokenizer(abc.ABC):
 
     def _config_json(self, extra: dict) -> dict:
         return {
-            "tokenizer_class": _HF_CLASS[self.kind],
+            "tokenizer_class": get_kind(self.kind).hf_class,
             "pad_token": self.specials.pad,
             "unk_token": self.specials.unk,
             "cls_token": self.specials.cls,
@@ -154,13 +176,13 @@ class Tokenizer(abc.ABC):
 class HfTokenizer(Tokenizer):
     """A `tokenizers.Tokenizer` (WordPiece or byte-level BPE; also a loaded Unigram JSON)."""
 
-    def fast_tokenizer(self) -> tokenizers.Tokenizer:
-        return self.hf
-
     def __init__(self, kind: str, hf: tokenizers.Tokenizer, specials: SpecialTokens):
         self.kind = kind
         self.hf = hf  # The library object, for pair encodings and decoding.
         self.specials = specials
+
+    def fast_tokenizer(self) -> tokenizers.Tokenizer:
+        return self.hf
 
     def get_vocab_size(self) -> int:
         return self.hf.get_vocab_size()
@@ -178,11 +200,9 @@ class HfTokenizer(Tokenizer):
 
     def word_start_flags(self) -> np.ndarray:
         flags_ = np.zeros(self.get_vocab_size(), bool)
+        word_start = get_kind(self.kind).word_start
         for token, index in self.hf.get_vocab().items():
-            if self.kind == "wordpiece":
-                flags_[index] = not token.startswith("##")
-            else:
-                flags_[index] = token.startswith(("Ġ", "▁"))
+            flags_[index] = word_start(token)
         for token in self.specials.all():
             if self.token_to_id(token) is not None:
                 flags_[self.token_to_id(token)] = True
@@ -192,133 +212,7 @@ class HfTokenizer(Tokenizer):
 
     def save(self, directory: str) -> None:
         paths.write_atomically(paths.path(directory) / TOKENIZER_FILE, self.hf.to_str(pretty=True))
-        if self.kind == "wordpiece":
-            vocab = self.hf.get_vocab()
-            by_id = sorted(vocab, key=vocab.get)
-            if [vocab[t] for t in by_id] != list(range(len(by_id))):
-                raise ValueError(f"tokenizer ids are not contiguous from 0; cannot write {VOCAB_FILE}")
-            paths.write_atomically(paths.path(directory) / VOCAB_FILE, "".join(token + "\n" for token in by_id))
-            lowercase = _has_lowercase(self.hf.normalizer)
-            self._write_config(directory, {"do_lower_case": lowercase})
-        elif self.kind == "bpe":
-            with tempfile.TemporaryDirectory() as local:  # the model writes only to local disk
-                for saved in self.hf.model.save(local):  # vocab.json + merges.txt, for the slow classes.
-                    paths.copy_file(saved, paths.path(directory) / paths.path(saved).name)
-            self._write_config(
-                directory,
-                {"add_prefix_space": True, "bos_token": self.specials.cls, "eos_token": self.specials.sep},
-            )
-        else:  # A Unigram tokenizer.json loaded from elsewhere: the generic class reads it.
-            self._write_config(directory, {"tokenizer_class": "PreTrainedTokenizerFast"})
-
-
-def _has_lowercase(normalizer) -> bool:
-    if normalizer is None:
-        return False
-    state = json.loads(normalizer.__getstate__())
-
-    def walk(node) -> bool:
-        if isinstance(node, dict):
-            if node.get("type") == "Lowercase" or node.get("lowercase") is True:
-                return True
-            return any(walk(v) for v in node.values())
-        if isinstance(node, list):
-            return any(walk(v) for v in node)
-        return False
-
-    return walk(state)
-
-
-class SentencePieceTokenizer(Tokenizer):
-    """A SentencePiece model (unigram or BPE), held as its serialized proto."""
-
-    def __init__(self, kind: str, model_proto: bytes, specials: SpecialTokens, lowercase: bool):
-        self.kind = kind
-        self.specials = specials
-        self.lowercase = lowercase  # Applied before the model's own normalisation, as HF does.
-        self._proto = model_proto
-        self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
-
-    def __getstate__(self):  # The processor is a C++ object; rebuild it from the proto.
-        return {k: v for k, v in self.__dict__.items() if k != "_sp"}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
-
-    def get_vocab_size(self) -> int:
-        return self._sp.get_piece_size()
-
-    def token_to_id(self, token: str) -> int | None:
-        index = self._sp.piece_to_id(token)
-        # piece_to_id answers unk's id for unknown pieces.
-        return None if index == self._sp.unk_id() and token != self._sp.id_to_piece(index) else index
-
-    def id_to_token(self, index: int) -> str:
-        return self._sp.id_to_piece(index)
-
-    def encode_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
-        texts = [t.lower() for t in texts] if self.lowercase else list(texts)
-        return [np.asarray(ids, np.int32) for ids in self._sp.encode(texts)]
-
-    def word_start_flags(self) -> np.ndarray:
-        sp = self._sp
-        return np.array(
-            [
-                sp.id_to_piece(i).startswith("▁") or sp.is_control(i) or sp.is_unknown(i)
-                for i in range(sp.get_piece_size())
-            ],
-            bool,
-        )
-
-    def save(self, directory: str) -> None:
-        paths.write_atomically(paths.path(directory) / SENTENCEPIECE_FILE, self._proto)
-        if self.kind == "unigram":
-            # keep_accents: SentencePiece's own normalisation (in spiece.model) decides accents.
-            self._write_config(directory, {"do_lower_case": self.lowercase, "keep_accents": True})
-        else:
-            paths.write_atomically(paths.path(directory) / TOKENIZER_FILE, self._hf_bpe().to_str(pretty=True))
-            # Saying do_lower_case lets a reload rebuild the same tokenizer.json (same hash).
-            self._write_config(directory, {"do_lower_case": self.lowercase})
-
-    def fast_tokenizer(self) -> tokenizers.Tokenizer | None:
-        return self._hf_bpe() if self.kind == "sentencepiece_bpe" else None
-
-    def _hf_bpe(self) -> tokenizers.Tokenizer:
-        """This SentencePiece BPE as a `tokenizers` BPE: merges ranked by the merged piece's id.
-
-        SentencePiece numbers BPE pieces in merge order, so piece id is merge rank (the rule
-        transformers' SentencePieceExtractor applies).
-        """
-        from sentencepiece import sentencepiece_model_pb2  # noqa: PLC0415
-
-        model = sentencepiece_model_pb2.ModelProto.FromString(self._proto)
-        # USER_DEFINED pieces (tokenizer_extension's added words, always last) are matched before the merges, as
-        # SentencePiece matches them: added tokens, numbered after the model's vocabulary.
-        user_defined = [p.piece for p in model.pieces if p.type == p.Type.USER_DEFINED]
-        vocab = {p.piece: i for i, p in enumerate(model.pieces) if p.type != p.Type.USER_DEFINED}
-        specials = set(self.specials.all())
-        merges = sorted(
-            (vocab[piece], vocab[piece[:k]], vocab[piece[k:]], piece[:k], piece[k:])
-            for piece in vocab
-            if piece not in specials
-            for k in range(1, len(piece))
-            if piece[:k] in vocab and piece[k:] in vocab
-        )
-        hf = tokenizers.Tokenizer(
-            models.BPE(vocab, [(a, b) for *_, a, b in merges], unk_token=self.specials.unk, fuse_unk=True)
-        )
-        steps = [normalizers.Lowercase()] if self.lowercase else []
-        if model.normalizer_spec.precompiled_charsmap:
-            steps.append(normalizers.Precompiled(model.normalizer_spec.precompiled_charsmap))
-        hf.normalizer = normalizers.Sequence(steps)
-        hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-        hf.decoder = tokenizers.decoders.Metaspace(replacement="▁", prepend_scheme="always")
-        hf.add_special_tokens(list(self.specials.all()))
-        hf.add_tokens([tokenizers.AddedToken(piece.removeprefix("▁"), single_word=True, lstrip=True, normalized=True)
-                       for piece in user_defined])
-        add_pair_template(hf, self.specials)
-        return hf
+        self._write_config(directory, get_kind(self.kind).save_files(self, directory))
 
 
 def add_pair_template(hf: tokenizers.Tokenizer, specials: SpecialTokens) -> None:

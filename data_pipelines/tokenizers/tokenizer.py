@@ -1,7 +1,8 @@
 """Tokenizers: one object over WordPiece, byte-level BPE and SentencePiece; load, save, specials.
 
 The command that trains one is `python -m data_pipelines.tokenizer` (data_pipelines/tokenizer.py);
-the trainer is training.py, the kinds are kinds.py.
+the sample and its record are training.py's; each kind is a file of its own (wordpiece.py, byte_bpe.py,
+sentencepiece.py) registered in kinds.py.
 
 Kinds and their special tokens (`SpecialIds` names them pad/unk/cls/sep/mask):
   wordpiece          BERT: [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0..4); `##` marks continuations.
@@ -30,20 +31,16 @@ from bert_jax.storage import paths
 from data_pipelines.sources import mixture
 from data_pipelines.tokenizers.kinds import (  # noqa: F401 (the module's public names)
     CONFIG_FILE,
-    DEFAULT_SPECIALS,
-    KINDS,
-    SENTENCEPIECE_FILE,
-    SENTENCEPIECE_KINDS,
     TOKENIZER_FILE,
     VOCAB_FILE,
     HfTokenizer,
-    SentencePieceTokenizer,
     SpecialTokens,
     Tokenizer,
-    add_pair_template,
-    bert_wordpiece,
+    get_kind,
+    known_kinds,
     parse_specials,
 )
+from data_pipelines.tokenizers.sentencepiece import SentencePieceTokenizer
 
 # What a trained tokenizer was trained on (tokenizer_training.SampleRecord), beside its files.
 SAMPLE_FILE = "sample.json"
@@ -68,7 +65,7 @@ def special_ids(tokenizer) -> SpecialIds:
 
     Accepts a `Tokenizer` (its kind's specials) or a bare `tokenizers.Tokenizer` (BERT's).
     """
-    specials = getattr(tokenizer, "specials", DEFAULT_SPECIALS["wordpiece"])
+    specials = getattr(tokenizer, "specials", None) or get_kind("wordpiece").specials  # BERT's, for a bare object
     ids = {token: tokenizer.token_to_id(token) for token in specials.all()}
     missing = [token for token, i in ids.items() if i is None]
     if missing:
@@ -109,15 +106,22 @@ def _read_config(directory: str) -> dict:
 
 
 def _specials_from_config(kind: str, config: dict) -> SpecialTokens:
-    default = DEFAULT_SPECIALS[kind]
+    default = get_kind(kind).specials
     return SpecialTokens(
         *(config.get(f"{field}_token", getattr(default, field)) for field in ("pad", "unk", "cls", "sep", "mask"))
     )
 
 
 def _hf_kind(hf: tokenizers.Tokenizer) -> str:
+    """The kind whose tokenizer.json has this `tokenizers` model (WordPiece, BPE, Unigram); "" if none."""
     model = json.loads(hf.to_str())["model"]["type"]
-    return {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}.get(model, "")
+    return next((name for name in known_kinds() if get_kind(name).hf_model == model), "")
+
+
+def _sentencepiece_kind(model) -> str:
+    """The kind of a SentencePiece model proto; its other model types (word, char) score pieces as unigram does."""
+    by_type = {get_kind(name).sentencepiece_model: name for name in known_kinds() if get_kind(name).sentencepiece_model}
+    return by_type.get(model.trainer_spec.ModelType.Name(model.trainer_spec.model_type), by_type["UNIGRAM"])
 
 
 def load_tokenizer(path: str, lowercase: bool | None = None) -> Tokenizer:
@@ -161,15 +165,15 @@ def _load_file(path: str, lowercase: bool | None, config: dict) -> Tokenizer:
         from sentencepiece import sentencepiece_model_pb2  # noqa: PLC0415 (protobuf; only here)
 
         model = sentencepiece_model_pb2.ModelProto.FromString(proto)
-        kind = "sentencepiece_bpe" if model.trainer_spec.model_type == model.trainer_spec.BPE else "unigram"
+        kind = _sentencepiece_kind(model)
         if lowercase is None:
             lowercase = bool(config.get("do_lower_case", False))
         return SentencePieceTokenizer(kind, proto, _specials_from_config(kind, config), lowercase)
     if name.endswith(".txt"):
         if lowercase is None:
             lowercase = bool(config.get("do_lower_case", True))
-        hf = bert_wordpiece(path, lowercase)
-        return HfTokenizer("wordpiece", hf, _specials_from_config("wordpiece", config))
+        kind = next(get_kind(name) for name in known_kinds() if get_kind(name).vocab_file)
+        return HfTokenizer(kind.name, kind.vocab_file(path, lowercase), _specials_from_config(kind.name, config))
     raise ValueError(
         f"config.data.tokenizer.path={path!r}: expected tokenizer.json, vocab.txt or a .model file"
     )

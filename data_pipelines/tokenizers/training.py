@@ -4,9 +4,10 @@
                                      `data.tokenizer.sample_bytes` of the train split's text;
                                      the sample's record: bytes, segments, sha256)
 
-WordPiece and byte-level BPE train with `tokenizers` from an iterator; SentencePiece
-(unigram, BPE) trains with `sentencepiece` from an iterator of segments, writing the model
-to memory. Only the sample is ever held (SentencePiece and WordPiece keep its segments;
+Each kind trains with its own `train` (its record, `tokenizer_kinds.get_kind`): WordPiece and
+byte-level BPE with `tokenizers` from an iterator (wordpiece.py, byte_bpe.py); SentencePiece
+(unigram, BPE) with `sentencepiece` from an iterator of segments, writing the model to memory
+(sentencepiece.py). Only the sample is ever held (SentencePiece and WordPiece keep its segments;
 byte-level BPE keeps word counts), so the source's size does not matter.
 
 Every kind is deterministic: the same sample and settings give byte-identical files in any
@@ -15,7 +16,7 @@ process, under any PYTHONHASHSEED, RAYON_NUM_THREADS or core count. What each tr
                      word-count hash map yields them (a random order per process), and BPE
                      breaks count ties by piece id; so the merges, and at the vocabulary's edge
                      the pieces, differed run to run. We give the trainer every `##c` up front,
-                     sorted, then renumber canonically (see train_wordpiece).
+                     sorted, then renumber canonically (see wordpiece.train_wordpiece).
   bpe                already deterministic: its 256 byte symbols are numbered in byte order
                      before any word is read, and ties are broken by those ids.
   unigram,           SentencePiece splits its sentences among `num_threads` threads and sums
@@ -36,25 +37,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 from collections.abc import Iterable, Iterator
 
 import ml_collections
-import sentencepiece as spm
-import tokenizers
 from absl import logging
-from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from data_pipelines.sources import corpus, documents as sources, mixture
 from data_pipelines.tokenizers import kinds as tokenizer_kinds
-from data_pipelines.tokenizers.kinds import SpecialTokens
-
-# SentencePiece skips sentences longer than this (its own default is 4192 bytes).
-_MAX_SENTENCE_BYTES = 16_384
-# SentencePiece's result depends on its thread count (per-thread float sums), so it is fixed
-# here rather than taken from the machine; 16 threads on 2 cores cost nothing measurable.
-_SENTENCEPIECE_THREADS = 16
-_SENTENCEPIECE_SEED = 0
 
 # The `config.data` keys that decide a trained tokenizer: the source, how documents split into
 # segments, which documents are held out, and the tokenizer block. train_from_config reads only
@@ -110,142 +99,6 @@ class _RecordedSample:
         self._record.sha256 = self._digest.hexdigest()
 
 
-def train_wordpiece(
-    texts: Iterable[str],
-    vocab_size: int,
-    min_frequency: int = 2,
-    *,
-    lowercase: bool = True,
-    specials: SpecialTokens | None = None,
-) -> tokenizer_kinds.HfTokenizer:
-    """BERT WordPiece (BertNormalizer, BertPreTokenizer), deterministic; specials get ids 0..4.
-
-    Ids in canonical order: the specials (pad..mask), the single characters by code point, the
-    `##c` continuation characters by code point, then the learned pieces in merge order (by
-    count, ties broken by the ids of the pair merged, which are canonical too).
-
-    `tokenizers` would number each `##c` when it first meets it in its word-count hash map,
-    whose order changes with every process, and break count ties by those ids. So the trainer
-    gets every `##c` the sample can hold up front, in sorted order (as extra special tokens,
-    which are only seeds of its vocabulary and not kept as specials). Such a `##c` is found
-    per distinct character of the sample, by normalising and pre-tokenizing it inside a word;
-    one that only ever stands alone (a one-letter word) is kept as an unused entry. The
-    texts are held in memory for this second look (bounded by the sample's size).
-    """
-    specials = specials or tokenizer_kinds.DEFAULT_SPECIALS["wordpiece"]
-    texts = list(texts)
-    hf = tokenizer_kinds.bert_wordpiece({specials.unk: 0}, lowercase, specials)
-    seeds = sorted(_continuation_pieces(hf, texts))
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=[*specials.all(), *seeds],
-        show_progress=False,
-    )
-    hf.train_from_iterator(texts, trainer=trainer)
-    vocab = hf.get_vocab()
-    first_learned = len(specials.all()) + len(seeds) + sum(
-        1 for token in vocab if len(token) == 1 and token not in specials.all()
-    )
-    base = sorted((t for t, i in vocab.items() if len(specials.all()) <= i < first_learned),
-                  key=lambda t: (t.startswith("##"), t))
-    learned = sorted((t for t, i in vocab.items() if i >= first_learned), key=vocab.get)
-    canonical = [*specials.all(), *base, *learned]
-    trained = tokenizer_kinds.bert_wordpiece({t: i for i, t in enumerate(canonical)}, lowercase, specials)
-    trained.add_special_tokens(list(specials.all()))
-    return tokenizer_kinds.HfTokenizer("wordpiece", trained, specials)
-
-
-def _continuation_pieces(hf: tokenizers.Tokenizer, texts: list[str]) -> set[str]:
-    """`##c` for every character c that the sample's text can put after a word's first letter."""
-    characters = set()
-    for text in texts:
-        characters.update(text)
-    pieces = set()
-    for character in characters:
-        words = hf.pre_tokenizer.pre_tokenize_str(hf.normalizer.normalize_str(f"a{character}a"))
-        if len(words) == 1:  # Inside a word: "a", the character's normal form, "a".
-            pieces.update("##" + c for c in words[0][0][1:-1])
-    return pieces
-
-
-def train_byte_bpe(
-    texts: Iterable[str],
-    vocab_size: int,
-    min_frequency: int = 2,
-    *,
-    lowercase: bool = False,
-    specials: SpecialTokens | None = None,
-) -> tokenizer_kinds.HfTokenizer:
-    """RoBERTa's byte-level BPE: no unknown bytes; specials <s> <pad> </s> <unk> <mask> = 0..4.
-
-    Every segment is encoded with a prefix space (add_prefix_space=True), so a segment's
-    first word is a `Ġ` word start like any other: whole-word masking then sees it.
-    """
-    specials = specials or tokenizer_kinds.DEFAULT_SPECIALS["bpe"]
-    hf = tokenizers.Tokenizer(models.BPE())
-    if lowercase:
-        hf.normalizer = normalizers.Lowercase()
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-    hf.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        # RoBERTa's id order: <s>=0 <pad>=1 </s>=2 <unk>=3 <mask>=4.
-        special_tokens=[specials.cls, specials.pad, specials.sep, specials.unk, specials.mask],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    hf.train_from_iterator(texts, trainer=trainer)
-    hf.post_processor = processors.RobertaProcessing(
-        (specials.sep, hf.token_to_id(specials.sep)),
-        (specials.cls, hf.token_to_id(specials.cls)),
-        add_prefix_space=True,
-    )
-    return tokenizer_kinds.HfTokenizer("bpe", hf, specials)
-
-
-def train_sentencepiece(
-    texts: Iterable[str],
-    vocab_size: int,
-    *,
-    kind: str = "unigram",
-    lowercase: bool = True,
-    specials: SpecialTokens | None = None,
-) -> tokenizer_kinds.SentencePieceTokenizer:
-    """ALBERT's SentencePiece (unigram or BPE): <pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4.
-
-    Lowercasing is the model's own normalisation rule (nmt_nfkc_cf), so spiece.model
-    carries it to every loader. The vocabulary may come out smaller than vocab_size on a
-    small sample (hard_vocab_limit off) rather than failing.
-    """
-    if kind not in tokenizer_kinds.SENTENCEPIECE_KINDS:
-        raise ValueError(f"kind={kind!r} is not a SentencePiece kind {tokenizer_kinds.SENTENCEPIECE_KINDS}")
-    specials = specials or tokenizer_kinds.DEFAULT_SPECIALS[kind]
-    model = io.BytesIO()
-    spm.set_random_generator_seed(_SENTENCEPIECE_SEED)  # Sampling and shuffles, if any apply.
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts),
-        model_writer=model,
-        model_type="bpe" if kind == "sentencepiece_bpe" else "unigram",
-        vocab_size=vocab_size,
-        hard_vocab_limit=False,
-        pad_id=0,
-        pad_piece=specials.pad,
-        unk_id=1,
-        unk_piece=specials.unk,
-        bos_id=-1,
-        eos_id=-1,
-        control_symbols=[specials.cls, specials.sep, specials.mask],
-        normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
-        character_coverage=0.9995,
-        max_sentence_length=_MAX_SENTENCE_BYTES,
-        num_threads=_SENTENCEPIECE_THREADS,
-        minloglevel=2,
-    )
-    return tokenizer_kinds.SentencePieceTokenizer(kind, model.getvalue(), specials, lowercase)
-
-
 def training_sample(
     data_cfg: ml_collections.ConfigDict, sample_bytes: int, stats: sources.SkipStats
 ) -> Iterator[str]:
@@ -290,18 +143,9 @@ def train_from_config(data_cfg: ml_collections.ConfigDict) -> tuple[tokenizer_ki
     record = SampleRecord(vocab_size_asked=data_cfg.vocab_size)
     texts = _RecordedSample(training_sample(data_cfg, tok_cfg.sample_bytes, stats), record)
     min_frequency = tok_cfg.get("min_frequency", 2)
-    if kind == "wordpiece":
-        tokenizer = train_wordpiece(
-            texts, data_cfg.vocab_size, min_frequency, lowercase=tok_cfg.lowercase, specials=specials
-        )
-    elif kind == "bpe":
-        tokenizer = train_byte_bpe(
-            texts, data_cfg.vocab_size, min_frequency, lowercase=tok_cfg.lowercase, specials=specials
-        )
-    else:
-        tokenizer = train_sentencepiece(
-            texts, data_cfg.vocab_size, kind=kind, lowercase=tok_cfg.lowercase, specials=specials
-        )
+    tokenizer = tokenizer_kinds.get_kind(kind).train(
+        texts, data_cfg.vocab_size, min_frequency, lowercase=tok_cfg.lowercase, specials=specials
+    )
     if stats.total():
         logging.info("tokenizer sample: %s", stats.log_line())
     record.vocab_size = tokenizer.get_vocab_size()

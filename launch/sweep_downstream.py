@@ -1,0 +1,159 @@
+"""A sweep's arms judged downstream: `launch.sweep evaluate` and the downstream part of `launch.sweep summary`.
+
+    python -m launch.sweep evaluate runs/mask_rate --suite=glue --glue_dir=/data/glue [--tasks=sst2,rte] [--seeds=5]
+    python -m launch.sweep summary --sweep_dir=runs/mask_rate
+
+`evaluate` runs `bert_jax.evaluate` on every arm's final checkpoint, one after another, into
+`SWEEP_DIR/downstream/<suite>/<arm>/` (a rerun keeps what is DONE there). `summary` then adds to
+summary.md, per suite, an arms × tasks table: median [min–max] over seeds, the suite average of
+the medians, the pre-training tokens seen and the final loss. Pre-training losses do not compare
+across objectives, mask rates or vocabularies; these do. Where two arms' seed ranges overlap on a
+task, the table says so instead of ranking them; an arm is marked best on a task only when its
+worst seed beats every other arm's best.
+"""
+import json
+import shlex
+import subprocess
+import sys
+
+from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
+from bert_jax.train.metrics_file import read_rows
+
+
+def arms(sweep_dir: str) -> list[str]:
+    """The arms (run names) of a sweep directory, as sweep.json records them."""
+    record = paths.path(sweep_dir) / "sweep.json"
+    if not record.exists():
+        raise ValueError(f"{record} does not exist: {sweep_dir} is not a sweep directory (launch.sweep run makes it)")
+    return [run["name"] for run in json.loads(record.read_text())["runs"]]
+
+
+def out_dir(sweep_dir: str, suite: str, arm: str) -> str:
+    return str(paths.path(sweep_dir) / "downstream" / suite_name(suite) / arm)
+
+
+def suite_name(suite: str) -> str:
+    """A suite's folder name: its name, or a suite file's stem."""
+    return paths.path(suite).stem if suite.endswith(".py") else suite
+
+
+def evaluate_commands(sweep_dir: str, suite: str, flags: list[str]) -> list[list[str]]:
+    """One `bert_jax.evaluate` command per arm; an arm without a checkpoint fails, naming it, before any runs."""
+    commands, missing = [], []
+    for arm in arms(sweep_dir):
+        workdir = paths.path(sweep_dir) / arm
+        if not Workdir(workdir).holds_a_run():
+            missing.append(arm)
+        commands.append([sys.executable, "-m", "bert_jax.evaluate", f"--checkpoint={workdir}", f"--suite={suite}",
+                         f"--out={out_dir(sweep_dir, suite, arm)}", *flags])
+    if missing:
+        raise ValueError(f"{sweep_dir}: arms {missing} hold no pre-training checkpoint yet; run the sweep first")
+    return commands
+
+
+def evaluate_sweep(args) -> int:
+    flags = [f"--{name}={value}" for name, value in (("glue_dir", args.glue_dir), ("tfds_data_dir", args.tfds_data_dir),
+                                                     ("tasks", args.tasks), ("seeds", args.seeds)) if value]
+    try:
+        commands = evaluate_commands(args.sweep_dir, args.suite, flags)
+    except ValueError as e:
+        print(f"[sweep evaluate] {e}", file=sys.stderr)
+        return 2
+    failed = []
+    for i, argv in enumerate(commands):
+        print(f"[sweep evaluate] {i + 1}/{len(commands)}: {shlex.join(argv)}", flush=True)
+        if subprocess.run(argv).returncode:
+            failed.append(argv[3])
+    if failed:
+        print(f"[sweep evaluate] failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def add_parser(sub) -> None:
+    """`launch.sweep evaluate`'s flags, on launch.sweep's subcommands."""
+    p = sub.add_parser("evaluate", help="fine-tune every arm's final checkpoint on a suite (bert_jax.evaluate)")
+    p.add_argument("sweep_dir", help="a directory `launch.sweep run` made")
+    p.add_argument("--suite", default="glue", help="glue, smoke (configs/suites/) or a suite .py file")
+    p.add_argument("--glue_dir", default="", help="GLUE's directory layout: SST-2/train.tsv, ...")
+    p.add_argument("--tfds_data_dir", default="", help="TFDS's prepared glue/*, instead of --glue_dir")
+    p.add_argument("--tasks", default="", help="comma-separated tasks of the suite (default: all)")
+    p.add_argument("--seeds", default="", help="seeds per task (default: the suite's)")
+
+
+# --- summary ----------------------------------------------------------------------------------------------------
+
+def _pretraining(workdir) -> tuple[float | None, float | None]:
+    """(tokens seen, final train loss) of an arm: the last logged step × its batch × its sequence length (padding
+    included), from config.json and metrics.jsonl."""
+    run = Workdir(workdir)
+    rows = read_rows(run.metrics_jsonl)
+    losses = [r["train/loss"] for r in rows if "train/loss" in r]
+    step = max((r["step"] for r in rows), default=0)
+    tokens = None
+    if run.config_json.exists():
+        config = json.loads(run.config_json.read_text())
+        batch, length = config.get("train", {}).get("global_batch_size"), config.get("data", {}).get("max_seq_length")
+        if batch and length:
+            tokens = float(step * batch * length)
+    return tokens, (losses[-1] if losses else None)
+
+
+def boards(sweep_dir: str, names: list[str]) -> dict[str, dict[str, dict]]:
+    """{suite: {arm: scoreboard.json}} of every finished downstream battery under SWEEP_DIR/downstream."""
+    root = paths.path(sweep_dir) / "downstream"
+    out: dict[str, dict[str, dict]] = {}
+    if not root.exists():
+        return out
+    for suite in sorted(p.name for p in root.iterdir()):
+        for arm in names:
+            path = root / suite / arm / "scoreboard.json"
+            if path.exists():
+                out.setdefault(suite, {})[arm] = json.loads(path.read_text())
+    return out
+
+
+def overlaps(rows: dict[str, dict]) -> list[tuple[str, str]]:
+    """The pairs of arms whose [min, max] over seeds overlap on a task ({arm: the task's scoreboard row})."""
+    names = sorted(rows)
+    return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+            if rows[a]["min"] <= rows[b]["max"] and rows[b]["min"] <= rows[a]["max"]]
+
+
+def clear_best(rows: dict[str, dict]) -> str | None:
+    """The arm whose worst seed beats every other arm's best on a task, if one does."""
+    for arm, row in rows.items():
+        if len(rows) > 1 and all(row["min"] > other["max"] for a, other in rows.items() if a != arm):
+            return arm
+    return None
+
+
+def summary_lines(sweep_dir: str, names: list[str]) -> list[str]:
+    """summary.md's downstream section: per suite, arms × tasks (median [min–max], × 100), the suite average, the
+    pre-training tokens seen and final loss; then, per task, which arms' ranges overlap."""
+    lines = []
+    for suite, by_arm in boards(sweep_dir, names).items():
+        tasks = list(dict.fromkeys(t for board in by_arm.values() for t in board["tasks"]))
+        lines += ["", f"Downstream, suite `{suite}` (median [min–max] over seeds, × 100; ★ = every seed above every "
+                      "other arm's):", "",
+                  "| arm | " + " | ".join(tasks) + " | average | tokens seen | final loss |",
+                  "|" + "---|" * (len(tasks) + 4)]
+        notes = []
+        best = {t: clear_best({a: b["tasks"][t] for a, b in by_arm.items() if t in b["tasks"]}) for t in tasks}
+        for arm, board in by_arm.items():
+            cells = []
+            for t in tasks:
+                row = board["tasks"].get(t)
+                cells.append("—" if row is None else f"{100 * row['median']:.1f} [{100 * row['min']:.1f}–"
+                                                     f"{100 * row['max']:.1f}]{' ★' if best[t] == arm else ''}")
+            tokens, loss = _pretraining(paths.path(sweep_dir) / arm)
+            average = board.get("average")
+            lines.append(f"| {arm} | " + " | ".join(cells) + f" | {'—' if average is None else f'{100 * average:.1f}'}"
+                         f" | {'—' if tokens is None else f'{tokens:.3g}'} | {'—' if loss is None else f'{loss:.4g}'} |")
+        for t in tasks:
+            pairs = overlaps({a: b["tasks"][t] for a, b in by_arm.items() if t in b["tasks"]})
+            if pairs:
+                notes.append(f"- {t}: seed ranges overlap ({', '.join(f'{a} ~ {b}' for a, b in pairs)}): "
+                             "not ranked; more seeds would tell")
+        lines += ["", *notes] if notes else []
+    return lines

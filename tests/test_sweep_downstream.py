@@ -1,0 +1,90 @@
+"""Sweep arms judged downstream: `launch.sweep evaluate` runs bert_jax.evaluate per arm; `launch.sweep summary` adds
+arms × tasks (median [min–max]), the suite average, tokens seen and final loss, and says where arms' seed ranges
+overlap instead of ranking them."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax.finetune import scoreboard
+from bert_jax.finetune.battery import Run
+from launch import sweep, sweep_downstream
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def made_board(arm: str, scores: dict[str, tuple]) -> dict:
+    runs = {Run(task, 1e-4, seed, ""): {"validation": {metric: v}}
+            for task, (metric, values) in scores.items() for seed, v in enumerate(values)}
+    record = {"checkpoint": arm, "suite": "smoke", "seeds": [0, 1, 2], "tasks": list(scores)}
+    return scoreboard.build(record, {t: m for t, (m, _) in scores.items()}, runs)
+
+
+def made_sweep(root, boards: dict[str, dict]) -> None:
+    (root / "sweep.json").write_text(json.dumps({"runs": [{"name": arm, "point": {}} for arm in boards]}))
+    for i, (arm, board) in enumerate(boards.items()):
+        (root / arm).mkdir()
+        (root / arm / "config.json").write_text(json.dumps({"train": {"global_batch_size": 8},
+                                                            "data": {"max_seq_length": 64, "tokenizer": {}}}))
+        (root / arm / "metrics.jsonl").write_text(json.dumps({"step": 100, "train/loss": 3.0 + i}) + "\n")
+        out = root / "downstream" / "smoke" / arm
+        out.mkdir(parents=True)
+        (out / "scoreboard.json").write_text(json.dumps(board))
+
+
+def test_summary_tabulates_arms_by_tasks_and_says_where_seed_ranges_overlap(tmp_path):
+    made_sweep(tmp_path, {
+        "mask_rate=0.15": made_board("a", {"sst2": ("accuracy", (0.80, 0.84, 0.82)),
+                                           "stsb": ("spearman", (0.60, 0.62, 0.61))}),
+        "mask_rate=0.3": made_board("b", {"sst2": ("accuracy", (0.83, 0.86, 0.85)),
+                                          "stsb": ("spearman", (0.40, 0.45, 0.50))}),
+    })
+    sweep.summarize(str(tmp_path))
+    md = (tmp_path / "summary.md").read_text()
+    assert "| arm | sst2 | stsb | average | tokens seen | final loss |" in md
+    # stsb: every seed of 0.15 above every seed of 0.3 -> ranked (★); sst2: the ranges overlap -> said, not ranked.
+    assert "| mask_rate=0.15 | 82.0 [80.0–84.0] | 61.0 [60.0–62.0] ★ | 71.5 | 5.12e+04 | 3 |" in md
+    assert "| mask_rate=0.3 | 85.0 [83.0–86.0] | 45.0 [40.0–50.0] | 65.0 | 5.12e+04 | 4 |" in md
+    assert "- sst2: seed ranges overlap (mask_rate=0.15 ~ mask_rate=0.3)" in md
+    assert "- stsb:" not in md
+
+
+def test_a_sweep_without_checkpoints_is_refused_naming_the_arms(tmp_path):
+    (tmp_path / "sweep.json").write_text(json.dumps({"runs": [{"name": "a"}, {"name": "b"}]}))
+    (tmp_path / "b").mkdir()
+    with pytest.raises(ValueError, match=r"arms \['a', 'b'\] hold no pre-training checkpoint"):
+        sweep_downstream.evaluate_commands(str(tmp_path), "smoke", [])
+    with pytest.raises(ValueError, match="is not a sweep directory"):
+        sweep_downstream.evaluate_commands(str(tmp_path / "b"), "smoke", [])
+
+
+@pytest.mark.slow  # a tokenizer, two pre-training runs and two batteries, in subprocesses
+def test_a_two_arm_mask_rate_sweep_is_evaluated_and_summarised_downstream(tmp_path):
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    from test_evaluate import write_glue
+    from test_pretrain import micro_config
+
+    base = micro_config()
+    overrides = {"model.vocab_size": base.model.vocab_size, "model.hidden_size": 32, "model.num_heads": 2,
+                 "model.intermediate_size": 64, "data.max_seq_length": 64, "data.max_predictions_per_seq": 10,
+                 "data.num_eval_batches": 1, "train.global_batch_size": 8, "train.num_steps": 4,
+                 "train.warmup_steps": 1, "train.log_every_steps": 2, "train.eval_every_steps": 4,
+                 "checkpoint.every_steps": 4, "logging.peak_flops_per_device": 1e11, "logging.tensorboard": False}
+    sweep_file = tmp_path / "mask_rate.py"
+    sweep_file.write_text("def get_sweep():\n"
+                          f"    return dict(config='configs/tiny.py', overrides={overrides!r},\n"
+                          "                grid={'data.mask_rate': [0.15, 0.3]})\n")
+    sweep_dir, glue = tmp_path / "sweep", write_glue(tmp_path / "glue", 128, 32)
+    for argv in (["run", f"--sweep={sweep_file}", f"--sweep_dir={sweep_dir}"],
+                 ["evaluate", str(sweep_dir), "--suite=smoke", f"--glue_dir={glue}", "--tasks=sst2", "--seeds=2"],
+                 ["summary", f"--sweep_dir={sweep_dir}"]):
+        done = subprocess.run([sys.executable, "-m", "launch.sweep", *argv], cwd=REPO, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+    print(done.stdout)
+    assert "| arm | sst2 | average | tokens seen | final loss |" in done.stdout
+    for arm in ("mask_rate=0.15", "mask_rate=0.3"):
+        board = json.loads((sweep_dir / "downstream" / "smoke" / arm / "scoreboard.json").read_text())
+        assert board["tasks"]["sst2"]["n"] == 2
+        assert f"| {arm} | " in done.stdout
