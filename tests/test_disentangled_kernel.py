@@ -164,3 +164,35 @@ def test_tiny_deberta_pretraining_gives_the_same_losses_with_the_fused_kernel(tm
         losses[impl] = [loss for _, loss in train_losses(str(tmp_path / impl))]
     assert len(losses["xla"]) == 20
     np.testing.assert_allclose(losses["splash"], losses["xla"], rtol=2e-3)
+
+
+MOSAIC_COMPILE = """
+import jax, jax.numpy as jnp
+from jax.experimental import topologies
+from bert_jax.models import disentangled_attention as da
+device = topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu").devices[0]
+arg = lambda shape, dtype=jnp.bfloat16: jax.ShapeDtypeStruct(shape, dtype,
+                                                          sharding=jax.sharding.SingleDeviceSharding(device))
+loss = lambda *a: jnp.sum(da.fused_attention(*a, 256, 512, False).astype(jnp.float32))
+qkv = arg((2, 512, 2, 64))
+jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4))).lower(qkv, qkv, qkv, arg((512, 2, 64)), arg((512, 2, 64)),
+                                                      arg((2, 512), jnp.int32)).compile()
+print("COMPILED")
+"""
+
+
+def test_fused_kernel_forward_and_backward_compile_with_mosaic_for_a_tpu():
+    """The TPU compiler (libtpu, the `tpu` extra) lowers every op of the three kernels at DeBERTa's shapes: 512
+    tokens in 128-token tiles, head_dim 64, bf16 (interpret mode would accept what Mosaic refuses)."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip("libtpu is not installed (pip install -e '.[tpu]')")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_SKIP_MDS_QUERY="1")
+    proc = subprocess.run([sys.executable, "-c", MOSAIC_COMPILE], cwd=repo, capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode == 0 and "COMPILED" in proc.stdout, proc.stderr[-4000:]
