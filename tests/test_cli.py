@@ -134,13 +134,9 @@ FLAG = re.compile(r"(?<![\w.-])--([a-z][a-z0-9_]*)(?=[= ]|$)")
 
 
 def documented_invocations() -> list[tuple[str, str, str, list[str]]]:
-    """(file, command or module, the text after it, its flags) for each command line in README.md and docs/.
-
-    Not docs/design.md: the contract may name a command before it is built (`bert-jax evaluate`)."""
+    """(file, command or module, the text after it, its flags) for each command line in README.md and docs/."""
     found = []
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
-        if path.name == "design.md":
-            continue
         for line in path.read_text().splitlines():
             for match in INVOCATION.finditer(line):
                 name, rest = match.group(1) or match.group(2), match.group(3)

@@ -35,23 +35,28 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
         _exit(argv, str(error))
     except flags.Error:
         raise  # absl prints its own short message (an unknown flag, a missing required one)
-    except (AttributeError, KeyError) as error:  # an override naming a key the config does not have
-        _exit(argv, config_key_error(argv, error))
+    except (AttributeError, KeyError) as error:
+        message = config_key_error(argv, error)
+        if message is None:
+            raise  # not an override's key: an error inside the config file's own code, whose traceback says where
+        _exit(argv, message)
     except (OSError, ValueError, TypeError, SyntaxError) as error:  # a config file that does not load
         cause = [line.strip() for line in str(error).splitlines() if line.strip()][-1:]  # the root cause is last
         given = next((a for a in argv[1:] if a.startswith("--config=")), "--config")
         _exit(argv, f"{given}: {' '.join(cause)}")
 
 
-def config_key_error(argv: Sequence[str], error: BaseException) -> str:
-    """`--config.data.mask_rat=0.3: config.data has no key "mask_rat"; did you mean "mask_rate"?`."""
+def config_key_error(argv: Sequence[str], error: BaseException) -> str | None:
+    """`--config.data.mask_rat=0.3: config.data has no key "mask_rat"; did you mean "mask_rate"?`, or None when
+    no override names the missing key."""
     text = str(error).encode().decode("unicode_escape")
     suggestion = _SUGGESTION.search(text)
     bad = suggestion.group(2) if suggestion else (_KEY.match(text).group(1) if _KEY.match(text) else "")
     override = next((a for a in argv[1:] if a.startswith("--config.") and bad in a.split("=")[0].split(".")), "")
+    if not override:
+        return None
     path = override.split("=")[0].lstrip("-").split(".")
-    parent = ".".join(path[:path.index(bad)]) if bad in path else "the config"
-    line = f"{override or 'an override'}: {parent} has no key {bad!r}"
+    line = f"{override}: {'.'.join(path[:path.index(bad)])} has no key {bad!r}"
     return line + (f"; did you mean {suggestion.group(1)!r}?" if suggestion else "")
 
 
