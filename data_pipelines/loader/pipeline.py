@@ -2,8 +2,11 @@
 
   sources (sources.py)        documents of this host's share: random access (embedded,
                               tfds, prepared) shuffled globally, or streamed (text, jsonl,
-                              parquet); the split is a hash of the document's index
-                              (corpus.is_eval_document; for streams, its index in the shard).
+                              parquet: files in a seeded order per epoch, several at once,
+                              file_order.py); the split is a hash of the document's index
+                              (corpus.is_eval_document; for streams, of its file and its index there).
+  mixing                      a mixture's sources (config.data.mixture), each its own stream,
+                              mixed by weight (grain's mix; a schedule: mixing.py)
                               Prepared shards go to hosts whole, so a host copies only its
                               own out of a bucket (data.shard_cache_bytes bounds the cache)
   stream.ExampleStream        tokenizes in groups (encode_ids) and runs the example builder
@@ -33,8 +36,8 @@ import numpy as np
 from absl import flags, logging
 
 from data_pipelines.examples import builders
-from data_pipelines.sources import corpus, documents as sources, mixture
-from data_pipelines.loader import masking, mixing, stream, window_shuffle
+from data_pipelines.sources import corpus, documents as sources, mixture, readers
+from data_pipelines.loader import file_order, masking, mixing, stream, window_shuffle
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 SPLITS = ("train", "eval")
@@ -104,19 +107,13 @@ def _whole_shards(documents, indices: np.ndarray, host: int, hosts: int) -> tupl
     return indices[shard % hosts == host], 0, 1
 
 
-def _open_shard(cfg, stats, shard_index: int, shard_count: int, start: int):
-    return sources.iter_documents(
-        cfg, shard_index=shard_index, shard_count=shard_count, stats=stats, start=start
-    )
-
-
-def _keep_split(split: str, eval_fraction: float, position: int) -> bool:
-    return corpus.is_eval_document(position, eval_fraction) == (split == "eval")
+def _read_file(cfg, stats, path: str, counted: bool):
+    return readers.file_documents(cfg, [path], stats if counted else readers.DiscardStats())
 
 
 def document_feed(cfg, tokenizer, *, split: str, shuffle_seed: int | None, shard_index: int,
                   shard_count: int, stats: sources.SkipStats):
-    """This share's documents of one split, as a stream.RandomAccessFeed or StreamingFeed."""
+    """This share's documents of one split, as a stream.RandomAccessFeed or file_order.FileOrderFeed."""
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not one of {SPLITS}")
     if sources.is_random_access(cfg):
@@ -129,10 +126,10 @@ def document_feed(cfg, tokenizer, *, split: str, shuffle_seed: int | None, shard
             documents, indices, tokenize,
             shard_index=shard_index, shard_count=shard_count, shuffle_seed=shuffle_seed,
         )
-    return stream.StreamingFeed(
-        functools.partial(_open_shard, cfg, stats),
-        functools.partial(_keep_split, split, cfg.eval_fraction),
-        tokenizer.encode_ids, shard_index=shard_index, shard_count=shard_count,
+    return file_order.FileOrderFeed(
+        sources.check_source(cfg), functools.partial(_read_file, cfg, stats),
+        functools.partial(file_order.keep_split, split, cfg.eval_fraction),
+        tokenizer.encode_ids, shard_index=shard_index, shard_count=shard_count, shuffle_seed=shuffle_seed,
     )
 
 

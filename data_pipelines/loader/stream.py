@@ -6,9 +6,10 @@ in a fixed order given (seed, epoch), and can reopen at any position:
   RandomAccessFeed  embedded / tfds / prepared: the split's document indices, sliced
                     per host, shuffled globally in grain's MapDataset order, reshuffled
                     every epoch. Reopening at a position costs nothing.
-  StreamingFeed     text / jsonl / parquet: `sources.iter_documents` over this host's
-                    shard. Reopening re-reads the shard and skips `start` documents
-                    (no tokenizing): a resume costs one read of the epoch so far.
+  FileOrderFeed     text / jsonl / parquet (file_order.py): this host's files in a seeded
+                    order per epoch, several read at once. Reopening at a position takes
+                    the cursor the feed recorded there (kept in the state): a resume
+                    re-reads only the files that were open.
 
 `ExampleStream` runs a builder (builders.py) over the feed, epoch after epoch, forever.
 Its iterator state is small and JSON-able: the epoch, the position of the document whose
@@ -16,7 +17,8 @@ examples are being handed out, how many of them were, and the builder's carry be
 document (plus, for NSP, the position its ring of recent documents starts at). Restoring
 reopens the feed there, replays the ring, rebuilds that document's examples with the same
 rng (derived from seed, epoch, position) and skips those already handed out, so the
-continuation is identical.
+continuation is identical. A feed whose opened epoch records cursors (FileOrderFeed) adds the
+cursor of the replay's first document to the state.
 """
 
 from __future__ import annotations
@@ -108,7 +110,8 @@ class RandomAccessFeed:
         seed = (self._shuffle_seed + epoch) % 2**32
         return share[index_shuffle.shuffle_positions(positions, len(share), seed)]
 
-    def open(self, epoch: int, start: int) -> Iterator[tuple[int, Document]]:
+    def open(self, epoch: int, start: int, cursor: dict | None = None) -> Iterator[tuple[int, Document]]:
+        del cursor  # Reopening anywhere costs nothing here.
         per_epoch = len(self._share())
 
         def raw():
@@ -120,39 +123,11 @@ class RandomAccessFeed:
         return _tokenized(raw(), self._tokenize)
 
 
-class StreamingFeed:
-    """This host's shard of a streaming source, read from the start each epoch.
-
-    Args:
-      open_shard: (shard_index, shard_count, start) -> raw documents of that shard from
-        its start-th document (sources.iter_documents).
-      keep: position in the shard -> whether the document belongs to this split.
-      tokenize: encode_ids.
-    """
-
-    def __init__(self, open_shard: Callable[[int, int, int], Iterator[list[str]]],
-                 keep: Callable[[int], bool], tokenize: Tokenize, *, shard_index: int, shard_count: int):
-        self._open_shard = open_shard
-        self._keep = keep
-        self._tokenize = tokenize
-        self._shard = (shard_index, shard_count)
-
-    def set_slice(self, index: int, count: int) -> None:
-        host, hosts = self._shard
-        self._shard = (host + hosts * index, hosts * count)
-
-    def open(self, epoch: int, start: int) -> Iterator[tuple[int, Document]]:
-        del epoch  # A stream has one order; fresh pairs and masks come from the seeds.
-        documents = self._open_shard(*self._shard, start)
-        raw = ((p, d) for p, d in enumerate(documents, start) if self._keep(p))
-        return _tokenized(raw, self._tokenize)
-
-
 class ExampleStream(grain.IterDataset):
     """Endless examples of one host: the builder over the feed, epoch after epoch.
 
     Args:
-      feed: a RandomAccessFeed or StreamingFeed.
+      feed: a RandomAccessFeed or file_order.FileOrderFeed.
       make_builder: () -> a fresh builder (builders.make_builder).
       seed: this host's seed; document d of epoch e is built with rng (seed, e, d).
       source_stats: the SkipStats the feed's source counts into, reported with the
@@ -205,6 +180,7 @@ class ExampleIterator(grain.DatasetIterator):
         self._position = -1  # Position of the document whose examples are pending.
         self._carry_before = self.builder.carry()
         self._replay_from = 0
+        self._replay_cursor = None  # the feed's cursor at _replay_from, where it records cursors
 
     def _rng(self, position: int) -> np.random.Generator:
         # default_rng([...]) builds exactly this, at twice the cost (once per document).
@@ -212,6 +188,9 @@ class ExampleIterator(grain.DatasetIterator):
 
     def _build(self, position: int, document: Document) -> None:
         self._replay_from = self.builder.ring_start(position)
+        if hasattr(self._documents, "cursor_at"):
+            self._replay_cursor = self._documents.cursor_at(self._replay_from)
+            self._documents.forget_before(self._replay_from)
         self._carry_before = self.builder.carry()
         self._pending = self.builder.add_document(document, self._rng(position), position)
         self._position = position
@@ -239,13 +218,16 @@ class ExampleIterator(grain.DatasetIterator):
         return example
 
     def get_state(self) -> dict:
-        return {
+        state = {
             "epoch": self._epoch,
             "position": self._position,
             "emitted": self._emitted,
             "replay_from": self._replay_from,
             "carry": copy.deepcopy(self._carry_before),
         }
+        if self._replay_cursor is not None:
+            state["cursor"] = copy.deepcopy(self._replay_cursor)
+        return state
 
     def set_state(self, state: dict) -> None:
         self._start_epoch(state["epoch"])
@@ -254,7 +236,7 @@ class ExampleIterator(grain.DatasetIterator):
         position = state["position"]
         if position < 0:
             return
-        self._documents = self._feed.open(self._epoch, state["replay_from"])
+        self._documents = self._feed.open(self._epoch, state["replay_from"], state.get("cursor"))
         for seen, document in self._documents:
             self._documents_this_epoch += 1
             if seen == position:
