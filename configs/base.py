@@ -131,6 +131,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.log_every_steps = 100
     c.train.eval_every_steps = 10_000
     c.train.nan_policy = "stop"  # stop: raise with the step number
+    # Stages of the run (bert_jax/train/stages.py): ((dict(start=STEP, data=dict(max_seq_length=512)), ...):
+    # from each start on, the keys it changes (sequence length, batch size, masking); one schedule spans them.
+    c.train.stages = ()
     # After extend-vocab: train only the new tokens' rows (ids from new_rows_start on) for this many steps first.
     c.train.new_rows_warmup_steps = 0
     c.train.new_rows_start = 0

@@ -1,16 +1,12 @@
 """BERT-large (Devlin et al. 2019): 24 layers, hidden 1024, 16 heads, MLP 4096, vocab 30522; ~335M params.
 
-Phase 1 (seq 128):
+Both phases (seq 128 for 900k steps, then seq 512 to 1M) as one command, one schedule:
 
     python -m bert_jax.pretrain --config=configs/bert_large.py --workdir=gs://BUCKET/bert_large
 
-Phase 2 (seq 512) in the same workdir:
-
-    python -m bert_jax.pretrain --config=configs/bert_large.py --workdir=gs://BUCKET/bert_large \
-        --config.data.max_seq_length=512 --config.data.max_predictions_per_seq=80 \
-        --config.train.num_steps=1000000 --config.mesh.shape='(-1,1,1)'
-
-(data parallel for phase 2: see the mesh below).
+The mesh is the run's, not a stage's: for a data-parallel phase 2 (see the mesh below), relaunch the
+same command with --config.mesh.shape='(-1,1,1)' once phase 2 started (a mesh change passes the
+resume check: it does not change the experiment).
 
 Same recipe as BERT-base (batch 256, lr 1e-4, 1M steps); the larger model is usually
 run with LAMB at batch 32k instead (You et al. 2020): `--config.train.optimizer=lamb
@@ -45,6 +41,7 @@ def get_config():
     c.model.intermediate_size = 4096
     c.model.remat_policy = "dots"
     c.mesh.shape = (1, -1, 1)  # FSDP: see the docstring
-    c.train.num_steps = 900_000
+    c.train.num_steps = 1_000_000
+    c.train.stages = (dict(start=900_000, data=dict(max_seq_length=512)),)  # phase 2: the last 10 % at seq 512
     c.checkpoint.every_steps = 5_000
     return c

@@ -9,11 +9,14 @@ tokens/s). The last eval line prints `eval/mlm_accuracy` (about 0.15) next to th
 accuracy of always predicting the eval set's most frequent token (about 0.047), i.e.
 over 3x that floor. Kill it and run the same command again: it resumes from the
 newest checkpoint (every 200 steps) and finishes at step 1000.
+
+`configs/tiny.py:two_stage` is the same model in two stages (seq 64, then 128), as one command:
+see `two_stage` below.
 """
 from configs import base
 
 
-def get_config():
+def get_config(arg: str | None = None):
     c = base.get_config()
     c.model.vocab_size = 8192
     c.model.hidden_size = 128
@@ -38,4 +41,24 @@ def get_config():
     c.train.eval_every_steps = 250
 
     c.checkpoint.every_steps = 200
+    if arg == "two_stage":
+        two_stage(c)
+    elif arg:
+        raise ValueError(f"--config=configs/tiny.py:{arg}: the only variant is 'two_stage'")
     return c
+
+
+def two_stage(c) -> None:
+    """BERT's two phases in miniature: 240 steps at seq 64, then 60 at seq 128, one schedule, one command.
+
+        python -m bert_jax.pretrain --config=configs/tiny.py:two_stage --workdir=runs/tiny_two_stage
+
+    The step recompiles for seq 128 at step 240; the learning rate goes on along the same linear decay
+    to 0 at step 300; DONE is written once, at step 300. max_predictions_per_seq is auto in both
+    stages: 10 at seq 64, 20 at seq 128.
+    """
+    c.data.max_seq_length = 64
+    c.train.num_steps = 300
+    c.train.stages = (dict(start=240, data=dict(max_seq_length=128)),)
+    c.train.eval_every_steps = 120
+    c.checkpoint.every_steps = 120

@@ -155,7 +155,8 @@ def _store_unreachable(error: BaseException, folder) -> bool:
 def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
     """Returns the newest readable state (placed by the shardings in `abstract_state`), or None if there is none.
 
-    The iterator is restored in place. A checkpoint that cannot be read (truncated,
+    The iterator is restored in place (None: the state alone, e.g. at a stage's start, whose
+    iterator is a new one, bert_jax/train/stages.py). A checkpoint that cannot be read (truncated,
     corrupted) is set aside as `<step>.corrupt` with a warning naming it, and the next
     older one is tried; if none can be read, the run stops rather than start over.
     A read that failed because the store stopped answering (a bucket briefly unreachable)
@@ -166,13 +167,10 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
     for step in steps:
         try:
             _check_compatible(manager, step, abstract_state)
-            restored = manager.restore(
-                step,
-                args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(abstract_state),
-                    data=grain_checkpoint.CheckpointRestore(iterator),
-                ),
-            )
+            items = dict(state=ocp.args.StandardRestore(abstract_state))
+            if iterator is not None:
+                items["data"] = grain_checkpoint.CheckpointRestore(iterator)
+            restored = manager.restore(step, args=ocp.args.Composite(**items))
         except IncompatibleCheckpointError:
             raise
         except Exception as error:  # noqa: BLE001  (any read failure means: try an older one)

@@ -20,6 +20,9 @@ formula. The compiler's bytes accessed include traffic that stays in on-chip mem
 roofline bound (bert_jax/plan/roofline.py) divides only the HBM part by HBM bandwidth
 (bert_jax/plan/hlo_traffic.py splits the compiled program's bytes by memory space).
 
+For a config that fits, --tpu also prints the run's length, a lower bound: config.train.num_steps x
+the roofline step time, per stage (bert_jax/plan/run_length.py), in hours and chip-hours.
+
 --num_devices (with --gpu / --target, or --cpu): N simulated CPU devices and the XLA CPU
 compiler. Parameter and optimizer bytes are exact; temporaries are the CPU compiler's
 schedule, and an accelerator's peak was measured at 0.64x to more than 1.29x this figure
@@ -31,10 +34,11 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from bert_jax.plan import memory_fit, plan_search
+from bert_jax.plan import memory_fit, plan_search, run_length
 from bert_jax.parallel import tpu_slices
 from bert_jax.plan.compiled_plan import DoesNotFit, fits, format_plan, make_plan, use_simulated_devices
-from bert_jax.train import command_line
+from bert_jax.train import command_line, stages
+from bert_jax.train.config_validation import resolve_config
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, command_line.CONFIG_HELP, lock_config=True)
 _TPU = flags.DEFINE_string("tpu", "", "A TPU slice to compile for with the TPU compiler: v4-32, v5e-16, v5p-128, v6e-8, ...")
@@ -82,11 +86,26 @@ def _plan(config) -> None:
         print(format_plan(plan, hbm_gib=_HBM_GIB.value, max_rows=_MAX_ROWS.value))
         if not fits(plan, _HBM_GIB.value)[0]:
             print("\n" + plan_search.suggest_fit(config, tpu_slice, _HBM_GIB.value))
+            return
+        print(_run_length(config, tpu_slice, plan))
         return
     if _SEARCH.value or _NUM_SLICES.value != 1:
         raise app.UsageError("--search and --num_slices need --tpu: only the TPU compiler's figures are exact")
     use_simulated_devices(_NUM_DEVICES.value)
     print(format_plan(make_plan(config), _GPU.value or _TARGET.value, _HBM_GIB.value, _MAX_ROWS.value))
+
+
+def _run_length(config, tpu_slice, plan) -> str:
+    """Hours and chip-hours of config.train.num_steps, per stage; a later stage's step is compiled too."""
+    lengths = []
+    for stage in stages.plan(config):
+        stage_plan = plan if stage.index == 0 else make_plan(resolve_config(stage.config), tpu_slice)
+        if stage.index and not fits(stage_plan, _HBM_GIB.value)[0]:
+            raise ValueError(f"stage {stage.index} (from step {stage.start}) does not fit {tpu_slice.label}")
+        lengths.append(run_length.StageLength(
+            run_length.stage_label(stage.start, stage.end, stage.config), stage.end - stage.start,
+            stage_plan.roofline.step_s, stage_plan.num_devices, stage_plan.step_is_exact))
+    return run_length.format_run_length(lengths)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from absl import logging
 
 from bert_jax.families import get_family
 from bert_jax.models.attention import choose_kernel
+from bert_jax.train import stages
 from data_pipelines.sources import mixture
 from data_pipelines.loader import masking, pipeline
 
@@ -82,7 +83,20 @@ def validate_config(config, num_processes: int = 1) -> None:
     if config.checkpoint.every_steps < 1:
         raise ValueError(f"config.checkpoint.every_steps={config.checkpoint.every_steps} must be >= 1")
     _check_objective_fits_batches(config)
+    _check_stages(config, num_processes)
     mixture.check_mixture(d)  # data.mixture's names, weights, schedule and sources (sources/mixture.py)
+
+
+def _check_stages(config, num_processes: int) -> None:
+    """Each stage of config.train.stages is a valid config too (its own mask budget, batch split...)."""
+    for stage in stages.plan(config)[1:]:  # plan() refuses a bad declaration, naming the stage and key
+        staged = resolve_config(stage.config)
+        with staged.unlocked():
+            staged.train.stages = ()
+        try:
+            validate_config(staged, num_processes)
+        except ValueError as error:
+            raise ValueError(f"config.train.stages[{stage.index - 1}] (from step {stage.start}): {error}") from None
 
 
 def _check_objective_fits_batches(config) -> None:

@@ -127,6 +127,9 @@ class Program:
     data_sharding: Any
     train_iter: Iterator[dict]  # this host's batches; checkpointed with the state, so a resume replays none
     nan_policy: str = "stop"
+    # train_iter is restored only from a checkpoint after this step: a stage's iterator is new at its start
+    # (bert_jax/train/stages.py), and the checkpoint there holds the stage before's.
+    iterator_from_step: int = 0
 
 
 @dataclasses.dataclass
@@ -140,8 +143,10 @@ class Outcome:
 
 def restore_or_init(program: Program, manager):
     """The newest checkpoint's state (and the iterator's position), or a fresh one."""
+    latest = manager.latest_step()
+    iterator = program.train_iter if latest is None or latest > program.iterator_from_step else None
     with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
-        state = ckpt.restore_latest(manager, program.abstract_state, program.train_iter)
+        state = ckpt.restore_latest(manager, program.abstract_state, iterator)
         return program.init_state() if state is None else state
 
 

@@ -13,6 +13,7 @@ from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train import completion, experiment, harness, perf, run_identity
+from bert_jax.train import stages as stages_lib
 from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.program import build_program
 from data_pipelines.loader import mixing, pipeline
@@ -99,8 +100,34 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     """Pre-trains per `config` in `workdir`, resuming from its newest checkpoint.
 
     Runs to config.train.num_steps, or stops (after checkpointing) at `stop_at_step`,
-    which is how tests interrupt a run. Returns the last logged metrics.
+    which is how tests interrupt a run. Returns the last logged metrics. A config with
+    stages (config.train.stages, bert_jax/train/stages.py) trains them one after another,
+    each resumed from the checkpoint the stage before ended with; DONE follows the last.
     """
+    stages = stages_lib.plan(config)
+    if len(stages) == 1:
+        return _train_stage(config, workdir, stop_at_step)
+    record = resolve_config(config)  # what config.json and the experiment check hold: the run, stages and all
+    validate_config(record, jax.process_count())  # every stage's config, before the first one trains
+    last = config.train.num_steps if stop_at_step is None else min(stop_at_step, config.train.num_steps)
+    metrics = {}
+    for stage in stages:
+        reached = (Workdir(workdir).checkpoint_steps() or [0])[-1]
+        if stage.end <= reached:
+            continue  # trained before this start
+        if stage.start >= last:
+            break
+        logging.info("stage %d of %d: steps %d to %d%s", stage.index, len(stages) - 1, stage.start + 1, stage.end,
+                     "".join(f", {k}={v}" for k, v in stage.changes.items()))
+        metrics = _train_stage(stage.config, workdir, min(stage.end, last), record=record, stage=stage)
+        if (Workdir(workdir).checkpoint_steps() or [0])[-1] < min(stage.end, last):
+            break  # preempted: the same command resumes in this stage
+    return metrics
+
+
+def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=None,
+                 stage: stages_lib.Stage | None = None) -> dict:
+    """One span of a run: `config` (a stage's, for a staged run) to its stop; `record` is the whole run's config."""
     config = resolve_config(config)  # `auto` keys become numbers, logged; config.json records them
     validate_config(config, jax.process_count())
     lease = harness.check_storage(config, workdir, {
@@ -109,7 +136,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
         "config.init_from_hf": config.get("init_from_hf", ""),
         "config.distill.teacher": (config.get("distill") or {}).get("teacher", ""),
         **mixture.storage_paths(config.data)})
-    history_entry = _check_experiment(config, workdir)
+    history_entry = _check_experiment(record or config, workdir)
     program = build_program(config, make_mesh(config.mesh))
     teacher = program.teacher
     # Read before process 0 rewrites it below (after every process passed the tokenizer sync).
@@ -141,7 +168,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
         teacher_lib.check_vocabulary(teacher, tokenizer, tokenizer_dir)
     identity = run_identity.run_identity(config.data, tokenizer_dir)
     run_identity.check_resume(previous_identity, identity, workdir, config.get("allow_data_change", False))
-    _write_config(config, workdir, identity, history_entry)
+    _write_config(record or config, workdir, identity, history_entry)
     # A model that reads pad_token_id (e.g. to offset positions) must agree with the tokenizer.
     pad_token_id = config.model.get("pad_token_id")
     if pad_token_id is not None and pad_token_id != tokenizer_lib.special_ids(tokenizer).pad:
@@ -156,8 +183,9 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
         )
     per_host_batch = t_cfg.global_batch_size // jax.process_count()
     host = dict(process_index=jax.process_index(), process_count=jax.process_count())
-    train_iter = pipeline.build_train_iterator(
-        config.data, tokenizer, seed=config.seed, per_host_batch_size=per_host_batch, **host
+    train_iter = pipeline.build_train_iterator(  # a stage's iterator starts fresh at its start, on its own seed
+        config.data, tokenizer, seed=stages_lib.data_seed(config.seed, stage.index if stage else 0),
+        per_host_batch_size=per_host_batch, **host
     )
     eval_sets = pipeline.build_eval_sets(
         config.data, tokenizer, seed=config.seed, per_host_batch_size=per_host_batch, **host
@@ -181,7 +209,8 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
     run = harness.Program(
         mesh=program.mesh, rules=program.rules, abstract_state=program.abstract_state, init_state=init_state,
         train_step=lambda state, batch: program.train_step(state, batch, frozen),
-        data_sharding=program.data_sharding, train_iter=train_iter, nan_policy=t_cfg.nan_policy)
+        data_sharding=program.data_sharding, train_iter=train_iter, nan_policy=t_cfg.nan_policy,
+        iterator_from_step=stage.start if stage else 0)
     flops = perf.step_flops(program, config)
     peak, peak_source = perf.peak_flops_per_device(config.logging.peak_flops_per_device)
     logging.info("%.3g FLOPs/step (formula in bert_jax/train/perf.py); peak %.3g FLOP/s/device (%s)",
