@@ -84,6 +84,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.tokenizer.kind = "wordpiece"  # wordpiece | bpe (RoBERTa) | unigram | sentencepiece_bpe (ALBERT)
     c.data.tokenizer.path = ""  # vocab.txt / tokenizer.json / .model, or a directory holding one
     c.data.tokenizer.sample_bytes = 100_000_000  # text streamed into training, at most
+    # which files give the sample: drawn across all files (and mixture sources) from this seed (tokenizer/sample.json)
+    c.data.tokenizer.sample_seed = 0
     c.data.tokenizer.lowercase = True
     c.data.tokenizer.min_frequency = 2  # wordpiece / bpe
     c.data.tokenizer.special_tokens = ""  # "" = the kind's; else "pad,unk,cls,sep,mask" names

@@ -71,7 +71,7 @@ def test_the_held_out_documents_do_not_move_with_the_order(stream_cfg, tokenizer
     train = _feed(stream_cfg, tokenizer)
     held_out = texts(_feed(stream_cfg, tokenizer, split="eval"), 0)
     assert held_out and not held_out & texts(train, 0) and not held_out & texts(train, 1)
-    expected = sum(corpus.is_eval_document(file_order.document_id(f, d), 0.1)
+    expected = sum(corpus.is_eval_document(corpus.file_document_id(f, d), 0.1)
                    for f in range(FILES) for d in range(DOCS))
     assert len(held_out) == expected
 

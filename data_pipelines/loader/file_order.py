@@ -31,18 +31,13 @@ from data_pipelines.sources import corpus
 CYCLE_LENGTH = 4  # files of a stream read at once (grain's interleave cycle_length)
 
 
-def document_id(file_index: int, index_in_file: int) -> int:
-    """A document's identity for the train/eval split: its file's index in the sorted files, its index there."""
-    return (file_index << 32) | index_in_file
-
-
 class FileOrderFeed:
     """This share's documents of one split of a file source, files in a seeded order per epoch.
 
     Args:
       files: the source's files, sorted (documents.resolve_files).
       read_file: (path, count_skips) -> the file's raw documents (readers.file_documents).
-      keep: document_id -> whether the document belongs to this split.
+      keep: corpus.file_document_id -> whether the document belongs to this split.
       tokenize: encode_ids.
       shuffle_seed: None visits the files in sorted order, one at a time (eval).
     """
@@ -138,7 +133,7 @@ class FileInterleave:
             position += 1
             if position - 1 < self._start:
                 continue
-            if self._feed._keep(document_id(self._order[slot[0]], index_in_file)):
+            if self._feed._keep(corpus.file_document_id(self._order[slot[0]], index_in_file)):
                 self._cursors[position - 1] = before
                 yield position - 1, document
 
@@ -159,5 +154,5 @@ class FileInterleave:
 
 
 def keep_split(split: str, eval_fraction: float, document: int) -> bool:
-    """Whether document_id `document` belongs to `split` (corpus.is_eval_document on its id)."""
+    """Whether corpus.file_document_id `document` belongs to `split` (corpus.is_eval_document on its id)."""
     return corpus.is_eval_document(document, eval_fraction) == (split == "eval")

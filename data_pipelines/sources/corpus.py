@@ -200,3 +200,10 @@ def is_eval_document(index: int, eval_fraction: float) -> bool:
     if not 0.0 <= eval_fraction < 1.0:
         raise ValueError(f"eval_fraction={eval_fraction} must be in [0, 1)")
     return zlib.crc32(index.to_bytes(8, "little")) < eval_fraction * 2**32
+
+
+def file_document_id(file_index: int, index_in_file: int) -> int:
+    """The index is_eval_document takes for a document of a file source: its file's place among the
+    source's sorted files, and its place in that file. The split then does not move with the order
+    files are read in, nor with the number of hosts (for one file, it is the document's index)."""
+    return (file_index << 32) | index_in_file

@@ -1,8 +1,9 @@
 """Training tokenizers on a streamed, size-capped sample of a source's training documents.
 
-    train_from_config(data_cfg)   -> (the kind `data.tokenizer.kind` names, trained on at most
-                                     `data.tokenizer.sample_bytes` of the train split's text;
-                                     the sample's record: bytes, segments, sha256)
+    train_from_config(data_cfg)   -> (the kind `data.tokenizer.kind` names, trained on about
+                                     `data.tokenizer.sample_bytes` of the train split's text drawn
+                                     across all files and sources (sample.py); the sample's record:
+                                     bytes, segments, sha256, bytes per file and per source)
 
 Each kind trains with its own `train` (its record, `tokenizer_kinds.get_kind`): WordPiece and
 byte-level BPE with `tokenizers` from an iterator (wordpiece.py, byte_bpe.py); SentencePiece
@@ -42,8 +43,8 @@ from collections.abc import Iterable, Iterator
 import ml_collections
 from absl import logging
 
-from data_pipelines.sources import corpus, documents as sources, mixture
-from data_pipelines.tokenizers import kinds as tokenizer_kinds
+from data_pipelines.sources import documents as sources
+from data_pipelines.tokenizers import kinds as tokenizer_kinds, sample
 
 # The `config.data` keys that decide a trained tokenizer: the source, how documents split into
 # segments, which documents are held out, and the tokenizer block. train_from_config reads only
@@ -51,7 +52,7 @@ from data_pipelines.tokenizers import kinds as tokenizer_kinds
 # tokenizers and may share one (launch/sweep.py).
 TRAINING_KEYS = ("source", "path", "field", "tfds_name", "tfds_split", "tfds_data_dir", "segmenter",
                  "max_line_bytes", "eval_fraction", "vocab_size", "mixture")
-TOKENIZER_KEYS = ("kind", "sample_bytes", "lowercase", "min_frequency", "special_tokens")
+TOKENIZER_KEYS = ("kind", "sample_bytes", "sample_seed", "lowercase", "min_frequency", "special_tokens")
 
 
 def training_settings(data_cfg: ml_collections.ConfigDict) -> dict:
@@ -69,6 +70,8 @@ class SampleRecord:
     """What a tokenizer was trained on, so a later run can tell it is looking at the same input.
 
     sha256 is over the segments' UTF-8 bytes, each followed by a newline, in sample order.
+    files: bytes each file (or source kind: embedded, tfds) gave; sources: bytes each source of
+    a mixture gave (sample.py draws them).
     """
 
     bytes: int = 0
@@ -76,6 +79,9 @@ class SampleRecord:
     sha256: str = ""
     vocab_size_asked: int = 0
     vocab_size: int = 0
+    sample_seed: int = 0
+    files: dict = dataclasses.field(default_factory=dict)
+    sources: dict = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -84,17 +90,20 @@ class SampleRecord:
 class _RecordedSample:
     """Iterates the sample once, counting and hashing what the trainer is given."""
 
-    def __init__(self, texts: Iterable[str], record: SampleRecord):
-        self._texts = texts
+    def __init__(self, texts: Iterable[tuple[str, str, str]], record: SampleRecord):
+        self._texts = texts  # (source name or "", file, segment): sample.sample_segments
         self._record = record
         self._digest = hashlib.sha256()
 
     def __iter__(self) -> Iterator[str]:
-        for text in self._texts:
+        for source, origin, text in self._texts:
             data = text.encode("utf-8")
             self._digest.update(data + b"\n")
             self._record.bytes += len(data)
             self._record.segments += 1
+            self._record.files[origin] = self._record.files.get(origin, 0) + len(data)
+            if source:
+                self._record.sources[source] = self._record.sources.get(source, 0) + len(data)
             yield text
         self._record.sha256 = self._digest.hexdigest()
 
@@ -102,30 +111,11 @@ class _RecordedSample:
 def training_sample(
     data_cfg: ml_collections.ConfigDict, sample_bytes: int, stats: sources.SkipStats
 ) -> Iterator[str]:
-    """The train split's segments, in source order, until sample_bytes of UTF-8 text.
-
-    Held-out documents (corpus.is_eval_document on the document's index in the whole
-    source) are left out: on one host exactly the pipeline's eval documents. (A
-    multi-host stream holds out by position within each host's share, so there the
-    sample may include a few of them.)
-    """
-    if sample_bytes <= 0:
-        raise ValueError(f"config.data.tokenizer.sample_bytes={sample_bytes} must be positive")
-    if mixture.has_mixture(data_cfg):
-        # Each source gives its weight's share of the bytes (its own weight, not a schedule's).
-        for (name, cfg), weight in zip(mixture.source_configs(data_cfg).items(), mixture.weights(data_cfg)):
-            if weight > 0:
-                yield from training_sample(cfg, max(1, int(sample_bytes * weight)), stats)
-        return
-    seen = 0
-    for index, document in enumerate(sources.iter_documents(data_cfg, stats=stats)):
-        if corpus.is_eval_document(index, data_cfg.eval_fraction):
-            continue
-        for segment in document:
-            yield segment
-            seen += len(segment.encode("utf-8"))
-            if seen >= sample_bytes:
-                return
+    """The train split's segments that train the tokenizer: about sample_bytes drawn across every file
+    (and every source of a mixture, by weight) from data.tokenizer.sample_seed (sample.py)."""
+    seed = (data_cfg.get("tokenizer") or {}).get("sample_seed", 0)
+    for _, _, segment in sample.sample_segments(data_cfg, sample_bytes, seed, stats):
+        yield segment
 
 
 def train_from_config(data_cfg: ml_collections.ConfigDict) -> tuple[tokenizer_kinds.Tokenizer, SampleRecord]:
@@ -140,8 +130,9 @@ def train_from_config(data_cfg: ml_collections.ConfigDict) -> tuple[tokenizer_ki
     kind = tok_cfg.kind
     specials = tokenizer_kinds.parse_specials(kind, tok_cfg.get("special_tokens", ""))
     stats = sources.SkipStats()
-    record = SampleRecord(vocab_size_asked=data_cfg.vocab_size)
-    texts = _RecordedSample(training_sample(data_cfg, tok_cfg.sample_bytes, stats), record)
+    seed = tok_cfg.get("sample_seed", 0)
+    record = SampleRecord(vocab_size_asked=data_cfg.vocab_size, sample_seed=seed)
+    texts = _RecordedSample(sample.sample_segments(data_cfg, tok_cfg.sample_bytes, seed, stats), record)
     min_frequency = tok_cfg.get("min_frequency", 2)
     tokenizer = tokenizer_kinds.get_kind(kind).train(
         texts, data_cfg.vocab_size, min_frequency, lowercase=tok_cfg.lowercase, specials=specials

@@ -1,0 +1,102 @@
+"""The tokenizer's training sample: `data.tokenizer.sample_bytes` drawn across the whole corpus.
+
+A vocabulary trained on the alphabetically first files (books/ before web/) tokenizes the rest
+badly, and nothing says so. The sample is drawn instead:
+
+  file sources       (text, jsonl, parquet) every file's share of the bytes is its share of the
+                     corpus's size; the files are visited in an order drawn from
+                     `data.tokenizer.sample_seed`, and shares too small to be worth a read
+                     (under MIN_FILE_BYTES, or a 64th of the sample if that is less) are pooled
+                     into the next file of that order, so a
+                     corpus of many small files gives a seeded subset of them, spread over it.
+                     A file gives its train-split documents from its start until its share is
+                     met; what a file lacks (a .gz is larger than its compressed size says)
+                     passes to the next. A corpus smaller than sample_bytes is read whole.
+  random access      (embedded, tfds) the train split's documents in source order.
+  a mixture          each source its weight's share of the bytes, drawn as above.
+
+Only one document is held at a time: memory does not grow with the corpus. The sample's record
+(tokenizer/sample.json, training.SampleRecord) says how many bytes each file (and each source of
+a mixture) gave.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterator
+
+from bert_jax.storage import paths
+from data_pipelines.loader import index_shuffle
+from data_pipelines.sources import corpus, documents as sources, mixture, readers
+
+MIN_FILE_BYTES = 1 << 20  # a file opened for the sample gives at least this much (or all it holds)
+_STAT_THREADS = 16  # a bucket answers one stat per request: ask side by side
+
+
+def sample_segments(data_cfg, sample_bytes: int, seed: int, stats: sources.SkipStats,
+                    source: str = "") -> Iterator[tuple[str, str, str]]:
+    """(source name or "", file or source kind, segment) of the sample, about sample_bytes of UTF-8 text.
+
+    Stops after the segment that reaches a file's (or the source's) share: the sample holds
+    sample_bytes plus less than one segment per file read.
+    """
+    if sample_bytes <= 0:
+        raise ValueError(f"config.data.tokenizer.sample_bytes={sample_bytes} must be positive")
+    if mixture.has_mixture(data_cfg):
+        # Each source gives its weight's share of the bytes (its own weight, not a schedule's).
+        for (name, cfg), weight in zip(mixture.source_configs(data_cfg).items(), mixture.weights(data_cfg)):
+            if weight > 0:
+                yield from sample_segments(cfg, max(1, int(sample_bytes * weight)), seed, stats, name)
+        return
+    if data_cfg.source in sources.FILE_SOURCES:
+        yield from _file_sample(data_cfg, sample_bytes, seed, stats, source)
+        return
+    seen = 0
+    for index, document in enumerate(sources.iter_documents(data_cfg, stats=stats)):
+        if corpus.is_eval_document(index, data_cfg.eval_fraction):
+            continue
+        for segment in document:
+            yield source, data_cfg.source, segment
+            seen += len(segment.encode("utf-8"))
+            if seen >= sample_bytes:
+                return
+
+
+def file_shares(sizes: list[int], sample_bytes: int, seed: int) -> list[tuple[int, float]]:
+    """(file index, bytes to take) in the seeded order: shares by size, small ones pooled forward.
+
+    The shares sum to sample_bytes; a file's share is 0 when pooled into a later one.
+    """
+    total = sum(sizes)
+    if total == 0:
+        return []
+    floor = min(MIN_FILE_BYTES, sample_bytes / 64)
+    order = [int(i) for i in index_shuffle.permutation(len(sizes), seed % 2**32)]
+    shares, pooled = [], 0.0
+    for rank, index in enumerate(order):
+        pooled += sample_bytes * sizes[index] / total
+        if pooled >= floor or rank == len(order) - 1:
+            shares.append((index, pooled))
+            pooled = 0.0
+    return shares
+
+
+def _file_sample(data_cfg, sample_bytes: int, seed: int, stats: sources.SkipStats, source: str):
+    files = sources.resolve_files(data_cfg)
+    with concurrent.futures.ThreadPoolExecutor(_STAT_THREADS) as pool:
+        sizes = list(pool.map(lambda f: int(paths.path(f).stat().length), files))
+    owed = 0.0  # what earlier files lacked of their share
+    for index, share in file_shares(sizes, sample_bytes, seed):
+        owed += share
+        taken = 0
+        for number, document in enumerate(readers.file_documents(data_cfg, [files[index]], stats)):
+            if taken >= owed:
+                break
+            if corpus.is_eval_document(corpus.file_document_id(index, number), data_cfg.eval_fraction):
+                continue
+            for segment in document:
+                yield source, files[index], segment
+                taken += len(segment.encode("utf-8"))
+                if taken >= owed:
+                    break
+        owed = max(0.0, owed - taken)
