@@ -15,12 +15,25 @@ A sweep file is Python with `get_sweep()` returning a dict:
     summary_keys  the metrics summary.md lists (optional; default SUMMARY_KEYS)
 Keys are config paths without the `config.` prefix ("train.learning_rate"). Each run's
 workdir is `<sweep_dir>/<name>`, the name built from the point's own overrides
-("learning_rate=0.001"), and `<sweep_dir>/sweep.json` records name -> overrides.
-`--executor=local` runs the points one after another here; `--executor=tpu` prints
-one `launch.tpu_vm all` command per point. `summary` writes summary.md, summary.csv
-and curves.png (train loss and eval loss of every run) into the sweep directory; when the
-grid varies `seed`, summary.md also gives each metric's mean ± std over the seeds of every
-other point (small-data fine-tuning is unstable: the spread is the result).
+("learning_rate=0.001"), and `<sweep_dir>/sweep.json` records name -> overrides; it is written
+before any point starts, whatever the executor, so `summary` works while points run. Every point
+logs to wandb (when on) as one run named for the point, grouped by the sweep (its directory's name).
+
+Executors (`--executor`):
+    local  runs the points here, `--parallel` at once (default 1), each one's output in
+           <sweep_dir>/logs/<name>.log when more than one runs at a time
+    ray    one `launch.ray_tpu` job per point on a Ray cluster of TPU slices (`--address`, `--tpu`),
+           all submitted at once: each waits for a free slice, and is relaunched after preemptions
+           until its DONE, so as many run at once as the cluster has slices
+    tpu    prints one `launch.tpu_vm all` command per point (its own spot slice, the code cloned from
+           `--repo_url`, the slice deleted once the point's DONE appears); no relaunch after a preemption:
+           use `ray` for that
+`summary` writes summary.md, summary.csv and curves.png (train loss and eval loss of every run)
+into the sweep directory: each run's final and best value of every summary key (best: the lowest
+loss, the highest of anything else) and its state (done, running, pending); when the grid varies
+`seed`, each metric's median [min–max] and n over the seeds of every other point (small-data
+fine-tuning is unstable: the spread is the result). Columns come from `run_row` and the callables
+in ROW_COLUMNS (workdir, run -> {column: value}), so a tool can add its own (downstream scores).
 
 Points share their tokenizer. Points whose data and tokenizer settings are equal
 (tokenizer_training.training_settings) get one, trained once into
@@ -33,6 +46,7 @@ vocab_size, the data...) gets its own. Points that do not train one (a given
 tokenizer (its sha256) each run used.
 """
 import argparse
+import concurrent.futures
 import csv
 import hashlib
 import importlib.util
@@ -41,17 +55,23 @@ import io
 import json
 import re
 import shlex
+import statistics
 import subprocess
 import sys
+from typing import Callable
 
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
+from bert_jax.train.completion import read_done
 from bert_jax.train.metrics_file import read_rows
 from launch import sweep_downstream
 
 SUMMARY_KEYS = ("train/loss", "train/mlm_accuracy", "eval/loss", "eval/mlm_accuracy", "perf/tokens_per_s")
 PRETRAIN = "bert_jax.pretrain"
 COMMANDS = (PRETRAIN, "bert_jax.finetune")
+EXECUTORS = ("local", "ray", "tpu")
+# Extra summary columns: each callable gets (a run's workdir, its sweep.json entry) and returns {column: value}.
+ROW_COLUMNS: list[Callable[..., dict]] = []
 
 
 def load_sweep(path: str) -> dict:
@@ -146,6 +166,11 @@ def plan_runs(sweep: dict, sweep_dir: str) -> list[dict]:
         overrides = {**sweep.get("overrides", {}), **point}
         run = dict(name=name, workdir=str(paths.path(sweep_dir) / name), point=point, tokenizer=None)
         config = resolved_config(sweep["config"], overrides)
+        # wandb: one run per point, named for it, grouped by the sweep (a config without the keys is left alone)
+        logging_keys = config.get("logging") or {}
+        wandb = {f"logging.{k}": v for k, v in (("wandb_group", sweep_name(sweep_dir)), ("wandb_run_name", name))
+                 if k in logging_keys and f"logging.{k}" not in overrides}
+        overrides = {**wandb, **overrides}
         # Fine-tuning keeps its encoder's tokenizer: only pre-training points train (and share) one.
         settings = tokenizer_settings(config) if sweep.get("command", PRETRAIN) == PRETRAIN else None
         if settings is not None:
@@ -166,16 +191,62 @@ def shared_tokenizers(runs: list[dict]) -> dict[str, list[str]]:
     return {run["tokenizer"]: run["tokenizer_argv"] for run in runs if run["tokenizer"]}
 
 
+def sweep_name(sweep_dir: str) -> str:
+    """The sweep's name (its directory's): the wandb group of its points."""
+    return str(sweep_dir).rstrip("/").rsplit("/", 1)[-1] or "sweep"
+
+
 def tpu_commands(sweep: dict, runs: list[dict], args) -> list[list[str]]:
-    """The shared tokenizers' training commands (run them first, once), then one TPU command per point."""
+    """The shared tokenizers' training commands (run them first, once), then one TPU command per point:
+    its own slice (spot unless --capacity says otherwise), the code from --repo_url, deleted after its DONE."""
+    if not args.repo_url or "OWNER" in args.repo_url:
+        raise ValueError("--executor=tpu clones the code onto each slice: give --repo_url (and --branch)")
+    capacity = {"spot": ["--spot"], "preemptible": ["--preemptible"], "on_demand": []}[args.capacity]
     tokenizers = [["python", "-m", "data_pipelines.tokenizer", *argv[3:]] for argv in shared_tokenizers(runs).values()]
     return tokenizers + [
         ["python", "-m", "launch.tpu_vm", "all", f"--name={args.tpu_name_prefix}-{i}", f"--zone={args.zone}",
-         f"--accelerator_type={args.accelerator_type}", f"--config={sweep['config']}",
-         f"--workdir={args.gcs_dir.rstrip('/')}/{run['name']}", "--",
-         *override_flags(run["overrides"])]
+         f"--accelerator_type={args.accelerator_type}", *capacity, f"--repo_url={args.repo_url}",
+         f"--branch={args.branch}", "--delete_when_done", f"--config={sweep['config']}",
+         f"--workdir={run['workdir']}", "--", *override_flags(run["overrides"])]
         for i, run in enumerate(runs)
     ]
+
+
+def ray_argv(sweep: dict, run: dict, args) -> list[str]:
+    """A point as a `launch.ray_tpu` job: it waits for a free slice and is relaunched until its DONE."""
+    if sweep.get("command", PRETRAIN) != PRETRAIN:
+        raise ValueError("--executor=ray runs pre-training points (launch.ray_tpu); run fine-tuning sweeps locally")
+    return [sys.executable, "-m", "launch.ray_tpu", f"--address={args.address}", f"--tpu={args.tpu}",
+            f"--config={sweep['config']}", f"--workdir={run['workdir']}", f"--max_wait={args.max_wait}",
+            "--", *override_flags(run["overrides"])]
+
+
+def point_argv(sweep: dict, run: dict, args) -> list[str]:
+    return ray_argv(sweep, run, args) if args.executor == "ray" else run["argv"]
+
+
+def sweep_record(sweep: dict, runs: list[dict]) -> dict:
+    """sweep.json: the base config, the summary keys, and each point's name, overrides and tokenizer."""
+    return {"config": sweep["config"], "summary_keys": list(sweep.get("summary_keys", SUMMARY_KEYS)),
+            "runs": [{k: r[k] for k in ("name", "overrides", "point", "tokenizer")} for r in runs]}
+
+
+def run_points(named_argvs: list[tuple[str, list[str]]], parallel: int, log_dir) -> list[str]:
+    """Runs every (name, argv), `parallel` at once; returns the names that failed. With more than one at a
+    time each point's output goes to log_dir/<name>.log (a local folder), else to this terminal."""
+    def run_one(index: int, name: str, argv: list[str]) -> bool:
+        print(f"[sweep] {index + 1}/{len(named_argvs)} {name}: {shlex.join(argv)}", flush=True)
+        if parallel == 1:
+            return subprocess.run(argv).returncode == 0
+        log_dir.mkdir(parents=True, exist_ok=True)
+        with (log_dir / f"{name}.log").open("w") as log:
+            ok = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT).returncode == 0
+        print(f"[sweep] {name}: {'finished' if ok else 'FAILED'} (log: {log_dir / f'{name}.log'})", flush=True)
+        return ok
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
+        done = list(pool.map(lambda item: run_one(item[0], *item[1]), enumerate(named_argvs)))
+    return [name for (name, _), ok in zip(named_argvs, done) if not ok]
 
 
 def train_shared_tokenizers(runs: list[dict]) -> None:
@@ -192,26 +263,30 @@ def train_shared_tokenizers(runs: list[dict]) -> None:
 
 def run_sweep(args) -> int:
     sweep = load_sweep(args.sweep)
-    if args.executor == "tpu":
-        runs = plan_runs(sweep, args.gcs_dir.rstrip("/"))
-        for cmd in tpu_commands(sweep, runs, args):
-            print(shlex.join(cmd))
-        return 0
-    runs = plan_runs(sweep, args.sweep_dir)
+    sweep_dir = args.sweep_dir.rstrip("/")
+    if args.executor in ("ray", "tpu") and not paths.is_remote(sweep_dir):
+        # Every slice's hosts must see the same workdirs, and they outlive the slices.
+        raise ValueError(f"--executor={args.executor}: give a gs:// or s3:// --sweep_dir, not {sweep_dir!r}")
+    runs = plan_runs(sweep, sweep_dir)
+    commands = (tpu_commands(sweep, runs, args) if args.executor == "tpu" else
+                [*shared_tokenizers(runs).values(), *(point_argv(sweep, run, args) for run in runs)])
     if args.dry_run:
-        for argv in [*shared_tokenizers(runs).values(), *(run["argv"] for run in runs)]:
+        for argv in commands:
             print(shlex.join(argv))
         return 0
-    record = {"config": sweep["config"], "summary_keys": list(sweep.get("summary_keys", SUMMARY_KEYS)),
-              "runs": [{k: r[k] for k in ("name", "overrides", "point", "tokenizer")} for r in runs]}
-    paths.write_atomically(paths.path(args.sweep_dir) / "sweep.json",
-                           json.dumps(record, indent=2, default=format_value))
+    paths.write_atomically(paths.path(sweep_dir) / "sweep.json",  # first: `summary` works while points run
+                           json.dumps(sweep_record(sweep, runs), indent=2, default=format_value))
+    if args.executor == "tpu":
+        print(f"# wrote {sweep_dir}/sweep.json; run these (the tokenizers first), then "
+              f"python -m launch.sweep summary --sweep_dir={sweep_dir}")
+        for cmd in commands:
+            print(shlex.join(cmd))
+        return 0
     train_shared_tokenizers(runs)
-    failed = []
-    for i, run in enumerate(runs):
-        print(f"[sweep] {i + 1}/{len(runs)} {run['name']}: {shlex.join(run['argv'])}", flush=True)
-        if subprocess.run(run["argv"]).returncode:
-            failed.append(run["name"])
+    parallel = args.parallel or (len(runs) if args.executor == "ray" else 1)
+    log_dir = paths.path(args.log_dir or (f"{sweep_dir}/logs" if not paths.is_remote(sweep_dir) else
+                                          f"sweep_logs/{sweep_name(sweep_dir)}"))
+    failed = run_points([(run["name"], point_argv(sweep, run, args)) for run in runs], parallel, log_dir)
     if failed:
         print(f"[sweep] failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
@@ -227,66 +302,102 @@ def _tokenizer_used(workdir) -> tuple[str | None, str | None]:
     return config.get("run_identity", {}).get("tokenizer_sha256"), kind
 
 
+def best_of(key: str, values: list[float]) -> float:
+    """The best of a metric's values: the lowest loss (or perplexity), the highest of anything else."""
+    return min(values) if "loss" in key or "perplexity" in key else max(values)
+
+
+def run_row(workdir, run: dict, keys, rows: list[dict]) -> dict:
+    """A run's summary row: its state, last step, each key's final and best value, and its tokenizer."""
+    state = "done" if read_done(workdir) is not None else "running" if rows else "pending"
+    row = {"run": run["name"], "state": state, "step": max((r["step"] for r in rows), default=0)}
+    for key in keys:
+        values = [r[key] for r in rows if key in r]
+        row[key] = values[-1] if values else None
+        row[f"best {key}"] = best_of(key, values) if values else None
+    sha256, kind = _tokenizer_used(workdir)
+    row["tokenizer"] = sha256[:12] if sha256 else None
+    row["_tokenizer"] = (sha256, kind)
+    return row
+
+
+def arm_rows(sweep_dir, record: dict) -> tuple[list[dict], dict]:
+    """One row per run of sweep.json (run_row plus every ROW_COLUMNS callable's columns), and their curves."""
+    keys = tuple(record.get("summary_keys", SUMMARY_KEYS))
+    table, curves = [], {}
+    for run in record["runs"]:
+        workdir = paths.path(sweep_dir) / run["name"]
+        rows = read_rows(Workdir(workdir).metrics_jsonl)
+        row = run_row(workdir, run, keys, rows)
+        for columns in ROW_COLUMNS:
+            row.update(columns(workdir, run))
+        table.append(row)
+        curves[run["name"]] = rows
+    return table, curves
+
+
 def summarize(sweep_dir: str) -> list[dict]:
-    """Each run's final value of every SUMMARY_KEYS metric and its tokenizer; writes summary.md, summary.csv, curves.png."""
+    """Each run's state, final and best value of every summary key and its tokenizer, then the seeds grouped;
+    writes summary.md, summary.csv, curves.png. Works while points run (pending ones show —)."""
     sweep_dir = paths.path(sweep_dir)
     record = json.loads((sweep_dir / "sweep.json").read_text())
     runs, keys = record["runs"], tuple(record.get("summary_keys", SUMMARY_KEYS))
-    table, curves, tokenizers = [], {}, {}
-    for run in runs:
-        workdir = sweep_dir / run["name"]
-        rows = read_rows(Workdir(workdir).metrics_jsonl)
-        final = {"run": run["name"], "step": max((r["step"] for r in rows), default=0)}
-        for key in keys:
-            values = [r[key] for r in rows if key in r]
-            final[key] = values[-1] if values else None
-        sha256, kind = _tokenizer_used(workdir)
-        final["tokenizer"] = sha256[:12] if sha256 else None
+    table, curves = arm_rows(sweep_dir, record)
+    tokenizers = {}
+    for row in table:
+        sha256, kind = row.pop("_tokenizer")
         if sha256:
-            tokenizers.setdefault((sha256, kind), []).append(run["name"])
-        table.append(final)
-        curves[run["name"]] = rows
-    columns = ["run", "step", *keys, "tokenizer"]
+            tokenizers.setdefault((sha256, kind), []).append(row["run"])
+    extra = [c for c in table[0] if c not in {"run", "state", "step", "tokenizer", *keys, *(f"best {k}" for k in keys)}]
+    columns = ["run", "state", "step", *(c for k in keys for c in (k, f"best {k}")), *extra, "tokenizer"]
     csv_text = io.StringIO(newline="")
     writer = csv.DictWriter(csv_text, columns)
     writer.writeheader()
     writer.writerows(table)
     paths.write_atomically(sweep_dir / "summary.csv", csv_text.getvalue())
-    cell = lambda v: "—" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in table]
+    shown = ["run", "state", "step", *(f"{k} (best)" for k in keys), *extra, "tokenizer"]
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    for row in table:
+        cells = [row["run"], row["state"], str(row["step"])]
+        cells += [_cell(row[k]) + ("" if row[k] is None else f" ({_cell(row[f'best {k}'])})") for k in keys]
+        cells += [_cell(row[c]) for c in extra] + [_cell(row["tokenizer"])]
+        lines.append("| " + " | ".join(cells) + " |")
     kinds = sorted({kind for _, kind in tokenizers})
     per_kind = f", one per kind ({', '.join(kinds)})" if len(tokenizers) == len(kinds) > 1 else ""
     lines += ["", f"{len(tokenizers)} tokenizer(s){per_kind} (sha256 of tokenizer/):"]
     lines += [f"- `{sha256}` ({kind}): {', '.join(names)}" for (sha256, kind), names in tokenizers.items()]
-    lines += _over_seeds(runs, table, keys)
-    lines += sweep_downstream.summary_lines(str(sweep_dir), [run["name"] for run in runs])  # arms × tasks, if evaluated
+    lines += _over_seeds(runs, table, (*keys, *extra))
     paths.write_atomically(sweep_dir / "summary.md", "\n".join(lines) + "\n")
     _plot_curves(curves, sweep_dir / "curves.png")
     return table
 
 
+def _cell(value) -> str:
+    return "—" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def spread(values: list[float]) -> str:
+    """'0.8 [0.7–0.9]': the median and the range of a point's values over its seeds."""
+    return f"{statistics.median(values):.4g} [{min(values):.4g}–{max(values):.4g}]"
+
+
 def _over_seeds(runs: list[dict], table: list[dict], keys) -> list[str]:
-    """summary.md lines: each metric's mean ± std over the runs that differ only in `seed`."""
+    """summary.md lines: each metric's median [min–max] and n over the runs that differ only in `seed`."""
     if not any("seed" in run.get("point", {}) for run in runs):
         return []
     groups: dict[str, list[dict]] = {}
     for run, row in zip(runs, table):
         rest = {k: v for k, v in run.get("point", {}).items() if k != "seed"}
         groups.setdefault(run_name(rest) if rest else "(all)", []).append(row)
-    lines = ["", "Over seeds (mean ± std):", "", "| point | seeds | " + " | ".join(keys) + " |",
-             "|" + "---|" * (len(keys) + 2)]
+    lines = ["", "Over seeds (final values: median [min–max]; n: seeds with a value):", "",
+             "| point | n | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 2)]
     for name, rows in groups.items():
         cells = []
         for key in keys:
-            values = [r[key] for r in rows if r[key] is not None]
-            if not values:
-                cells.append("—")
-                continue
-            mean = sum(values) / len(values)
-            std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
-            cells.append(f"{mean:.4g} ± {std:.2g}")
-        lines.append(f"| {name} | {len(rows)} | " + " | ".join(cells) + " |")
+            values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+            cells.append(spread(values) if values else "—")
+        counted = max((sum(isinstance(r.get(k), (int, float)) for r in rows) for k in keys), default=0)
+        lines.append(f"| {name} | {counted} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -305,7 +416,8 @@ def _plot_curves(curves: dict, path) -> None:
         ax.set_xlabel("step")
         ax.set_ylabel(key)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.lines:  # (a sweep whose points have not logged yet has none)
+            ax.legend(fontsize=7)
     fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
@@ -319,12 +431,20 @@ def main(argv=None) -> None:
     run = sub.add_parser("run", help="run (or print) every point of a sweep file")
     run.add_argument("--sweep", required=True, help="the sweep file, e.g. configs/sweeps/tiny_lr.py")
     run.add_argument("--sweep_dir", required=True, help="one workdir per point is made under it")
-    run.add_argument("--executor", choices=("local", "tpu"), default="local")
-    run.add_argument("--dry_run", action="store_true", help="local: print the commands only")
+    run.add_argument("--executor", choices=EXECUTORS, default="local")
+    run.add_argument("--dry_run", action="store_true", help="print the commands only")
+    run.add_argument("--parallel", type=int, default=0,
+                     help="points at once (local: default 1; ray: default all, each waiting for a slice)")
+    run.add_argument("--log_dir", default="", help="parallel points' logs (default <sweep_dir>/logs)")
+    run.add_argument("--address", default="", help="ray: the cluster's HEAD_IP:PORT")
+    run.add_argument("--tpu", default="v4-8", help="ray: the slice type each point runs on")
+    run.add_argument("--max_wait", type=float, default=86400.0, help="ray: seconds a point waits for a free slice")
     run.add_argument("--tpu_name_prefix", default="sweep")
     run.add_argument("--zone", default="us-central2-b")
     run.add_argument("--accelerator_type", default="v4-8")
-    run.add_argument("--gcs_dir", default="gs://BUCKET/sweeps", help="tpu: workdirs go under it")
+    run.add_argument("--capacity", choices=("spot", "preemptible", "on_demand"), default="spot")
+    run.add_argument("--repo_url", default="", help="tpu: the repository each slice clones")
+    run.add_argument("--branch", default="main")
     summary = sub.add_parser("summary", help="tabulate and plot the runs of a sweep directory")
     summary.add_argument("--sweep_dir", required=True)
     sweep_downstream.add_parser(sub)
@@ -332,7 +452,12 @@ def main(argv=None) -> None:
     if args.command == "evaluate":
         sys.exit(sweep_downstream.evaluate_sweep(args))
     if args.command == "run":
-        sys.exit(run_sweep(args))
+        if args.executor == "ray" and not args.address:
+            parser.error("--executor=ray needs --address (the Ray cluster's HEAD_IP:PORT)")
+        try:
+            sys.exit(run_sweep(args))
+        except (ValueError, KeyError, FileNotFoundError) as error:
+            sys.exit(f"launch.sweep: {error}")
     table = summarize(args.sweep_dir)
     print((paths.path(args.sweep_dir) / "summary.md").read_text(), end="")
     print(f"{len(table)} runs; wrote summary.md, summary.csv, curves.png in {args.sweep_dir}")

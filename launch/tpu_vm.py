@@ -11,6 +11,10 @@ worker (`--worker=all`) and `jax.distributed` finds its peers from the TPU VM's
 metadata, so no coordinator is given. `--queued` asks for the slice through queued
 resources (the way to get spot capacity that is not free right now).
 
+`all --delete_when_done` then waits for the run's DONE in the workdir (polling every
+`--poll_s`) and deletes the slice, so a finished run stops billing (what `launch.sweep
+--executor=tpu` prints per point).
+
 It does not relaunch: a preempted slice's run stays stopped (its checkpoint saved) until
 someone runs `run` again. For runs that relaunch themselves until done, use
 `python -m launch.ray_tpu` on a Ray cluster (docs/guides/tpu.md: "Spot TPUs that finish by themselves").
@@ -19,6 +23,9 @@ import argparse
 import shlex
 import subprocess
 import sys
+import time
+
+from bert_jax.train import completion
 
 from launch import parse_with_overrides, shown, wandb_env
 
@@ -89,6 +96,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="configs/bert_base.py")
     p.add_argument("--workdir", default="", help="a gs:// path: every worker must see the same workdir")
     p.add_argument("--dry_run", action="store_true", help="print the commands instead of running them")
+    p.add_argument("--delete_when_done", action="store_true",
+                   help="all: wait for the run's DONE in --workdir, then delete the slice")
+    p.add_argument("--poll_s", type=float, default=300.0, help="--delete_when_done: seconds between looks at DONE")
     p.epilog = "Everything after -- is passed to pretrain: --config.key=value overrides."
     return p
 
@@ -107,6 +117,19 @@ def main(argv=None) -> None:
         print(shown(shlex.join(cmd), wandb_env()), flush=True)  # an API key is passed, never printed
         if not args.dry_run:
             subprocess.run(cmd, check=True)
+    if args.action == "all" and args.delete_when_done:
+        print(f"# waiting for {args.workdir}/DONE, then: {shlex.join(commands('delete', args)[0])}", flush=True)
+        if not args.dry_run:
+            wait_then_delete(args)
+
+
+def wait_then_delete(args) -> None:
+    """Polls the workdir's DONE (bert_jax/train/completion.py) and deletes the slice once it is there."""
+    while completion.read_done(args.workdir) is None:
+        time.sleep(args.poll_s)
+    for cmd in commands("delete", args):
+        print(shlex.join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
 
 
 if __name__ == "__main__":

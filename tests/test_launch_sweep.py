@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from bert_jax.storage import paths
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from launch import sweep
 
@@ -38,17 +39,57 @@ def test_colliding_names_and_empty_sweeps_are_refused(tmp_path):
         sweep.plan_runs(dict(config="c"), str(tmp_path))
 
 
-def test_tpu_executor_prints_the_shared_tokenizer_then_one_tpu_vm_command_per_point():
-    out = subprocess.run(
-        [sys.executable, "-m", "launch.sweep", "run", "--sweep=configs/sweeps/tiny_lr.py", "--sweep_dir=unused",
-         "--executor=tpu", "--gcs_dir=gs://b/sw"], cwd=REPO, capture_output=True, text=True, check=True,
-    ).stdout.splitlines()
+def test_tpu_executor_writes_sweep_json_first_and_prints_spot_slices_that_clone_the_repo_and_delete_when_done(
+        gcs, capsys):
+    sweep_dir = f"{gcs.new()}/sw"
+    with pytest.raises(SystemExit) as exit_status:
+        sweep.main(["run", "--sweep=configs/sweeps/tiny_lr.py", f"--sweep_dir={sweep_dir}", "--executor=tpu",
+                    "--repo_url=https://github.com/lab/bert_jax.git"])
+    assert exit_status.value.code == 0
+    out = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     assert len(out) == 4
-    assert out[0].startswith("python -m data_pipelines.tokenizer --config=configs/tiny.py --out=gs://b/sw/tokenizers/")
+    assert out[0].startswith(f"python -m data_pipelines.tokenizer --config=configs/tiny.py --out={sweep_dir}/tokenizers/")
     tokenizer = out[0].split("--out=")[1].split()[0]
-    assert "-m launch.tpu_vm all --name=sweep-0" in out[1]
-    assert "--workdir=gs://b/sw/learning_rate=0.0005 -- --config.train.num_steps=300" in out[1]
+    assert ("-m launch.tpu_vm all --name=sweep-0 --zone=us-central2-b --accelerator_type=v4-8 --spot "
+            "--repo_url=https://github.com/lab/bert_jax.git --branch=main --delete_when_done") in out[1]
+    assert f"--workdir={sweep_dir}/learning_rate=0.0005 -- --config.logging.wandb_group=sw" in out[1]
     assert all(line.endswith(f"--config.data.tokenizer.path={tokenizer}") for line in out[1:])
+    record = json.loads(paths.path(f"{sweep_dir}/sweep.json").read_text())  # written before any point runs
+    assert [r["name"] for r in record["runs"]] == ["learning_rate=0.0005", "learning_rate=0.002", "learning_rate=0.005"]
+    table = sweep.summarize(sweep_dir)  # works before (and while) the points run
+    assert [row["state"] for row in table] == ["pending"] * 3 and table[0]["eval/loss"] is None
+
+
+def test_tpu_and_ray_executors_refuse_a_local_sweep_dir_and_a_placeholder_repo(tmp_path, capsys):
+    for flags in (["--executor=tpu", "--repo_url=https://github.com/lab/bert_jax.git", f"--sweep_dir={tmp_path}"],
+                  ["--executor=tpu", "--sweep_dir=gs://b/sw"],
+                  ["--executor=ray", "--address=127.0.0.1:6379", f"--sweep_dir={tmp_path}"]):
+        with pytest.raises(SystemExit) as error:
+            sweep.main(["run", "--sweep=configs/sweeps/tiny_lr.py", "--dry_run", *flags])
+        assert "gs:// or s3://" in str(error.value) or "--repo_url" in str(error.value)
+
+
+def test_ray_executor_submits_every_point_as_a_ray_tpu_job(capsys):
+    with pytest.raises(SystemExit):
+        sweep.main(["run", "--sweep=configs/sweeps/tiny_lr.py", "--sweep_dir=gs://b/sw", "--executor=ray",
+                    "--address=10.0.0.2:6379", "--tpu=v4-16", "--dry_run"])
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 4 and "-m data_pipelines.tokenizer" in out[0]
+    assert all(f"-m launch.ray_tpu --address=10.0.0.2:6379 --tpu=v4-16 --config=configs/tiny.py "
+               f"--workdir=gs://b/sw/learning_rate={lr} --max_wait=86400.0 -- " in line
+               for lr, line in zip(("0.0005", "0.002", "0.005"), out[1:]))
+    assert all("--config.logging.wandb_run_name=learning_rate=" in line for line in out[1:])
+
+
+def test_local_points_run_side_by_side_with_parallel(tmp_path):
+    # Point a finishes only once point b has started: with --parallel=2 both run at once.
+    wait = f"import os, time; [time.sleep(0.05) for _ in range(400) if not os.path.exists({str(tmp_path / 'b')!r})]; " \
+           f"assert os.path.exists({str(tmp_path / 'b')!r}); print('a saw b')"
+    points = [("a", [sys.executable, "-c", wait]),
+              ("b", [sys.executable, "-c", f"open({str(tmp_path / 'b')!r}, 'w').close()"]),
+              ("c", [sys.executable, "-c", "raise SystemExit(3)"])]
+    assert sweep.run_points(points, 2, paths.path(tmp_path / "logs")) == ["c"]
+    assert (tmp_path / "logs" / "a.log").read_text().strip() == "a saw b"
 
 
 def test_points_share_a_tokenizer_unless_they_change_a_tokenizer_setting(tmp_path):
@@ -98,7 +139,7 @@ def test_three_learning_rates_train_one_tokenizer_and_the_summary_shows_its_hash
     sha256 = tokenizer_lib.tokenizer_hash(str(trained))
     assert {r["tokenizer"] for r in rows} == {sha256[:12]}
     summary_md = (sweep_dir / "summary.md").read_text()
-    assert "| learning_rate=0.01 | 3 |" in summary_md
+    assert "| learning_rate=0.01 | done | 3 |" in summary_md
     assert f"1 tokenizer(s) (sha256 of tokenizer/):\n- `{sha256}` (wordpiece): learning_rate=0.001, " in summary_md
     assert (sweep_dir / "curves.png").stat().st_size > 1000
 
@@ -134,4 +175,29 @@ def test_a_finetuning_grid_runs_bert_jax_finetune_and_summarises_mean_and_std_ov
             json.dumps({"step": 8, "train/loss": 0.5, "eval/loss": 0.6, "eval/accuracy": accuracy}) + "\n")
     sweep.summarize(str(tmp_path))
     summary_md = (tmp_path / "summary.md").read_text()
-    assert "| learning_rate=2e-05,epochs=2.0 | 3 | 0.5 ± 0 | 0.6 ± 0 | 0.8 ± 0.1 | — |" in summary_md
+    assert "| learning_rate=2e-05,epochs=2.0 | 3 | 0.5 [0.5–0.5] | 0.6 [0.6–0.6] | 0.8 [0.7–0.9] | — |" in summary_md
+
+
+def test_summary_gives_final_and_best_values_and_each_runs_state(tmp_path):
+    runs = {"lr=1": [(1, 7.0, 0.1), (2, 6.0, 0.3), (3, 6.5, 0.2)], "lr=2": [(1, 7.5, 0.05)], "lr=3": []}
+    for name, rows in runs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": s, "eval/loss": loss, "eval/mlm_accuracy": acc}) + "\n" for s, loss, acc in rows))
+    (tmp_path / "lr=1" / "DONE").write_text("{}")
+    (tmp_path / "sweep.json").write_text(json.dumps({"summary_keys": ["eval/loss", "eval/mlm_accuracy"],
+                                                    "runs": [{"name": name} for name in runs]}))
+    sweep.ROW_COLUMNS.append(lambda workdir, run: {"downstream/median": 0.5 if run["name"] == "lr=1" else None})
+    try:
+        table = sweep.summarize(str(tmp_path))
+    finally:
+        sweep.ROW_COLUMNS.pop()
+    assert [(r["state"], r["step"]) for r in table] == [("done", 3), ("running", 1), ("pending", 0)]
+    assert (table[0]["eval/loss"], table[0]["best eval/loss"]) == (6.5, 6.0)  # the lowest loss
+    assert (table[0]["eval/mlm_accuracy"], table[0]["best eval/mlm_accuracy"]) == (0.2, 0.3)  # the highest accuracy
+    summary_md = (tmp_path / "summary.md").read_text()
+    assert "| lr=1 | done | 3 | 6.5 (6) | 0.2 (0.3) | 0.5 | — |" in summary_md
+    assert "| lr=3 | pending | 0 | — | — | — | — |" in summary_md
+    with open(tmp_path / "summary.csv") as f:
+        assert next(csv.reader(f)) == ["run", "state", "step", "eval/loss", "best eval/loss", "eval/mlm_accuracy",
+                                       "best eval/mlm_accuracy", "downstream/median", "tokenizer"]
