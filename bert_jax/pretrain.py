@@ -2,13 +2,18 @@
 
     python -m bert_jax.pretrain --config=configs/tiny.py --workdir=/tmp/bert_tiny \
         [--config.train.learning_rate=5e-4 ...]
+
+With --config.eval.downstream_suite=smoke --config.eval.downstream_data_dir=GLUE_DIR, eval steps also fine-tune
+that suite from the current params and log downstream/<task>/<metric> (bert_jax/finetune/downstream_probe.py).
 """
 from absl import app, flags
 from ml_collections import config_flags
 
+from bert_jax.finetune.downstream_probe import DownstreamProbe
 from bert_jax.train.log_filter import log_info_quietly
 from bert_jax.train import command_line, harness
 from bert_jax.train.loop import train_and_evaluate
+from configs.suites import load_suite
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, command_line.CONFIG_HELP, lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: checkpoints, metrics, tokenizer.")
@@ -20,7 +25,16 @@ def _main(argv) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_info_quietly()
     harness.setup_process(_CONFIG.value)  # before JAX starts its backend
-    train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    train_and_evaluate(_CONFIG.value, _WORKDIR.value, downstream=downstream_probe(_CONFIG.value, _WORKDIR.value))
+
+
+def downstream_probe(config, workdir: str):
+    """The probe config.eval.downstream_suite asks for (bert_jax/finetune/downstream_probe.py), its suite read and
+    checked now, before the run compiles; None without one."""
+    if not (config.get("eval") or {}).get("downstream_suite", ""):
+        return None
+    suite = load_suite(config.eval.downstream_suite)
+    return DownstreamProbe(config, workdir, suite)
 
 
 def main() -> None:

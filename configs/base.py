@@ -140,6 +140,16 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.new_rows_warmup_steps = 0
     c.train.new_rows_start = 0
 
+    # A downstream probe at eval steps (bert_jax/finetune/downstream_probe.py): a small suite (configs/suites/)
+    # fine-tuned from the current params, logged as downstream/<task>/<metric>. Built by `bert_jax.pretrain`.
+    c.eval = ml_collections.ConfigDict()
+    c.eval.downstream_suite = ""  # smoke | glue | a suite file; "" = no probe
+    c.eval.downstream_data_dir = ""  # the suite's GLUE-layout directory (SST-2/train.tsv, ...)
+    c.eval.downstream_tasks = ""  # some of the suite's tasks ("" = all)
+    # 0: at the run's last step only; N: every N steps (a multiple of train.eval_every_steps) and at the last.
+    c.eval.downstream_every_steps = 0
+    c.eval.downstream_seed = 0
+
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every_steps = 10_000
     c.checkpoint.max_to_keep = 3

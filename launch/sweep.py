@@ -71,7 +71,7 @@ PRETRAIN = "bert_jax.pretrain"
 COMMANDS = (PRETRAIN, "bert_jax.finetune")
 EXECUTORS = ("local", "ray", "tpu")
 # Extra summary columns: each callable gets (a run's workdir, its sweep.json entry) and returns {column: value}.
-ROW_COLUMNS: list[Callable[..., dict]] = []
+ROW_COLUMNS: list[Callable[..., dict]] = [sweep_downstream.row_columns]  # scores of `launch.sweep evaluate`, if run
 
 
 def load_sweep(path: str) -> dict:

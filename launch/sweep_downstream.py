@@ -4,12 +4,13 @@
     python -m launch.sweep summary --sweep_dir=runs/mask_rate
 
 `evaluate` runs `bert_jax.evaluate` on every arm's final checkpoint, one after another, into
-`SWEEP_DIR/downstream/<suite>/<arm>/` (a rerun keeps what is DONE there). `summary` then adds to
-summary.md, per suite, an arms × tasks table: median [min–max] over seeds, the suite average of
-the medians, the pre-training tokens seen and the final loss. Pre-training losses do not compare
-across objectives, mask rates or vocabularies; these do. Where two arms' seed ranges overlap on a
-task, the table says so instead of ranking them; an arm is marked best on a task only when its
-worst seed beats every other arm's best.
+`SWEEP_DIR/downstream/<suite>/<arm>/` (a rerun keeps what is DONE there). `summary` then gives
+each arm (row), beside its final loss, columns per suite: each task's median [min–max] over
+seeds, the suite average of the medians, and the pre-training tokens seen (`row_columns`, one of
+launch.sweep's ROW_COLUMNS). Pre-training losses do not compare across objectives, mask rates or
+vocabularies; these do. Where two arms' seed ranges overlap on a task, the cell says so (≈, and
+`<suite>/overlaps` names the arms) instead of ranking them; ★ marks an arm only where its worst
+seed beats every other arm's best.
 """
 import json
 import shlex
@@ -128,32 +129,35 @@ def clear_best(rows: dict[str, dict]) -> str | None:
     return None
 
 
-def summary_lines(sweep_dir: str, names: list[str]) -> list[str]:
-    """summary.md's downstream section: per suite, arms × tasks (median [min–max], × 100), the suite average, the
-    pre-training tokens seen and final loss; then, per task, which arms' ranges overlap."""
-    lines = []
-    for suite, by_arm in boards(sweep_dir, names).items():
+def row_columns(workdir, run: dict) -> dict:
+    """launch.sweep summary's downstream columns of one arm (launch.sweep's ROW_COLUMNS): per suite evaluated,
+    `<suite>/<task>` = "median [min–max]" (× 100) with ★ where this arm's worst seed beats every other arm's best
+    or ≈ where its range overlaps another's (not ranked), `<suite>/average` of the medians, `<suite>/overlaps`
+    naming the arms it overlaps on each task; and `pretrain/tokens_seen`. Every arm gets the same columns (— where
+    it has no scoreboard); a sweep never evaluated gets none."""
+    workdir = paths.path(workdir)
+    sweep_dir, arm = workdir.parent, workdir.name
+    names = [r["name"] for r in json.loads((sweep_dir / "sweep.json").read_text())["runs"]]
+    by_suite = boards(str(sweep_dir), names)
+    if not by_suite:
+        return {}
+    out = {"pretrain/tokens_seen": _pretraining(workdir)[0]}
+    for suite, by_arm in by_suite.items():
         tasks = list(dict.fromkeys(t for board in by_arm.values() for t in board["tasks"]))
-        lines += ["", f"Downstream, suite `{suite}` (median [min–max] over seeds, × 100; ★ = every seed above every "
-                      "other arm's):", "",
-                  "| arm | " + " | ".join(tasks) + " | average | tokens seen | final loss |",
-                  "|" + "---|" * (len(tasks) + 4)]
+        mine = by_arm.get(arm)
         notes = []
-        best = {t: clear_best({a: b["tasks"][t] for a, b in by_arm.items() if t in b["tasks"]}) for t in tasks}
-        for arm, board in by_arm.items():
-            cells = []
-            for t in tasks:
-                row = board["tasks"].get(t)
-                cells.append("—" if row is None else f"{100 * row['median']:.1f} [{100 * row['min']:.1f}–"
-                                                     f"{100 * row['max']:.1f}]{' ★' if best[t] == arm else ''}")
-            tokens, loss = _pretraining(paths.path(sweep_dir) / arm)
-            average = board.get("average")
-            lines.append(f"| {arm} | " + " | ".join(cells) + f" | {'—' if average is None else f'{100 * average:.1f}'}"
-                         f" | {'—' if tokens is None else f'{tokens:.3g}'} | {'—' if loss is None else f'{loss:.4g}'} |")
         for t in tasks:
-            pairs = overlaps({a: b["tasks"][t] for a, b in by_arm.items() if t in b["tasks"]})
-            if pairs:
-                notes.append(f"- {t}: seed ranges overlap ({', '.join(f'{a} ~ {b}' for a, b in pairs)}): "
-                             "not ranked; more seeds would tell")
-        lines += ["", *notes] if notes else []
-    return lines
+            rows = {a: b["tasks"][t] for a, b in by_arm.items() if t in b["tasks"]}
+            row = rows.get(arm)
+            if row is None:
+                out[f"{suite}/{t}"] = None
+                continue
+            others = sorted({b for pair in overlaps(rows) if arm in pair for b in pair if b != arm})
+            mark = " ★" if clear_best(rows) == arm else " ≈" if others else ""
+            out[f"{suite}/{t}"] = f"{100 * row['median']:.1f} [{100 * row['min']:.1f}–{100 * row['max']:.1f}]{mark}"
+            if others:
+                notes.append(f"{t} ~ {', '.join(others)}")
+        average = None if mine is None else mine.get("average")
+        out[f"{suite}/average"] = None if average is None else round(100 * average, 2)
+        out[f"{suite}/overlaps"] = "; ".join(notes) if notes else None
+    return out

@@ -26,13 +26,15 @@ def write_tsv(path, header: list[str], rows: list[list[str]]) -> None:
 
 
 def write_glue(root, n_train: int = 256, n_dev: int = 64) -> str:
-    """SST-2 (sentence, label 0/1) and STS-B (GLUE's 10 columns, a 0–5 score) in GLUE's layout, learnable."""
+    """SST-2 (sentence, label 0/1) and STS-B (GLUE's 10 columns, a 0–5 score) in GLUE's layout, both learnable."""
     for split, n, seed in (("train", n_train, 0), ("dev", n_dev, 1)):
         write_tsv(f"{root}/SST-2/{split}.tsv", ["sentence", "label"],
                   [[r["sentence"], "1" if r["label"] == "pos" else "0"] for r in fd.sentiment_rows(n, seed)])
+        # A pair whose score (0–5) is the first sentence's share of positive words; the second is a filler word.
+        pairs = zip(fd.sentiment_rows(n, seed + 10), fd.sentiment_rows(n, seed + 100))
         write_tsv(f"{root}/STS-B/{split}.tsv", STSB_HEADER,
-                  [[str(i), "main-news", "x", "2012", str(i), "none", "none", r["sentence1"], r["sentence2"],
-                    f"{5 * float(r['score']):.1f}"] for i, r in enumerate(fd.sts_rows(n, seed))])
+                  [[str(i), "main-news", "x", "2012", str(i), "none", "none", a["sentence"], b["sentence"].split()[0],
+                    f"{5 * float(a['score']):.2f}"] for i, (a, b) in enumerate(pairs)])
     return str(root)
 
 
@@ -47,6 +49,7 @@ def micro_suite(seeds: int = 2):
         c.model.dropout_rate = 0.0
         c.train.log_every_steps = 3
         c.checkpoint.async_save = False
+    suite.tasks.stsb.finetune.train.epochs = 6.0  # regression needs a few more steps, as in test_finetune
     return suite
 
 
@@ -194,3 +197,28 @@ def test_an_out_of_another_checkpoint_is_refused(hf_dir, tmp_path):
     with pytest.raises(ValueError, match="holds a battery with other checkpoint"):
         battery.evaluate(hf_dir, micro_suite(), str(out), glue_dir=glue,
                          finetune_fn=lambda *a, **k: pytest.fail("trained despite bad input"))
+
+
+@pytest.mark.slow
+def test_a_workdir_and_its_exported_hf_folder_score_the_same(hf_dir, glue_dir, tmp_path, xla_compile_cache):
+    """The same encoder as a pre-training workdir and as its Hugging Face export: the same scores, seed for seed."""
+    from test_pretrain import micro_config as pretrain_micro_config
+
+    from bert_jax.train.export import export
+    from bert_jax.train.loop import train_and_evaluate
+
+    hf_cfg = json.load(open(os.path.join(hf_dir, "config.json")))
+    c = pretrain_micro_config()
+    c.init_from_hf = hf_dir
+    c.model.vocab_size, c.model.num_heads, c.model.max_position_embeddings = hf_cfg["vocab_size"], 2, 64
+    c.model.scan_layers = False
+    c.data.max_seq_length, c.data.max_predictions_per_seq = 32, 5
+    c.train.num_steps = c.train.eval_every_steps = c.checkpoint.every_steps = 2
+    c.logging.plots = False
+    workdir = str(tmp_path / "pretrain")
+    train_and_evaluate(c, workdir)
+    exported = str(tmp_path / "exported")
+    export(workdir, exported)
+    boards = [battery.evaluate(source, micro_suite(seeds=1), str(tmp_path / name), glue_dir=glue_dir, tasks="sst2")
+              for name, source in (("from_workdir", workdir), ("from_hf", exported))]
+    assert boards[0]["tasks"]["sst2"]["scores"] == pytest.approx(boards[1]["tasks"]["sst2"]["scores"], abs=1e-6)

@@ -34,21 +34,30 @@ def made_sweep(root, boards: dict[str, dict]) -> None:
         (out / "scoreboard.json").write_text(json.dumps(board))
 
 
-def test_summary_tabulates_arms_by_tasks_and_says_where_seed_ranges_overlap(tmp_path):
+def test_summary_gives_each_arm_its_downstream_scores_and_says_where_seed_ranges_overlap(tmp_path):
     made_sweep(tmp_path, {
         "mask_rate=0.15": made_board("a", {"sst2": ("accuracy", (0.80, 0.84, 0.82)),
                                            "stsb": ("spearman", (0.60, 0.62, 0.61))}),
         "mask_rate=0.3": made_board("b", {"sst2": ("accuracy", (0.83, 0.86, 0.85)),
                                           "stsb": ("spearman", (0.40, 0.45, 0.50))}),
     })
-    sweep.summarize(str(tmp_path))
+    table = {row["run"]: row for row in sweep.summarize(str(tmp_path))}
+    # stsb: every seed of 0.15 above every seed of 0.3 -> ranked (★); sst2: the ranges overlap -> ≈, not ranked.
+    low, high = table["mask_rate=0.15"], table["mask_rate=0.3"]
+    assert (low["smoke/sst2"], low["smoke/stsb"]) == ("82.0 [80.0–84.0] ≈", "61.0 [60.0–62.0] ★")
+    assert (high["smoke/sst2"], high["smoke/stsb"]) == ("85.0 [83.0–86.0] ≈", "45.0 [40.0–50.0]")
+    assert (low["smoke/average"], high["smoke/average"]) == (71.5, 65.0)
+    assert (low["smoke/overlaps"], high["smoke/overlaps"]) == ("sst2 ~ mask_rate=0.3", "sst2 ~ mask_rate=0.15")
+    assert low["pretrain/tokens_seen"] == 100 * 8 * 64 and (low["train/loss"], high["train/loss"]) == (3.0, 4.0)
     md = (tmp_path / "summary.md").read_text()
-    assert "| arm | sst2 | stsb | average | tokens seen | final loss |" in md
-    # stsb: every seed of 0.15 above every seed of 0.3 -> ranked (★); sst2: the ranges overlap -> said, not ranked.
-    assert "| mask_rate=0.15 | 82.0 [80.0–84.0] | 61.0 [60.0–62.0] ★ | 71.5 | 5.12e+04 | 3 |" in md
-    assert "| mask_rate=0.3 | 85.0 [83.0–86.0] | 45.0 [40.0–50.0] | 65.0 | 5.12e+04 | 4 |" in md
-    assert "- sst2: seed ranges overlap (mask_rate=0.15 ~ mask_rate=0.3)" in md
-    assert "- stsb:" not in md
+    assert "smoke/sst2 | smoke/stsb | smoke/average | smoke/overlaps" in md
+    assert "| 82.0 [80.0–84.0] ≈ | 61.0 [60.0–62.0] ★ | 71.5 | sst2 ~ mask_rate=0.3 |" in md
+
+
+def test_a_sweep_never_evaluated_gets_no_downstream_columns(tmp_path):
+    (tmp_path / "sweep.json").write_text(json.dumps({"runs": [{"name": "a", "point": {}}]}))
+    (tmp_path / "a").mkdir()
+    assert sweep_downstream.row_columns(tmp_path / "a", {"name": "a"}) == {}
 
 
 def test_a_sweep_without_checkpoints_is_refused_naming_the_arms(tmp_path):
@@ -83,8 +92,9 @@ def test_a_two_arm_mask_rate_sweep_is_evaluated_and_summarised_downstream(tmp_pa
         done = subprocess.run([sys.executable, "-m", "launch.sweep", *argv], cwd=REPO, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
     print(done.stdout)
-    assert "| arm | sst2 | average | tokens seen | final loss |" in done.stdout
+    assert "smoke/sst2 | smoke/average | smoke/overlaps" in done.stdout
     for arm in ("mask_rate=0.15", "mask_rate=0.3"):
         board = json.loads((sweep_dir / "downstream" / "smoke" / arm / "scoreboard.json").read_text())
         assert board["tasks"]["sst2"]["n"] == 2
-        assert f"| {arm} | " in done.stdout
+        t = board["tasks"]["sst2"]
+        assert f"{100 * t['median']:.1f} [{100 * t['min']:.1f}–{100 * t['max']:.1f}]" in done.stdout

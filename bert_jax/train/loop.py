@@ -96,17 +96,18 @@ def _with_new_params(state, program, make_params):
     return state.replace(params=jax.device_put(params, program.state_shardings.params))
 
 
-def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) -> dict:
+def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None, downstream=None) -> dict:
     """Pre-trains per `config` in `workdir`, resuming from its newest checkpoint.
 
     Runs to config.train.num_steps, or stops (after checkpointing) at `stop_at_step`,
-    which is how tests interrupt a run. Returns the last logged metrics. A config with
+    which is how tests interrupt a run. Returns the last logged metrics. `downstream`: a probe
+    (bert_jax/finetune/downstream_probe.py) that eval steps call when it is due; its row joins theirs. A config with
     stages (config.train.stages, bert_jax/train/stages.py) trains them one after another,
     each resumed from the checkpoint the stage before ended with; DONE follows the last.
     """
     stages = stages_lib.plan(config)
     if len(stages) == 1:
-        return _train_stage(config, workdir, stop_at_step)
+        return _train_stage(config, workdir, stop_at_step, downstream=downstream)
     record = resolve_config(config)  # what config.json and the experiment check hold: the run, stages and all
     validate_config(record, jax.process_count())  # every stage's config, before the first one trains
     last = config.train.num_steps if stop_at_step is None else min(stop_at_step, config.train.num_steps)
@@ -119,14 +120,15 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None) ->
             break
         logging.info("stage %d of %d: steps %d to %d%s", stage.index, len(stages) - 1, stage.start + 1, stage.end,
                      "".join(f", {k}={v}" for k, v in stage.changes.items()))
-        metrics = _train_stage(stage.config, workdir, min(stage.end, last), record=record, stage=stage)
+        metrics = _train_stage(stage.config, workdir, min(stage.end, last), record=record, stage=stage,
+                               downstream=downstream)
         if (Workdir(workdir).checkpoint_steps() or [0])[-1] < min(stage.end, last):
             break  # preempted: the same command resumes in this stage
     return metrics
 
 
 def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=None,
-                 stage: stages_lib.Stage | None = None) -> dict:
+                 stage: stages_lib.Stage | None = None, downstream=None) -> dict:
     """One span of a run: `config` (a stage's, for a staged run) to its stop; `record` is the whole run's config."""
     config = resolve_config(config)  # `auto` keys become numbers, logged; config.json records them
     validate_config(config, jax.process_count())
@@ -218,6 +220,7 @@ def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=N
     meter = perf.PerfMeter(flops, t_cfg.global_batch_size * config.data.max_seq_length,
                            peak * jax.device_count(), t_cfg.num_steps)
     hooks = _PretrainHooks(config, program, frozen, eval_host_batches, baseline, meter, last_step, workdir)
+    hooks.downstream = downstream
     hooks.train_iter = train_iter
     hooks.eval_sources = [(name, len(batches)) for name, batches in eval_sets if name]
     outcome = harness.run(run, hooks, workdir, config, last_step, lease)
@@ -232,6 +235,7 @@ class _PretrainHooks:
     def __init__(self, config, program, frozen, eval_host_batches, baseline: float, meter, last_step: int,
                  workdir: str):
         self.workdir = workdir
+        self.downstream = None  # a downstream probe (bert_jax/finetune/downstream_probe.py), set by the caller
         self.config, self.program, self.frozen, self.meter = config, program, frozen, meter
         self.eval_host_batches, self.baseline, self.last_step = eval_host_batches, baseline, last_step
         self.t_cfg, self.objective = config.train, program.objective
@@ -261,6 +265,8 @@ class _PretrainHooks:
         row = _evaluate(self.program.eval_step, state.params, self.eval_batches, self.objective, self.frozen,
                         self.eval_sources)
         row["eval/most_frequent_token_accuracy"] = self.baseline
+        if self.downstream is not None and self.downstream.due(step):  # before meter.start: not train time
+            row.update(self.downstream(step, state.params))
         writer.write(step, row)
         self.last_metrics.update(row)
         logging.info("eval step %d | %s (MLM always-most-frequent-token: %.4f)",
