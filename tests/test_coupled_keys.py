@@ -111,3 +111,14 @@ def test_an_eval_smaller_than_num_eval_batches_is_said(tmp_path, caplog):
     assert len(batches) < 10_000
     assert f"num_eval_batches=10000, but the eval split" in caplog.text
     assert f"evaluating on {len(batches)}" in caplog.text
+
+
+def test_a_cosine_term_the_teacher_cannot_give_is_dropped_and_said(caplog):
+    from bert_jax.train.program import cosine_applies  # noqa: PLC0415
+
+    config = configs.tiny.get_config()  # hidden 128, distill.cosine_weight 1.0
+    assert cosine_applies(config, 128)
+    with caplog.at_level(logging.WARNING):
+        assert not cosine_applies(config, 768)
+    assert "config.distill.cosine_weight=1 is not applied: the teacher's hidden size 768 differs from " \
+           "config.model.hidden_size=128" in caplog.text

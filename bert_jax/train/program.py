@@ -22,7 +22,7 @@ from bert_jax.parallel.mesh import batch_sharding, check_divisible, logical_axis
 from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
 from bert_jax.train.state import TrainState, abstract_state_and_shardings, create_sharded_state, make_init_fn
 from bert_jax.train.step import make_eval_step, make_train_step
-from bert_jax.train.teacher import Teacher, has_cosine, resolve_teacher
+from bert_jax.train.teacher import Teacher, resolve_teacher
 
 
 _DIVISIBILITY_HINT = (
@@ -62,6 +62,17 @@ class TrainProgram:
         return host, jax.device_put(typed, self.frozen_shardings)
 
 
+def cosine_applies(config, teacher_hidden_size: int) -> bool:
+    """config.distill.cosine_weight needs the teacher's hidden size to equal the student's; else it is dropped, said."""
+    if teacher_hidden_size == config.model.hidden_size:
+        return True
+    if config.distill.cosine_weight:
+        logging.warning("config.distill.cosine_weight=%g is not applied: the teacher's hidden size %d differs from "
+                        "config.model.hidden_size=%d (the loss keeps its KL and MLM terms)",
+                        config.distill.cosine_weight, teacher_hidden_size, config.model.hidden_size)
+    return False
+
+
 def build_program(config, mesh: Mesh) -> TrainProgram:
     """Call and run the steps under `jax.set_mesh(program.mesh)` and `nn.logical_axis_rules(program.rules)`.
 
@@ -89,7 +100,7 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
     teacher = resolve_teacher(config)  # fails now, naming the path or key, if config.distill is wrong
     frozen_model, abstract_frozen, frozen_shardings = None, {}, None
     if teacher is not None:
-        objective = distillation_objective(config.distill, has_cosine(config, teacher))
+        objective = distillation_objective(config.distill, cosine_applies(config, teacher.model_cfg.hidden_size))
         frozen_model = teacher.model
         abstract_frozen, frozen_shardings = teacher.abstract_params(config.data, mesh, rules)
         check_divisible(abstract_frozen, frozen_shardings, _DIVISIBILITY_HINT)
