@@ -35,7 +35,6 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 NUM_LANES = 128
-NUM_SUBLANES = 8
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)  # finite: exp(MASK - max) is 0, never NaN
 
 
@@ -108,8 +107,14 @@ def _scores_query_major(q, k, tk_span, tq_span, scale):
     return (qk + c2p + p2c_t.T) * scale
 
 
+def _column(row, block: int):
+    """[1, block] along the lanes -> [block, block] whose row r holds row[r] everywhere (a sublane broadcast and
+    one transpose): per-query statistics and ids reach HBM as rows of 4 bytes a token, not 128-lane columns."""
+    return jnp.broadcast_to(row, (block, block)).T
+
+
 def _forward_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, o_ref, lse_ref,
-                    m_scratch, l_scratch, acc_scratch, *, scale, length, block):
+                    m_scratch, l_scratch, acc_scratch, seg_scratch, *, scale, length, block):
     ki = pl.program_id(3)
 
     @pl.when(ki == 0)
@@ -117,14 +122,15 @@ def _forward_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, o
         m_scratch[...] = jnp.full(m_scratch.shape, -jnp.inf, jnp.float32)
         l_scratch[...] = jnp.zeros(l_scratch.shape, jnp.float32)
         acc_scratch[...] = jnp.zeros(acc_scratch.shape, jnp.float32)
+        seg_scratch[...] = _column(seg_q_ref[...], block)
 
     m0 = _span_start(length, block)
     s = _scores_query_major(q_ref[...], k_ref[...], tk_ref[pl.ds(m0, 2 * block), :],
                             tq_ref[pl.ds(m0, 2 * block), :], scale)
-    s = jnp.where(seg_q_ref[:, :block] == seg_k_ref[:1, :], s, MASK_VALUE)
-    m_prev, l_prev = m_scratch[...], l_scratch[...]  # [block, 128], equal along lanes
+    s = jnp.where(seg_scratch[...] == seg_k_ref[...], s, MASK_VALUE)
+    m_prev, l_prev = m_scratch[...], l_scratch[...]  # [block, block], equal along lanes
     m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
-    p = jnp.exp(s - m_next[:, :block])
+    p = jnp.exp(s - m_next)
     alpha = jnp.exp(m_prev - m_next)
     l_scratch[...] = alpha * l_prev + jnp.sum(p, axis=1, keepdims=True)
     m_scratch[...] = m_next
@@ -134,11 +140,11 @@ def _forward_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, o
     def _finish():
         l = l_scratch[...]
         o_ref[...] = (acc_scratch[...] / l[:, :1]).astype(o_ref.dtype)
-        lse_ref[...] = m_scratch[...] + jnp.log(l)
+        lse_ref[...] = (m_scratch[...] + jnp.log(l)).T[:1, :]  # equal along lanes: its transpose's row 0
 
 
 def _dq_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_ref, lse_ref, delta_ref,
-               dq_ref, dtk_ref, dq_scratch, *, scale, length, block):
+               dq_ref, dtk_ref, dq_scratch, seg_scratch, lse_scratch, delta_scratch, *, scale, length, block):
     """Grid (heads, batch, q blocks, k blocks): dq per query block; the c2p table's gradient per head."""
     b, qi, ki = pl.program_id(1), pl.program_id(2), pl.program_id(3)
 
@@ -149,15 +155,18 @@ def _dq_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_ref
     @pl.when(ki == 0)
     def _init():
         dq_scratch[...] = jnp.zeros(dq_scratch.shape, jnp.float32)
+        seg_scratch[...] = _column(seg_q_ref[...], block)
+        lse_scratch[...] = _column(lse_ref[...], block)
+        delta_scratch[...] = _column(delta_ref[...], block)
 
     m0 = _span_start(length, block)
     q, k, v = q_ref[...], k_ref[...], v_ref[...]
     tk_span = tk_ref[pl.ds(m0, 2 * block), :]
     s = _scores_query_major(q, k, tk_span, tq_ref[pl.ds(m0, 2 * block), :], scale)
-    s = jnp.where(seg_q_ref[:, :block] == seg_k_ref[:1, :], s, MASK_VALUE)
-    p = jnp.exp(s - lse_ref[:, :block])
+    s = jnp.where(seg_scratch[...] == seg_k_ref[...], s, MASK_VALUE)
+    p = jnp.exp(s - lse_scratch[...])
     dp = _dot(do_ref[...], v, trans_b=True)
-    dz = p * (dp - delta_ref[:, :block]) * scale  # the gradient of the unscaled sum of the three terms
+    dz = p * (dp - delta_scratch[...]) * scale  # the gradient of the unscaled sum of the three terms
     low, high = (x.astype(q.dtype) for x in _scatter_by_distance(dz, rows_are_queries=True))
     dq_scratch[...] += (_dot(dz.astype(k.dtype), k) + _dot(low, tk_span[:block]) + _dot(high, tk_span[block:]))
     dtk_ref[pl.ds(m0, block), :] += _dot(low, q, trans_a=True)
@@ -169,7 +178,7 @@ def _dq_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_ref
 
 
 def _dkv_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_ref, lse_ref, delta_ref,
-                dk_ref, dv_ref, dtq_ref, dk_scratch, dv_scratch, *, scale, length, block):
+                dk_ref, dv_ref, dtq_ref, dk_scratch, dv_scratch, seg_scratch, *, scale, length, block):
     """Grid (heads, batch, k blocks, q blocks), key-major tiles [j, i]: dk, dv per key block; the p2c table's
     gradient per head."""
     b, ki, qi = pl.program_id(1), pl.program_id(2), pl.program_id(3)
@@ -182,6 +191,7 @@ def _dkv_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_re
     def _init():
         dk_scratch[...] = jnp.zeros(dk_scratch.shape, jnp.float32)
         dv_scratch[...] = jnp.zeros(dv_scratch.shape, jnp.float32)
+        seg_scratch[...] = _column(seg_k_ref[...], block)
 
     m0 = pl.multiple_of((length // block - 1 + qi - ki) * block, block)
     q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
@@ -189,7 +199,7 @@ def _dkv_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_re
     c2p = _gather_by_distance(_dot(q, tk_ref[pl.ds(m0, 2 * block), :], trans_b=True), rows_are_queries=True)
     p2c_t = _gather_by_distance(_dot(k, tq_span, trans_b=True), rows_are_queries=False)
     s_t = (_dot(k, q, trans_b=True) + c2p.T + p2c_t) * scale  # [j, i]
-    s_t = jnp.where(seg_k_ref[:, :block] == seg_q_ref[:1, :], s_t, MASK_VALUE)
+    s_t = jnp.where(seg_scratch[...] == seg_q_ref[...], s_t, MASK_VALUE)
     p_t = jnp.exp(s_t - lse_ref[...])  # lse, delta: [1, block] along the query lanes
     dv_scratch[...] += _dot(p_t.astype(do.dtype), do)
     dp_t = _dot(v, do, trans_b=True)
@@ -205,83 +215,76 @@ def _dkv_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_re
         dv_ref[...] = dv_scratch[...].astype(dv_ref.dtype)
 
 
-def _segment_layouts(segments):
-    """[batch, L] ids -> column layout [batch, L, 128] (ids down the sublanes) and row layout [batch, 8, L]."""
-    b, length = segments.shape
-    return (jnp.broadcast_to(segments[:, :, None], (b, length, NUM_LANES)),
-            jnp.broadcast_to(segments[:, None, :], (b, NUM_SUBLANES, length)))
-
-
 def _forward(q, k, v, table_k, table_q, segments, scale, interpret, block=None):
     b, h, length, d = q.shape
     block = block_size(length, interpret, block)
     n = length // block
-    seg_col, seg_row = _segment_layouts(segments)
     spec = lambda index: pl.BlockSpec((None, None, block, d), index)  # noqa: E731
     table = pl.BlockSpec((None, 2 * length, d), lambda b, h, i, j: (h, 0, 0))
+    ids = lambda index: pl.BlockSpec((None, 1, block), index)  # noqa: E731
     o, lse = pl.pallas_call(
         functools.partial(_forward_kernel, scale=scale, length=length, block=block),
         grid=(b, h, n, n),
         in_specs=[spec(lambda b, h, i, j: (b, h, i, 0)), spec(lambda b, h, i, j: (b, h, j, 0)),
                   spec(lambda b, h, i, j: (b, h, j, 0)), table, table,
-                  pl.BlockSpec((None, block, NUM_LANES), lambda b, h, i, j: (b, i, 0)),
-                  pl.BlockSpec((None, NUM_SUBLANES, block), lambda b, h, i, j: (b, 0, j))],
+                  ids(lambda b, h, i, j: (b, 0, i)), ids(lambda b, h, i, j: (b, 0, j))],
         out_specs=[spec(lambda b, h, i, j: (b, h, i, 0)),
-                   pl.BlockSpec((None, None, block, NUM_LANES), lambda b, h, i, j: (b, h, i, 0))],
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
-                   jax.ShapeDtypeStruct((b, h, length, NUM_LANES), jnp.float32)],
-        scratch_shapes=[pltpu.VMEM((block, NUM_LANES), jnp.float32), pltpu.VMEM((block, NUM_LANES), jnp.float32),
-                        pltpu.VMEM((block, d), jnp.float32)],
+                   pl.BlockSpec((None, None, 1, block), lambda b, h, i, j: (b, h, 0, i))],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, 1, length), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((block, block), jnp.float32), pltpu.VMEM((block, block), jnp.float32),
+                        pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, block), jnp.int32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
         interpret=interpret,
         name="disentangled_attention_fwd",
-    )(q, k, v, table_k, table_q, seg_col, seg_row)
-    return o, lse[..., 0]
+    )(q, k, v, table_k, table_q, segments[:, None, :], segments[:, None, :])
+    return o, lse
 
 
 def _backward(q, k, v, table_k, table_q, segments, o, lse, do, scale, interpret, block=None):
+    """lse: [batch, heads, 1, L] float32, as the forward returns it."""
     b, h, length, d = q.shape
     block = block_size(length, interpret, block)
     n = length // block
-    seg_col, seg_row = _segment_layouts(segments)
-    delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1)  # [b, h, L]
+    ids = segments[:, None, :]
+    delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1)[:, :, None, :]  # [b, h, 1, L]
     table = pl.BlockSpec((None, 2 * length, d), lambda h, b, x, y: (h, 0, 0))
     table_out = jax.ShapeDtypeStruct((h, 2 * length, d), jnp.float32)
     params = pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary", "arbitrary"))
-
-    # dq kernel: grid (h, b, q block i, k block j); query-major statistics [block, 128].
     row = lambda index: pl.BlockSpec((None, None, block, d), index)  # noqa: E731
+
+    # dq kernel: grid (h, b, q block i, k block j), query-major.
     qi_spec, kj_spec = row(lambda h, b, i, j: (b, h, i, 0)), row(lambda h, b, i, j: (b, h, j, 0))
-    lanes = lambda x: jnp.broadcast_to(x[..., None], (*x.shape, NUM_LANES))  # noqa: E731
-    stat_col = pl.BlockSpec((None, None, block, NUM_LANES), lambda h, b, i, j: (b, h, i, 0))
+    stat = pl.BlockSpec((None, None, 1, block), lambda h, b, i, j: (b, h, 0, i))
     dq, dtk = pl.pallas_call(
         functools.partial(_dq_kernel, scale=scale, length=length, block=block),
         grid=(h, b, n, n),
         in_specs=[qi_spec, kj_spec, kj_spec, table, table,
-                  pl.BlockSpec((None, block, NUM_LANES), lambda h, b, i, j: (b, i, 0)),
-                  pl.BlockSpec((None, NUM_SUBLANES, block), lambda h, b, i, j: (b, 0, j)),
-                  qi_spec, stat_col, stat_col],
+                  pl.BlockSpec((None, 1, block), lambda h, b, i, j: (b, 0, i)),
+                  pl.BlockSpec((None, 1, block), lambda h, b, i, j: (b, 0, j)),
+                  qi_spec, stat, stat],
         out_specs=[qi_spec, table],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), table_out],
-        scratch_shapes=[pltpu.VMEM((block, d), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, block), jnp.int32),
+                        pltpu.VMEM((block, block), jnp.float32), pltpu.VMEM((block, block), jnp.float32)],
         compiler_params=params, interpret=interpret, name="disentangled_attention_dq",
-    )(q, k, v, table_k, table_q, seg_col, seg_row, do, lanes(lse), lanes(delta))
+    )(q, k, v, table_k, table_q, ids, ids, do, lse, delta)
 
-    # dk/dv kernel: grid (h, b, k block j, q block i); key-major, statistics along the query lanes [1, block].
+    # dk/dv kernel: grid (h, b, k block j, q block i), key-major: statistics along the query lanes [1, block].
     qi_spec, kj_spec = row(lambda h, b, j, i: (b, h, i, 0)), row(lambda h, b, j, i: (b, h, j, 0))
-    stat_row = pl.BlockSpec((None, None, 1, block), lambda h, b, j, i: (b, h, 0, i))
+    stat = pl.BlockSpec((None, None, 1, block), lambda h, b, j, i: (b, h, 0, i))
     dk, dv, dtq = pl.pallas_call(
         functools.partial(_dkv_kernel, scale=scale, length=length, block=block),
         grid=(h, b, n, n),
         in_specs=[qi_spec, kj_spec, kj_spec, table, table,
-                  pl.BlockSpec((None, NUM_SUBLANES, block), lambda h, b, j, i: (b, 0, i)),
-                  pl.BlockSpec((None, block, NUM_LANES), lambda h, b, j, i: (b, j, 0)),
-                  qi_spec, stat_row, stat_row],
+                  pl.BlockSpec((None, 1, block), lambda h, b, j, i: (b, 0, i)),
+                  pl.BlockSpec((None, 1, block), lambda h, b, j, i: (b, 0, j)),
+                  qi_spec, stat, stat],
         out_specs=[kj_spec, kj_spec, table],
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype), table_out],
-        scratch_shapes=[pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, d), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, d), jnp.float32),
+                        pltpu.VMEM((block, block), jnp.int32)],
         compiler_params=params, interpret=interpret, name="disentangled_attention_dkv",
-    )(q, k, v, table_k, table_q, seg_row, seg_col, do, lse[:, :, None, :], delta[:, :, None, :])
+    )(q, k, v, table_k, table_q, ids, ids, do, lse, delta)
     return dq, dk, dv, dtk.astype(table_k.dtype), dtq.astype(table_q.dtype)
 
 

@@ -90,7 +90,10 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
     rules = logical_axis_rules(config.mesh)
     model = family.build_model(config.model)  # resolves config.model.attention_impl, or fails naming it
     kernel = choose_kernel(config.model)
-    logging.info("attention kernel: %s (%s)", kernel.impl, kernel.reason)
+    # A family may run its own kernel for the choice (DeBERTa's fused disentangled kernel for splash): name what runs.
+    runs = getattr(getattr(model, "config", None), "attention_impl", kernel.impl)
+    logging.info("attention kernel: %s (%s%s)", runs, kernel.reason, "" if runs == kernel.impl else f": this family's "
+                 f"kernel for {kernel.impl}")
     objective = family.objective_for(config.model)
     tx = make_optimizer(config.train)
     init = make_init_fn(model, tx, config.data, config.seed)
