@@ -43,7 +43,7 @@ def micro_config():
     c.model.scan_layers = True
     c.model.dropout_rate = c.model.attention_dropout_rate = 0.1  # dropout and sampling must both resume exactly
     c.data.max_seq_length = 64
-    c.data.max_predictions_per_seq = 10
+    c.data.mask_rate = 10 / 64  # the rate its former cap of 10 trained at; max_predictions_per_seq: auto, 10
     c.data.num_eval_batches = 2
     c.data.tokenizer.sample_bytes = 1_000_000
     c.train.global_batch_size = 8
