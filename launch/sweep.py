@@ -64,6 +64,7 @@ from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train.completion import read_done
 from bert_jax.train.metrics_file import read_rows
+from launch import ray_tpu
 from launch import sweep_downstream
 
 SUMMARY_KEYS = ("train/loss", "train/mlm_accuracy", "eval/loss", "eval/mlm_accuracy", "perf/tokens_per_s")
@@ -218,7 +219,7 @@ def ray_argv(sweep: dict, run: dict, args) -> list[str]:
         raise ValueError("--executor=ray runs pre-training points (launch.ray_tpu); run fine-tuning sweeps locally")
     return [sys.executable, "-m", "launch.ray_tpu", f"--address={args.address}", f"--tpu={args.tpu}",
             f"--config={sweep['config']}", f"--workdir={run['workdir']}", f"--max_wait={args.max_wait}",
-            "--", *override_flags(run["overrides"])]
+            f"--python={args.python}", "--", *override_flags(run["overrides"])]
 
 
 def point_argv(sweep: dict, run: dict, args) -> list[str]:
@@ -264,7 +265,8 @@ def train_shared_tokenizers(runs: list[dict]) -> None:
 def run_sweep(args) -> int:
     sweep = load_sweep(args.sweep)
     sweep_dir = args.sweep_dir.rstrip("/")
-    if args.executor in ("ray", "tpu") and not paths.is_remote(sweep_dir):
+    one_host_slices = args.executor == "ray" and ray_tpu.slice_hosts(args.tpu) == 1
+    if args.executor in ("ray", "tpu") and not paths.is_remote(sweep_dir) and not one_host_slices:
         # Every slice's hosts must see the same workdirs, and they outlive the slices.
         raise ValueError(f"--executor={args.executor}: give a gs:// or s3:// --sweep_dir, not {sweep_dir!r}")
     runs = plan_runs(sweep, sweep_dir)
@@ -439,6 +441,7 @@ def main(argv=None) -> None:
     run.add_argument("--address", default="", help="ray: the cluster's HEAD_IP:PORT")
     run.add_argument("--tpu", default="v4-8", help="ray: the slice type each point runs on")
     run.add_argument("--max_wait", type=float, default=86400.0, help="ray: seconds a point waits for a free slice")
+    run.add_argument("--python", default="python3", help="ray: the interpreter on the hosts")
     run.add_argument("--tpu_name_prefix", default="sweep")
     run.add_argument("--zone", default="us-central2-b")
     run.add_argument("--accelerator_type", default="v4-8")

@@ -63,7 +63,7 @@ def test_tpu_executor_writes_sweep_json_first_and_prints_spot_slices_that_clone_
 def test_tpu_and_ray_executors_refuse_a_local_sweep_dir_and_a_placeholder_repo(tmp_path, capsys):
     for flags in (["--executor=tpu", "--repo_url=https://github.com/lab/bert_jax.git", f"--sweep_dir={tmp_path}"],
                   ["--executor=tpu", "--sweep_dir=gs://b/sw"],
-                  ["--executor=ray", "--address=127.0.0.1:6379", f"--sweep_dir={tmp_path}"]):
+                  ["--executor=ray", "--address=127.0.0.1:6379", "--tpu=v4-16", f"--sweep_dir={tmp_path}"]):
         with pytest.raises(SystemExit) as error:
             sweep.main(["run", "--sweep=configs/sweeps/tiny_lr.py", "--dry_run", *flags])
         assert "gs:// or s3://" in str(error.value) or "--repo_url" in str(error.value)
@@ -76,7 +76,7 @@ def test_ray_executor_submits_every_point_as_a_ray_tpu_job(capsys):
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 4 and "-m data_pipelines.tokenizer" in out[0]
     assert all(f"-m launch.ray_tpu --address=10.0.0.2:6379 --tpu=v4-16 --config=configs/tiny.py "
-               f"--workdir=gs://b/sw/learning_rate={lr} --max_wait=86400.0 -- " in line
+               f"--workdir=gs://b/sw/learning_rate={lr} --max_wait=86400.0 --python=python3 -- " in line
                for lr, line in zip(("0.0005", "0.002", "0.005"), out[1:]))
     assert all("--config.logging.wandb_run_name=learning_rate=" in line for line in out[1:])
 

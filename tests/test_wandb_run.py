@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train.metrics_writer import wandb_run_id
 
@@ -32,6 +34,7 @@ def test_the_wandb_id_is_derived_once_from_the_workdir_and_kept(tmp_path):
     assert wandb_run_id(str(tmp_path / "other")) != first
 
 
+@pytest.mark.slow  # two Python processes that load jax and wandb: ~12 s on 2 busy cores
 def test_a_killed_and_relaunched_run_logs_into_one_offline_wandb_run(tmp_path):
     workdir = str(tmp_path / "run")
     env = {**os.environ, "WANDB_SILENT": "true", "WANDB_MODE": "offline", "JAX_PLATFORMS": "cpu"}
