@@ -142,6 +142,30 @@ def test_best_learning_rate_is_the_best_median_and_its_seeds_are_the_row():
     assert (row["median"], row["min"], row["max"], row["n"], row["best_lr"]) == (0.75, 0.5, 0.8, 3, 3e-5)
 
 
+def test_tasks_that_start_from_another_run_after_it():
+    suite = micro_suite()
+    suite.start_from_mnli = True
+    suite.tasks.sst2.init_from_task = "stsb"
+    assert battery.select_tasks(suite, "sst2") == ["stsb", "sst2"]  # the task it starts from runs first
+    suite.start_from_mnli = False
+    assert battery.select_tasks(suite, "sst2") == ["sst2"]
+
+
+@pytest.mark.slow
+def test_a_task_starts_from_the_fine_tuned_encoder_of_the_task_it_names(hf_dir, glue_dir, tmp_path,
+                                                                          xla_compile_cache):
+    """start_from_mnli: STS-B starts from SST-2's fine-tuned encoder of the same seed (here SST-2 plays MNLI)."""
+    suite = micro_suite(seeds=1)
+    suite.start_from_mnli = True
+    suite.tasks.stsb.init_from_task = "sst2"
+    board = battery.evaluate(hf_dir, suite, str(tmp_path / "out"), glue_dir=glue_dir, tasks="stsb")
+    assert set(board["tasks"]) == {"sst2", "stsb"}
+    config = json.loads((tmp_path / "out" / "runs" / "stsb" / "lr=0.003" / "seed=0" / "config.json").read_text())
+    assert config["init_from"] == f"{hf_dir} via {tmp_path / 'out' / 'runs' / 'sst2' / 'lr=0.003' / 'seed=0'}"
+    plain = battery.evaluate(hf_dir, micro_suite(seeds=1), str(tmp_path / "plain"), glue_dir=glue_dir, tasks="stsb")
+    assert board["tasks"]["stsb"]["scores"] != plain["tasks"]["stsb"]["scores"]  # another encoder, another score
+
+
 # --- bad input: fails before any training, naming the file or key; nothing written in OUT ----------------------
 
 def _refused(tmp_path, says: str, checkpoint: str, glue: str, suite=None, tasks: str = "") -> None:

@@ -77,7 +77,7 @@ def test_a_two_arm_mask_rate_sweep_is_evaluated_and_summarised_downstream(tmp_pa
 
     base = micro_config()
     overrides = {"model.vocab_size": base.model.vocab_size, "model.hidden_size": 32, "model.num_heads": 2,
-                 "model.intermediate_size": 64, "data.max_seq_length": 64, "data.max_predictions_per_seq": 10,
+                 "model.intermediate_size": 64, "data.max_seq_length": 64, "data.max_predictions_per_seq": 20,  # 30 % of 64
                  "data.num_eval_batches": 1, "train.global_batch_size": 8, "train.num_steps": 4,
                  "train.warmup_steps": 1, "train.log_every_steps": 2, "train.eval_every_steps": 4,
                  "checkpoint.every_steps": 4, "logging.peak_flops_per_device": 1e11, "logging.tensorboard": False}

@@ -18,11 +18,12 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax.finetune import init_from, scoreboard
+from bert_jax.finetune import data, init_from, scoreboard
 from bert_jax.finetune.tasks import get_task
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train import completion
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 METRICS = ("accuracy", "f1", "macro_f1", "matthews", "pearson", "spearman")
 TEXT_FIELDS = ("text_a", "text_b")  # the columns of OUT/data's JSONL, whatever the source called them
@@ -221,33 +222,32 @@ def run_config(suite, run: Run, files: dict[str, str], init: str):
     return c
 
 
-def check_checkpoint(suite, tasks: list[str], checkpoint: str) -> init_from.Source:
-    """The encoder at `checkpoint`, and proof that every task can be built on its family (before any training)."""
+def check_checkpoint(suite, tasks: list[str], checkpoint: str, task_data: dict[str, TaskData]) -> init_from.Source:
+    """The encoder at `checkpoint`, and proof that each task's model builds on its family and reads the task's
+    rows through its tokenizer (a first example, as a run initialises with): before any training."""
     first = suite.tasks[tasks[0]].finetune
     try:
         source = init_from.resolve(checkpoint, first.model)
+        tokenizer = tokenizer_lib.load_tokenizer(source.tokenizer_dir)
     except ValueError as e:
         raise ValueError(f"--checkpoint={checkpoint}: {e}") from None
     for name in tasks:
-        c = suite.tasks[name].finetune
+        c = run_config(suite, Run(name, 0.0, 0, ""), {"train": "", "dev": ""}, checkpoint)
         task = get_task(c.task.kind)
-        labels = [n for n in suite.tasks[name].labels.split(",") if n]
         try:
-            model = task.build_model(source.family, source.model_cfg, c.task, task.num_outputs(labels),
+            rows = [task.parse(c.task, r, "train", collections.Counter()) for r in task_data[name].train[:2]]
+            names = ([n for n in c.task.labels.split(",") if n] or sorted({r["label"] for r in rows})
+                     if task.has_labels(c.task) else [])
+            fast = data.fast_tokenizer(tokenizer, c.data.max_seq_length)
+            features = task.featurize(c.task, c.data, fast, rows, names)
+            example = {k: v[:1] for k, v in data.eval_batches(features, 1)[0].items()}
+            model = task.build_model(source.family, source.model_cfg, c.task, task.num_outputs(names),
                                      "pooler" in source.params)
-            jax.eval_shape(lambda m=model: m.init(jax.random.key(0), _probe_batch(c.task, task), deterministic=True))
+            jax.eval_shape(lambda m=model, b=example: m.init(jax.random.key(0), b, deterministic=True))
         except Exception as e:  # noqa: BLE001 (whatever the family raises, named with the checkpoint and the task)
             raise ValueError(f"--checkpoint={checkpoint}: its family {source.family.name!r} cannot fine-tune task "
                              f"{name} ({c.task.kind}): {type(e).__name__}: {e}") from None
     return source
-
-
-def _probe_batch(task_cfg, task) -> dict:
-    batch = {}
-    for prefix in task.texts(task_cfg):
-        batch.update({f"{prefix}input_ids": np.ones((1, 8), np.int32), f"{prefix}attention_mask": np.ones((1, 8), np.int32),
-                      f"{prefix}token_type_ids": np.zeros((1, 8), np.int32)})
-    return batch
 
 
 def _record(checkpoint: str, suite, tasks: list[str], seeds: list[int]) -> dict:
@@ -277,7 +277,7 @@ def prepare(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_dir:
     names = select_tasks(suite, tasks)
     seed_list = seeds_of(suite, seeds)
     task_data = {n: read_task(suite, n, glue_dir, tfds_data_dir) for n in names}
-    source = check_checkpoint(suite, names, checkpoint)
+    source = check_checkpoint(suite, names, checkpoint, task_data)
     record = _record(checkpoint, suite, names, seed_list)
     check_out(out, record)
     if jax.process_index() == 0:

@@ -10,19 +10,13 @@ wins); RTE, MRPC and STS-B, small and unstable, take 10 epochs (as RoBERTa, Liu 
 `start_from_mnli=True` starts them from the MNLI fine-tuned encoder (RoBERTa's and ELECTRA's practice).
 Expect hours per seed on one accelerator for the whole battery (MNLI and QQP dominate); --tasks picks some.
 """
-import ml_collections
-
-from configs.suites.recipe import task
+from configs.suites.recipe import suite, task
 
 NLI = "contradiction,entailment,neutral"
 
 
 def get_config():
-    c = ml_collections.ConfigDict()
-    c.name = "glue"
-    c.seeds = 5
-    c.start_from_mnli = False
-    c.tasks = ml_collections.ConfigDict()
+    c = suite("glue", seeds=5, start_from_mnli=False)
     c.tasks.mnli = task("classification", "MNLI", "sentence1,sentence2", "gold_label", "accuracy", labels=NLI,
                         dev="dev_matched.tsv", tfds="glue/mnli", tfds_fields="premise,hypothesis,label",
                         tfds_dev="validation_matched", tfds_labels="entailment,neutral,contradiction")

@@ -5,6 +5,14 @@ import ml_collections
 from configs.finetune import common
 
 
+def suite(name: str, seeds: int, start_from_mnli: bool = False) -> ml_collections.ConfigDict:
+    """An empty suite: add tasks as `c.tasks.<name> = task(...)`."""
+    c = ml_collections.ConfigDict()
+    c.name, c.seeds, c.start_from_mnli = name, seeds, start_from_mnli
+    c.tasks = ml_collections.ConfigDict()
+    return c
+
+
 def task(kind: str, directory: str, text_fields: str, label_field: str, metric: str, *, labels: str = "",
          columns: str = "", train: str = "train.tsv", dev: str = "dev.tsv", tfds: str = "", tfds_fields: str = "",
          tfds_dev: str = "validation", tfds_labels: str = "", init_from_task: str = "",

@@ -1,20 +1,14 @@
 """A smoke battery: two short GLUE-layout tasks (SST-2 classification, STS-B regression), 2 seeds, one
-learning rate, a micro recipe. It checks the pipeline end to end in minutes, and is the default suite of
-the pre-training probe (`eval.downstream_suite`); its scores say little about a model.
+learning rate, a micro recipe. It checks the pipeline end to end in minutes and suits the pre-training probe
+(`--config.eval.downstream_suite=smoke`); its scores say little about a model.
 
     bert-jax evaluate --checkpoint=runs/tiny --suite=smoke --glue_dir=/data/glue --out=runs/tiny/smoke
 """
-import ml_collections
-
-from configs.suites.recipe import task
+from configs.suites.recipe import suite, task
 
 
 def get_config():
-    c = ml_collections.ConfigDict()
-    c.name = "smoke"
-    c.seeds = 2
-    c.start_from_mnli = False
-    c.tasks = ml_collections.ConfigDict()
+    c = suite("smoke", seeds=2, start_from_mnli=False)
     recipe = dict(learning_rates=(1e-4,), epochs=2.0, batch_size=16, warmup_fraction=0.1, max_seq_length=32)
     c.tasks.sst2 = task("classification", "SST-2", "sentence", "label", "accuracy", labels="0,1",
                         tfds="glue/sst2", tfds_fields="sentence,label", **recipe)
