@@ -146,6 +146,8 @@ def test_deberta_model_with_the_fused_kernel_gives_xla_logits_and_gradients():
 def test_tiny_deberta_pretraining_gives_the_same_losses_with_the_fused_kernel(tmp_path):
     """configs/deberta_v3_base.py:tiny for 20 steps (its 64 tokens are one interpret-mode tile, 16 buckets):
     the fused kernel in interpret mode against xla, loss for loss."""
+    import shutil
+
     import configs.deberta_v3_base
     from test_pretrain import train_losses
 
@@ -157,9 +159,11 @@ def test_tiny_deberta_pretraining_gives_the_same_losses_with_the_fused_kernel(tm
         c.model.attention_impl, c.model.splash_interpret = impl, impl == "splash"
         c.logging.plots = False
         c.logging.peak_flops_per_device = 1e11  # skip the matmul measurement
-        c.train.num_steps, c.train.log_every_steps = 20, 1
+        c.train.num_steps, c.train.log_every_steps, c.train.warmup_steps = 20, 1, 5
         c.train.eval_every_steps = c.checkpoint.every_steps = 20
         c.data.num_eval_batches = 1
+        if impl == "splash":  # the same tokenizer, not trained again
+            shutil.copytree(str(tmp_path / "xla" / "tokenizer"), str(tmp_path / impl / "tokenizer"))
         train_and_evaluate(c, str(tmp_path / impl))
         losses[impl] = [loss for _, loss in train_losses(str(tmp_path / impl))]
     assert len(losses["xla"]) == 20
