@@ -200,3 +200,38 @@ def test_fused_kernel_forward_and_backward_compile_with_mosaic_for_a_tpu():
     proc = subprocess.run([sys.executable, "-c", MOSAIC_COMPILE], cwd=repo, capture_output=True, text=True,
                           timeout=600, env=env)
     assert proc.returncode == 0 and "COMPILED" in proc.stdout, proc.stderr[-4000:]
+
+
+UNDER_A_MESH = """
+import jax, jax.numpy as jnp, numpy as np
+import flax.linen as nn
+jax.config.update("jax_num_cpu_devices", 4)
+from bert_jax.models import disentangled_attention as da
+rng = np.random.default_rng(0)
+q, k, v, cot = (jnp.asarray(rng.normal(size=(4, 32, 2, 8)), jnp.float32) for _ in range(4))
+pos_q, pos_k = (jnp.asarray(rng.normal(size=(16, 2, 8)), jnp.float32) for _ in range(2))
+segments = jnp.asarray(np.repeat(np.arange(2), 16)[None].repeat(4, 0), jnp.int32)
+loss = lambda *a: jnp.sum(da.fused_attention(*a, segments, 8, 32, True) * cot)
+grads = lambda: jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4)))(q, k, v, pos_q, pos_k)
+alone = grads()
+mesh = jax.make_mesh((2, 2), ("data", "tensor"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+with jax.set_mesh(mesh), nn.logical_axis_rules([("batch", "data"), ("heads", "tensor")]):
+    sharded = grads()
+print("ERROR", max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(alone, sharded)))
+"""
+
+
+@pytest.mark.slow
+def test_fused_kernel_under_a_mesh_gives_the_gradients_of_one_device():
+    """In shard_map over batch (data) and heads (tensor): each device's partial table gradients are summed over
+    the batch shards, so the relative projections' gradients equal one device's."""
+    import os
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", UNDER_A_MESH], cwd=repo, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    error = float(next(line for line in proc.stdout.splitlines() if line.startswith("ERROR")).split()[1])
+    assert error < 1e-5
