@@ -114,6 +114,18 @@ def test_a_schedule_switches_the_mixture_at_its_step(corpora):
     assert _same(straight, [next(resumed) for _ in range(5)])
 
 
+def test_an_iterator_starting_later_takes_the_schedule_at_its_first_step(corpora):
+    """A staged run's stage starts a fresh iterator at its start step: the schedule counts the run's steps."""
+    cfg, tokenizer = corpora
+    cfg = cfg.copy_and_resolve_references()
+    cfg.mixture.books.weight, cfg.mixture.web.weight, cfg.mixture.wiki.weight = 0.9, 0.1, 0.0
+    cfg.mixture_schedule = ((40, dict(books=0.1, web=0.9)),)
+    iterator = _iterator(cfg, tokenizer, first_step=40)
+    for _ in range(10):
+        next(iterator)
+    assert iterator.sequences.tolist() == [8, 72, 0]
+
+
 @pytest.mark.slow  # worker start-up costs seconds on 2 cores
 def test_grain_worker_processes_give_a_mixture_its_weights(corpora):
     cfg, tokenizer = corpora

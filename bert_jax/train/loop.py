@@ -187,7 +187,7 @@ def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=N
     host = dict(process_index=jax.process_index(), process_count=jax.process_count())
     train_iter = pipeline.build_train_iterator(  # a stage's iterator starts fresh at its start, on its own seed
         config.data, tokenizer, seed=stages_lib.data_seed(config.seed, stage.index if stage else 0),
-        per_host_batch_size=per_host_batch, **host
+        per_host_batch_size=per_host_batch, first_step=stage.start if stage else 0, **host
     )
     eval_sets = pipeline.build_eval_sets(
         config.data, tokenizer, seed=config.seed, per_host_batch_size=per_host_batch, **host

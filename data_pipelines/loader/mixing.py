@@ -63,13 +63,15 @@ class ScheduledMixIterDataset(grain.IterDataset):
       parents: one example stream per source (stream.ExampleStream), in source_names order.
       schedule: mixture.stages(config.data): ((first batch index, weights), ...).
       batch_size: examples per batch of this host (the stage of example i is that of batch
-        i // batch_size).
+        first_step + i // batch_size).
+      first_step: the run's step before the first batch (a staged run's stage starts later).
     """
 
-    def __init__(self, parents: Sequence[grain.IterDataset], schedule, batch_size: int):
+    def __init__(self, parents: Sequence[grain.IterDataset], schedule, batch_size: int, first_step: int = 0):
         super().__init__(list(parents))
         self._schedule = tuple(schedule)
         self._batch_size = batch_size
+        self._first_step = first_step
         self._slice = (0, 1)
 
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
@@ -80,7 +82,7 @@ class ScheduledMixIterDataset(grain.IterDataset):
 
     def __iter__(self) -> "_ScheduledMixIterator":
         return _ScheduledMixIterator([p.__iter__() for p in self._parents], self._schedule,
-                                     self._batch_size, self._slice)
+                                     self._batch_size, self._slice, self._first_step)
 
     def __str__(self) -> str:
         return f"ScheduledMixIterDataset({len(self._parents)} sources, {len(self._schedule)} stages)"
@@ -88,16 +90,17 @@ class ScheduledMixIterDataset(grain.IterDataset):
 
 class _ScheduledMixIterator(grain.DatasetIterator):
 
-    def __init__(self, parents, schedule, batch_size: int, worker_slice: tuple[int, int]):
+    def __init__(self, parents, schedule, batch_size: int, worker_slice: tuple[int, int], first_step: int):
         super().__init__(parents)
         self._schedule, self._batch_size, self._worker_slice = schedule, batch_size, worker_slice
+        self._first_step = first_step
         self._index = 0  # examples handed out by this iterator
         self._stage = 0
         self._counts = [0] * len(parents)  # per source, since the stage began
 
     def _stage_of(self, index: int) -> int:
         worker, workers = self._worker_slice
-        batch = (index // self._batch_size) * workers + worker  # this host's batch index
+        batch = self._first_step + (index // self._batch_size) * workers + worker  # the run's batch index
         return max(i for i, (first, _) in enumerate(self._schedule) if batch >= first)
 
     def __next__(self) -> tuple:
@@ -120,11 +123,12 @@ class _ScheduledMixIterator(grain.DatasetIterator):
         self._index, self._stage, self._counts = state["index"], state["stage"], list(state["counts"])
 
 
-def mix_sources(streams: dict[str, grain.IterDataset], schedule, batch_size: int) -> grain.IterDataset:
+def mix_sources(streams: dict[str, grain.IterDataset], schedule, batch_size: int,
+                first_step: int = 0) -> grain.IterDataset:
     """The sources' example streams (name -> stream, names sorted) as one, each example tagged.
 
     schedule: mixture.stages(config.data). One stage: grain's mix (sources of weight 0 left
-    out); several: ScheduledMixIterDataset.
+    out); several: ScheduledMixIterDataset, its first batch that of step first_step + 1.
     """
     names = list(streams)
     if len(schedule) == 1:
@@ -133,7 +137,7 @@ def mix_sources(streams: dict[str, grain.IterDataset], schedule, batch_size: int
         if len(kept) == 1:
             return next(iter(kept.values()))
         return grain.IterDataset.mix(kept, {name: weights[names.index(name)] for name in kept})
-    return ScheduledMixIterDataset([streams[name] for name in names], schedule, batch_size)
+    return ScheduledMixIterDataset([streams[name] for name in names], schedule, batch_size, first_step)
 
 
 class SourceCountingIterator(grain.DatasetIterator):

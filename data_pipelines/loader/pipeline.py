@@ -210,12 +210,14 @@ def _example_stream(cfg, tokenizer, special, *, seed: int, process_index: int, p
 
 
 def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, process_index: int = 0,
-                  process_count: int = 1) -> grain.IterDataset:
+                  process_count: int = 1, first_step: int = 0) -> grain.IterDataset:
     """This host's endless stream of masked training batches (layout: batch_spec).
 
     The host reads only its share of the documents (disjoint shares that cover the
     source), builds examples, shuffles them within a window, batches without crossing
-    hosts and masks each batch afresh. Batches may span an epoch boundary.
+    hosts and masks each batch afresh. Batches may span an epoch boundary. first_step: the
+    run's step before this iterator's first batch (a staged run's stage start), for a
+    mixture's weight schedule.
     """
     _check_host(process_index, process_count, per_host_batch_size)
     batch_spec(cfg, per_host_batch_size)  # Fails now on an unknown builder.
@@ -229,7 +231,7 @@ def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, proces
         streams = {name: _example_stream(source_cfg, tokenizer, special, **host,
                                          source_seed=(mixture.source_seed(name),))
                    for name, source_cfg in mixture.source_configs(cfg).items()}
-        dataset = mixing.mix_sources(streams, mixture.stages(cfg), per_host_batch_size)
+        dataset = mixing.mix_sources(streams, mixture.stages(cfg), per_host_batch_size, first_step)
         stack, extra_keys = mixing.SourceStacker(stack), (mixing.SOURCE_IDS,)
     else:
         dataset = _example_stream(cfg, tokenizer, special, **host)
@@ -260,17 +262,17 @@ def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, proces
 
 
 def build_train_iterator(cfg, tokenizer, *, seed: int, per_host_batch_size: int, process_index: int = 0,
-                         process_count: int = 1) -> grain.DatasetIterator:
+                         process_count: int = 1, first_step: int = 0) -> grain.DatasetIterator:
     """This host's training batch iterator; `get_state()`/`set_state()` resume it exactly.
 
     Checkpointed with orbax through grain.checkpoint (bert_jax/checkpoint/manager.py). A
     mixture's iterator (mixing.SourceCountingIterator) takes `source_ids` out of the batches
-    and counts sequences and tokens per source.
+    and counts sequences and tokens per source (from this iterator's start).
     """
     iterator = iter(
         train_dataset(
             cfg, tokenizer, seed=seed, per_host_batch_size=per_host_batch_size,
-            process_index=process_index, process_count=process_count,
+            process_index=process_index, process_count=process_count, first_step=first_step,
         )
     )
     if mixture.has_mixture(cfg):
