@@ -159,7 +159,7 @@ def test_summary_names_each_runs_tokenizer_and_says_there_is_one_per_kind(tmp_pa
     assert f"- `{'a' * 64}` (wordpiece): lr=1, lr=2\n- `{'b' * 64}` (unigram): kind=unigram" in summary_md
 
 
-def test_a_finetuning_grid_runs_bert_jax_finetune_and_summarises_mean_and_std_over_seeds(tmp_path):
+def test_a_finetuning_grid_runs_bert_jax_finetune_and_summarises_median_and_range_over_seeds(tmp_path):
     spec = sweep.load_sweep(os.path.join(REPO, "configs/sweeps/finetune_grid.py"))
     runs = sweep.plan_runs(spec, str(tmp_path))
     assert len(runs) == 12 and all(r["tokenizer"] is None for r in runs)  # the encoder's tokenizer is kept
