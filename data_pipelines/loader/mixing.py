@@ -9,7 +9,8 @@
                      that holds the example's batch; it restarts the shares at each stage.
 
 Each example travels as (source index, example), the index its source's place in
-mixture.source_names, until the batch is stacked (SourceStacker: `source_ids [B] int32`); the trainer's iterator (SourceCountingIterator)
+mixture.source_names (the source's stream.ExampleStream tags it), until the batch is stacked
+(SourceStacker: `source_ids [B] int32`); the trainer's iterator (SourceCountingIterator)
 takes the ids out of the batch and counts sequences and tokens per source, cumulatively,
 in its checkpointed state. Nothing here is random: the order is a function of the weights and
 the per-host batch size, and each source's own stream draws from the seed as a single source does.
@@ -23,16 +24,6 @@ import grain
 import numpy as np
 
 SOURCE_IDS = "source_ids"  # per batch row [B] int32, until the trainer's iterator counts it
-
-
-class TagSource(grain.transforms.Map):
-    """Pairs each example of a source with the source's index; module-level so workers can pickle it."""
-
-    def __init__(self, index: int):
-        self._index = index
-
-    def map(self, example) -> tuple:
-        return self._index, example
 
 
 class SourceStacker:
@@ -53,14 +44,20 @@ def _next_source(weights: Sequence[float], counts: Sequence[int]) -> int:
     Keeps every |count - weight * drawn| below 1; a source of weight 0 is never drawn.
     """
     drawn = sum(counts) + 1
-    return int(np.argmax([w * drawn - c for w, c in zip(weights, counts)]))
+    best, best_lead = 0, weights[0] * drawn - counts[0]
+    for source in range(1, len(weights)):  # a Python loop: a few sources, once per example
+        lead = weights[source] * drawn - counts[source]
+        if lead > best_lead:
+            best, best_lead = source, lead
+    return best
 
 
 class ScheduledMixIterDataset(grain.IterDataset):
     """Examples of the sources' streams, mixed by the weights of the stage that holds each one's batch.
 
     Args:
-      parents: one example stream per source (stream.ExampleStream), in source_names order.
+      parents: one example stream per source (stream.ExampleStream, its examples tagged), in
+        source_names order.
       schedule: mixture.stages(config.data): ((first batch index, weights), ...).
       batch_size: examples per batch of this host (the stage of example i is that of batch
         first_step + i // batch_size).
@@ -98,20 +95,19 @@ class _ScheduledMixIterator(grain.DatasetIterator):
         self._stage = 0
         self._counts = [0] * len(parents)  # per source, since the stage began
 
-    def _stage_of(self, index: int) -> int:
-        worker, workers = self._worker_slice
-        batch = self._first_step + (index // self._batch_size) * workers + worker  # the run's batch index
-        return max(i for i, (first, _) in enumerate(self._schedule) if batch >= first)
-
     def __next__(self) -> tuple:
-        stage = self._stage_of(self._index)
+        worker, workers = self._worker_slice
+        batch = self._first_step + (self._index // self._batch_size) * workers + worker  # the run's batch index
+        stage = self._stage
+        while stage + 1 < len(self._schedule) and batch >= self._schedule[stage + 1][0]:
+            stage += 1  # batches only grow: the stage only moves forward
         if stage != self._stage:
             self._stage, self._counts = stage, [0] * len(self._parents)
         source = _next_source(self._schedule[stage][1], self._counts)
-        example = next(self._parents[source])
+        tagged = next(self._parents[source])
         self._counts[source] += 1
         self._index += 1
-        return source, example
+        return tagged
 
     def get_state(self) -> dict:
         return {"parents": [p.get_state() for p in self._parents], "index": self._index,
@@ -125,7 +121,7 @@ class _ScheduledMixIterator(grain.DatasetIterator):
 
 def mix_sources(streams: dict[str, grain.IterDataset], schedule, batch_size: int,
                 first_step: int = 0) -> grain.IterDataset:
-    """The sources' example streams (name -> stream, names sorted) as one, each example tagged.
+    """The sources' tagged example streams (name -> stream, names sorted) as one.
 
     schedule: mixture.stages(config.data). One stage: grain's mix (sources of weight 0 left
     out); several: ScheduledMixIterDataset, its first batch that of step first_step + 1.
@@ -133,7 +129,7 @@ def mix_sources(streams: dict[str, grain.IterDataset], schedule, batch_size: int
     names = list(streams)
     if len(schedule) == 1:
         weights = schedule[0][1]
-        kept = {name: streams[name].map(TagSource(i)) for i, name in enumerate(names) if weights[i] > 0}
+        kept = {name: streams[name] for i, name in enumerate(names) if weights[i] > 0}
         if len(kept) == 1:
             return next(iter(kept.values()))
         return grain.IterDataset.mix(kept, {name: weights[names.index(name)] for name in kept})

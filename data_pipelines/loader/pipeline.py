@@ -196,8 +196,10 @@ def make_mask_batch(cfg, tokenizer, extra_keys: tuple[str, ...] = ()) -> MaskBat
 
 
 def _example_stream(cfg, tokenizer, special, *, seed: int, process_index: int, process_count: int,
-                    source_seed: tuple[int, ...] = ()) -> stream.ExampleStream:
-    """One source's endless training examples on this host; a mixture's source adds its source_seed."""
+                    source: tuple[int, str] | None = None) -> stream.ExampleStream:
+    """One source's endless training examples on this host; a mixture's source (index, name) draws its
+    seeds from its name too, and tags its examples with its index."""
+    source_seed = () if source is None else (mixture.source_seed(source[1]),)
     source_stats = sources.SkipStats()
     feed = document_feed(
         cfg, tokenizer, split="train", shuffle_seed=_host_seed(seed, process_index, 0, *source_seed),
@@ -205,7 +207,7 @@ def _example_stream(cfg, tokenizer, special, *, seed: int, process_index: int, p
     )
     return stream.ExampleStream(
         feed, functools.partial(builders.make_builder, cfg, special),
-        _host_seed(seed, process_index, 3, *source_seed), source_stats,
+        _host_seed(seed, process_index, 3, *source_seed), source_stats, source,
     )
 
 
@@ -228,9 +230,8 @@ def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, proces
     if mixture.has_mixture(cfg):
         # Each source its own stream (own builder, own seeds from its name), mixed by weight;
         # examples carry their source into the batch's `source_ids` (mixing.py).
-        streams = {name: _example_stream(source_cfg, tokenizer, special, **host,
-                                         source_seed=(mixture.source_seed(name),))
-                   for name, source_cfg in mixture.source_configs(cfg).items()}
+        streams = {name: _example_stream(source_cfg, tokenizer, special, **host, source=(index, name))
+                   for index, (name, source_cfg) in enumerate(mixture.source_configs(cfg).items())}
         dataset = mixing.mix_sources(streams, mixture.stages(cfg), per_host_batch_size, first_step)
         stack, extra_keys = mixing.SourceStacker(stack), (mixing.SOURCE_IDS,)
     else:

@@ -132,14 +132,18 @@ class ExampleStream(grain.IterDataset):
       seed: this host's seed; document d of epoch e is built with rng (seed, e, d).
       source_stats: the SkipStats the feed's source counts into, reported with the
         builder's counts in the log.
+      source: (index, name) of a mixture's source: examples come as (index, example), and
+        the log names the source (mixing.py).
     """
 
-    def __init__(self, feed, make_builder: Callable, seed: int, source_stats=None):
+    def __init__(self, feed, make_builder: Callable, seed: int, source_stats=None,
+                 source: tuple[int, str] | None = None):
         super().__init__()
         self._feed = feed
         self._make_builder = make_builder
         self._seed = seed
         self._source_stats = source_stats
+        self._source = source
 
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
         """grain's worker processes each take a slice: every count-th document of the share."""
@@ -148,7 +152,7 @@ class ExampleStream(grain.IterDataset):
         self._feed.set_slice(sl.start or 0, sl.step or 1)
 
     def __iter__(self) -> "ExampleIterator":
-        return ExampleIterator(self._feed, self._make_builder(), self._seed, self._source_stats)
+        return ExampleIterator(self._feed, self._make_builder(), self._seed, self._source_stats, self._source)
 
     def __str__(self) -> str:
         return "ExampleStream"
@@ -157,18 +161,20 @@ class ExampleStream(grain.IterDataset):
 class ExampleIterator(grain.DatasetIterator):
     """Iterator of ExampleStream; see the module docstring for its state."""
 
-    def __init__(self, feed, builder, seed: int, source_stats=None):
+    def __init__(self, feed, builder, seed: int, source_stats=None, source: tuple[int, str] | None = None):
         super().__init__()
         self._feed = feed
         self.builder = builder
         self._seed = seed
         self._source_stats = source_stats
+        self._source = source
         self._start_epoch(0)
 
     def _report(self, when: str) -> None:
         source = self._source_stats.log_line() if self._source_stats is not None else "not counted"
-        logging.info("training data, %s (counts since start): reading the source: %s; "
-                     "example building: %s", when, source, self.builder.stats.as_dict())
+        logging.info("training data%s, %s (counts since start): reading the source: %s; "
+                     "example building: %s", f" of source {self._source[1]!r}" if self._source else "", when, source,
+                     self.builder.stats.as_dict())
 
     def _start_epoch(self, epoch: int) -> None:
         self._epoch = epoch
@@ -215,7 +221,7 @@ class ExampleIterator(grain.DatasetIterator):
             self._build(position, document)
         example = self._pending[self._emitted]
         self._emitted += 1
-        return example
+        return example if self._source is None else (self._source[0], example)
 
     def get_state(self) -> dict:
         state = {

@@ -1,0 +1,78 @@
+"""Sequences/s of the loader on a 3-source mixture against one source, A/B in one run.
+
+    python bench/mixture_throughput.py                    # seq 128, NSP, the default settings
+    python bench/mixture_throughput.py --worker_count=2   # grain worker processes
+
+Both sides read bench/loader_throughput.py's prepared corpus (the embedded corpus repeated,
+WordPiece 8192) at per-host batch 256: side `single` as source=prepared, side `mixture` as
+config.data.mixture of three prepared sources over the same shards at 0.7/0.2/0.1 (three
+streams with their own seeds and builders, mixed by grain's IterDataset.mix, counted per source
+by the trainer's iterator). Rounds alternate the sides, so load from others on the machine
+falls on both; each round times `--batches` batches after `--warmup`. Prints each round and the
+median of each side, and mixture / single (the goal of issue 41: >= 0.9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+from absl import flags
+
+from bench.loader_throughput import BATCH, _config, _cpu_seconds, _prepared_corpus
+from data_pipelines.loader import pipeline
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
+
+WEIGHTS = {"books": 0.7, "web": 0.2, "wiki": 0.1}
+
+
+def _side(name: str, prepared: str, args):
+    data = _config(prepared, 128, 20, "token", args)
+    if name == "mixture":
+        data.mixture = {source: dict(source="prepared", path=prepared, weight=w) for source, w in WEIGHTS.items()}
+    return data
+
+
+def _round(data, tokenizer, args) -> tuple[float, float]:
+    iterator = pipeline.build_train_iterator(data, tokenizer, seed=0, per_host_batch_size=BATCH)
+    for _ in range(args.warmup):
+        next(iterator)
+    started, cpu_started = time.perf_counter(), _cpu_seconds()
+    for _ in range(args.batches):
+        next(iterator)
+    elapsed, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
+    del iterator
+    return args.batches * BATCH / elapsed, args.batches * BATCH / cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keep", default=os.path.join(tempfile.gettempdir(), "bert_jax_loader_bench"))
+    parser.add_argument("--repeat", type=int, default=4, help="copies of the embedded corpus")
+    parser.add_argument("--builder", default="nsp")
+    parser.add_argument("--worker_count", type=int, default=0)
+    parser.add_argument("--prefetch", type=int, default=2, help="config.data.prefetch_buffer_size (the default)")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--batches", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    flags.FLAGS.mark_as_parsed()  # grain's worker processes read absl flags.
+
+    prepared = _prepared_corpus(args.keep, args.repeat)
+    tokenizer = tokenizer_lib.load_tokenizer(os.path.join(prepared, "tokenizer"))
+    rates: dict[str, list[float]] = {"single": [], "mixture": []}
+    for r in range(args.rounds):
+        for name in ("single", "mixture") if r % 2 == 0 else ("mixture", "single"):
+            per_s, per_cpu_s = _round(_side(name, prepared, args), tokenizer, args)
+            rates[name].append(per_s)
+            print(f"round {r} {name:8s}: {per_s:8.0f} seq/s ({per_cpu_s:.0f} per CPU-second)", flush=True)
+    single, mixed = statistics.median(rates["single"]), statistics.median(rates["mixture"])
+    print(f"median single {single:.0f} seq/s, mixture {mixed:.0f} seq/s: mixture / single = {mixed / single:.2f} "
+          f"(seq 128, batch {BATCH}, workers={args.worker_count}, prefetch={args.prefetch})")
+
+
+if __name__ == "__main__":
+    main()
