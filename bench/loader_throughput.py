@@ -118,12 +118,17 @@ def _run_case(name: str, data, tokenizer, args) -> dict:
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """The corpus and loader flags this bench shares with bench/mixture_throughput.py."""
     parser.add_argument("--keep", default=os.path.join(tempfile.gettempdir(), "bert_jax_loader_bench"))
     parser.add_argument("--repeat", type=int, default=4, help="copies of the embedded corpus")
     parser.add_argument("--builder", default="nsp")
     parser.add_argument("--worker_count", type=int, default=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_corpus_arguments(parser)
     parser.add_argument("--prefetch", type=int, default=0, help="config.data.prefetch_buffer_size")
     parser.add_argument("--warmup", type=int, default=20, help="batches before timing (workers start, buffers fill)")
     parser.add_argument("--batches", type=int, default=400, help="timed batches: fewer give unsteady figures with workers")

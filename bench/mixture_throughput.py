@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
 
 from absl import flags
 
-from bench.loader_throughput import BATCH, _config, _cpu_seconds, _prepared_corpus
+from bench.loader_throughput import BATCH, _config, _cpu_seconds, _prepared_corpus, add_corpus_arguments
 from data_pipelines.loader import pipeline
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
@@ -50,10 +49,7 @@ def _round(data, tokenizer, args) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--keep", default=os.path.join(tempfile.gettempdir(), "bert_jax_loader_bench"))
-    parser.add_argument("--repeat", type=int, default=4, help="copies of the embedded corpus")
-    parser.add_argument("--builder", default="nsp")
-    parser.add_argument("--worker_count", type=int, default=0)
+    add_corpus_arguments(parser)
     parser.add_argument("--prefetch", type=int, default=2, help="config.data.prefetch_buffer_size (the default)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--batches", type=int, default=100)
