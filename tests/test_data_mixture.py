@@ -161,6 +161,11 @@ def test_the_tokenizer_of_a_mixture_with_prepared_sources_is_theirs(corpora, tmp
         tokenizer_lib.prepare_tokenizer(cfg, str(tmp_path / "other"))
 
 
+def test_prepare_refuses_a_mixture_naming_what_to_do(corpora, tmp_path):
+    with pytest.raises(ValueError, match="config.data.mixture is set: prepare each of its sources on its own"):
+        prepare_lib.prepare(corpora[0], str(tmp_path / "out"))
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda c: c.mixture.web.update(weight=-1), r"config.data.mixture.web.weight=-1(\.0)? must be >= 0"),
     (lambda c: [c.mixture[n].update(weight=0) for n in c.mixture], r"every source's weight is 0"),

@@ -42,7 +42,7 @@ from absl import logging
 
 from bert_jax.storage import paths
 from data_pipelines.shards import document_records, records
-from data_pipelines.sources import documents as sources
+from data_pipelines.sources import documents as sources, mixture
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 PLAN_FILE = "prepare_plan.json"
@@ -205,6 +205,16 @@ def _check_plan(out: str, plan: dict) -> None:
         write_json(path, plan)
 
 
+def check_raw_source(data_cfg: ml_collections.ConfigDict) -> None:
+    """prepare and prepare_beam tokenize one raw source: not prepared shards, not a mixture."""
+    if mixture.has_mixture(data_cfg):
+        raise ValueError("config.data.mixture is set: prepare each of its sources on its own (its source and "
+                         "path as config.data.source and config.data.path, one --out each, the same "
+                         "--config.data.tokenizer.path for all), then name the outputs as prepared sources")
+    if data_cfg.source == "prepared":
+        raise ValueError("config.data.source='prepared' is already prepared; name the raw source")
+
+
 def prepare(
     data_cfg: ml_collections.ConfigDict,
     out: str,
@@ -218,8 +228,7 @@ def prepare(
     num_parts: 0 = as many as input files, at most 4 per worker and at least one per
       worker (parts are the unit of parallelism and of file reading).
     """
-    if data_cfg.source == "prepared":
-        raise ValueError("config.data.source='prepared' is already prepared; name the raw source")
+    check_raw_source(data_cfg)
     if num_workers < 1 or docs_per_shard < 1 or num_parts < 0:
         raise ValueError(
             f"--num_workers={num_workers} and --docs_per_shard={docs_per_shard} must be >= 1, "

@@ -257,8 +257,7 @@ def prepare_beam(
     import apache_beam as beam  # noqa: PLC0415
 
     options, runner = pipeline_options(beam_args)  # Fails here, before any work.
-    if data_cfg.source == "prepared":
-        raise ValueError("config.data.source='prepared' is already prepared; name the raw source")
+    prepare_lib.check_raw_source(data_cfg)
     if num_shards < 1 or num_parts < 0:
         raise ValueError(f"--num_shards={num_shards} must be >= 1 and --num_parts={num_parts} >= 0")
     files = sources.check_source(data_cfg)  # A missing path fails here too.
