@@ -20,6 +20,7 @@ from absl import logging
 
 from bert_jax.finetune import data, init_from, scoreboard
 from bert_jax.finetune.tasks import get_task
+from bert_jax.parallel import distributed
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train import completion
@@ -286,6 +287,7 @@ def prepare(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_dir:
             for split, rows in (("train", d.train), ("dev", d.dev)):
                 paths.write_atomically(files[split], "".join(json.dumps(r) + "\n" for r in rows))
         paths.write_atomically(paths.path(out) / "battery.json", json.dumps(record, indent=2))
+    distributed.sync("battery_data_written")  # the other hosts read what process 0 wrote
     return plan_runs(suite, names, seed_list, out), task_data, source
 
 

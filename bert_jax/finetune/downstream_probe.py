@@ -25,6 +25,7 @@ from jax.experimental import multihost_utils
 from bert_jax.families import get_family
 from bert_jax.finetune import battery, init_from
 from bert_jax.models.scan_layout import stack_layers, unstack_layers
+from bert_jax.parallel import distributed
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train import completion
@@ -63,6 +64,7 @@ class DownstreamProbe:
                 files = battery.data_files(str(self.root), name)
                 for split, rows in (("train", d.train), ("dev", d.dev)):
                     paths.write_atomically(files[split], "".join(json.dumps(r) + "\n" for r in rows))
+        distributed.sync("downstream_probe_data_written")  # the other hosts read what process 0 wrote
 
     def due(self, step: int) -> bool:
         return step == self.num_steps or bool(self.every and step % self.every == 0)
