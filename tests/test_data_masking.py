@@ -74,7 +74,9 @@ def test_prediction_count_follows_bert_rule_and_pads_with_zero_weight():
         "masked_positions": (np.int32, (1, 20)),
         "masked_ids": (np.int32, (1, 20)),
         "masked_weights": (np.float32, (1, 20)),
+        "maskable_tokens": (np.int32, (1,)),
     }
+    assert out["maskable_tokens"].tolist() == [100] and both["maskable_tokens"].tolist() == [1, 0]  # non-special
 
 
 @pytest.mark.parametrize("mode", ["whole_word", "span", "ngram"])
