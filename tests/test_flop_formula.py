@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import configs.albert_base
 from bert_jax.families import get_family
 from bert_jax.train import perf
+from data_pipelines.loader import masking
 
 
 def abstract_params(model_cfg):
@@ -61,6 +62,10 @@ def test_the_pooler_counts_once_per_sequence_not_per_token():
 
 
 def _with_seq(data_cfg, seq: int):
+    """data_cfg at sequence length `seq`, its predicted positions P held at data_cfg's (auto would follow seq)."""
     d = data_cfg.copy_and_resolve_references()
+    predictions = masking.max_predictions(data_cfg)
+    del d["max_predictions_per_seq"]  # `auto`, a str field once copied
+    d.max_predictions_per_seq = predictions
     d.max_seq_length = seq
     return d
