@@ -92,6 +92,9 @@ class DownstreamProbe:
             run = battery.Run(name, float(spec.learning_rates[0]), self.seed, workdir)
             c = battery.run_config(self.suite, run, battery.data_files(str(self.root), name), f"{self.workdir}@{step}")
             c.mesh = self.config.mesh.copy_and_resolve_references()  # the pre-training's mesh
+            # A probe reads its last validation only: validate before and after, save at the end (time is the
+            # pre-training's).
+            c.train.evals_per_run, c.checkpoint.every_steps = 1, 10**9
             done = Workdir(workdir).results_json
             if completion.read_done(workdir) is not None and done.exists():
                 result = json.loads(done.read_text())
