@@ -5,7 +5,7 @@ that ends, usefully, in "Did you mean". A command run through `run` says the sam
 naming the flag, and exits non-zero, before anything is built. So do a config file that does not
 load and an override whose value does not parse.
 """
-import os
+import pathlib
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -61,4 +61,4 @@ def config_key_error(argv: Sequence[str], error: BaseException) -> str | None:
 
 
 def _exit(argv: Sequence[str], message: str) -> None:
-    sys.exit(f"{os.path.basename(argv[0])}: {message}")
+    sys.exit(f"{pathlib.PurePath(argv[0]).name}: {message}")  # the program's name, never a user path
