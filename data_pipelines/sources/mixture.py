@@ -85,16 +85,6 @@ def stages(data_cfg) -> tuple[tuple[int, tuple[float, ...]], ...]:
     return tuple(out)
 
 
-def weights_at(schedule, batch_index: int) -> tuple[float, ...]:
-    """The weights of the stage that holds batch `batch_index` (that of step batch_index + 1)."""
-    current = schedule[0][1]
-    for first, stage_weights in schedule:
-        if batch_index < first:
-            break
-        current = stage_weights
-    return current
-
-
 def _check_weight(key: str, value) -> float:
     try:
         weight = float(value)
