@@ -268,7 +268,7 @@ class JaxSide:
             self.compile_s = time.perf_counter() - start
             self.eval = self.program.eval_step.lower(self.state.params, self.batches[0], 0, self.frozen).compile(
                 compiler_options or None)
-        self.attention_kernel = attention_kernel(self.program)
+        self.attention_kernel = self.program.attention_kernel
         self.compiled_peak = compiled_peak_bytes(self.train.memory_analysis())
         self._next = 0
 
@@ -306,11 +306,6 @@ class JaxSide:
 
     def close(self) -> None:
         del self.state, self.batches, self.train, self.eval
-
-
-def attention_kernel(program) -> str:
-    """The kernel the family's model resolved `attention_impl` to (its module config holds it)."""
-    return str(getattr(getattr(program.model, "config", None), "attention_impl", "unknown"))
 
 
 def hf_family_config(config, jax_side) -> dict | None:

@@ -65,12 +65,7 @@ class DebertaV3Config(BertConfig):
             raise ValueError("config.model.attention_impl='cudnn': disentangled attention adds position terms to the "
                              "scores, which cuDNN cannot; use 'xla' or 'auto' (or 'splash', the fused Pallas kernel, "
                              "on TPU)")
-        dropout = float(get("attention_dropout_rate", 0.0))
-        if impl == "splash" and dropout > 0:
-            raise ValueError(f"config.model.attention_impl='splash' (DeBERTa's fused disentangled-attention Pallas "
-                             f"kernel) cannot apply config.model.attention_dropout_rate={dropout}: it does not drop "
-                             "attention probabilities. Set attention_dropout_rate=0, or attention_impl='xla' (or "
-                             "'auto', which then picks xla).")
+        # splash with attention dropout is refused by choose_kernel (super().from_config), as for every family.
         cfg = super().from_config(model_cfg)
         generator_layers = cfg.generator_num_layers or max(1, cfg.num_layers // 2)
         if not 1 <= generator_layers <= cfg.num_layers:

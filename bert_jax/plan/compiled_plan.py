@@ -170,11 +170,6 @@ def _cost(compiled) -> dict:
     return cost[0] if isinstance(cost, (list, tuple)) else cost
 
 
-def _kernel(program) -> str:
-    """The attention kernel the built model runs (a family may override `auto`'s choice)."""
-    return getattr(getattr(program.model, "config", None), "attention_impl", "xla")
-
-
 def tpu_mesh(config, tpu_slice: tpu_slices.TpuSlice):
     """The run's mesh over the slice's devices; a config.mesh that does not divide the chips fails naming both."""
     devices = tpu_slices.slice_devices(tpu_slice)
@@ -417,7 +412,7 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         layers_counted = "; ".join(filter(None, [layers_counted, (
             f"grad_accum_steps={accum}: the micro-batch loop's FLOPs counted {accum} times, the optimizer's pass "
             f"with them (an upper bound on {what})")]))
-    kernel = _kernel(program)
+    kernel = program.attention_kernel
     pallas_flops = _pallas_flops(config, getattr(program.model, "config", None), kernel, mesh.size) if tpu_slice is not None else 0.0
     state = program.abstract_state
     rows = [

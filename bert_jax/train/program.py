@@ -52,6 +52,9 @@ class TrainProgram:
     teacher: Teacher | None = None
     abstract_frozen: Any = dataclasses.field(default_factory=dict)
     frozen_shardings: Any = None
+    # The attention kernel the built model runs: `auto` resolved for the mesh's platform, or the family's own
+    # kernel for that choice (DeBERTa-v3's fused disentangled kernel for splash).
+    attention_kernel: str = "xla"
 
     def load_frozen(self, data_cfg) -> tuple[Any, Any]:
         """(numpy params, the steps' `frozen` argument on its shards): the teacher's, read once; (None, {}) without."""
@@ -120,5 +123,5 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
         state_shardings=shardings, data_sharding=data_sharding, schedule=learning_rate_schedule(config.train),
         train_step=train_step, eval_step=eval_step,
         init=lambda: create_sharded_state(init, shardings),
-        teacher=teacher, abstract_frozen=abstract_frozen, frozen_shardings=frozen_shardings,
+        teacher=teacher, abstract_frozen=abstract_frozen, frozen_shardings=frozen_shardings, attention_kernel=runs,
     )
