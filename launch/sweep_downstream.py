@@ -84,20 +84,18 @@ def add_parser(sub) -> None:
 
 # --- summary ----------------------------------------------------------------------------------------------------
 
-def _pretraining(workdir) -> tuple[float | None, float | None]:
-    """(tokens seen, final train loss) of an arm: the last logged step × its batch × its sequence length (padding
+def _tokens_seen(workdir) -> float | None:
+    """The pre-training tokens an arm has seen: the last logged step × its batch × its sequence length (padding
     included), from config.json and metrics.jsonl."""
     run = Workdir(workdir)
-    rows = read_rows(run.metrics_jsonl)
-    losses = [r["train/loss"] for r in rows if "train/loss" in r]
-    step = max((r["step"] for r in rows), default=0)
-    tokens = None
-    if run.config_json.exists():
-        config = json.loads(run.config_json.read_text())
-        batch, length = config.get("train", {}).get("global_batch_size"), config.get("data", {}).get("max_seq_length")
-        if batch and length:
-            tokens = float(step * batch * length)
-    return tokens, (losses[-1] if losses else None)
+    if not run.config_json.exists():
+        return None
+    config = json.loads(run.config_json.read_text())
+    batch, length = config.get("train", {}).get("global_batch_size"), config.get("data", {}).get("max_seq_length")
+    if not (batch and length):
+        return None
+    step = max((r["step"] for r in read_rows(run.metrics_jsonl)), default=0)
+    return float(step * batch * length)
 
 
 def boards(sweep_dir: str, names: list[str]) -> dict[str, dict[str, dict]]:
@@ -137,11 +135,10 @@ def row_columns(workdir, run: dict) -> dict:
     it has no scoreboard); a sweep never evaluated gets none."""
     workdir = paths.path(workdir)
     sweep_dir, arm = workdir.parent, workdir.name
-    names = [r["name"] for r in json.loads((sweep_dir / "sweep.json").read_text())["runs"]]
-    by_suite = boards(str(sweep_dir), names)
+    by_suite = boards(str(sweep_dir), arms(str(sweep_dir)))
     if not by_suite:
         return {}
-    out = {"pretrain/tokens_seen": _pretraining(workdir)[0]}
+    out = {"pretrain/tokens_seen": _tokens_seen(workdir)}
     for suite, by_arm in by_suite.items():
         tasks = list(dict.fromkeys(t for board in by_arm.values() for t in board["tasks"]))
         mine = by_arm.get(arm)

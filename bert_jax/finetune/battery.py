@@ -210,6 +210,20 @@ def data_files(out: str, name: str) -> dict[str, str]:
     return {"train": str(folder / "train.jsonl"), "dev": str(folder / "dev.jsonl")}
 
 
+def write_data(out: str, task_data: dict[str, TaskData]) -> None:
+    """OUT/data/<task>/{train,dev}.jsonl: each task's checked rows, which its runs read (process 0 writes them)."""
+    for name, d in task_data.items():
+        files = data_files(out, name)
+        for split, rows in (("train", d.train), ("dev", d.dev)):
+            paths.write_atomically(files[split], "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def finished_result(workdir: str) -> dict | None:
+    """A fine-tuning run's results.json when the run is DONE, else None (it is to run, or to resume)."""
+    done = Workdir(workdir).results_json
+    return json.loads(done.read_text()) if completion.read_done(workdir) is not None and done.exists() else None
+
+
 def run_config(suite, run: Run, files: dict[str, str], init: str):
     """The fine-tuning config of one run: the task's (suite.tasks.<task>.finetune), on OUT/data's files."""
     spec = suite.tasks[run.task]
@@ -282,10 +296,7 @@ def prepare(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_dir:
     record = _record(checkpoint, suite, names, seed_list)
     check_out(out, record)
     if jax.process_index() == 0:
-        for name, d in task_data.items():
-            files = data_files(out, name)
-            for split, rows in (("train", d.train), ("dev", d.dev)):
-                paths.write_atomically(files[split], "".join(json.dumps(r) + "\n" for r in rows))
+        write_data(out, task_data)
         paths.write_atomically(paths.path(out) / "battery.json", json.dumps(record, indent=2))
     distributed.sync("battery_data_written")  # the other hosts read what process 0 wrote
     return plan_runs(suite, names, seed_list, out), task_data, source
@@ -304,9 +315,9 @@ def run_battery(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_
     runs, _, source = prepare(checkpoint, suite, out, glue_dir, tfds_data_dir, tasks, seeds)
     results: dict[Run, dict] = {}
     for i, run in enumerate(runs):
-        done = Workdir(run.workdir).results_json
-        if completion.read_done(run.workdir) is not None and done.exists():
-            results[run] = json.loads(done.read_text())
+        finished = finished_result(run.workdir)
+        if finished is not None:
+            results[run] = finished
             logging.info("battery %d/%d: %s lr=%g seed=%d is DONE: kept", i + 1, len(runs), run.task,
                          run.learning_rate, run.seed)
             continue

@@ -11,7 +11,6 @@ WORKDIR/downstream/step_<N>/<task>/ (a resumed pre-training keeps the probes tha
 The bert_jax.pretrain command builds the probe (bert_jax/pretrain.py) and the loop calls it at
 its eval steps (bert_jax/train/loop.py); the suite is read and checked before the first step.
 """
-import json
 import os
 import signal
 
@@ -28,7 +27,6 @@ from bert_jax.models.scan_layout import stack_layers, unstack_layers
 from bert_jax.parallel import distributed
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import completion
 
 
 def check_config(config) -> None:
@@ -60,10 +58,7 @@ class DownstreamProbe:
             raise ValueError(f"config.eval.downstream_suite={e.downstream_suite!r}: {error}") from None
         self.root = paths.path(workdir) / "downstream"
         if jax.process_index() == 0:
-            for name, d in data.items():
-                files = battery.data_files(str(self.root), name)
-                for split, rows in (("train", d.train), ("dev", d.dev)):
-                    paths.write_atomically(files[split], "".join(json.dumps(r) + "\n" for r in rows))
+            battery.write_data(str(self.root), data)
         distributed.sync("downstream_probe_data_written")  # the other hosts read what process 0 wrote
 
     def due(self, step: int) -> bool:
@@ -95,10 +90,8 @@ class DownstreamProbe:
             # A probe reads its last validation only: validate before and after, save at the end (time is the
             # pre-training's).
             c.train.evals_per_run, c.checkpoint.every_steps = 1, 10**9
-            done = Workdir(workdir).results_json
-            if completion.read_done(workdir) is not None and done.exists():
-                result = json.loads(done.read_text())
-            else:
+            result = battery.finished_result(workdir)
+            if result is None:
                 source = self._source(step, params, c.model)
                 # Out of the pre-training loop's logical axis rules: the fine-tuning run sets its own (and its mesh,
                 # config.mesh, is the pre-training's); under the loop's, flax would constrain the host-side init.
