@@ -12,7 +12,7 @@ from data_pipelines.loader import masking
 def abstract_params(model_cfg):
     model = get_family(model_cfg.family).build_model(model_cfg)
     batch = {name: jnp.zeros((1, 8), jnp.int32) for name in ("input_ids", "token_type_ids", "attention_mask")}
-    batch["masked_positions"] = jnp.zeros((1, 2), jnp.int32)
+    batch.update({name: jnp.zeros((1, 2), jnp.int32) for name in ("masked_positions", "masked_ids", "masked_weights")})
     return jax.eval_shape(lambda: model.init(jax.random.key(0), batch)["params"])
 
 
@@ -69,3 +69,20 @@ def _with_seq(data_cfg, seq: int):
     d.max_predictions_per_seq = predictions
     d.max_seq_length = seq
     return d
+
+
+def test_deberta_counts_its_two_position_terms():
+    """DeBERTa's c2p and p2c are products of each query and key with the 2 * position_buckets projected relative
+    embeddings: 12 * layers * hidden * S * (2 * buckets) * B more than plain attention, and doubling the
+    buckets adds that again."""
+    import configs.deberta_v3_base  # noqa: PLC0415
+
+    c = configs.deberta_v3_base.get_config("tiny")  # 16 buckets, S = 64
+    params = abstract_params(c.model)
+    flops = {}
+    for buckets in (16, 32):
+        c.model.position_buckets = buckets
+        flops[buckets] = perf.train_flops_per_step(params, c.model, c.data, 4)
+    m = c.model
+    assert flops[32] - flops[16] == 12.0 * m.num_layers * m.hidden_size * 64 * (2 * 16) * 4
+    assert perf.relative_rows(configs.albert_base.get_config().model) == 0

@@ -19,7 +19,7 @@ import numpy as np
 from bert_jax.plan import hlo_traffic, memory_fit
 from bert_jax.parallel import tpu_slices
 from bert_jax.train.config_validation import validate_config
-from bert_jax.models import disentangled_attention, disentangled_kernel
+from bert_jax.models import disentangled_attention
 from bert_jax.models.attention import building_for, devices_platform
 from bert_jax.parallel.mesh import make_mesh, resolve_mesh_shapes
 from bert_jax.plan.roofline import Roofline
@@ -183,25 +183,26 @@ def tpu_mesh(config, tpu_slice: tpu_slices.TpuSlice):
 
 
 def _pallas_flops(config, model_config, kernel: str, num_devices: int) -> float:
-    """FLOPs per device of a Pallas attention kernel, which cost_analysis does not see. Splash: the formula's
-    attention term, 12 * layers * hidden * S^2 * B (forward and backward). DeBERTa's fused disentangled kernel:
-    what its tiles execute (models/disentangled_kernel.py: the position terms, recomputation in the backward,
-    and the forward again under remat), for every network that runs it (a generator's layers too). Its bytes need
-    no formula: the kernel's custom calls read and write their operands and results, which hlo_traffic counts."""
-    m, b, s = config.model, config.train.global_batch_size, config.data.max_seq_length
-    if kernel == "splash":
-        return 12.0 * m.num_layers * m.hidden_size * s * s * b / num_devices
-    if kernel == disentangled_attention.FUSED_KERNEL:
-        layers = model_config.num_layers + getattr(model_config, "generator_num_layers", 0)
-        forward_runs = 1 if model_config.remat_policy == "none" else 2
-        return layers * disentangled_kernel.matmul_flops(b, s, m.hidden_size, forward_runs) / num_devices
-    return 0.0
+    """FLOPs per device of a Pallas attention kernel (splash, DeBERTa's fused disentangled kernel), which
+    cost_analysis does not see: the formula's attention term (perf.attention_flops, with DeBERTa's position terms)
+    for every network that runs the kernel (a generator's layers too, at its own width). Model FLOPs, not what the
+    tiles execute: neither kernel's backward recomputation is counted, as remat's would be in XLA's count, nor
+    the fused kernel's position products against two blocks' width of relative rows per tile (about 2.4x the
+    term at S=512 in all, models/disentangled_kernel.py). Their bytes need no formula: a kernel's custom calls
+    read and write their operands and results, which hlo_traffic counts."""
+    if kernel not in PALLAS_FLOPS_SOURCE or model_config is None:
+        return 0.0
+    b, s = config.train.global_batch_size, config.data.max_seq_length
+    networks = [model_config] + ([model_config.generator_config()] if hasattr(model_config, "generator_config") else [])
+    return sum(perf.attention_flops(net.hidden_size, net.num_layers, s, b, perf.relative_rows(net))
+               for net in networks) / num_devices
 
 
 PALLAS_FLOPS_SOURCE = {
-    "splash": "the formula's 12*layers*hidden*S^2*B",
-    disentangled_attention.FUSED_KERNEL: "its tiles' matmuls, (6 forward (x2 under remat) + 23 backward) * "
-                                         "2*B*S^2*hidden per layer, generator layers included",
+    "splash": "the formula's attention term, 12*layers*hidden*S^2*B, for each network that runs it",
+    disentangled_attention.FUSED_KERNEL: "the formula's attention term with the position terms, "
+                                         "12*layers*hidden*S*(S + 2*position_buckets)*B, generator layers included "
+                                         "(model FLOPs: its tiles execute about 2.4x that at S=512)",
 }
 
 

@@ -4,7 +4,7 @@ FLOPs of one training step (forward + backward), for B sequences of length S:
 
     6 * N * B * S                 dense matmuls, N = non-embedding parameters applied per token
   + 6 * N_pool * B                the pooler (NSP / SOP), applied to [CLS] alone
-  + 12 * layers * hidden * S^2 * B   attention scores and context (fwd + bwd)
+  + 12 * layers * hidden * S * (S + R) * B   attention scores and context (fwd + bwd), R relative rows
   + 6 * hidden * vocab * B * P      the tied MLM decoder at P predicted positions
 
 N excludes the embedding tables (their lookups cost no FLOPs; the decoder's use of
@@ -22,6 +22,11 @@ A frozen network in the step (a distillation teacher) adds its forward pass, a t
 same formula with its own sizes:
 
   + 2 * N_t * B * S + 4 * layers_t * hidden_t * S^2 * B + 2 * hidden_t * vocab * B * P
+
+R is 0 but for DeBERTa's disentangled attention (`config.model.position_buckets`): each query's
+content-to-position and each key's position-to-content term is a product with the R = 2 * position_buckets
+projected relative embeddings, 2 * 2 * S * R * hidden FLOPs a layer and sequence forward
+(He et al. 2021, §3.1; the fused kernel's gathers by distance are not matmuls).
 
 MFU = achieved FLOP/s / (devices * peak FLOP/s).
 """
@@ -89,12 +94,24 @@ def _find(tree, key: str):
     return next((found for sub in tree.values() if (found := _find(sub, key))), {})
 
 
+def attention_flops(hidden: int, layers: int, seq: int, batch: int, relative_rows: int = 0) -> float:
+    """The formula's attention term, forward and backward: 12 * layers * hidden * S * (S + R) * B, R the
+    relative-position rows both position terms score against (DeBERTa: 2 * position_buckets; else 0)."""
+    return 12.0 * layers * hidden * seq * (seq + relative_rows) * batch
+
+
+def relative_rows(model_cfg) -> int:
+    """R of the formula: the projected relative embeddings DeBERTa's c2p and p2c terms are products with."""
+    return 2 * int(getattr(model_cfg, "position_buckets", 0) or 0)
+
+
 def train_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) -> float:
     roles = get_family(model_cfg.family).roles
     n, n_pool = applied_params(params, roles, model_cfg.num_layers), pooler_params(params, roles)
     b, s, p = global_batch_size, data_cfg.max_seq_length, masking.max_predictions(data_cfg)
     h, layers, v = model_cfg.hidden_size, model_cfg.num_layers, model_cfg.vocab_size
-    return 6.0 * n * b * s + 6.0 * n_pool * b + 12.0 * layers * h * s * s * b + 6.0 * h * v * b * p
+    attention = attention_flops(h, layers, s, b, relative_rows(model_cfg))
+    return 6.0 * n * b * s + 6.0 * n_pool * b + attention + 6.0 * h * v * b * p
 
 
 def forward_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) -> float:
