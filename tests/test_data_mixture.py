@@ -138,6 +138,40 @@ def test_grain_worker_processes_give_a_mixture_its_weights(corpora):
     np.testing.assert_allclose(fractions, [0.7, 0.2, 0.1], atol=0.01)
 
 
+def _until_the_end(iterator):
+    batches = []
+    for batch in iterator:
+        batches.append(batch)
+    return batches
+
+
+def test_a_source_that_stops_ends_the_data_at_its_last_full_batch_and_resumes_so(corpora):
+    """wiki (prepared) stops, books and web repeat: the data ends before wiki's second epoch, its epochs
+    and the others' are counted, the end holds, and a resume ends at the same batch."""
+    cfg, tokenizer = corpora
+    cfg = cfg.copy_and_resolve_references()
+    cfg.mixture.wiki.weight, cfg.mixture.wiki.on_exhausted = 0.6, "stop"
+    cfg.mixture.wiki.eval_fraction = cfg.mixture.books.eval_fraction = 0.9  # a tenth of each trains: short epochs
+    iterator = _iterator(cfg, tokenizer)
+    for _ in range(5):
+        next(iterator)
+    state = json.loads(json.dumps(iterator.get_state()))
+    rest = _until_the_end(iterator)
+    assert iterator.ended == "wiki"
+    assert iterator.epochs.tolist()[2] == 0 and iterator.epochs.tolist()[0] >= 1  # books repeated, wiki did not
+    with pytest.raises(StopIteration):
+        next(iterator)  # ended for good
+    row = mixing.count_metrics(iterator.names, iterator.sequences, iterator.tokens, iterator.epochs)
+    assert row["data/wiki/epochs"] == 0 and row["data/books/epochs"] == iterator.epochs[0]
+    resumed = _iterator(cfg, tokenizer)
+    resumed.set_state(state)
+    assert _same(rest, _until_the_end(resumed)) and resumed.ended == "wiki"
+    ended = _iterator(cfg, tokenizer)
+    ended.set_state(json.loads(json.dumps(iterator.get_state())))
+    with pytest.raises(StopIteration):
+        next(ended)  # the end is in the checkpointed state
+
+
 def test_each_source_has_its_own_eval_batches(corpora):
     cfg, tokenizer = corpora
     sets = pipeline.build_eval_sets(cfg, tokenizer, seed=0, per_host_batch_size=BATCH)
@@ -176,6 +210,8 @@ def test_prepare_refuses_a_mixture_naming_what_to_do(corpora, tmp_path):
     (lambda c: setattr(c, "mixture_schedule", ((10, dict(web=1.0)), (5, dict(books=1.0)))),
      r"config.data.mixture_schedule\[1\]: step 5 must be an integer above the stage before's \(10\)"),
     (lambda c: c.mixture.web.update(max_seq_length=32), r"config.data.mixture.web sets \['max_seq_length'\]"),
+    (lambda c: c.mixture.web.update(on_exhausted="end"),
+     r"config.data.mixture.web.on_exhausted='end' is not one of \('repeat', 'stop'\)"),
 ])
 def test_a_bad_mixture_fails_naming_the_key(corpora, change, message):
     cfg = corpora[0].copy_and_resolve_references()
@@ -213,3 +249,40 @@ def test_a_mixture_run_logs_per_source_counts_and_eval_and_resumes_exactly(corpo
         k: v for k, v in last.items() if k.startswith("data/")}
     evals = [r for r in rows if "eval/loss" in r][-1]
     assert all(f"eval/{n}/loss" in evals and f"eval/{n}/mlm_accuracy" in evals for n in ("books", "web", "wiki"))
+
+
+@pytest.mark.slow
+def test_a_run_whose_stopping_source_runs_out_finishes_there_and_resumes_exactly(corpora, tmp_path,
+                                                                                 xla_compile_cache):
+    """wiki (on_exhausted="stop") runs out long before num_steps: the run ends at its last full batch with
+    a checkpoint, an eval and DONE there, the metrics name wiki; one killed at step 4 and resumed ends alike."""
+    from test_pretrain import micro_config, read_metrics, train_losses  # noqa: PLC0415
+
+    from bert_jax.storage.workdir import Workdir  # noqa: PLC0415
+    from bert_jax.train.completion import read_done  # noqa: PLC0415
+    from bert_jax.train.loop import train_and_evaluate  # noqa: PLC0415
+
+    def config():
+        c = micro_config()
+        c.data.mixture = corpora[0].mixture.to_dict()
+        c.data.mixture.wiki.update(weight=0.6, on_exhausted="stop", eval_fraction=0.8)
+        c.data.mixture.books.eval_fraction = 0.9
+        c.data.eval_fraction, c.data.num_eval_batches = 0.1, 1
+        c.train.num_steps = 1000
+        return c
+
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    train_and_evaluate(config(), straight)
+    last = read_done(straight)["step"]
+    assert 4 < last < 1000
+    rows = read_metrics(straight)
+    assert [r["step"] for r in rows if "data/wiki/exhausted" in r] == [last]
+    assert max(r["step"] for r in rows) == last and any("eval/loss" in r and r["step"] == last for r in rows)
+    assert Workdir(straight).checkpoint_steps()[-1] == last
+    final = [r for r in rows if "data/books/epochs" in r][-1]
+    assert final["data/wiki/epochs"] == 0 and final["data/books/epochs"] >= 1
+    train_and_evaluate(config(), resumed, stop_at_step=4)
+    assert read_done(resumed) is None
+    train_and_evaluate(config(), resumed)
+    assert train_losses(resumed) == train_losses(straight)
+    assert read_done(resumed)["step"] == last

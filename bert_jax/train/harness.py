@@ -5,8 +5,9 @@ joining a multi-host run, the compilation cache), checking storage before anythi
 the barriers where process 0 writes what the others read, restoring the newest checkpoint
 (train state and data iterator) or initialising, the step / log / evaluate / checkpoint loop,
 the preemption save (SIGTERM: save at the next step boundary, exit 0, the same command
-resumes), and cleanup on any exit. What differs, a run gives as `Hooks`: when it evaluates
-and saves, what its evaluation writes, what its progress line says, and whether it stops early.
+resumes), the end of the data (a program's iterator that may end: its last full batch is the
+run's last step, evaluated and saved as a last step is), and cleanup on any exit. What differs,
+a run gives as `Hooks`: when it evaluates and saves, what its evaluation writes, what its progress line says, and whether it stops early.
 """
 import dataclasses
 from typing import Any, Callable, Iterator, Protocol
@@ -15,6 +16,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 from absl import logging
+from jax.experimental import multihost_utils
 
 from bert_jax.parallel import tpu_slices
 from bert_jax.checkpoint import manager as ckpt
@@ -114,6 +116,10 @@ class Hooks(Protocol):
     def closing(self, writer: MetricsWriter) -> None:
         """On any exit, before the metrics are closed (a last plot)."""
 
+    def data_ended(self, step: int) -> dict:
+        """The data ended after `step` (asked only of a program with data_may_end): says why, and returns
+        metrics for that step's last row."""
+
 
 @dataclasses.dataclass
 class Program:
@@ -130,6 +136,9 @@ class Program:
     # train_iter is restored only from a checkpoint after this step: a stage's iterator is new at its start
     # (bert_jax/train/stages.py), and the checkpoint there holds the stage before's.
     iterator_from_step: int = 0
+    # train_iter may end before the last step (a mixture source with on_exhausted="stop"): on several
+    # hosts, whose shares end at different batches, they then agree at every step whether one ended.
+    data_may_end: bool = False
 
 
 @dataclasses.dataclass
@@ -139,6 +148,7 @@ class Outcome:
     step: int  # the last step run
     stopped_early: bool = False
     preempted: bool = False
+    data_ended: bool = False  # the iterator ended: `step` is the last full batch's (a finished run)
 
 
 def restore_or_init(program: Program, manager):
@@ -148,6 +158,20 @@ def restore_or_init(program: Program, manager):
     with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
         state = ckpt.restore_latest(manager, program.abstract_state, iterator)
         return program.init_state() if state is None else state
+
+
+def next_batch(program: Program) -> dict | None:
+    """This host's next batch, or None once the data ended on any host (program.data_may_end; otherwise the
+    iterator's end is an error)."""
+    if not program.data_may_end:
+        return next(program.train_iter)
+    try:
+        batch, ended = next(program.train_iter), False
+    except StopIteration:
+        batch, ended = None, True
+    if jax.process_count() > 1:
+        ended = bool(np.any(multihost_utils.process_allgather(np.int32(ended))))
+    return None if ended else batch
 
 
 def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int, lease=None) -> Outcome:
@@ -166,25 +190,45 @@ def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int, le
         with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules), PreemptionWatch() as watch:
             hooks.started(start, state, writer)
             pending = []
-            for step in range(start + 1, last_step + 1):
-                if lease is not None:
-                    lease.check()
-                state, metrics = program.train_step(state, global_batch(next(program.train_iter),
-                                                                        program.data_sharding))
-                pending.append((step, metrics))
-                is_last = step == last_step
-                if hooks.logs_at(step) or is_last:
+            evaluated = saved = start  # the last steps evaluated and saved (the start needs neither)
+
+            def finish_step(step: int, is_last: bool, extra: dict) -> tuple[bool, bool]:
+                """Logs, evaluates and saves what `step` is due (everything for a last step); (stop, preempted)."""
+                nonlocal pending, evaluated, saved
+                if pending and (hooks.logs_at(step) or is_last):
                     row = host_metrics(pending, program.nan_policy)
                     pending = []
                     hooks.logged(step, row)
-                    writer.write(step, row)
-                stop = hooks.evaluates_at(step) and hooks.evaluate(step, state, writer)
+                    writer.write(step, {**row, **extra})
+                elif extra:
+                    writer.write(step, extra)
+                stop = False
+                if evaluated < step and (hooks.evaluates_at(step) or is_last):
+                    stop, evaluated = hooks.evaluate(step, state, writer), step
                 preempted = watch.should_stop(step)
-                if hooks.saves_at(step) or is_last or preempted or stop:
+                if saved < step and (hooks.saves_at(step) or is_last or preempted or stop):
                     nonfinite_steps(pending, program.nan_policy)  # a NaN step stops the run before it is saved
                     ckpt.save(manager, step, state, program.train_iter)
                     writer.sync()  # a bucket gets the metrics up to this step (see metrics_writer.py)
                     hooks.saved(step, writer)
+                    saved = step
+                return stop, preempted
+
+            for step in range(start + 1, last_step + 1):
+                if lease is not None:
+                    lease.check()
+                batch = next_batch(program)
+                if batch is None:  # the data ended: the step before is the run's last
+                    logging.warning("the training data ended before step %d: the run ends at step %d",
+                                    step, step - 1)
+                    extra = hooks.data_ended(step - 1)
+                    if step - 1 > start:
+                        finish_step(step - 1, True, extra)
+                    outcome = Outcome(state, start, step - 1, data_ended=True)
+                    break
+                state, metrics = program.train_step(state, global_batch(batch, program.data_sharding))
+                pending.append((step, metrics))
+                stop, preempted = finish_step(step, step == last_step, {})
                 outcome = Outcome(state, start, step, stopped_early=stop, preempted=preempted)
                 if preempted:
                     logging.warning("preempted: checkpoint of step %d saved; run the same command to resume", step)

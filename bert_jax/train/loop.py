@@ -75,13 +75,15 @@ def _evaluate(eval_step, params, eval_batches, objective, frozen, eval_sources=(
 
 
 def _data_metrics(train_iter) -> dict:
-    """A mixture's data/<name>/sequences, tokens (cumulative, summed over hosts) and fraction; {} otherwise."""
+    """A mixture's data/<name>/sequences, tokens (cumulative, summed over hosts), fraction and epochs (the
+    most any host's share completed); {} otherwise."""
     if not isinstance(train_iter, mixing.SourceCountingIterator):
         return {}
-    counts = np.stack([train_iter.sequences, train_iter.tokens])
+    counts = np.stack([train_iter.sequences, train_iter.tokens, train_iter.epochs])
     if jax.process_count() > 1:  # every process logs the same steps, so every one joins this gather
-        counts = np.asarray(multihost_utils.process_allgather(counts)).sum(axis=0)
-    return mixing.count_metrics(train_iter.names, counts[0], counts[1])
+        gathered = np.asarray(multihost_utils.process_allgather(counts))
+        counts = np.concatenate([gathered[:, :2].sum(axis=0), gathered[:, 2:].max(axis=0)])  # epochs: the most
+    return mixing.count_metrics(train_iter.names, counts[0], counts[1], counts[2])
 
 
 def _with_new_params(state, program, make_params):
@@ -212,7 +214,7 @@ def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=N
         mesh=program.mesh, rules=program.rules, abstract_state=program.abstract_state, init_state=init_state,
         train_step=lambda state, batch: program.train_step(state, batch, frozen),
         data_sharding=program.data_sharding, train_iter=train_iter, nan_policy=t_cfg.nan_policy,
-        iterator_from_step=stage.start if stage else 0)
+        iterator_from_step=stage.start if stage else 0, data_may_end=bool(mixture.stopping_sources(config.data)))
     flops = perf.step_flops(program, config)
     peak, peak_source = perf.peak_flops_per_device(config.logging.peak_flops_per_device)
     logging.info("%.3g FLOPs/step (formula in bert_jax/train/perf.py); peak %.3g FLOP/s/device (%s)",
@@ -224,7 +226,7 @@ def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=N
     hooks.train_iter = train_iter
     hooks.eval_sources = [(name, len(batches)) for name, batches in eval_sets if name]
     outcome = harness.run(run, hooks, workdir, config, last_step, lease)
-    if outcome.step >= t_cfg.num_steps and not outcome.preempted and jax.process_index() == 0:
+    if (outcome.step >= t_cfg.num_steps or outcome.data_ended) and not outcome.preempted and jax.process_index() == 0:
         completion.write_done(workdir, outcome.step, t_cfg.num_steps, "pretrain")
     return hooks.last_metrics
 
@@ -286,3 +288,17 @@ class _PretrainHooks:
 
     def closing(self, writer):
         writer.plot(self.headline)
+
+    def data_ended(self, step):
+        """A source that stops (config.data.mixture.<name>.on_exhausted="stop") ran out: data/<name>/exhausted = 1
+        in the last step's row. Every host is here at once; the one whose share ran out names the source."""
+        names = self.train_iter.names
+        index = names.index(self.train_iter.ended) if self.train_iter.ended else len(names)
+        if jax.process_count() > 1:
+            index = int(np.min(multihost_utils.process_allgather(np.int32(index))))
+        name = names[index]
+        logging.warning("source %r ran out after step %d (config.data.mixture.%s.on_exhausted='stop'): "
+                        "the run ends at step %d, its last full batch", name, step, name, step)
+        row = {f"data/{name}/exhausted": 1.0}
+        self.last_metrics.update(row)
+        return row

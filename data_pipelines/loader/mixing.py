@@ -8,11 +8,15 @@
                      when it is furthest behind its share), its weights those of the stage
                      that holds the example's batch; it restarts the shares at each stage.
 
-Each example travels as (source index, example), the index its source's place in
-mixture.source_names (the source's stream.ExampleStream tags it), until the batch is stacked
-(SourceStacker: `source_ids [B] int32`); the trainer's iterator (SourceCountingIterator)
-takes the ids out of the batch and counts sequences and tokens per source, cumulatively,
-in its checkpointed state. Nothing here is random: the order is a function of the weights and
+Each example travels as (source index, epoch, example), the index its source's place in
+mixture.source_names and the epoch that of its source's stream (the source's
+stream.ExampleStream tags it), until the batch is stacked (SourceStacker: `source_ids`,
+`source_epochs [B] int32`); the trainer's iterator (SourceCountingIterator) takes them out of
+the batch and counts sequences, tokens and epochs per source, cumulatively, in its
+checkpointed state. It also ends the data: the first batch holding a second epoch's example
+of a source that stops (on_exhausted="stop") is not handed out, and the iterator ends there,
+for good. Deciding in the trainer's process, from the tags, keeps it the same with or without
+grain's worker processes and makes the end part of the resumable state. Nothing here is random: the order is a function of the weights and
 the per-host batch size, and each source's own stream draws from the seed as a single source does.
 """
 
@@ -24,17 +28,20 @@ import grain
 import numpy as np
 
 SOURCE_IDS = "source_ids"  # per batch row [B] int32, until the trainer's iterator counts it
+SOURCE_EPOCHS = "source_epochs"  # per batch row [B] int32: the epoch of the row's source it came from
+TAG_KEYS = (SOURCE_IDS, SOURCE_EPOCHS)
 
 
 class SourceStacker:
-    """A builder's stacker (builders.make_stacker) over (source index, example) pairs: adds `source_ids`."""
+    """A builder's stacker (builders.make_stacker) over (source index, epoch, example): adds TAG_KEYS."""
 
     def __init__(self, stack):
         self._stack = stack
 
     def __call__(self, tagged: Sequence[tuple]) -> dict[str, np.ndarray]:
-        batch = self._stack([example for _, example in tagged])
-        batch[SOURCE_IDS] = np.array([index for index, _ in tagged], np.int32)
+        batch = self._stack([example for _, _, example in tagged])
+        batch[SOURCE_IDS] = np.array([index for index, _, _ in tagged], np.int32)
+        batch[SOURCE_EPOCHS] = np.array([epoch for _, epoch, _ in tagged], np.int32)
         return batch
 
 
@@ -137,42 +144,62 @@ def mix_sources(streams: dict[str, grain.IterDataset], schedule, batch_size: int
 
 
 class SourceCountingIterator(grain.DatasetIterator):
-    """The trainer's batch iterator of a mixture: takes `source_ids` out of each batch and counts.
+    """The trainer's batch iterator of a mixture: takes TAG_KEYS out of each batch, counts, and ends the data.
 
-    Cumulative per source: sequences (batch rows) and tokens (their non-padding positions,
-    attention_mask). The counts live in the iterator's state, so they survive a resume.
+    Cumulative per source: sequences (batch rows), tokens (their non-padding positions,
+    attention_mask) and epochs (the epoch of its latest row: the passes over it completed).
+    `stops`: the sources (indices) that end the data at their first second-epoch row; `ended`
+    is then that source's name, and the iterator stays ended. All of it lives in the
+    iterator's state, so it survives a resume.
     """
 
-    def __init__(self, parent: grain.DatasetIterator, names: Sequence[str]):
+    def __init__(self, parent: grain.DatasetIterator, names: Sequence[str], stops: Sequence[str] = ()):
         super().__init__(parent)  # grain's DatasetIterator keeps it as self._parent
         self.names = tuple(names)
+        self._stops = np.isin(np.arange(len(names)), [self.names.index(name) for name in stops])
         self.sequences = np.zeros(len(names), np.int64)
         self.tokens = np.zeros(len(names), np.int64)
+        self.epochs = np.zeros(len(names), np.int64)
+        self.ended = ""
 
     def __next__(self) -> dict:
+        if self.ended:
+            raise StopIteration
         batch = dict(next(self._parent))
         ids = np.asarray(batch.pop(SOURCE_IDS))
+        epochs = np.asarray(batch.pop(SOURCE_EPOCHS))
+        past_end = self._stops[ids] & (epochs > 0)
+        if past_end.any():
+            self.ended = self.names[int(ids[np.argmax(past_end)])]
+            raise StopIteration
         self.sequences += np.bincount(ids, minlength=len(self.names))
         row_tokens = np.asarray(batch["attention_mask"]).sum(axis=1)
         self.tokens += np.bincount(ids, weights=row_tokens, minlength=len(self.names)).astype(np.int64)
+        np.maximum.at(self.epochs, ids, epochs)
         return batch
 
     def get_state(self) -> dict:
         return {"batches": self._parent.get_state(), "sequences": self.sequences.tolist(),
-                "tokens": self.tokens.tolist()}
+                "tokens": self.tokens.tolist(), "epochs": self.epochs.tolist(), "ended": self.ended}
 
     def set_state(self, state: dict) -> None:
         self._parent.set_state(state["batches"])
         self.sequences = np.asarray(state["sequences"], np.int64)
         self.tokens = np.asarray(state["tokens"], np.int64)
+        self.epochs = np.asarray(state.get("epochs", np.zeros(len(self.names))), np.int64)  # older checkpoints
+        self.ended = state.get("ended", "")
 
 
-def count_metrics(names: Sequence[str], sequences: np.ndarray, tokens: np.ndarray) -> dict[str, float]:
-    """data/<name>/sequences, data/<name>/tokens (cumulative) and data/<name>/fraction (of sequences)."""
+def count_metrics(names: Sequence[str], sequences: np.ndarray, tokens: np.ndarray,
+                  epochs: np.ndarray | None = None) -> dict[str, float]:
+    """data/<name>/sequences, data/<name>/tokens (cumulative), data/<name>/fraction (of sequences) and
+    data/<name>/epochs (passes over the source completed, when given)."""
     total = max(int(np.sum(sequences)), 1)
     row = {}
-    for name, seqs, toks in zip(names, sequences, tokens):
+    for i, (name, seqs, toks) in enumerate(zip(names, sequences, tokens)):
         row[f"data/{name}/sequences"] = int(seqs)
         row[f"data/{name}/tokens"] = int(toks)
         row[f"data/{name}/fraction"] = int(seqs) / total
+        if epochs is not None:
+            row[f"data/{name}/epochs"] = int(epochs[i])
     return row

@@ -229,11 +229,11 @@ def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, proces
     extra_keys: tuple[str, ...] = ()
     if mixture.has_mixture(cfg):
         # Each source its own stream (own builder, own seeds from its name), mixed by weight;
-        # examples carry their source into the batch's `source_ids` (mixing.py).
+        # examples carry their source and its epoch into the batch (mixing.TAG_KEYS).
         streams = {name: _example_stream(source_cfg, tokenizer, special, **host, source=(index, name))
                    for index, (name, source_cfg) in enumerate(mixture.source_configs(cfg).items())}
         dataset = mixing.mix_sources(streams, mixture.stages(cfg), per_host_batch_size, first_step)
-        stack, extra_keys = mixing.SourceStacker(stack), (mixing.SOURCE_IDS,)
+        stack, extra_keys = mixing.SourceStacker(stack), mixing.TAG_KEYS
     else:
         dataset = _example_stream(cfg, tokenizer, special, **host)
     mask_batch = make_mask_batch(cfg, tokenizer, extra_keys)
@@ -267,8 +267,9 @@ def build_train_iterator(cfg, tokenizer, *, seed: int, per_host_batch_size: int,
     """This host's training batch iterator; `get_state()`/`set_state()` resume it exactly.
 
     Checkpointed with orbax through grain.checkpoint (bert_jax/checkpoint/manager.py). A
-    mixture's iterator (mixing.SourceCountingIterator) takes `source_ids` out of the batches
-    and counts sequences and tokens per source (from this iterator's start).
+    mixture's iterator (mixing.SourceCountingIterator) takes the source tags out of the batches,
+    counts sequences, tokens and epochs per source (from this iterator's start), and ends where a
+    source that stops (on_exhausted="stop") would begin its second epoch.
     """
     iterator = iter(
         train_dataset(
@@ -277,7 +278,7 @@ def build_train_iterator(cfg, tokenizer, *, seed: int, per_host_batch_size: int,
         )
     )
     if mixture.has_mixture(cfg):
-        return mixing.SourceCountingIterator(iterator, mixture.source_names(cfg))
+        return mixing.SourceCountingIterator(iterator, mixture.source_names(cfg), mixture.stopping_sources(cfg))
     return iterator
 
 

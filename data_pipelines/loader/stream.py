@@ -132,8 +132,8 @@ class ExampleStream(grain.IterDataset):
       seed: this host's seed; document d of epoch e is built with rng (seed, e, d).
       source_stats: the SkipStats the feed's source counts into, reported with the
         builder's counts in the log.
-      source: (index, name) of a mixture's source: examples come as (index, example), and
-        the log names the source (mixing.py).
+      source: (index, name) of a mixture's source: examples come as (index, epoch, example),
+        and the log names the source (mixing.py).
     """
 
     def __init__(self, feed, make_builder: Callable, seed: int, source_stats=None,
@@ -221,7 +221,7 @@ class ExampleIterator(grain.DatasetIterator):
             self._build(position, document)
         example = self._pending[self._emitted]
         self._emitted += 1
-        return example if self._source is None else (self._source[0], example)
+        return example if self._source is None else (self._source[0], self._epoch, example)
 
     def get_state(self) -> dict:
         state = {

@@ -5,10 +5,14 @@
         web=dict(source="jsonl", path="gs://b/web/*.jsonl.gz", weight=0.3),
     )
     c.data.mixture_schedule = ((5000, dict(books=0.1, web=0.9)),)  # from step 5000 on
+    c.data.mixture.books.on_exhausted = "stop"  # the run ends when books has been read once
 
 A source is any source kind `documents.py` reads (text, jsonl, parquet, tfds, prepared,
 embedded), with its own keys among SOURCE_KEYS; a key it does not set is config.data's. Its
-`weight` is relative (0.7/0.3 and 7/3 mix alike). A schedule stage `(step, {name: weight})`
+`weight` is relative (0.7/0.3 and 7/3 mix alike). Its `on_exhausted` says what its end does:
+"repeat" (the default) starts its next epoch, counted per source (data/<name>/epochs); "stop"
+ends the run at the last batch before the source's second epoch (mixing.SourceCountingIterator,
+and the harness ends the loop there as a finished run ends). A schedule stage `(step, {name: weight})`
 holds from that step's batch on (the batch of step `step + 1` is the first); a source a stage
 does not name has weight 0 in it. This module turns the config into one config.data per
 source (`source_configs`) and checks it (`check_mixture`); data_pipelines/loader/mixing.py
@@ -28,6 +32,8 @@ from data_pipelines.sources import documents as sources
 # The config.data keys a source may set for itself (plus `weight`); the rest are shared.
 SOURCE_KEYS = ("source", "path", "field", "tfds_name", "tfds_split", "tfds_data_dir", "segmenter",
                "max_line_bytes", "eval_fraction", "shard_cache_bytes")
+MIXTURE_KEYS = ("weight", "on_exhausted")  # a source's keys that are no config.data key
+ON_EXHAUSTED = ("repeat", "stop")
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")  # a name becomes a metric key: data/<name>/sequences
 
 
@@ -62,7 +68,7 @@ def source_configs(data_cfg) -> dict[str, ml_collections.ConfigDict]:
     for name, spec in sorted(_items(data_cfg.mixture)):
         cfg = base.copy_and_resolve_references()
         for key, value in _items(spec):
-            if key != "weight":
+            if key not in MIXTURE_KEYS:
                 cfg[key] = value
         out[name] = cfg
     return out
@@ -85,6 +91,14 @@ def stages(data_cfg) -> tuple[tuple[int, tuple[float, ...]], ...]:
     return tuple(out)
 
 
+def stopping_sources(data_cfg) -> tuple[str, ...]:
+    """The sources whose end ends the run (on_exhausted="stop"), in source_names order."""
+    if not has_mixture(data_cfg):
+        return ()
+    return tuple(name for name, spec in sorted(_items(data_cfg.mixture))
+                 if dict(_items(spec)).get("on_exhausted", "repeat") == "stop")
+
+
 def _check_weight(key: str, value) -> float:
     try:
         weight = float(value)
@@ -98,7 +112,7 @@ def _check_weight(key: str, value) -> float:
 def check_mixture(data_cfg) -> None:
     """Fails, naming the key, on a mixture that cannot run: names, keys, weights, schedule, each source.
 
-    Weights that are negative or all zero, a schedule stage naming an unknown source or whose
+    Weights that are negative or all zero, an on_exhausted not in ON_EXHAUSTED, a schedule stage naming an unknown source or whose
     steps do not increase, a source key that is not one of SOURCE_KEYS, and a source that
     cannot be read (unknown kind, a path matching nothing) each fail here, before any compile.
     """
@@ -120,10 +134,12 @@ def check_mixture(data_cfg) -> None:
             fields = dict(_items(spec))
         except ValueError as e:
             raise ValueError(f"{key}: {e}") from None
-        unknown = sorted(set(fields) - set(SOURCE_KEYS) - {"weight"})
+        unknown = sorted(set(fields) - set(SOURCE_KEYS) - set(MIXTURE_KEYS))
         if unknown:
             raise ValueError(f"{key} sets {unknown}, which a source cannot set; its keys: "
-                             f"{('weight',) + SOURCE_KEYS}")
+                             f"{MIXTURE_KEYS + SOURCE_KEYS}")
+        if fields.get("on_exhausted", "repeat") not in ON_EXHAUSTED:
+            raise ValueError(f"{key}.on_exhausted={fields['on_exhausted']!r} is not one of {ON_EXHAUSTED}")
         for needed in ("source", "weight"):
             if needed not in fields:
                 raise ValueError(f"{key}.{needed} is missing (every source needs `source` and `weight`)")
