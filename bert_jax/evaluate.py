@@ -9,11 +9,19 @@ folder `transformers` loads of a registered family. --suite: glue, smoke (config
 OUT gets scoreboard.json, .csv, .md (median, min–max, n, best lr per task; the average of the medians) and
 scoreboard.png; the runs live in OUT/runs/<task>/lr=<lr>/seed=<s>. Rerun the same command after a kill: runs
 with DONE are kept, the interrupted one resumes.
+
+--executor=local (default) fine-tunes the runs here, one after another. --executor=ray submits each as a
+`launch.ray_tpu --command=bert_jax.finetune` job on a Ray cluster of TPU slices (launch/executors.py, as
+`launch.sweep run --executor=ray` does its points), a wave at a time: the runs that start from the checkpoint,
+then those that start from another task's run (start_from_mnli); --address, --tpu, --max_wait, --python as
+for the sweep. OUT must then be a bucket (gs://, s3://) unless each slice is one host.
 """
+import argparse
 import sys
 
 from absl import app, flags
 
+from bert_jax.storage import paths
 from bert_jax.train.log_filter import log_info_quietly
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Pre-training workdir (DIR or DIR:STEP) or Hugging Face folder.")
@@ -23,6 +31,12 @@ _TFDS_DATA_DIR = flags.DEFINE_string("tfds_data_dir", "", "Read TFDS's prepared 
 _TASKS = flags.DEFINE_string("tasks", "", "Comma-separated tasks of the suite to run (default: all).")
 _SEEDS = flags.DEFINE_integer("seeds", None, "Seeds per task (0..N-1; default: the suite's).")
 _OUT = flags.DEFINE_string("out", None, "Output directory: data/, runs/, scoreboard.*.")
+_EXECUTOR = flags.DEFINE_enum("executor", "local", ["local", "ray"], "local: the runs here, one after another; "
+                              "ray: each a launch.ray_tpu job on a Ray cluster (launch/executors.py).")
+_ADDRESS = flags.DEFINE_string("address", "", "ray: the cluster's HEAD_IP:PORT.")
+_TPU = flags.DEFINE_string("tpu", "v4-8", "ray: the slice type each run gets.")
+_MAX_WAIT = flags.DEFINE_float("max_wait", 86400.0, "ray: seconds a run waits for a free slice.")
+_PYTHON = flags.DEFINE_string("python", "python3", "ray: the interpreter on the hosts.")
 flags.mark_flags_as_required(["checkpoint", "out"])
 
 
@@ -34,14 +48,23 @@ def _main(argv) -> None:
     from bert_jax.finetune import battery, scoreboard
     from bert_jax.train import harness
     from configs.suites import load_suite
+    from launch import executors
 
+    checkpoint, out, executor = _CHECKPOINT.value, _OUT.value, None
     try:
+        if _EXECUTOR.value == "ray":
+            args = argparse.Namespace(address=_ADDRESS.value, tpu=_TPU.value, max_wait=_MAX_WAIT.value,
+                                      python=_PYTHON.value)
+            executors.check_ray(args, out, "--out")
+            # The hosts run in the project's directory: local paths are given to them whole.
+            checkpoint, out = paths.absolute(checkpoint), paths.absolute(out)
+            executor = executors.ray_battery(args, out)
         suite = load_suite(_SUITE.value)
         harness.setup_process(next(iter(suite.tasks.values())).finetune)  # before JAX starts its backend
-        board = battery.evaluate(_CHECKPOINT.value, suite, _OUT.value, _GLUE_DIR.value, _TFDS_DATA_DIR.value,
-                                 _TASKS.value, _SEEDS.value)
-    except ValueError as e:  # bad input: named, before any training, nothing half-written in --out
-        sys.exit(f"evaluate: {e}")
+        board = battery.evaluate(checkpoint, suite, out, _GLUE_DIR.value, _TFDS_DATA_DIR.value, _TASKS.value,
+                                 _SEEDS.value, executor=executor)
+    except (ValueError, RuntimeError) as e:  # bad input (named, before any training, nothing half-written in
+        sys.exit(f"evaluate: {e}")           # --out), or a run the executor started that did not finish (its log)
     if board is None:
         print("[evaluate] a run was preempted: run the same command again to go on")
         return

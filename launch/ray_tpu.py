@@ -1,4 +1,4 @@
-"""A pre-training run on spot TPUs that relaunches itself until it is done, through Ray.
+"""A pre-training (or fine-tuning) run on spot TPUs that relaunches itself until it is done, through Ray.
 
     ray up launch/ray_tpu_cluster.yaml          # once: a cluster whose autoscaler recreates lost slices
     python -m launch.ray_tpu --address=HEAD_IP:6379 --tpu=v4-32 --config=configs/bert_large.py \
@@ -13,6 +13,9 @@ exited 0 after a SIGTERM) waits for capacity and relaunches, and the run resumes
 newest checkpoint in the bucket; a crash (a non-zero exit: a traceback, a config error, a
 NaN stop) stops, unless `--max_failures` allows another try and the run got further.
 Every attempt goes to `WORKDIR/attempts.jsonl` and is printed at the end.
+
+`--command=bert_jax.finetune` runs a fine-tuning the same way (a sweep of fine-tunings, one run of an
+`evaluate --executor=ray` battery): the same harness, the same DONE, the same relaunches.
 
 `launch/tpu_vm.py` is the way without Ray; it does not relaunch.
 """
@@ -37,6 +40,7 @@ from launch import attempts as attempts_lib
 from launch import parse_with_overrides, wandb_env
 
 CONNECT_TIMEOUT_S = 15.0
+COMMANDS = ("bert_jax.pretrain", "bert_jax.finetune")  # what a host runs: the modules of the one harness
 # After one host fails by itself, the others get this long to notice (jax.distributed) before they are stopped.
 GRACE_S = 60.0
 
@@ -106,7 +110,7 @@ def _run_host(index: int, command: list[str], cwd: str, echo: bool, env: dict | 
 
 
 def host_commands(args, coordinator: str, hosts: int, relaunch: bool) -> list[list[str]]:
-    base = [args.python, "-m", "bert_jax.pretrain", f"--config={args.config}", f"--workdir={args.workdir}",
+    base = [args.python, "-m", args.command, f"--config={args.config}", f"--workdir={args.workdir}",
             *args.overrides]
     if relaunch:  # the lease of a vanished host 0 goes stale after its timeout: wait for it rather than fail
         base.append(f"--config.lease.wait_s={lease_lib.default_config().timeout_s + 30:.0f}")
@@ -208,6 +212,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--address", required=True, help="the Ray cluster's HEAD_IP:PORT (GCS port, 6379 by default)")
     p.add_argument("--tpu", required=True, help="slice type, e.g. v4-32, v5litepod-16, v5p-64")
     p.add_argument("--config", required=True)
+    p.add_argument("--command", choices=COMMANDS, default=COMMANDS[0], help="the module each host runs")
     p.add_argument("--workdir", required=True, help="gs:// or s3:// (local only for a one-host slice)")
     p.add_argument("--max_preemptions", type=int, default=20, help="relaunch at most this many times")
     p.add_argument("--max_failures", type=int, default=0,
@@ -216,7 +221,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num_hosts", type=int, default=0, help="hosts per slice; 0: from --tpu")
     p.add_argument("--python", default="python3", help="the interpreter on the hosts")
     p.add_argument("--repo", default=os.getcwd(), help="the project's directory on the hosts (default: this one)")
-    p.epilog = "Everything after -- is passed to pretrain: --config.key=value overrides."
+    p.epilog = "Everything after -- is passed to the command: --config.key=value overrides."
     return p
 
 

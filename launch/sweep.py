@@ -19,12 +19,12 @@ workdir is `<sweep_dir>/<name>`, the name built from the point's own overrides
 before any point starts, whatever the executor, so `summary` works while points run. Every point
 logs to wandb (when on) as one run named for the point, grouped by the sweep (its directory's name).
 
-Executors (`--executor`):
+Executors (`--executor`, launch/executors.py, shared with `bert-jax evaluate`):
     local  runs the points here, `--parallel` at once (default 1), each one's output in
            <sweep_dir>/logs/<name>.log when more than one runs at a time
-    ray    one `launch.ray_tpu` job per point on a Ray cluster of TPU slices (`--address`, `--tpu`),
-           all submitted at once: each waits for a free slice, and is relaunched after preemptions
-           until its DONE, so as many run at once as the cluster has slices
+    ray    one `launch.ray_tpu` job per point (of pre-training or fine-tuning) on a Ray cluster of TPU
+           slices (`--address`, `--tpu`), all submitted at once: each waits for a free slice, and is
+           relaunched after preemptions until its DONE, so as many run at once as the cluster has slices
     tpu    prints one `launch.tpu_vm all` command per point (its own spot slice, the code cloned from
            `--repo_url`, the slice deleted once the point's DONE appears); no relaunch after a preemption:
            use `ray` for that
@@ -64,13 +64,14 @@ from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train.completion import read_done
 from bert_jax.train.metrics_file import read_rows
-from launch import ray_tpu
+from launch import executors
 from launch import sweep_downstream
+from launch.executors import format_value, override_flags
 
 SUMMARY_KEYS = ("train/loss", "train/mlm_accuracy", "eval/loss", "eval/mlm_accuracy", "perf/tokens_per_s")
 PRETRAIN = "bert_jax.pretrain"
 COMMANDS = (PRETRAIN, "bert_jax.finetune")
-EXECUTORS = ("local", "ray", "tpu")
+EXECUTORS = (*executors.EXECUTORS, "tpu")
 # Extra summary columns: each callable gets (a run's workdir, its sweep.json entry) and returns {column: value}.
 ROW_COLUMNS: list[Callable[..., dict]] = [sweep_downstream.row_columns]  # scores of `launch.sweep evaluate`, if run
 
@@ -103,20 +104,10 @@ def sweep_points(sweep: dict) -> list[dict]:
     return points
 
 
-def format_value(value) -> str:
-    if isinstance(value, (tuple, list)):
-        return "(" + ",".join(format_value(v) for v in value) + ")"
-    return str(value)
-
-
 def run_name(point: dict) -> str:
     """'learning_rate=0.001,num_layers=4': the last part of each key, filesystem-safe."""
     parts = [f"{key.split('.')[-1]}={format_value(value)}" for key, value in point.items()]
     return re.sub(r"[^A-Za-z0-9=,._+-]", "_", ",".join(parts)) or "default"
-
-
-def override_flags(overrides: dict) -> list[str]:
-    return [f"--config.{key}={format_value(value)}" for key, value in overrides.items()]
 
 
 def resolved_config(config_file: str, overrides: dict):
@@ -213,41 +204,18 @@ def tpu_commands(sweep: dict, runs: list[dict], args) -> list[list[str]]:
     ]
 
 
-def ray_argv(sweep: dict, run: dict, args) -> list[str]:
-    """A point as a `launch.ray_tpu` job: it waits for a free slice and is relaunched until its DONE."""
-    if sweep.get("command", PRETRAIN) != PRETRAIN:
-        raise ValueError("--executor=ray runs pre-training points (launch.ray_tpu); run fine-tuning sweeps locally")
-    return [sys.executable, "-m", "launch.ray_tpu", f"--address={args.address}", f"--tpu={args.tpu}",
-            f"--config={sweep['config']}", f"--workdir={run['workdir']}", f"--max_wait={args.max_wait}",
-            f"--python={args.python}", "--", *override_flags(run["overrides"])]
-
-
 def point_argv(sweep: dict, run: dict, args) -> list[str]:
-    return ray_argv(sweep, run, args) if args.executor == "ray" else run["argv"]
+    """A point's command: here, or as a launch.ray_tpu job (launch/executors.py) of the sweep's command."""
+    if args.executor == "ray":
+        return executors.ray_argv(args, sweep.get("command", PRETRAIN), sweep["config"], run["workdir"],
+                                  run["overrides"])
+    return run["argv"]
 
 
 def sweep_record(sweep: dict, runs: list[dict]) -> dict:
     """sweep.json: the base config, the summary keys, and each point's name, overrides and tokenizer."""
     return {"config": sweep["config"], "summary_keys": list(sweep.get("summary_keys", SUMMARY_KEYS)),
             "runs": [{k: r[k] for k in ("name", "overrides", "point", "tokenizer")} for r in runs]}
-
-
-def run_points(named_argvs: list[tuple[str, list[str]]], parallel: int, log_dir) -> list[str]:
-    """Runs every (name, argv), `parallel` at once; returns the names that failed. With more than one at a
-    time each point's output goes to log_dir/<name>.log (a local folder), else to this terminal."""
-    def run_one(index: int, name: str, argv: list[str]) -> bool:
-        print(f"[sweep] {index + 1}/{len(named_argvs)} {name}: {shlex.join(argv)}", flush=True)
-        if parallel == 1:
-            return subprocess.run(argv).returncode == 0
-        log_dir.mkdir(parents=True, exist_ok=True)
-        with (log_dir / f"{name}.log").open("w") as log:
-            ok = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT).returncode == 0
-        print(f"[sweep] {name}: {'finished' if ok else 'FAILED'} (log: {log_dir / f'{name}.log'})", flush=True)
-        return ok
-
-    with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
-        done = list(pool.map(lambda item: run_one(item[0], *item[1]), enumerate(named_argvs)))
-    return [name for (name, _), ok in zip(named_argvs, done) if not ok]
 
 
 def train_shared_tokenizers(runs: list[dict]) -> None:
@@ -265,10 +233,11 @@ def train_shared_tokenizers(runs: list[dict]) -> None:
 def run_sweep(args) -> int:
     sweep = load_sweep(args.sweep)
     sweep_dir = args.sweep_dir.rstrip("/")
-    one_host_slices = args.executor == "ray" and ray_tpu.slice_hosts(args.tpu) == 1
-    if args.executor in ("ray", "tpu") and not paths.is_remote(sweep_dir) and not one_host_slices:
+    if args.executor == "ray":
+        executors.check_ray(args, sweep_dir, "--sweep_dir")
+    if args.executor == "tpu" and not paths.is_remote(sweep_dir):
         # Every slice's hosts must see the same workdirs, and they outlive the slices.
-        raise ValueError(f"--executor={args.executor}: give a gs:// or s3:// --sweep_dir, not {sweep_dir!r}")
+        raise ValueError(f"--executor=tpu: give a gs:// or s3:// --sweep_dir, not {sweep_dir!r}")
     runs = plan_runs(sweep, sweep_dir)
     commands = (tpu_commands(sweep, runs, args) if args.executor == "tpu" else
                 [*shared_tokenizers(runs).values(), *(point_argv(sweep, run, args) for run in runs)])
@@ -288,7 +257,7 @@ def run_sweep(args) -> int:
     parallel = args.parallel or (len(runs) if args.executor == "ray" else 1)
     log_dir = paths.path(args.log_dir or (f"{sweep_dir}/logs" if not paths.is_remote(sweep_dir) else
                                           f"sweep_logs/{sweep_name(sweep_dir)}"))
-    failed = run_points([(run["name"], point_argv(sweep, run, args)) for run in runs], parallel, log_dir)
+    failed = executors.run_commands([(run["name"], point_argv(sweep, run, args)) for run in runs], parallel, log_dir)
     if failed:
         print(f"[sweep] failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
@@ -438,10 +407,7 @@ def main(argv=None) -> None:
     run.add_argument("--parallel", type=int, default=0,
                      help="points at once (local: default 1; ray: default all, each waiting for a slice)")
     run.add_argument("--log_dir", default="", help="parallel points' logs (default <sweep_dir>/logs)")
-    run.add_argument("--address", default="", help="ray: the cluster's HEAD_IP:PORT")
-    run.add_argument("--tpu", default="v4-8", help="ray: the slice type each point runs on")
-    run.add_argument("--max_wait", type=float, default=86400.0, help="ray: seconds a point waits for a free slice")
-    run.add_argument("--python", default="python3", help="ray: the interpreter on the hosts")
+    executors.add_ray_flags(run)
     run.add_argument("--tpu_name_prefix", default="sweep")
     run.add_argument("--zone", default="us-central2-b")
     run.add_argument("--accelerator_type", default="v4-8")
@@ -455,8 +421,6 @@ def main(argv=None) -> None:
     if args.command == "evaluate":
         sys.exit(sweep_downstream.evaluate_sweep(args))
     if args.command == "run":
-        if args.executor == "ray" and not args.address:
-            parser.error("--executor=ray needs --address (the Ray cluster's HEAD_IP:PORT)")
         try:
             sys.exit(run_sweep(args))
         except (ValueError, KeyError, FileNotFoundError) as error:

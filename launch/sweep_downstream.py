@@ -4,7 +4,8 @@
     python -m launch.sweep summary --sweep_dir=runs/mask_rate
 
 `evaluate` runs `bert_jax.evaluate` on every arm's final checkpoint, one after another, into
-`SWEEP_DIR/downstream/<suite>/<arm>/` (a rerun keeps what is DONE there). `summary` then gives
+`SWEEP_DIR/downstream/<suite>/<arm>/` (a rerun keeps what is DONE there); with `--executor=ray` (and
+`--address`, `--tpu`) each arm's runs are launch.ray_tpu jobs on a Ray cluster, as in `launch.sweep run`. `summary` then gives
 each arm (row), beside its final loss, columns per suite: each task's median [min–max] over
 seeds, the suite average of the medians, and the pre-training tokens seen (`row_columns`, one of
 launch.sweep's ROW_COLUMNS). Pre-training losses do not compare across objectives, mask rates or
@@ -20,6 +21,7 @@ import sys
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train.metrics_file import read_rows
+from launch import executors
 
 
 def arms(sweep_dir: str) -> list[str]:
@@ -54,8 +56,9 @@ def evaluate_commands(sweep_dir: str, suite: str, flags: list[str]) -> list[list
 
 
 def evaluate_sweep(args) -> int:
-    flags = [f"--{name}={value}" for name, value in (("glue_dir", args.glue_dir), ("tfds_data_dir", args.tfds_data_dir),
-                                                     ("tasks", args.tasks), ("seeds", args.seeds)) if value]
+    passed = ["glue_dir", "tfds_data_dir", "tasks", "seeds", "executor"]
+    passed += ["address", "tpu", "max_wait", "python"] if args.executor == "ray" else []
+    flags = [f"--{name}={getattr(args, name)}" for name in passed if getattr(args, name)]
     try:
         commands = evaluate_commands(args.sweep_dir, args.suite, flags)
     except ValueError as e:
@@ -80,6 +83,9 @@ def add_parser(sub) -> None:
     p.add_argument("--tfds_data_dir", default="", help="TFDS's prepared glue/*, instead of --glue_dir")
     p.add_argument("--tasks", default="", help="comma-separated tasks of the suite (default: all)")
     p.add_argument("--seeds", default="", help="seeds per task (default: the suite's)")
+    p.add_argument("--executor", choices=executors.EXECUTORS, default="local",
+                   help="local: each arm's runs here, one after another; ray: each run a launch.ray_tpu job")
+    executors.add_ray_flags(p)
 
 
 # --- summary ----------------------------------------------------------------------------------------------------

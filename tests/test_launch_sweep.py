@@ -9,7 +9,7 @@ import pytest
 
 from bert_jax.storage import paths
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
-from launch import sweep
+from launch import executors, sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))
@@ -75,7 +75,8 @@ def test_ray_executor_submits_every_point_as_a_ray_tpu_job(capsys):
                     "--address=10.0.0.2:6379", "--tpu=v4-16", "--dry_run"])
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 4 and "-m data_pipelines.tokenizer" in out[0]
-    assert all(f"-m launch.ray_tpu --address=10.0.0.2:6379 --tpu=v4-16 --config=configs/tiny.py "
+    assert all(f"-m launch.ray_tpu --address=10.0.0.2:6379 --tpu=v4-16 --command=bert_jax.pretrain "
+               f"--config=configs/tiny.py "
                f"--workdir=gs://b/sw/learning_rate={lr} --max_wait=86400.0 --python=python3 -- " in line
                for lr, line in zip(("0.0005", "0.002", "0.005"), out[1:]))
     assert all("--config.logging.wandb_run_name=learning_rate=" in line for line in out[1:])
@@ -88,7 +89,7 @@ def test_local_points_run_side_by_side_with_parallel(tmp_path):
     points = [("a", [sys.executable, "-c", wait]),
               ("b", [sys.executable, "-c", f"open({str(tmp_path / 'b')!r}, 'w').close()"]),
               ("c", [sys.executable, "-c", "raise SystemExit(3)"])]
-    assert sweep.run_points(points, 2, paths.path(tmp_path / "logs")) == ["c"]
+    assert executors.run_commands(points, 2, paths.path(tmp_path / "logs")) == ["c"]
     assert (tmp_path / "logs" / "a.log").read_text().strip() == "a saw b"
 
 

@@ -9,6 +9,12 @@ Everything that can be wrong with the input (a suite key, a task folder, a file'
 label outside the task's set, a checkpoint whose family cannot fine-tune the task) is checked
 before anything is written to OUT or trained, and named in the error. A rerun skips the runs
 that hold DONE and resumes the one that was killed from its checkpoints.
+
+The runs go in waves (those that start from the checkpoint, then those that start from another task's
+run, start_from_mnli), each run's config its task's recipe in battery.json plus a few overrides
+(`run_overrides`). An executor runs a wave: `local_executor` here, one after another, in this process;
+launch/executors.py's `ray_battery` as `python -m bert_jax.finetune` jobs of launch.ray_tpu on a Ray
+cluster, all of a wave at once (configs/suites/battery_run.py gives them the recipe).
 """
 import collections
 import dataclasses
@@ -22,7 +28,7 @@ from bert_jax.finetune import data, init_from, scoreboard
 from bert_jax.finetune.tasks import get_task
 from bert_jax.parallel import distributed
 from bert_jax.storage import paths
-from bert_jax.storage.workdir import Workdir
+from bert_jax.storage.workdir import Workdir, config_from_json
 from bert_jax.train import completion
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
@@ -224,17 +230,38 @@ def finished_result(workdir: str) -> dict | None:
     return json.loads(done.read_text()) if completion.read_done(workdir) is not None and done.exists() else None
 
 
+def run_overrides(suite, run: Run, files: dict[str, str], init: str) -> dict:
+    """What one run changes in its task's fine-tuning config ({config key: value}): its encoder, seed, learning
+    rate and OUT/data's files. The same keys go in-process (run_config) and on a command line (--executor=ray)."""
+    spec = suite.tasks[run.task]
+    n_texts = len([f for f in spec.text_fields.split(",") if f.strip()])
+    return {"init_from": init, "seed": run.seed, "seeds": "", "data.format": "jsonl", "data.train": files["train"],
+            "data.validation": files["dev"], "data.test": "", "task.text_fields": ",".join(TEXT_FIELDS[:n_texts]),
+            "task.label_field": "label", "task.labels": spec.labels, "train.learning_rate": run.learning_rate}
+
+
 def run_config(suite, run: Run, files: dict[str, str], init: str):
     """The fine-tuning config of one run: the task's (suite.tasks.<task>.finetune), on OUT/data's files."""
-    spec = suite.tasks[run.task]
-    c = spec.finetune.copy_and_resolve_references()
-    n_texts = len([f for f in spec.text_fields.split(",") if f.strip()])
-    c.init_from = init
-    c.seed, c.seeds = run.seed, ""
-    c.data.format, c.data.train, c.data.validation, c.data.test = "jsonl", files["train"], files["dev"], ""
-    c.task.text_fields, c.task.label_field, c.task.labels = ",".join(TEXT_FIELDS[:n_texts]), "label", spec.labels
-    c.train.learning_rate = run.learning_rate
+    c = suite.tasks[run.task].finetune.copy_and_resolve_references()
+    for key, value in run_overrides(suite, run, files, init).items():
+        *parents, leaf = key.split(".")
+        node = c
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
     return c
+
+
+def recipe(out: str, task: str):
+    """Task `task`'s fine-tuning config as OUT/battery.json records it: what configs/suites/battery_run.py gives a
+    run started as a command (the suite may have been changed in-process; the record holds what ran)."""
+    path = paths.path(out) / "battery.json"
+    if not path.exists():
+        raise ValueError(f"{path} does not exist: no battery was prepared in {out}")
+    recipes = json.loads(path.read_text())["recipes"]
+    if task not in recipes:
+        raise ValueError(f"{path} has no task {task!r}; its tasks are {sorted(recipes)}")
+    return config_from_json(json.dumps(recipes[task]["finetune"]))
 
 
 def check_checkpoint(suite, tasks: list[str], checkpoint: str, task_data: dict[str, TaskData]) -> init_from.Source:
@@ -302,71 +329,93 @@ def prepare(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_dir:
     return plan_runs(suite, names, seed_list, out), task_data, source
 
 
-def run_battery(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_dir: str = "", tasks: str = "",
-                seeds: int | None = None, finetune_fn=None) -> dict[Run, dict] | None:
-    """Runs what is not DONE, one after another; returns each run's results.json, or None when a run was
-    preempted (rerun the same command to go on).
+def waves(suite, runs: list[Run]) -> list[list[Run]]:
+    """The runs in the order they can go: those that start from the checkpoint, then those that start from another
+    task's runs (start_from_mnli). The runs of one wave do not depend on each other: an executor may run them at
+    once."""
+    first = [r for r in runs if not starts_from(suite, r.task)]
+    return [w for w in (first, [r for r in runs if starts_from(suite, r.task)]) if w]
 
-    finetune_fn: how a run is fine-tuned, (config, workdir, source=) -> results; bert_jax.finetune.run.run.
-    """
+
+def starting_point(suite, run: Run, results: dict[Run, dict], checkpoint: str) -> str:
+    """What `run` fine-tunes from (config.init_from): the checkpoint, or the finished run of the task it starts
+    from with the same seed at that task's best learning rate (init_from.resolve reads a fine-tuning run)."""
+    parent = starts_from(suite, run.task)
+    if not parent:
+        return checkpoint
+    runs = {r: v for r, v in results.items() if r.task == parent}
+    best = scoreboard.best_learning_rate(suite.tasks[parent].metric, runs)
+    at_best = [r for r in runs if r.learning_rate == best]
+    return next((r for r in at_best if r.seed == run.seed), at_best[0]).workdir
+
+
+@dataclasses.dataclass
+class Job:
+    """A run to do: its fine-tuning config is its task's recipe (OUT/battery.json's) plus `overrides`; `source` is
+    the checkpoint's encoder, already read, when the run starts from it (None: it starts from another run)."""
+    run: Run
+    out: str
+    overrides: dict
+    source: init_from.Source | None = None
+
+
+def local_executor(suite, finetune_fn=None):
+    """Runs jobs here, one after another, in this process: (jobs) -> False when one was preempted."""
     from bert_jax.finetune.run import run as finetune_run  # noqa: PLC0415 (run imports the whole harness)
 
     finetune_fn = finetune_fn or finetune_run
+
+    def execute(jobs: list[Job]) -> bool:
+        for i, job in enumerate(jobs):
+            run, init = job.run, job.overrides["init_from"]
+            print(f"[evaluate] {i + 1}/{len(jobs)} {run.task} lr={run.learning_rate:g} seed={run.seed}"
+                  f"{'' if job.source else f' from {init}'}", flush=True)
+            config = run_config(suite, run, data_files(job.out, run.task), init)
+            if "validation" not in finetune_fn(config, run.workdir, source=job.source):
+                return False
+        return True
+
+    return execute
+
+
+def run_battery(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_dir: str = "", tasks: str = "",
+                seeds: int | None = None, finetune_fn=None, executor=None) -> dict[Run, dict] | None:
+    """Runs what is not DONE, wave by wave (`waves`); returns each run's results.json, or None when a run was
+    preempted (rerun the same command to go on).
+
+    finetune_fn: how the local executor fine-tunes a run, (config, workdir, source=) -> results
+      (bert_jax.finetune.run.run).
+    executor: (jobs) -> bool, what runs a wave's jobs (False: one was preempted); default `local_executor`, here
+      one after another. launch/executors.py's `ray_battery` submits each as a launch.ray_tpu job.
+    """
     runs, _, source = prepare(checkpoint, suite, out, glue_dir, tfds_data_dir, tasks, seeds)
+    execute = executor or local_executor(suite, finetune_fn)
     results: dict[Run, dict] = {}
-    for i, run in enumerate(runs):
-        finished = finished_result(run.workdir)
-        if finished is not None:
-            results[run] = finished
-            logging.info("battery %d/%d: %s lr=%g seed=%d is DONE: kept", i + 1, len(runs), run.task,
-                         run.learning_rate, run.seed)
-            continue
-        parent = starts_from(suite, run.task)
-        start, init = source, checkpoint
-        if parent:
-            start, init = _from_task(suite, parent, run.seed, results, checkpoint, source)
-        logging.info("battery %d/%d: %s lr=%g seed=%d from %s", i + 1, len(runs), run.task, run.learning_rate,
-                     run.seed, init)
-        print(f"[evaluate] {i + 1}/{len(runs)} {run.task} lr={run.learning_rate:g} seed={run.seed}", flush=True)
-        result = finetune_fn(run_config(suite, run, data_files(out, run.task), init), run.workdir, source=start)
-        if "validation" not in result:
+    for wave in waves(suite, runs):
+        jobs = []
+        for run in wave:
+            finished = finished_result(run.workdir)
+            if finished is not None:
+                results[run] = finished
+                logging.info("battery: %s lr=%g seed=%d is DONE: kept", run.task, run.learning_rate, run.seed)
+                continue
+            init = starting_point(suite, run, results, checkpoint)
+            jobs.append(Job(run, out, run_overrides(suite, run, data_files(out, run.task), init),
+                            source if init == checkpoint else None))
+        if jobs and not execute(jobs):
             return None
-        results[run] = result
+        for job in jobs:
+            result = finished_result(job.run.workdir)
+            if result is None:
+                raise RuntimeError(f"{job.run.workdir} holds no finished run after its executor returned")
+            results[job.run] = result
     return results
 
 
-def _from_task(suite, parent: str, seed: int, results: dict, checkpoint: str, source: init_from.Source):
-    """(source, init_from text) of a run that starts from task `parent`'s fine-tuned encoder: the run of `parent`
-    with the same seed at its best learning rate."""
-    runs = {r: v for r, v in results.items() if r.task == parent}
-    best = scoreboard.best_learning_rate(suite.tasks[parent].metric, runs)
-    run = next(r for r in runs if r.learning_rate == best and r.seed == seed) if any(
-        r.learning_rate == best and r.seed == seed for r in runs) else next(r for r in runs if r.learning_rate == best)
-    params = _finetuned_backbone(run.workdir)
-    return (dataclasses.replace(source, params=params, kind="finetuned", path=run.workdir),
-            f"{checkpoint} via {run.workdir}")
-
-
-def _finetuned_backbone(workdir: str) -> dict:
-    """The encoder params of a finished fine-tuning run: its best params if it kept some, else its last step's."""
-    import orbax.checkpoint as ocp  # noqa: PLC0415 (only a chained task restores a fine-tuned run)
-
-    run = Workdir(workdir)
-    if run.best_params.exists():
-        params = ocp.StandardCheckpointer().restore(paths.absolute(run.best_params))
-    else:
-        manager = ocp.CheckpointManager(paths.absolute(run.checkpoints),
-                                        item_handlers={"state": ocp.StandardCheckpointHandler()})
-        restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
-        params = restored["state"]["params"]
-        manager.close()
-    return jax.tree.map(np.asarray, jax.device_get(params["backbone"]))
-
-
 def evaluate(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_dir: str = "", tasks: str = "",
-             seeds: int | None = None, finetune_fn=None) -> dict | None:
+             seeds: int | None = None, finetune_fn=None, executor=None) -> dict | None:
     """The battery, then OUT/scoreboard.*: returns the scoreboard, or None when a run was preempted."""
-    results = run_battery(checkpoint, suite, out, glue_dir, tfds_data_dir, tasks, seeds, finetune_fn)
+    results = run_battery(checkpoint, suite, out, glue_dir, tfds_data_dir, tasks, seeds, finetune_fn, executor)
     if results is None:
         return None
     record = json.loads((paths.path(out) / "battery.json").read_text())

@@ -1,15 +1,19 @@
-"""Where the encoder comes from: a pre-training workdir (`DIR` or `DIR:STEP`) or a Hugging Face folder.
+"""Where the encoder comes from: a pre-training workdir (`DIR` or `DIR:STEP`), a Hugging Face folder, or a
+finished fine-tuning run (its encoder: intermediate-task transfer, as RTE, MRPC and STS-B start from MNLI's run
+in RoBERTa's and ELECTRA's GLUE recipe).
 
 Either way the result is the family, its `config.model`, the tokenizer folder and the
-pre-trained parameters of the family module (the pre-training tree); the task model takes
+pre-trained parameters (the family module's tree, or a fine-tuned run's backbone); the task model takes
 the subtree its `encode` uses. The family of an HF folder is the registered one whose
 `HfConverter.model_type` its config.json names: nothing here knows a family by name.
 """
 import dataclasses
+import json
 
 import jax
 import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
 
 from bert_jax.hf import folder as hf_folder
 from bert_jax.checkpoint.params import restore_params
@@ -18,6 +22,7 @@ from bert_jax.models.probe import abstract_params
 from bert_jax.models.scan_layout import stack_layers, unstack_layers
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
+from bert_jax.train import completion
 
 # config.model keys a fine-tuning config sets whatever the source says: how to run, not what was trained.
 RUNTIME_KEYS = ("dtype", "param_dtype", "scan_layers", "scan_unroll", "remat_policy", "attention_impl", "splash_interpret",
@@ -26,7 +31,7 @@ RUNTIME_KEYS = ("dtype", "param_dtype", "scan_layers", "scan_unroll", "remat_pol
 
 @dataclasses.dataclass
 class Source:
-    kind: str  # "workdir" | "hf"
+    kind: str  # "workdir" | "hf" | "finetuned" | "pretraining" (the downstream probe's current params)
     path: str
     step: int | None
     family: Family
@@ -61,7 +66,8 @@ def _relayout(params: dict, scan_layers: bool) -> dict:
     return stack_layers(params) if scan_layers else params
 
 
-EMPTY = "config.init_from is empty: name a pre-training workdir (DIR or DIR:STEP) or a Hugging Face model folder"
+EMPTY = ("config.init_from is empty: name a pre-training workdir (DIR or DIR:STEP), a Hugging Face model folder or a "
+         "finished fine-tuning run")
 
 
 def resolve(init_from: str, runtime_model_cfg) -> Source:
@@ -70,6 +76,8 @@ def resolve(init_from: str, runtime_model_cfg) -> Source:
         raise ValueError(EMPTY)
     path, step = _split_step(init_from)
     root, run = paths.path(path), Workdir(path)
+    if run.config_json.exists() and "task" in json.loads(run.config_json.read_text()):  # a fine-tuning run's
+        return _finetuned(init_from, run, step, runtime_model_cfg)
     if run.holds_a_run():
         params, step = restore_params(run, model_for, step)
         model_cfg = _with_runtime(run.config().model.to_dict(), runtime_model_cfg)
@@ -90,6 +98,27 @@ def resolve(init_from: str, runtime_model_cfg) -> Source:
         return Source("hf", path, None, family, model_cfg, path, params)
     raise ValueError(f"config.init_from={init_from!r} is neither a pre-training workdir (config.json and "
                      f"checkpoints/) nor a Hugging Face model folder (config.json and model.safetensors)")
+
+
+def _finetuned(init_from: str, run: Workdir, step: int | None, runtime_model_cfg) -> Source:
+    """The encoder of a finished fine-tuning run: its best params if it kept some, else its last step's backbone;
+    its config.json's `model` is its own source's (bert_jax/finetune/run.py writes it)."""
+    if step is not None:
+        raise ValueError(f"config.init_from={init_from!r}: a fine-tuning run is read at its end, not at a step")
+    if completion.read_done(run.root) is None:
+        raise ValueError(f"config.init_from={init_from!r} is a fine-tuning run that has not finished (no DONE)")
+    model_cfg = _with_runtime(run.config().model.to_dict(), runtime_model_cfg)
+    if run.best_params.exists():
+        params = ocp.StandardCheckpointer().restore(paths.absolute(run.best_params))
+    else:
+        manager = ocp.CheckpointManager(paths.absolute(run.checkpoints),
+                                        item_handlers={"state": ocp.StandardCheckpointHandler()})
+        restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+        params = restored["state"]["params"]
+        manager.close()
+    backbone = jax.tree.map(np.asarray, jax.device_get(params["backbone"]))
+    return Source("finetuned", str(run), None, get_family(model_cfg.family), model_cfg, str(run.tokenizer),
+                  _relayout(backbone, model_cfg.scan_layers))
 
 
 def backbone_subset(pretrained: dict, fresh: dict, where: str = "params/backbone") -> dict:

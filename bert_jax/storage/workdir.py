@@ -51,6 +51,11 @@ def _tuples(value):
     return value
 
 
+def config_from_json(text: str) -> ml_collections.ConfigDict:
+    """A config from ml_collections' `to_json_best_effort` output (a run's config.json, a battery's recipe)."""
+    return ml_collections.ConfigDict(_tuples(json.loads(text)))
+
+
 @dataclasses.dataclass(frozen=True)
 class Workdir:
     """`Workdir("runs/tiny")`, `Workdir("gs://bucket/run")`: the root and its typed sub-paths."""
@@ -151,7 +156,7 @@ class Workdir:
         """The run's config, rebuilt from config.json (ml_collections' `to_json_best_effort` output)."""
         if not self.config_json.exists():
             raise ValueError(f"{self.config_json} does not exist: {self.root} is not a run's directory")
-        return ml_collections.ConfigDict(_tuples(json.loads(self.config_json.read_text())))
+        return config_from_json(self.config_json.read_text())
 
     def checkpoint_steps(self) -> list[int]:
         """The committed checkpoints' steps, ascending (orbax skips unfinished saves); [] if none."""

@@ -1,0 +1,96 @@
+"""How a set of runs gets run: here, `parallel` at a time, or each as a `launch.ray_tpu` job on a Ray cluster of
+TPU slices. One mechanism for the sweep's points (launch/sweep.py) and a battery's fine-tunings
+(`bert-jax evaluate --executor=ray`, bert_jax/finetune/battery.py).
+
+    local  every run is a command here, `parallel` at once, each one's output in LOG_DIR/<name>.log when more
+           than one runs at a time
+    ray    every run is `python -m launch.ray_tpu --command=<module> ...`, all submitted at once: each waits for a
+           free slice and is relaunched after preemptions until its DONE, so as many run at once as the cluster
+           has slices
+
+A run is the module it runs (bert_jax.pretrain or bert_jax.finetune), a config file, a workdir and overrides.
+"""
+import concurrent.futures
+import shlex
+import subprocess
+import sys
+
+from bert_jax.storage import paths
+from launch import ray_tpu
+
+EXECUTORS = ("local", "ray")
+ROOT = str(paths.path(__file__).resolve().parent.parent)  # the project: what a Ray host runs its commands in
+BATTERY_RUN_CONFIG = "configs/suites/battery_run.py"  # a battery's run as a config file (OUT,TASK)
+
+
+def format_value(value) -> str:
+    if isinstance(value, (tuple, list)):
+        return "(" + ",".join(format_value(v) for v in value) + ")"
+    return str(value)
+
+
+def override_flags(overrides: dict) -> list[str]:
+    return [f"--config.{key}={format_value(value)}" for key, value in overrides.items()]
+
+
+def add_ray_flags(parser) -> None:
+    """The flags of the `ray` executor, for every command that offers it."""
+    parser.add_argument("--address", default="", help="ray: the cluster's HEAD_IP:PORT")
+    parser.add_argument("--tpu", default="v4-8", help="ray: the slice type each run gets")
+    parser.add_argument("--max_wait", type=float, default=86400.0, help="ray: seconds a run waits for a free slice")
+    parser.add_argument("--python", default="python3", help="ray: the interpreter on the hosts")
+
+
+def check_ray(args, shared_dir: str, flag: str) -> None:
+    """`--executor=ray` needs a cluster address, and a bucket for the runs unless each slice is one host (then the
+    hosts may share a disk, as on a test machine)."""
+    if not args.address:
+        raise ValueError("--executor=ray needs --address (the Ray cluster's HEAD_IP:PORT)")
+    if not paths.is_remote(shared_dir) and ray_tpu.slice_hosts(args.tpu) != 1:
+        # Every slice's hosts must see the same workdirs, and they outlive the slices.
+        raise ValueError(f"--executor=ray: give a gs:// or s3:// {flag}, not {shared_dir!r}")
+
+
+def ray_argv(args, command: str, config: str, workdir: str, overrides: dict, repo: str = "") -> list[str]:
+    """A run as a `launch.ray_tpu` job: it waits for a free slice and is relaunched until its DONE."""
+    return [sys.executable, "-m", "launch.ray_tpu", f"--address={args.address}", f"--tpu={args.tpu}",
+            f"--command={command}", f"--config={config}", f"--workdir={workdir}", f"--max_wait={args.max_wait}",
+            f"--python={args.python}", *([f"--repo={repo}"] if repo else []), "--", *override_flags(overrides)]
+
+
+def run_commands(named_argvs: list[tuple[str, list[str]]], parallel: int, log_dir) -> list[str]:
+    """Runs every (name, argv), `parallel` at once; returns the names that failed. With more than one at a
+    time each one's output goes to log_dir/<name>.log (a local folder), else to this terminal."""
+    def run_one(index: int, name: str, argv: list[str]) -> bool:
+        print(f"[run] {index + 1}/{len(named_argvs)} {name}: {shlex.join(argv)}", flush=True)
+        if parallel == 1:
+            return subprocess.run(argv).returncode == 0
+        log_dir.mkdir(parents=True, exist_ok=True)
+        with (log_dir / f"{name}.log").open("w") as log:
+            ok = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT).returncode == 0
+        print(f"[run] {name}: {'finished' if ok else 'FAILED'} (log: {log_dir / f'{name}.log'})", flush=True)
+        return ok
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
+        done = list(pool.map(lambda item: run_one(item[0], *item[1]), enumerate(named_argvs)))
+    return [name for (name, _), ok in zip(named_argvs, done) if not ok]
+
+
+def ray_battery(args, out: str):
+    """A battery's executor (bert_jax/finetune/battery.py's `run_battery`): each job of a wave a
+    `launch.ray_tpu --command=bert_jax.finetune` job, all at once; a job that does not finish fails the battery,
+    naming its log."""
+    log_dir = paths.path(out) / "logs" if not paths.is_remote(out) else paths.path("battery_logs") / paths.path(out).name
+
+    def execute(jobs) -> bool:
+        named = [(f"{job.run.task},lr={job.run.learning_rate:g},seed={job.run.seed}",
+                  ray_argv(args, "bert_jax.finetune", f"{BATTERY_RUN_CONFIG}:{out},{job.run.task}", job.run.workdir,
+                           job.overrides, repo=ROOT))
+                 for job in jobs]
+        failed = run_commands(named, len(named), log_dir)
+        if failed:
+            raise RuntimeError(f"--executor=ray: {len(failed)} run(s) did not finish: {', '.join(failed)} (their "
+                               f"logs: {log_dir}/<run>.log); run the same command again to retry them")
+        return True
+
+    return execute
