@@ -246,3 +246,16 @@ def test_a_workdir_and_its_exported_hf_folder_score_the_same(hf_dir, glue_dir, t
     boards = [battery.evaluate(source, micro_suite(seeds=1), str(tmp_path / name), glue_dir=glue_dir, tasks="sst2")
               for name, source in (("from_workdir", workdir), ("from_hf", exported))]
     assert boards[0]["tasks"]["sst2"]["scores"] == pytest.approx(boards[1]["tasks"]["sst2"]["scores"], abs=1e-6)
+
+
+def test_the_ray_executor_needs_an_address_and_a_bucket_unless_slices_are_one_host(tmp_path):
+    from argparse import Namespace
+
+    from launch import executors
+
+    with pytest.raises(ValueError, match="--executor=ray needs --address"):
+        executors.check_ray(Namespace(address="", tpu="v4-8"), str(tmp_path), "--out")
+    with pytest.raises(ValueError, match=f"give a gs:// or s3:// --out, not '{tmp_path}'"):
+        executors.check_ray(Namespace(address="h:6379", tpu="v4-32"), str(tmp_path), "--out")
+    executors.check_ray(Namespace(address="h:6379", tpu="v4-8"), str(tmp_path), "--out")  # one host: a local disk
+    executors.check_ray(Namespace(address="h:6379", tpu="v4-32"), "gs://b/out", "--out")
