@@ -110,7 +110,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.shuffle_window = 1024  # examples shuffled together after building (1 = off)
     c.data.eval_fraction = 0.05
     c.data.num_eval_batches = 4
-    c.data.worker_count = 0  # grain worker processes: 2 on 2 cores make the loader 1.5x (docs/results/benchmarks.md)
+    # grain worker processes; auto = min(8, cores - 1), 0 below 2 (data_pipelines/loader/workers.py). The batches
+    # depend on the number: a run records it in config.json and a resume keeps it on any host; pin a number
+    # for the same batches on hosts of fewer than 9 cores.
+    c.data.worker_count = ml_collections.FieldReference("auto", field_type=object)
     c.data.prefetch_buffer_size = 2
 
     c.train = ml_collections.ConfigDict()

@@ -19,8 +19,9 @@ LOCAL_ONLY_CALLS = {"open", "gzip.open", "glob.glob", "glob.iglob", "shutil.copy
                     "os.rename", "os.replace", "os.walk", "os.unlink", "os.scandir", "os.mkdir"}
 # Files whose paths are never a user's: the embedded corpus reads Python's own library;
 # a SLURM script and its logs live on the cluster's shared disk, which sbatch reads; the package looks for
-# this host's TPU device files (/dev/accel*).
-NOT_USER_PATHS = {"data_pipelines/sources/corpus.py", "launch/slurm.py", "bert_jax/__init__.py"}
+# this host's TPU device files (/dev/accel*); the loader's worker watch reads /proc for its child processes.
+NOT_USER_PATHS = {"data_pipelines/sources/corpus.py", "launch/slurm.py", "bert_jax/__init__.py",
+                  "data_pipelines/loader/workers.py"}
 
 
 def _call_name(node: ast.Call) -> str:

@@ -130,7 +130,8 @@ def test_an_iterator_starting_later_takes_the_schedule_at_its_first_step(corpora
 def test_grain_worker_processes_give_a_mixture_its_weights(corpora):
     cfg, tokenizer = corpora
     cfg = cfg.copy_and_resolve_references()
-    cfg.worker_count = 2
+    with cfg.ignore_type():  # worker_count's default is "auto": a copy holds it as a str field
+        cfg.worker_count = 2
     iterator = _iterator(cfg, tokenizer)
     for _ in range(100):
         next(iterator)

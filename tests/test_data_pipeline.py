@@ -224,7 +224,8 @@ def test_worker_processes_hand_over_exactly_the_batches_they_built(cfg, tokenize
     from grain._src.python.dataset.transformations import prefetch  # noqa: PLC0415
 
     config = cfg.copy_and_resolve_references()
-    config.worker_count, config.prefetch_buffer_size = 2, 1
+    with config.ignore_type():  # worker_count's default is "auto": a copy holds it as a str field
+        config.worker_count, config.prefetch_buffer_size = 2, 1
     iterator = _iterator(config, tokenizer)
     batches = _take(iterator, 4)
     state = iterator.get_state()

@@ -2,7 +2,8 @@
 
 A key another key would cap, override or disable resolves visibly or is refused here, naming both
 (docs/reference/configs.md, "Coupled keys", lists every such coupling and its test):
-`resolve_config` turns `config.data.max_predictions_per_seq=auto` into its number and logs it, and
+`resolve_config` turns `config.data.max_predictions_per_seq=auto` (and `config.data.worker_count=auto`) into
+its number and logs it, and
 `validate_config` refuses a set cap that would bind below the mask rate asked for.
 """
 import jax
@@ -12,7 +13,7 @@ from bert_jax.families import get_family
 from bert_jax.models.attention import choose_kernel
 from bert_jax.train import stages
 from data_pipelines.sources import mixture
-from data_pipelines.loader import masking, pipeline
+from data_pipelines.loader import masking, pipeline, workers
 
 
 def resolve_config(config):
@@ -29,6 +30,13 @@ def resolve_config(config):
                          value, resolved.data.mask_rate, resolved.data.max_seq_length)
             del resolved.data["max_predictions_per_seq"]  # a str field once copied: it takes no int in place
             resolved.data.max_predictions_per_seq = value
+        if resolved.data.worker_count == workers.AUTO:
+            value = workers.worker_count(workers.AUTO)
+            logging.info("config.data.worker_count=auto -> %d (%d cores; data_pipelines/loader/workers.py)",
+                         value, workers.host_cores())
+            with resolved.data.ignore_type():  # a str field once copied
+                resolved.data.worker_count = value
+        workers.worker_count(resolved.data.worker_count)  # anything else fails now, naming the key
     return resolved
 
 

@@ -29,14 +29,15 @@ from absl import logging
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 
-# Keys (fnmatch patterns over dotted paths) that do not change what is trained.
+# Keys (fnmatch patterns over dotted paths) that do not change what is trained. data.worker_count does:
+# the batches depend on it (data_pipelines/loader/workers.py).
 PASSING = (
     "logging.*", "checkpoint.*", "mesh.*", "distributed.*", "lease.*",
     "compilation_cache_dir", "libtpu_init_args", "deterministic_gpu_ops", "allow_data_change", "accept_changes",
     "init_from_hf",  # read only by a fresh start
     "run_identity", "run_identity.*",  # checked by bert_jax/train/run_identity.py
     "train.log_every_steps", "train.eval_every_steps", "train.nan_policy",
-    "data.num_eval_batches", "data.worker_count", "data.prefetch_buffer_size", "data.shard_cache_bytes",
+    "data.num_eval_batches", "data.prefetch_buffer_size", "data.shard_cache_bytes",
     # Paths: what they hold is checked by the data fingerprint and the tokenizer's hash (run_identity.py).
     "data.path", "data.tokenizer.path", "data.tfds_data_dir", "data.mixture.*.path",
 )

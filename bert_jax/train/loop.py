@@ -16,7 +16,7 @@ from bert_jax.train import completion, experiment, harness, perf, run_identity
 from bert_jax.train import stages as stages_lib
 from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.program import build_program
-from data_pipelines.loader import mixing, pipeline
+from data_pipelines.loader import mixing, pipeline, workers
 from data_pipelines.sources import mixture
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
@@ -42,6 +42,26 @@ def _check_experiment(config, workdir: str) -> dict | None:
     recorded = json.loads(config_json.read_text()) if steps and config_json.exists() else None
     return experiment.check_resume(recorded, json.loads(config.to_json_best_effort()),
                                    config.get("accept_changes", ""), workdir, steps[-1] if steps else 0)
+
+
+def _recorded_worker_count(config, workdir: str):
+    """`config`, its data.worker_count=auto on a resume replaced by the number the run started with.
+
+    The batches depend on the worker count (data_pipelines/loader/workers.py): a run relaunched on
+    a host of other cores resumes with its own batches instead of resolving `auto` anew (which the
+    experiment check would then refuse)."""
+    if config.data.get("worker_count") != workers.AUTO or not Workdir(workdir).checkpoint_steps():
+        return config
+    config_json = paths.fresh(Workdir(workdir).config_json)
+    recorded = json.loads(config_json.read_text()).get("data", {}).get("worker_count") if config_json.exists() else None
+    if not isinstance(recorded, int):
+        return config
+    logging.info("config.data.worker_count=auto -> %d, as the run started with (this host would resolve %d)",
+                 recorded, workers.auto_worker_count())
+    config = config.copy_and_resolve_references()
+    with config.data.ignore_type():  # a copy holds "auto" as a str field
+        config.data.worker_count = recorded
+    return config
 
 
 def _log_progress(step: int, num_steps: int, row: dict, objective) -> None:
@@ -107,6 +127,7 @@ def train_and_evaluate(config, workdir: str, stop_at_step: int | None = None, do
     stages (config.train.stages, bert_jax/train/stages.py) trains them one after another,
     each resumed from the checkpoint the stage before ended with; DONE follows the last.
     """
+    config = _recorded_worker_count(config, workdir)
     stages = stages_lib.plan(config)
     if len(stages) == 1:
         return _train_stage(config, workdir, stop_at_step, downstream=downstream)

@@ -17,7 +17,8 @@
                               rows are built a whole batch at a time)
   MaskBatch                   dynamic masking (masking.py) of each batch, its rng drawn
                               from (seed, host, batch index): fresh masks every epoch
-  prefetch                    a thread, or config.data.worker_count grain processes
+  prefetch                    a thread, or config.data.worker_count grain processes (auto: from
+                              the host's cores, workers.py; the batches depend on the number)
 
 Randomness comes only from `seed` and positions, so a restored iterator yields exactly the
 batches the original would have. `batch_spec` describes a batch's keys for every builder.
@@ -37,7 +38,7 @@ from absl import flags, logging
 
 from data_pipelines.examples import builders
 from data_pipelines.sources import corpus, documents as sources, mixture, readers
-from data_pipelines.loader import file_order, masking, mixing, stream, window_shuffle
+from data_pipelines.loader import file_order, masking, mixing, stream, window_shuffle, workers
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 SPLITS = ("train", "eval")
@@ -243,14 +244,15 @@ def train_dataset(cfg, tokenizer, *, seed: int, per_host_batch_size: int, proces
         )
     dataset = dataset.batch(per_host_batch_size, drop_remainder=True, batch_fn=stack)
     dataset = dataset.random_map(mask_batch, seed=_host_seed(seed, process_index, 1))
-    if cfg.worker_count > 0:
+    worker_count = workers.worker_count(cfg.worker_count)
+    if worker_count > 0:
         if not flags.FLAGS.is_parsed():
             flags.FLAGS.mark_as_parsed()  # grain reads its absl flags; a notebook or pytest parsed none.
         spec = batch_spec(cfg, per_host_batch_size)
         spec.update({key: ((per_host_batch_size,), np.int32) for key in extra_keys})
         dataset = dataset.map(PackBatch(spec)).mp_prefetch(
             grain.MultiprocessingOptions(
-                num_workers=cfg.worker_count, per_worker_buffer_size=max(1, cfg.prefetch_buffer_size)
+                num_workers=worker_count, per_worker_buffer_size=max(1, cfg.prefetch_buffer_size)
             )
         )
         return dataset.map(UnpackBatch(spec))
@@ -277,6 +279,9 @@ def build_train_iterator(cfg, tokenizer, *, seed: int, per_host_batch_size: int,
             process_index=process_index, process_count=process_count, first_step=first_step,
         )
     )
+    worker_count = workers.worker_count(cfg.worker_count)
+    if worker_count > 0:
+        iterator = workers.WatchedIterator(iterator, worker_count)  # a worker dead at start-up: an error, no hang
     if mixture.has_mixture(cfg):
         return mixing.SourceCountingIterator(iterator, mixture.source_names(cfg), mixture.stopping_sources(cfg))
     return iterator
