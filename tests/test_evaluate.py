@@ -117,6 +117,53 @@ def test_battery_scores_medians_of_its_runs_and_resumes_without_redoing_them(hf_
                             finetune_fn=killed_after(0, [])) == board
 
 
+def prepare_tfds_glue(glue: str, data_dir: str, tasks=("sst2", "stsb")) -> str:
+    """TFDS's own GLUE builder (tensorflow_datasets/text/glue.py) prepares glue/<task> as ArrayRecord files from the
+    GLUE-layout folder `glue`, which stands in for the zip it would download (the download manager hands it the
+    folder, as TFDS's builder tests do); the preparation itself is TFDS's, without TensorFlow."""
+    from unittest import mock
+
+    tfds = pytest.importorskip("tensorflow_datasets")
+    from tensorflow_datasets.text import glue as tfds_glue  # registers glue/*
+
+    for folder, header in (("SST-2", "index\tsentence\n0\tgood\n"),
+                           ("STS-B", "\t".join(STSB_HEADER[:-1]) + "\n" + "\t".join(["0"] * 7 + ["a", "b"]) + "\n")):
+        with open(f"{glue}/{folder}/test.tsv", "w") as f:  # GLUE's unlabeled test split, which the builder reads too
+            f.write(header)
+    with mock.patch.object(tfds.download.DownloadManager, "download_and_extract", lambda self, url: glue):
+        for task in tasks:
+            tfds_glue.Glue(config=task, data_dir=data_dir, file_format="array_record").download_and_prepare()
+    return data_dir
+
+
+@pytest.fixture(scope="module")
+def tfds_glue(glue_dir, tmp_path_factory):
+    return prepare_tfds_glue(glue_dir, str(tmp_path_factory.mktemp("tfds")))
+
+
+def test_tfds_prepared_glue_tasks_give_the_rows_of_the_glue_folder(glue_dir, tfds_glue):
+    """--tfds_data_dir: glue/sst2 and glue/stsb as TFDS prepares them give the rows of GLUE's TSV files (labels by
+    name, scores as numbers)."""
+    key = lambda r: (r["text_a"], r.get("text_b", ""), r["label"])  # noqa: E731 (TFDS shuffles as it prepares)
+    for task in ("sst2", "stsb"):
+        from_tfds, from_tsv = battery.read_task(micro_suite(), task, "", tfds_glue), battery.read_task(
+            micro_suite(), task, glue_dir)
+        for split in ("train", "dev"):
+            read, rows = getattr(from_tfds, split), getattr(from_tsv, split)
+            if task == "stsb":  # (TFDS keeps the scores as float32)
+                assert [float(r["label"]) for r in sorted(read, key=key)] == pytest.approx(
+                    [float(r["label"]) for r in sorted(rows, key=key)], abs=1e-6)
+                read, rows = [{**r, "label": ""} for r in read], [{**r, "label": ""} for r in rows]
+            assert sorted(read, key=key) == sorted(rows, key=key)
+
+
+@pytest.mark.slow  # one micro fine-tuning
+def test_a_battery_trains_on_a_tfds_prepared_glue_task(hf_dir, tfds_glue, tmp_path, xla_compile_cache):
+    board = battery.evaluate(hf_dir, micro_suite(seeds=1), str(tmp_path / "out"), tfds_data_dir=tfds_glue,
+                             tasks="sst2")
+    assert board["tasks"]["sst2"]["n"] == 1 and board["tasks"]["sst2"]["median"] > 0.75
+
+
 @pytest.mark.slow
 def test_two_tasks_three_seeds_killed_mid_battery_finish_without_redoing_runs(hf_dir, glue_dir, tmp_path,
                                                                              xla_compile_cache):
