@@ -2,7 +2,8 @@
 
     python -m launch.sweep run --sweep=configs/sweeps/tiny_lr.py --sweep_dir=runs/tiny_lr
     python -m launch.sweep summary --sweep_dir=runs/tiny_lr
-    python -m launch.sweep evaluate runs/tiny_lr --suite=glue --glue_dir=/data/glue   (launch/sweep_downstream.py)
+    python -m launch.sweep evaluate runs/tiny_lr --suite=glue --glue_dir=/data/glue [--tasks=sst2,rte] [--seeds=5] \
+        [--executor=ray --address=HEAD_IP:6379 --tpu=v4-8]   (launch/sweep_downstream.py)
 
 A sweep file is Python with `get_sweep()` returning a dict:
     config     the base config file, e.g. "configs/tiny.py"
