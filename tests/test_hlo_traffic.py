@@ -171,3 +171,29 @@ def test_an_in_place_relayout_and_an_allocation_move_nothing():
     # The read takes one 1 MiB layer and writes it; the write reads that layer and writes it into one layer of
     # the allocated buffer; each reads the s32 index.
     assert (traffic.hbm, traffic.on_chip) == (4 * MIB + 2 * 4, 0)
+
+
+# An embedding lookup as the TPU compiler fuses it (DeBERTa-v3's word table, here 8 MiB of f32): the fusion gathers
+# 1024 rows of 256 into bf16; a gather outside a fusion reads its rows the same way.
+GATHER = """HloModule jit_step, is_scheduled=true
+
+%fused_lookup (param_0.1: f32[8192,256], param_1.1: s32[1024]) -> bf16[1024,256] {
+  %param_0.1 = f32[8192,256]{1,0:T(8,128)} parameter(0)
+  %param_1.1 = s32[1024]{0:T(1024)} parameter(1)
+  ROOT %gather.1 = bf16[1024,256]{1,0:T(8,128)(2,1)} gather(%param_0.1, %param_1.1), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,256}
+}
+
+ENTRY %main (param.1: f32[8192,256], param.2: s32[1024]) -> (bf16[1024,256], f32[1024,256]) {
+  %param.1 = f32[8192,256]{1,0:T(8,128)} parameter(0)
+  %param.2 = s32[1024]{0:T(1024)} parameter(1)
+  %fusion.1 = bf16[1024,256]{1,0:T(8,128)(2,1)} fusion(%param.1, %param.2), kind=kLoop, calls=%fused_lookup
+  %gather.2 = f32[1024,256]{1,0:T(8,128)} gather(%param.1, %param.2), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,256}
+  ROOT %tuple.1 = (bf16[1024,256]{1,0:T(8,128)(2,1)}, f32[1024,256]{1,0:T(8,128)}) tuple(%fusion.1, %gather.2)
+}
+"""
+
+
+def test_an_embedding_lookup_reads_the_rows_it_gathers_not_the_table():
+    traffic = hlo_traffic.traffic(GATHER)
+    # Each reads 1024 f32 rows of 256 (1 MiB) and the 4 kB of indices; the fusion writes them in bf16, the gather f32.
+    assert traffic.hbm == 2 * (MIB + 1024 * 4) + MIB / 2 + MIB

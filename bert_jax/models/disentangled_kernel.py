@@ -311,17 +311,9 @@ def _vjp_backward(scale, interpret, block, residuals, do):
 fused_disentangled_attention.defvjp(_vjp_forward, _vjp_backward)
 
 
-# Matmuls per tile, in units of one [block, block] x [block, head_dim] product (2 * block^2 * head_dim FLOPs): the
-# forward's q k^T, p v and the two position terms against 2 * block relative rows (2 each); the dq kernel
-# recomputes the scores (5) and adds dO v^T, dq, and the c2p term's dq and table gradient (2 each); the dk/dv
-# kernel likewise (5 + dv, dO v^T, dk, and p2c's dk and table gradient).
-FORWARD_MATMULS, BACKWARD_MATMULS = 6, 11 + 12
-
-
-def matmul_flops(batch: int, length: int, hidden: int, forward_runs: int = 1, backward: bool = True) -> float:
-    """FLOPs one layer's kernels execute (forward `forward_runs` times, as remat recomputes it, and the backward),
-    which a compiler's cost analysis does not see: units * 2 * batch * heads * L^2 * head_dim, the whole grid of
-    tiles. The forward alone is 12 * batch * L^2 * hidden: 3x the plain attention's 4, as the position terms
-    are computed against twice the tile's width of relative rows."""
-    units = FORWARD_MATMULS * forward_runs + (BACKWARD_MATMULS if backward else 0)
-    return units * 2.0 * batch * length * length * hidden
+# What the tiles execute, in units of one [block, block] x [block, head_dim] product (2 * block^2 * head_dim FLOPs): the
+# forward's q k^T, p v and the two position terms against 2 * block relative rows (2 each): 6; the dq kernel
+# recomputes the scores (5) and adds dO v^T, dq, and the c2p term's dq and table gradient (2 each); the dk/dv kernel
+# likewise (5 + dv, dO v^T, dk, and p2c's dk and table gradient): 23. 29 units against the 12 of the FLOP formula's
+# attention term at S = 512, 2 * position_buckets = 512 (bert_jax/train/perf.py), which is what the planner counts,
+# as it counts splash's model FLOPs and not its backward's recomputation.

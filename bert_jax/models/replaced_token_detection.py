@@ -99,8 +99,11 @@ class GradientDisentangledEmbed(nn.Module):
         return jax.lax.stop_gradient(self.shared.embedding) + self.delta
 
     def __call__(self, ids: jax.Array) -> jax.Array:
-        table = nn.with_logical_constraint(self.merged_table(), (self.shared.axes[0], None))
-        return jnp.take(table, ids, axis=0).astype(self.shared.dtype)
+        """The merged table's rows at ids, gathered from each table and added: the same float32 sum as
+        take(merged_table()), without writing a [vocab, hidden] sum per step to gather a batch's rows from
+        (DeBERTa-v3-base's 128K x 768: 120 kB of HBM traffic per token of a 16 x 512 micro-batch)."""
+        rows = lambda table: jnp.take(nn.with_logical_constraint(table, (self.shared.axes[0], None)), ids, axis=0)  # noqa: E731
+        return (rows(jax.lax.stop_gradient(self.shared.embedding)) + rows(self.delta)).astype(self.shared.dtype)
 
     def attend(self, x: jax.Array) -> jax.Array:
         dtype = self.shared.dtype

@@ -11,7 +11,8 @@ by HBM bandwidth.
 
 The rules: an instruction reads its operands and writes its result; a fusion is one
 instruction, except that it reads only the slices it takes of an operand it only slices (a
-layer's weights out of the stacked [layers, ...] buffer, through bitcasts and nested fusions)
+layer's weights out of the stacked [layers, ...] buffer, through bitcasts and nested fusions) or
+gathers from (an embedding lookup reads its rows, as XLA's own cost analysis counts a gather)
 and writes only the update of a result that is a dynamic-update-slice of an operand (a layer's
 gradient into the stacked buffer, in place, the operand not read), seeing through bitcasts and
 the in-place relayouts (copy fusions aliasing their operand) the compiler puts around stacked
@@ -170,8 +171,9 @@ def _partial_reads(name: str, computations: dict[str, list[str]], memo: dict) ->
     key = ("partial", name)
     if key in memo:
         return memo[key]
-    numbers, uses = {}, {}
+    numbers, uses, types = {}, {}, {}
     for result, type_text, opcode, operands, rest in _instructions(computations[name][1:]):
+        types[result] = type_text
         if opcode == "parameter":
             numbers[result] = int(re.search(r"parameter\((\d+)\)", rest).group(1))
             continue
@@ -184,6 +186,8 @@ def _partial_reads(name: str, computations: dict[str, list[str]], memo: dict) ->
             nested = re.search(r"calls=%([\w.\-]+)", rest) if opcode == "fusion" else None
             if opcode in ("slice", "dynamic-slice") and position == 0:
                 total += sum(_array_bytes(type_text))
+            elif opcode == "gather" and position == 0:
+                total += _gathered_bytes(type_text, types.get(value, ""))
             elif (opcode == "bitcast" or _aliases_operand(opcode, rest)) and position == 0 and read(result) is not None:
                 total += read(result)
             elif nested and nested.group(1) in computations and \
@@ -195,6 +199,19 @@ def _partial_reads(name: str, computations: dict[str, list[str]], memo: dict) ->
 
     memo[key] = {number: bytes_ for value, number in numbers.items() if (bytes_ := read(value)) is not None}
     return memo[key]
+
+
+def _gathered_bytes(result_type: str, operand_type: str) -> float:
+    """What a gather reads of its operand: the elements it gathers, in the operand's dtype (XLA's cost analysis
+    counts a gather's operand so too, HloCostAnalysis::HandleGather): an embedding lookup reads a batch's rows,
+    not the table."""
+    result, operand = _ARRAY.search(result_type), _ARRAY.search(operand_type)
+    if not (result and operand):
+        return sum(_array_bytes(operand_type))
+    elements = 1
+    for dim in filter(None, result.group(2).split(",")):
+        elements *= int(dim)
+    return float(elements * _ITEMSIZE[operand.group(1)])
 
 
 def _in_place_updates(name: str, computations: dict[str, list[str]], memo: dict) -> tuple[dict[int, float], set[int]]:
@@ -359,11 +376,13 @@ def _count(name: str, computations: dict[str, list[str]], memo: dict, unknown: l
             hbm, other = (hbm + h + o, other) if source_hbm else (hbm, other + h + o)
             continue
         partial = _partial_reads(fused, computations, memo) if fused else {}
+        if opcode == "gather":
+            partial = {0: _gathered_bytes(type_text, types.get(operands[0], ""))}
         for position, operand in enumerate(operands):
             if position in updated:
                 continue  # the buffer updated in place is not read
             h, o = _array_bytes(types.get(operand, ""))
-            if position in partial:  # only slices of it are read, from where it lives
+            if position in partial:  # only slices of it are read (or rows gathered), from where it lives
                 h, o = (partial[position], 0.0) if h else (0.0, partial[position])
             hbm, other = hbm + h, other + o
     memo[name] = (hbm, other)
