@@ -123,7 +123,8 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", default=os.path.join(tempfile.gettempdir(), "bert_jax_loader_bench"))
     parser.add_argument("--repeat", type=int, default=4, help="copies of the embedded corpus")
     parser.add_argument("--builder", default="nsp")
-    parser.add_argument("--worker_count", type=int, default=0)
+    parser.add_argument("--worker_count", default="auto",
+                        help="config.data.worker_count: a number, or auto (the default: from the host's cores)")
 
 
 def main() -> None:

@@ -6,10 +6,11 @@
 Both sides read bench/loader_throughput.py's prepared corpus (the embedded corpus repeated,
 WordPiece 8192) at per-host batch 256: side `single` as source=prepared, side `mixture` as
 config.data.mixture of three prepared sources over the same shards at 0.7/0.2/0.1 (three
-streams with their own seeds and builders, mixed by grain's IterDataset.mix, counted per source
-by the trainer's iterator). Rounds alternate the sides, so load from others on the machine
-falls on both; each round times `--batches` batches after `--warmup`. Prints each round and the
-median of each side, and mixture / single (the goal of issue 41: >= 0.9).
+streams with their own seeds and builders, mixed in grain's mix order by mixing.MixIterDataset,
+counted per source by the trainer's iterator). The default settings include
+config.data.worker_count=auto (0 on a host of 2 cores). Rounds alternate the sides, so load from
+others on the machine falls on both; each round times `--batches` batches after `--warmup`.
+Prints each round and the median of each side, and mixture / single (the goal of issue 41: >= 0.9).
 """
 
 from __future__ import annotations

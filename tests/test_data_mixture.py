@@ -287,3 +287,16 @@ def test_a_run_whose_stopping_source_runs_out_finishes_there_and_resumes_exactly
     train_and_evaluate(config(), resumed)
     assert train_losses(resumed) == train_losses(straight)
     assert read_done(resumed)["step"] == last
+
+
+@pytest.mark.parametrize("weights", [(0.7, 0.2, 0.1), (0.25, 0.0, 0.75), (0.013, 0.5, 0.487)])
+def test_the_mixer_draws_in_grain_mix_order(weights):
+    """mixing.interleave_order is grain's IterDataset.mix order (computed in chunks, not per example)."""
+    import grain  # noqa: PLC0415
+
+    kept = [i for i, w in enumerate(weights) if w > 0]
+    mixed = iter(grain.IterDataset.mix([grain.MapDataset.source([i]).repeat(None).to_iter_dataset() for i in kept],
+                                       [weights[i] for i in kept]))
+    order = np.flatnonzero(np.asarray(weights) > 0)[
+        mixing.interleave_order(np.arange(3000), mixing.grain_proportions(weights))]
+    assert order.tolist() == [next(mixed) for _ in range(3000)]

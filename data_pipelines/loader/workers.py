@@ -28,6 +28,9 @@ import glob
 import os
 import queue
 import threading
+import weakref
+
+import grain
 
 AUTO = "auto"
 # 8 workers build several times the batches one host's accelerators take at BERT sizes (a worker
@@ -85,7 +88,20 @@ def dead_children() -> list[tuple[int, int]]:
     return dead
 
 
-class WatchedIterator:
+def _fetch(owner: weakref.ref, requests: queue.Queue, results: queue.Queue) -> None:
+    """WatchedIterator's thread: a batch of its grain iterator per request, until told to stop."""
+    while requests.get():
+        iterator = owner()
+        if iterator is None:
+            return
+        try:
+            results.put((next(iterator._parent), None))
+        except BaseException as e:  # noqa: BLE001 (StopIteration included: handed to the trainer)
+            results.put((None, e))
+        del iterator
+
+
+class WatchedIterator(grain.DatasetIterator):
     """The trainer's side of grain's worker processes: a worker that dies ends the run, naming it.
 
     grain notices a worker that dies while it runs (an error within a second). One that dies as it
@@ -98,24 +114,18 @@ class WatchedIterator:
     get_state / set_state are the grain iterator's own (checkpoints are unchanged).
     """
 
-    def __init__(self, parent, worker_count: int, poll_s: float = 5.0):
-        self._parent = parent
+    def __init__(self, parent: grain.DatasetIterator, worker_count: int, poll_s: float = 5.0):
+        super().__init__(parent)  # grain's DatasetIterator keeps it as self._parent (and restores JSON states)
         self._worker_count = worker_count
         self._poll_s = poll_s
         self._requests: queue.Queue = queue.Queue()
         self._results: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._fetch, daemon=True, name="grain-batch-watch")
-        self._thread.start()
+        # The thread holds this iterator weakly, so dropping it closes grain's (and its workers) as before.
+        threading.Thread(target=_fetch, args=(weakref.ref(self), self._requests, self._results), daemon=True,
+                         name="grain-batch-watch").start()
 
-    def _fetch(self) -> None:
-        while self._requests.get():
-            try:
-                self._results.put((next(self._parent), None))
-            except BaseException as e:  # noqa: BLE001 (StopIteration included: handed to the trainer)
-                self._results.put((None, e))
-
-    def __iter__(self):
-        return self
+    def __del__(self):
+        self._requests.put(False)
 
     def __next__(self):
         self._requests.put(True)
