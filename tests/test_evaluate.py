@@ -306,3 +306,11 @@ def test_the_ray_executor_needs_an_address_and_a_bucket_unless_slices_are_one_ho
         executors.check_ray(Namespace(address="h:6379", tpu="v4-32"), str(tmp_path), "--out")
     executors.check_ray(Namespace(address="h:6379", tpu="v4-8"), str(tmp_path), "--out")  # one host: a local disk
     executors.check_ray(Namespace(address="h:6379", tpu="v4-32"), "gs://b/out", "--out")
+
+
+def test_a_short_task_reads_the_first_rows_of_each_split(glue_dir):
+    suite = micro_suite()
+    suite.tasks.sst2.max_train_rows, suite.tasks.sst2.max_dev_rows = 10, 5
+    short, whole = battery.read_task(suite, "sst2", glue_dir), battery.read_task(micro_suite(), "sst2", glue_dir)
+    assert (short.train, short.dev) == (whole.train[:10], whole.dev[:5]) and len(whole.train) > 10
+    assert load_suite("smoke").tasks.sst2.max_train_rows == 1000  # the probe's suite stays short on real GLUE
