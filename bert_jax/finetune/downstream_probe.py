@@ -81,6 +81,7 @@ class DownstreamProbe:
         from bert_jax.finetune.run import run as finetune_run  # noqa: PLC0415
 
         row = {}
+        logging.info("downstream probe at step %d: fine-tuning %s", step, ", ".join(self.tasks))
         for name in self.tasks:
             spec = self.suite.tasks[name]
             workdir = str(self.root / f"step_{step}" / name)
