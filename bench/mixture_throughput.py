@@ -61,13 +61,17 @@ def main() -> None:
     prepared = _prepared_corpus(args.keep, args.repeat)
     tokenizer = tokenizer_lib.load_tokenizer(os.path.join(prepared, "tokenizer"))
     rates: dict[str, list[float]] = {"single": [], "mixture": []}
+    cpu_rates: dict[str, list[float]] = {"single": [], "mixture": []}
     for r in range(args.rounds):
         for name in ("single", "mixture") if r % 2 == 0 else ("mixture", "single"):
             per_s, per_cpu_s = _round(_side(name, prepared, args), tokenizer, args)
             rates[name].append(per_s)
+            cpu_rates[name].append(per_cpu_s)
             print(f"round {r} {name:8s}: {per_s:8.0f} seq/s ({per_cpu_s:.0f} per CPU-second)", flush=True)
     single, mixed = statistics.median(rates["single"]), statistics.median(rates["mixture"])
-    print(f"median single {single:.0f} seq/s, mixture {mixed:.0f} seq/s: mixture / single = {mixed / single:.2f} "
+    cpu_single, cpu_mixed = statistics.median(cpu_rates["single"]), statistics.median(cpu_rates["mixture"])
+    print(f"median single {single:.0f} seq/s, mixture {mixed:.0f} seq/s: mixture / single = {mixed / single:.2f}; "
+          f"per CPU-second {cpu_single:.0f} and {cpu_mixed:.0f}: {cpu_mixed / cpu_single:.2f} "
           f"(seq 128, batch {BATCH}, workers={args.worker_count}, prefetch={args.prefetch})")
 
 

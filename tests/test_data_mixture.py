@@ -300,3 +300,40 @@ def test_the_mixer_draws_in_grain_mix_order(weights):
     order = np.flatnonzero(np.asarray(weights) > 0)[
         mixing.interleave_order(np.arange(3000), mixing.grain_proportions(weights))]
     assert order.tolist() == [next(mixed) for _ in range(3000)]
+
+
+@pytest.mark.slow  # two processes joined by jax.distributed on localhost: about two minutes
+def test_two_hosts_count_every_row_once_and_end_together(corpora, tmp_path):
+    """A mixture on two processes: the per-source counts, summed over hosts, are the global batch's rows
+    at every logged step; wiki (on_exhausted="stop") ends both hosts at the same step, DONE once."""
+    import io  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from test_pretrain import micro_overrides, read_metrics  # noqa: PLC0415
+
+    from bert_jax.train.completion import read_done  # noqa: PLC0415
+    from launch.local import run_local  # noqa: PLC0415
+
+    mixture_sources = corpora[0].mixture.to_dict()
+    mixture_sources["wiki"].update(weight=0.6, on_exhausted="stop", eval_fraction=0.8)
+    mixture_sources["books"]["eval_fraction"] = 0.8
+    config_file = tmp_path / "mixture_config.py"
+    config_file.write_text(
+        "from configs import tiny\n\n\ndef get_config():\n    c = tiny.get_config()\n"
+        f"    c.data.mixture = {mixture_sources!r}\n"
+        "    c.data.eval_fraction, c.data.num_eval_batches = 0.1, 1\n    return c\n")
+    workdir = str(tmp_path / "run")
+    out = io.StringIO()
+    command = [sys.executable, "-m", "bert_jax.pretrain", f"--config={config_file}", f"--workdir={workdir}",
+               *micro_overrides(), "--config.train.num_steps=1000", "--config.train.log_every_steps=2"]
+    status = run_local(command, num_processes=2, devices_per_process=1, out=out, timeout_s=900)
+    assert status == 0, out.getvalue()[-4000:]
+    last = read_done(workdir)["step"]
+    assert 2 < last < 1000
+    rows = [r for r in read_metrics(workdir) if "data/books/sequences" in r]
+    for row in rows:
+        assert sum(row[f"data/{n}/sequences"] for n in ("books", "web", "wiki")) == row["step"] * 8, row
+    assert rows[-1]["step"] == last and rows[-1]["data/wiki/exhausted"] == 1
+    assert out.getvalue().count("ran out after step") == 2  # each host says so, at the same step
+    assert f"ran out after step {last}" in out.getvalue()
