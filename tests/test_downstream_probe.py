@@ -39,6 +39,26 @@ def test_a_missing_task_file_fails_before_the_run_naming_it(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a micro pre-training and one micro fine-tuning: 90 s on 2 busy cores, over the default budget
+def test_the_probe_at_its_default_cadence_adds_its_row_to_metrics_jsonl(tmp_path, xla_compile_cache):
+    """Default cadence (every_steps=0): one probe, at the last step, in that step's eval row."""
+    from bert_jax.train.loop import train_and_evaluate
+
+    glue = write_glue(tmp_path / "glue", 32, 16)
+    c = probe_config(glue, every=0)
+    c.train.num_steps = c.train.eval_every_steps = c.checkpoint.every_steps = 2
+    c.train.warmup_steps = 1
+    c.logging.plots = False
+    suite = micro_suite(seeds=1)
+    suite.tasks.sst2.finetune.train.epochs = 1.0
+    workdir = str(tmp_path / "run")
+    train_and_evaluate(c, workdir, downstream=DownstreamProbe(c, workdir, suite))
+    rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+    probed = [r for r in rows if any(k.startswith("downstream/") for k in r)]
+    assert [r["step"] for r in probed] == [2] and "eval/mlm_accuracy" in probed[0]
+    assert 0.0 <= probed[0]["downstream/sst2/accuracy"] <= 1.0 and "downstream/sst2/loss" in probed[0]
+
+
 @pytest.mark.slow  # a micro pre-training whose two eval steps each fine-tune SST-2-style data
 def test_pretraining_logs_downstream_rows_at_its_probe_steps(tmp_path, xla_compile_cache):
     from bert_jax.train.loop import train_and_evaluate
