@@ -326,7 +326,8 @@ def test_two_hosts_count_every_row_once_and_end_together(corpora, tmp_path):
     workdir = str(tmp_path / "run")
     out = io.StringIO()
     command = [sys.executable, "-m", "bert_jax.pretrain", f"--config={config_file}", f"--workdir={workdir}",
-               *micro_overrides(), "--config.train.num_steps=1000", "--config.train.log_every_steps=2"]
+               *micro_overrides(), "--config.train.num_steps=1000", "--config.train.log_every_steps=2",
+               "--config.data.shuffle_window=16"]  # a window past wiki's share would end the run at once
     status = run_local(command, num_processes=2, devices_per_process=1, out=out, timeout_s=900)
     assert status == 0, out.getvalue()[-4000:]
     last = read_done(workdir)["step"]

@@ -314,6 +314,8 @@ class _PretrainHooks:
         """A source that stops (config.data.mixture.<name>.on_exhausted="stop") ran out: data/<name>/exhausted = 1
         in the last step's row. Every host is here at once; the one whose share ran out names the source."""
         names = self.train_iter.names
+        if not self.train_iter.ended:  # another host's share ended: this one's last batch was drawn, not trained
+            self.train_iter.forget_last_batch()
         index = names.index(self.train_iter.ended) if self.train_iter.ended else len(names)
         if jax.process_count() > 1:
             index = int(np.min(multihost_utils.process_allgather(np.int32(index))))

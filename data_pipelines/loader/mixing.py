@@ -201,6 +201,7 @@ class SourceCountingIterator(grain.DatasetIterator):
         self.sequences = np.zeros(len(names), np.int64)
         self.tokens = np.zeros(len(names), np.int64)
         self.epochs = np.zeros(len(names), np.int64)
+        self._before = (self.sequences, self.tokens, self.epochs)  # the counts before the last batch
         self.ended = ""
 
     def __next__(self) -> dict:
@@ -213,11 +214,16 @@ class SourceCountingIterator(grain.DatasetIterator):
         if past_end.any():
             self.ended = self.names[int(ids[np.argmax(past_end)])]
             raise StopIteration
+        self._before = (self.sequences.copy(), self.tokens.copy(), self.epochs.copy())
         self.sequences += np.bincount(ids, minlength=len(self.names))
         row_tokens = np.asarray(batch["attention_mask"]).sum(axis=1)
         self.tokens += np.bincount(ids, weights=row_tokens, minlength=len(self.names)).astype(np.int64)
         np.maximum.at(self.epochs, ids, epochs)
         return batch
+
+    def forget_last_batch(self) -> None:
+        """Takes the last batch out of the counts: another host's data ended, so it was not trained on."""
+        self.sequences, self.tokens, self.epochs = self._before
 
     def get_state(self) -> dict:
         return {"batches": self._parent.get_state(), "sequences": self.sequences.tolist(),
