@@ -7,7 +7,8 @@ the barriers where process 0 writes what the others read, restoring the newest c
 the preemption save (SIGTERM: save at the next step boundary, exit 0, the same command
 resumes), the end of the data (a program's iterator that may end: its last full batch is the
 run's last step, evaluated and saved as a last step is), and cleanup on any exit. What differs,
-a run gives as `Hooks`: when it evaluates and saves, what its evaluation writes, what its progress line says, and whether it stops early.
+a run gives as `Hooks`: when it evaluates and saves, what its evaluation writes, what its
+progress line says, and whether it stops early.
 """
 import dataclasses
 from typing import Any, Callable, Iterator, Protocol

@@ -33,8 +33,8 @@ import weakref
 import grain
 
 AUTO = "auto"
-# 8 workers build several times the batches one host's accelerators take at BERT sizes (a worker
-# makes about 25k sequences/s at seq 128 on one core); more would only make hosts disagree.
+# The cap makes every large host draw the same batches. Our estimate that 8 are enough: one process
+# builds 25-43k sequences/s at seq 128 on a core (docs/results/benchmarks.md), 8 some 200k or more.
 AUTO_MAX = 8
 
 
