@@ -120,3 +120,14 @@ def test_a_resume_under_auto_keeps_the_worker_count_the_run_started_with(tmp_pat
     auto.data.worker_count = workers.AUTO
     train_and_evaluate(auto, resumed)
     assert train_losses(resumed) == train_losses(straight)
+
+
+def test_a_run_records_the_number_auto_resolved_to():
+    """config.json holds the resolved config: auto becomes this host's number, which a resume then keeps."""
+    from bert_jax.train.config_validation import resolve_config  # noqa: PLC0415
+
+    config = base.get_config()
+    assert config.data.worker_count == workers.AUTO
+    assert resolve_config(config).data.worker_count == workers.auto_worker_count()
+    config.data.worker_count = 3
+    assert resolve_config(config).data.worker_count == 3
