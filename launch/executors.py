@@ -80,7 +80,9 @@ def ray_battery(args, out: str):
     """A battery's executor (bert_jax/finetune/battery.py's `run_battery`): each job of a wave a
     `launch.ray_tpu --command=bert_jax.finetune` job, all at once; a job that does not finish fails the battery,
     naming its log."""
-    log_dir = paths.path(out) / "logs" if not paths.is_remote(out) else paths.path("battery_logs") / paths.path(out).name
+    # A bucket's OUT keeps no logs (no append): they go beside the command, in battery_logs/<OUT's name>.
+    remote = paths.is_remote(out)
+    log_dir = paths.path("battery_logs") / paths.path(out).name if remote else paths.path(out) / "logs"
 
     def execute(jobs) -> bool:
         named = [(f"{job.run.task},lr={job.run.learning_rate:g},seed={job.run.seed}",

@@ -5,10 +5,10 @@
 
 `evaluate` runs `bert_jax.evaluate` on every arm's final checkpoint, one after another, into
 `SWEEP_DIR/downstream/<suite>/<arm>/` (a rerun keeps what is DONE there); with `--executor=ray` (and
-`--address`, `--tpu`) each arm's runs are launch.ray_tpu jobs on a Ray cluster, as in `launch.sweep run`. `summary` then gives
-each arm (row), beside its final loss, columns per suite: each task's median [min–max] over
-seeds, the suite average of the medians, and the pre-training tokens seen (`row_columns`, one of
-launch.sweep's ROW_COLUMNS). Pre-training losses do not compare across objectives, mask rates or
+`--address`, `--tpu`) each arm's runs are launch.ray_tpu jobs on a Ray cluster, as in `launch.sweep run`.
+`summary` then gives each arm (row), beside its final loss, columns per suite: each task's median
+[min–max] over seeds, the suite average of the medians, and the pre-training tokens seen (`row_columns`,
+one of launch.sweep's ROW_COLUMNS). Pre-training losses do not compare across objectives, mask rates or
 vocabularies; these do. Where two arms' seed ranges overlap on a task, the cell says so (≈, and
 `<suite>/overlaps` names the arms) instead of ranking them; ★ marks an arm only where its worst
 seed beats every other arm's best.
