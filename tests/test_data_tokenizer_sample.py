@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from data_pipelines.sources import documents as sources
 from data_pipelines.tokenizers import sample as sample_lib
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from data_pipelines.tokenizers import training as tokenizer_training
@@ -62,3 +63,22 @@ def test_a_mixture_sample_gives_each_source_its_weight(halves, tmp_path):
     _, record = tokenizer_training.train_from_config(cfg)
     assert set(record.sources) == {"land", "machines"}
     assert record.sources["land"] / record.bytes == pytest.approx(0.25, abs=0.03)
+
+
+def test_a_tfds_source_is_drawn_by_seed_and_gives_a_mixture_its_share(halves, tmp_path):
+    """TFDS (random access) gives whole documents in a seeded order, not its first ones; in a mixture, its
+    weight's share of the bytes, recorded under its name."""
+    from tests.test_data_sources import _tiny_tfds  # noqa: PLC0415 (skips without tensorflow_datasets)
+
+    tfds_dir = str(tmp_path / "tfds")
+    name = _tiny_tfds(tmp_path / "tfds")
+    tfds = dict(source="tfds", tfds_name=name, tfds_split="train", tfds_data_dir=tfds_dir)
+    cfg = data_cfg(**tfds, eval_fraction=0.0)
+    first = {next(sample_lib.sample_segments(cfg, 20, seed, sources.SkipStats()))[2] for seed in range(5)}
+    assert len(first) > 1, first  # each seed its own first document
+    mixed = data_cfg(source="text", path=str(halves), vocab_size=200, eval_fraction=0.0)
+    mixed.mixture = dict(land=dict(source="text", path=str(halves / "a"), weight=0.5),
+                         docs=dict(**tfds, weight=0.5))
+    mixed.tokenizer.sample_bytes = 200
+    _, record = tokenizer_training.train_from_config(mixed)
+    assert set(record.sources) == {"land", "docs"} and record.sources["docs"] >= 100

@@ -12,7 +12,8 @@ badly, and nothing says so. The sample is drawn instead:
                      A file gives its train-split documents from its start until its share is
                      met; what a file lacks (a .gz is larger than its compressed size says)
                      passes to the next. A corpus smaller than sample_bytes is read whole.
-  random access      (embedded, tfds) the train split's documents in source order.
+  random access      (embedded, tfds) the train split's documents in an order drawn from the
+                     seed, whole, until sample_bytes.
   a mixture          each source its weight's share of the bytes, drawn as above.
 
 Only one document is held at a time: memory does not grow with the corpus. The sample's record
@@ -25,10 +26,13 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Iterator
 
+import numpy as np
+
 from bert_jax.storage import paths
 from data_pipelines.loader import index_shuffle
 from data_pipelines.sources import corpus, documents as sources, mixture, readers
 
+ORDER_CHUNK = 4096  # positions of a random-access source's sample order computed at once
 MIN_FILE_BYTES = 1 << 20  # a file opened for the sample gives at least this much (or all it holds)
 _STAT_THREADS = 16  # a bucket answers one stat per request: ask side by side
 
@@ -51,15 +55,24 @@ def sample_segments(data_cfg, sample_bytes: int, seed: int, stats: sources.SkipS
     if data_cfg.source in sources.FILE_SOURCES:
         yield from _file_sample(data_cfg, sample_bytes, seed, stats, source)
         return
+    yield from _random_access_sample(data_cfg, sample_bytes, seed, stats, source)
+
+
+def _random_access_sample(data_cfg, sample_bytes: int, seed: int, stats: sources.SkipStats, source: str):
+    """The embedded corpus and TFDS: whole train-split documents in an order drawn from `seed` (index_shuffle,
+    ORDER_CHUNK positions at a time), so a dataset larger than the sample gives documents from all over it."""
+    documents = sources.open_random_access(data_cfg, stats)
     seen = 0
-    for index, document in enumerate(sources.iter_documents(data_cfg, stats=stats)):
-        if corpus.is_eval_document(index, data_cfg.eval_fraction):
-            continue
-        for segment in document:
-            yield source, data_cfg.source, segment
-            seen += len(segment.encode("utf-8"))
-            if seen >= sample_bytes:
-                return
+    for first in range(0, len(documents), ORDER_CHUNK):
+        positions = np.arange(first, min(first + ORDER_CHUNK, len(documents)))
+        for index in index_shuffle.shuffle_positions(positions, len(documents), seed).tolist():
+            if corpus.is_eval_document(index, data_cfg.eval_fraction):
+                continue
+            for segment in documents[index]:
+                yield source, data_cfg.source, segment
+                seen += len(segment.encode("utf-8"))
+                if seen >= sample_bytes:
+                    return
 
 
 def file_shares(sizes: list[int], sample_bytes: int, seed: int) -> list[tuple[int, float]]:
