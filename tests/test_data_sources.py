@@ -89,8 +89,12 @@ def test_parquet_column_is_read_in_record_batches(tmp_path):
     assert docs[1234] == ["Doc 1234 first.", "Doc 1234 second."]
 
 
-def _tiny_tfds(data_dir):
+def _tiny_text_builder():
+    """Defined once per process: TFDS registers a builder class by name and refuses a second class named so
+    (pytest may import this module twice, as a test file and from another test)."""
     tfds = pytest.importorskip("tensorflow_datasets")
+    if "tiny_text" in tfds.list_builders(with_community_datasets=False):
+        return tfds.builder_cls("tiny_text")
 
     class TinyText(tfds.core.GeneratorBasedBuilder):
         VERSION = tfds.core.Version("1.0.0")
@@ -107,8 +111,12 @@ def _tiny_tfds(data_dir):
             for i in range(6):
                 yield i, {"text": f"Doc {i} first.\nDoc {i} second."}
 
+    return TinyText
+
+
+def _tiny_tfds(data_dir):
     # ArrayRecord: readable by tfds.data_source without TensorFlow.
-    TinyText(data_dir=str(data_dir), file_format="array_record").download_and_prepare()
+    _tiny_text_builder()(data_dir=str(data_dir), file_format="array_record").download_and_prepare()
     return "tiny_text"
 
 
