@@ -84,6 +84,20 @@ def _cpu_seconds() -> float:
     return total
 
 
+def timed_round(data, tokenizer, args) -> tuple[float, float]:
+    """Sequences per second and per CPU-second of a fresh train iterator over `args.batches` batches, after
+    `args.warmup` (the A/B benches' round: bench/mixture_throughput.py, bench/loader_workers.py)."""
+    iterator = pipeline.build_train_iterator(data, tokenizer, seed=0, per_host_batch_size=BATCH)
+    for _ in range(args.warmup):
+        next(iterator)
+    started, cpu_started = time.perf_counter(), _cpu_seconds()
+    for _ in range(args.batches):
+        next(iterator)
+    elapsed, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
+    del iterator
+    return args.batches * BATCH / elapsed, args.batches * BATCH / cpu
+
+
 def _rss() -> int:
     process = psutil.Process()
     total = process.memory_info().rss

@@ -15,25 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 from absl import flags
 
-from bench.loader_throughput import BATCH, _config, _cpu_seconds, _prepared_corpus, add_corpus_arguments
+from bench.loader_throughput import BATCH, _config, _prepared_corpus, add_corpus_arguments, timed_round
 from data_pipelines.loader import pipeline
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
-
-def _round(data, tokenizer, args) -> tuple[float, float]:
-    iterator = pipeline.build_train_iterator(data, tokenizer, seed=0, per_host_batch_size=BATCH)
-    for _ in range(args.warmup):
-        next(iterator)
-    started, cpu_started = time.perf_counter(), _cpu_seconds()
-    for _ in range(args.batches):
-        next(iterator)
-    elapsed, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
-    del iterator
-    return args.batches * BATCH / elapsed, args.batches * BATCH / cpu
 
 
 def main() -> None:
@@ -54,7 +42,7 @@ def main() -> None:
     for r in range(args.rounds):
         for count in counts[r % len(counts):] + counts[: r % len(counts)]:
             args.worker_count = count
-            per_s, per_cpu_s = _round(_config(prepared, 128, 20, "token", args), tokenizer, args)
+            per_s, per_cpu_s = timed_round(_config(prepared, 128, 20, "token", args), tokenizer, args)
             rates[count].append(per_s)
             print(f"round {r} workers={count}: {per_s:8.0f} seq/s ({per_cpu_s:.0f} per CPU-second)", flush=True)
     base = statistics.median(rates[counts[0]])

@@ -18,11 +18,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 from absl import flags
 
-from bench.loader_throughput import BATCH, _config, _cpu_seconds, _prepared_corpus, add_corpus_arguments
+from bench.loader_throughput import BATCH, _config, _prepared_corpus, add_corpus_arguments, timed_round
 from data_pipelines.loader import pipeline
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
@@ -35,17 +34,6 @@ def _side(name: str, prepared: str, args):
         data.mixture = {source: dict(source="prepared", path=prepared, weight=w) for source, w in WEIGHTS.items()}
     return data
 
-
-def _round(data, tokenizer, args) -> tuple[float, float]:
-    iterator = pipeline.build_train_iterator(data, tokenizer, seed=0, per_host_batch_size=BATCH)
-    for _ in range(args.warmup):
-        next(iterator)
-    started, cpu_started = time.perf_counter(), _cpu_seconds()
-    for _ in range(args.batches):
-        next(iterator)
-    elapsed, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
-    del iterator
-    return args.batches * BATCH / elapsed, args.batches * BATCH / cpu
 
 
 def main() -> None:
@@ -64,7 +52,7 @@ def main() -> None:
     cpu_rates: dict[str, list[float]] = {"single": [], "mixture": []}
     for r in range(args.rounds):
         for name in ("single", "mixture") if r % 2 == 0 else ("mixture", "single"):
-            per_s, per_cpu_s = _round(_side(name, prepared, args), tokenizer, args)
+            per_s, per_cpu_s = timed_round(_side(name, prepared, args), tokenizer, args)
             rates[name].append(per_s)
             cpu_rates[name].append(per_cpu_s)
             print(f"round {r} {name:8s}: {per_s:8.0f} seq/s ({per_cpu_s:.0f} per CPU-second)", flush=True)
