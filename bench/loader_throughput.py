@@ -84,6 +84,14 @@ def _cpu_seconds() -> float:
     return total
 
 
+def add_round_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of timed_round's A/B benches: each round's warm-up and timed batches, the rounds, prefetch."""
+    parser.add_argument("--prefetch", type=int, default=2, help="config.data.prefetch_buffer_size (the default)")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--batches", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+
+
 def timed_round(data, tokenizer, args) -> tuple[float, float]:
     """Sequences per second and per CPU-second of a fresh train iterator over `args.batches` batches, after
     `args.warmup` (the A/B benches' round: bench/mixture_throughput.py, bench/loader_workers.py)."""

@@ -18,20 +18,18 @@ import statistics
 
 from absl import flags
 
-from bench.loader_throughput import BATCH, _config, _prepared_corpus, add_corpus_arguments, timed_round
+from bench.loader_throughput import (
+    BATCH, _config, _prepared_corpus, add_corpus_arguments, add_round_arguments, timed_round,
+)
 from data_pipelines.loader import pipeline
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
-
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_corpus_arguments(parser)
     parser.add_argument("--counts", default="0,1,2", help="worker counts to compare; the first is the base")
-    parser.add_argument("--prefetch", type=int, default=2, help="config.data.prefetch_buffer_size (the default)")
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--batches", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
+    add_round_arguments(parser)
     args = parser.parse_args()
     flags.FLAGS.mark_as_parsed()  # grain's worker processes read absl flags.
 
