@@ -2,7 +2,6 @@
 the battery a launch.ray_tpu job, the task that starts from another's run after it, the scoreboard the medians of
 the runs, and a rerun that submits nothing (every run DONE)."""
 import json
-import os
 import subprocess
 import sys
 
@@ -12,7 +11,7 @@ import finetune_data as fd
 from test_evaluate import check_board, write_glue
 from test_parallel_mesh import FAST_COMPILE
 from test_pretrain import REPO
-from test_sweep_ray import TPU, _wait_for_nodes
+from test_sweep_ray import TPU, two_slice_cluster
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -38,12 +37,6 @@ def get_config():
 
 @pytest.mark.slow  # a Ray cluster of three nodes and four micro fine-tunings in two waves of two: ~4 min on 2 cores
 def test_a_battery_runs_as_ray_jobs_wave_by_wave_and_a_rerun_submits_nothing(tmp_path, tmp_path_factory):
-    from ray_cluster import LocalRayCluster  # noqa: PLC0415
-
-    env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS="cpu",
-               XLA_FLAGS=f"{FAST_COMPILE} --xla_force_host_platform_device_count=1",
-               JAX_COMPILATION_CACHE_DIR=str(tmp_path / "xla_cache"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     hf_dir = fd.write_tiny_hf_bert(str(tmp_path / "tiny_hf"))
     glue = write_glue(tmp_path / "glue")
     suite = tmp_path / "suite.py"
@@ -52,13 +45,8 @@ def test_a_battery_runs_as_ray_jobs_wave_by_wave_and_a_rerun_submits_nothing(tmp
     evaluate = [sys.executable, "-m", "bert_jax.evaluate", f"--checkpoint={hf_dir}", f"--suite={suite}",
                 f"--glue_dir={glue}", f"--out={out}", "--executor=ray", f"--tpu={TPU}", f"--python={sys.executable}",
                 "--max_wait=600"]
-    cluster = LocalRayCluster(str(tmp_path_factory.mktemp("ray")), env)  # short: Ray's socket paths have a limit
+    cluster, env = two_slice_cluster(tmp_path, tmp_path_factory)
     try:
-        for nodes, name in enumerate(("slice-a", "slice-b"), 2):  # a one-host TPU VM: its name and the head resource
-            cluster.hosts.append(cluster._start([f"--address={cluster.address}", "--num-cpus=1",
-                                                 f"--resources={json.dumps({name: 1, f'TPU-{TPU}-head': 1})}"],
-                                                {"TPU_NAME": name}))
-            _wait_for_nodes(cluster, nodes, env)  # one at a time: two nodes starting together can collide
         first = subprocess.run([*evaluate, f"--address={cluster.address}"], cwd=REPO, capture_output=True, text=True,
                                env=env, timeout=1200)
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]

@@ -29,8 +29,9 @@ def _wait_for_nodes(cluster, count: int, env: dict, timeout_s: float = 180) -> N
     raise TimeoutError(f"the local Ray cluster did not reach {count} live nodes in {timeout_s} s")
 
 
-@pytest.mark.slow  # a Ray cluster of three nodes and four micro pre-trainings, two at a time: ~3 min on 2 cores
-def test_a_four_point_sweep_runs_two_at_a_time_on_two_slices_and_groups_its_seeds(tmp_path, tmp_path_factory):
+def two_slice_cluster(tmp_path, tmp_path_factory):
+    """A local Ray cluster with two one-host TPU slices (their names and head resources), and the env its
+    jobs run with; the caller closes it."""
     from ray_cluster import LocalRayCluster  # noqa: PLC0415
 
     env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS="cpu",
@@ -44,6 +45,16 @@ def test_a_four_point_sweep_runs_two_at_a_time_on_two_slices_and_groups_its_seed
                                                  f"--resources={json.dumps({name: 1, f'TPU-{TPU}-head': 1})}"],
                                                 {"TPU_NAME": name}))
             _wait_for_nodes(cluster, nodes, env)  # one at a time: two nodes starting together can collide
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster, env
+
+
+@pytest.mark.slow  # a Ray cluster of three nodes and four micro pre-trainings, two at a time: ~3 min on 2 cores
+def test_a_four_point_sweep_runs_two_at_a_time_on_two_slices_and_groups_its_seeds(tmp_path, tmp_path_factory):
+    cluster, env = two_slice_cluster(tmp_path, tmp_path_factory)
+    try:
         overrides = {"model.vocab_size": 1024, "model.hidden_size": 32, "model.num_heads": 2,
                      "model.intermediate_size": 64, "data.max_seq_length": 64, "data.num_eval_batches": 1,
                      "train.global_batch_size": 8, "train.num_steps": 4, "train.warmup_steps": 1,
