@@ -74,7 +74,7 @@ def _with_seq(data_cfg, seq: int):
 def test_deberta_counts_its_two_position_terms():
     """DeBERTa's c2p and p2c are products of each query and key with the 2 * position_buckets projected relative
     embeddings: 12 * layers * hidden * S * (2 * buckets) * B more than plain attention, and doubling the
-    buckets adds that again."""
+    buckets adds that again, in the discriminator's layers and the generator's."""
     import configs.deberta_v3_base  # noqa: PLC0415
 
     c = configs.deberta_v3_base.get_config("tiny")  # 16 buckets, S = 64
@@ -84,5 +84,24 @@ def test_deberta_counts_its_two_position_terms():
         c.model.position_buckets = buckets
         flops[buckets] = perf.train_flops_per_step(params, c.model, c.data, 4)
     m = c.model
-    assert flops[32] - flops[16] == 12.0 * m.num_layers * m.hidden_size * 64 * (2 * 16) * 4
+    layers = m.num_layers + m.generator_num_layers
+    assert flops[32] - flops[16] == 12.0 * layers * m.hidden_size * 64 * (2 * 16) * 4
     assert perf.relative_rows(configs.albert_base.get_config().model) == 0
+
+
+def test_a_generator_adds_its_own_attention_at_its_own_width():
+    """ELECTRA's generator runs its attention in the same step as the discriminator's: the attention term is
+    the sum over both networks, each at its own hidden size (ELECTRA-base's 1/3 generator: 256 wide); a family
+    of one network has one."""
+    import configs.bert_base  # noqa: PLC0415
+    import configs.electra_base  # noqa: PLC0415
+
+    c = configs.electra_base.get_config()
+    m = c.model
+    module_config = get_family(m.family).build_model(m).config
+    assert [net.hidden_size for net in perf.networks(module_config)] == [768, 256]
+    s, b = 128, 4
+    both = perf.module_attention_flops(module_config, s, b)
+    assert both == perf.attention_flops(768, m.num_layers, s, b) + perf.attention_flops(256, m.num_layers, s, b)
+    bert = configs.bert_base.get_config().model
+    assert len(perf.networks(get_family(bert.family).build_model(bert).config)) == 1

@@ -197,3 +197,44 @@ def test_an_embedding_lookup_reads_the_rows_it_gathers_not_the_table():
     traffic = hlo_traffic.traffic(GATHER)
     # Each reads 1024 f32 rows of 256 (1 MiB) and the 4 kB of indices; the fusion writes them in bf16, the gather f32.
     assert traffic.hbm == 2 * (MIB + 1024 * 4) + MIB / 2 + MIB
+
+
+# An embedding table's gradient as the TPU compiler builds it (the transpose of a lookup into an 8 MiB f32 table):
+# a zeroed table, then a scatter fusion adding 1024 rows of 256 into it in place; a scatter outside a fusion the
+# same way. The updates sit in on-chip memory, as the compiler places them.
+SCATTER = """HloModule jit_step, is_scheduled=true
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%fused_scatter (param_0.1: f32[8192,256], param_1.1: s32[1024], param_2.1: f32[1024,256]) -> f32[8192,256] {
+  %param_0.1 = f32[8192,256]{1,0:T(8,128)} parameter(0)
+  %param_1.1 = s32[1024]{0:T(1024)S(1)} parameter(1)
+  %param_2.1 = f32[1024,256]{1,0:T(8,128)S(1)} parameter(2)
+  %bitcast.1 = f32[1024,256]{1,0:T(8,128)} bitcast(%param_2.1)
+  ROOT %scatter.1 = f32[8192,256]{1,0:T(8,128)} scatter(%param_0.1, %param_1.1, %bitcast.1), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+}
+
+ENTRY %main (param.1: s32[1024], param.2: f32[1024,256], param.3: f32[8192,256]) -> (f32[8192,256], f32[8192,256]) {
+  %param.1 = s32[1024]{0:T(1024)S(1)} parameter(0)
+  %param.2 = f32[1024,256]{1,0:T(8,128)S(1)} parameter(1)
+  %param.3 = f32[8192,256]{1,0:T(8,128)} parameter(2)
+  %constant.1 = f32[]{:T(128)} constant(0)
+  %broadcast.1 = f32[8192,256]{1,0:T(8,128)} broadcast(%constant.1), dimensions={}
+  %fusion.1 = f32[8192,256]{1,0:T(8,128)} fusion(%broadcast.1, %param.1, %param.2), kind=kCustom, calls=%fused_scatter
+  %scatter.2 = f32[8192,256]{1,0:T(8,128)} scatter(%param.3, %param.1, %param.2), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+  ROOT %tuple.1 = (f32[8192,256]{1,0:T(8,128)}, f32[8192,256]{1,0:T(8,128)}) tuple(%fusion.1, %scatter.2)
+}
+"""
+
+
+def test_an_embedding_gradient_reads_and_writes_the_rows_it_scatters_not_the_table():
+    traffic = hlo_traffic.traffic(SCATTER)
+    # The zero fill writes the whole 8 MiB table (and reads its f32 scalar). Each scatter reads and writes the
+    # table at the updates' size (1024 f32 rows of 256: 1 MiB), not 8 MiB each way, and reads the updates (1 MiB)
+    # and indices (4 kB) on chip.
+    assert traffic.hbm == 8 * MIB + 4 + 2 * (MIB + MIB)
+    assert traffic.on_chip == 2 * (MIB + 1024 * 4)

@@ -184,18 +184,16 @@ def tpu_mesh(config, tpu_slice: tpu_slices.TpuSlice):
 
 def _pallas_flops(config, model_config, kernel: str, num_devices: int) -> float:
     """FLOPs per device of a Pallas attention kernel (splash, DeBERTa's fused disentangled kernel), which
-    cost_analysis does not see: the formula's attention term (perf.attention_flops, with DeBERTa's position terms)
-    for every network that runs the kernel (a generator's layers too, at its own width). Model FLOPs, not what the
-    tiles execute: neither kernel's backward recomputation is counted, as remat's would be in XLA's count, nor
-    the fused kernel's position products against two blocks' width of relative rows per tile (about 2.4x the
-    term at S=512 in all, models/disentangled_kernel.py). Their bytes need no formula: a kernel's custom calls
-    read and write their operands and results, which hlo_traffic counts."""
+    cost_analysis does not see: the formula's attention term (perf.module_attention_flops, with DeBERTa's
+    position terms) for every network of the module (perf.networks: a generator's layers too, at its own width).
+    Model FLOPs, not what the tiles execute: neither kernel's backward recomputation is counted, as remat's
+    would be in XLA's count, nor the fused kernel's position products against two blocks' width of relative
+    rows per tile (about 2.4x the term at S=512 in all, models/disentangled_kernel.py). Their bytes need no
+    formula: a kernel's custom calls read and write their operands and results, which hlo_traffic counts."""
     if kernel not in PALLAS_FLOPS_SOURCE or model_config is None:
         return 0.0
     b, s = config.train.global_batch_size, config.data.max_seq_length
-    networks = [model_config] + ([model_config.generator_config()] if hasattr(model_config, "generator_config") else [])
-    return sum(perf.attention_flops(net.hidden_size, net.num_layers, s, b, perf.relative_rows(net))
-               for net in networks) / num_devices
+    return perf.module_attention_flops(model_config, s, b) / num_devices
 
 
 PALLAS_FLOPS_SOURCE = {

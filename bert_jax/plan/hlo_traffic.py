@@ -14,9 +14,11 @@ instruction, except that it reads only the slices it takes of an operand it only
 layer's weights out of the stacked [layers, ...] buffer, through bitcasts and nested fusions) or
 gathers from (an embedding lookup reads its rows, as XLA's own cost analysis counts a gather)
 and writes only the update of a result that is a dynamic-update-slice of an operand (a layer's
-gradient into the stacked buffer, in place, the operand not read), seeing through bitcasts and
+gradient into the stacked buffer, in place, the operand not read) or a scatter into an operand (an
+embedding table's gradient: a batch's rows added into it in place, the operand read and written
+at the updates' size, as XLA's cost analysis counts a scatter), seeing through bitcasts and
 the in-place relayouts (copy fusions aliasing their operand) the compiler puts around stacked
-buffers; an allocation (the AllocateBuffer custom call) moves nothing; a kernel's custom call
+buffers; a scatter outside a fusion reads and writes its operand at the updates' size too; an allocation (the AllocateBuffer custom call) moves nothing; a kernel's custom call
 reads and writes its operands and results (so a Pallas kernel's traffic is in it); a slice,
 and an asynchronous copy or slice (counted once, at its start), reads what it writes from its
 source; a while loop's body counts its trip count times, a call once, a conditional its
@@ -214,10 +216,21 @@ def _gathered_bytes(result_type: str, operand_type: str) -> float:
     return float(elements * _ITEMSIZE[operand.group(1)])
 
 
-def _in_place_updates(name: str, computations: dict[str, list[str]], memo: dict) -> tuple[dict[int, float], set[int]]:
-    """({result index: bytes written}, {parameter numbers}) of a fused computation's results that are a
-    dynamic-update-slice of a parameter: the buffer is updated in place (a layer's gradient into the
-    stacked [layers, ...] buffer), so only the update is written and the parameter is not read."""
+def _scattered_bytes(operands: list[str], types: dict[str, str]) -> float:
+    """What a scatter reads and writes of its operand: its updates' size (XLA's cost analysis counts a scatter
+    so, HloCostAnalysis::HandleScatter: input, output and updates each at the updates' size, in place): an
+    embedding table's gradient adds a batch's rows, it does not rewrite the table. operands: (operand, indices,
+    updates); a variadic scatter's N operands and N updates, summed."""
+    n = max((len(operands) - 1) // 2, 1)
+    return float(sum(sum(_array_bytes(types.get(update, ""))) for update in operands[n + 1 : 2 * n + 1]))
+
+
+def _in_place_updates(name: str, computations: dict[str, list[str]],
+                      memo: dict) -> tuple[dict[int, float], dict[int, float]]:
+    """({result index: bytes written}, {parameter number: bytes read}) of a fused computation's results that
+    update a parameter in place: a dynamic-update-slice of it (a layer's gradient into the stacked [layers, ...]
+    buffer: only the update is written, the parameter not read) or a scatter into it (an embedding table's
+    gradient: the parameter read and the result written at the updates' size)."""
     key = ("in place", name)
     if key in memo:
         return memo[key]
@@ -233,7 +246,7 @@ def _in_place_updates(name: str, computations: dict[str, list[str]], memo: dict)
             value = defs[value][2][0]
         return value
 
-    written, params = {}, set()
+    written, params = {}, {}
     if root in defs:
         elements = defs[root][2] if defs[root][1] == "tuple" else [root]
         for index, element in enumerate(elements):
@@ -242,7 +255,12 @@ def _in_place_updates(name: str, computations: dict[str, list[str]], memo: dict)
                 target = through_bitcasts(update[2][0])
                 if target in numbers:
                     written[index] = sum(_array_bytes(defs[update[2][1]][0])) if update[2][1] in defs else 0.0
-                    params.add(numbers[target])
+                    params[numbers[target]] = 0.0
+            elif update and update[1] == "scatter" and len(update[2]) == 3:  # one operand: one result to update
+                target = through_bitcasts(update[2][0])
+                if target in numbers:
+                    written[index] = _scattered_bytes(update[2], {v: d[0] for v, d in defs.items()})
+                    params[numbers[target]] = written[index]
     memo[key] = (written, params)
     return memo[key]
 
@@ -365,7 +383,9 @@ def _count(name: str, computations: dict[str, list[str]], memo: dict, unknown: l
         written = _tuple_elements(type_text)[_DESTINATION[opcode]] if opcode in _DESTINATION else type_text
         fused = re.search(r"calls=%([\w.\-]+)", rest) if opcode == "fusion" else None
         fused = fused.group(1) if fused and fused.group(1) in computations else None
-        updates, updated = _in_place_updates(fused, computations, memo) if fused else ({}, set())
+        updates, updated = _in_place_updates(fused, computations, memo) if fused else ({}, {})
+        if opcode == "scatter" and len(operands) == 3:
+            updates = updated = {0: _scattered_bytes(operands, types)}
         for index, element in enumerate(_tuple_elements(written) if written.startswith("(") else [written]):
             h, o = _array_bytes(element)
             if index in updates:  # updated in place: only the update is written
@@ -378,9 +398,8 @@ def _count(name: str, computations: dict[str, list[str]], memo: dict, unknown: l
         partial = _partial_reads(fused, computations, memo) if fused else {}
         if opcode == "gather":
             partial = {0: _gathered_bytes(type_text, types.get(operands[0], ""))}
+        partial = {**partial, **updated}  # a buffer updated in place: read at the update's size (a scatter's) or not
         for position, operand in enumerate(operands):
-            if position in updated:
-                continue  # the buffer updated in place is not read
             h, o = _array_bytes(types.get(operand, ""))
             if position in partial:  # only slices of it are read (or rows gathered), from where it lives
                 h, o = (partial[position], 0.0) if h else (0.0, partial[position])

@@ -4,7 +4,8 @@ FLOPs of one training step (forward + backward), for B sequences of length S:
 
     6 * N * B * S                 dense matmuls, N = non-embedding parameters applied per token
   + 6 * N_pool * B                the pooler (NSP / SOP), applied to [CLS] alone
-  + 12 * layers * hidden * S * (S + R) * B   attention scores and context (fwd + bwd), R relative rows
+  + 12 * layers * hidden * S * (S + R) * B   attention scores and context (fwd + bwd), R relative rows,
+                                             for each network of the module (a generator's too)
   + 6 * hidden * vocab * B * P      the tied MLM decoder at P predicted positions
 
 N excludes the embedding tables (their lookups cost no FLOPs; the decoder's use of
@@ -14,9 +15,11 @@ the word table is the third term): the leaves the family declares `embedding_tab
 N leaves out the pooler (ParamRoles.pooler): counted per token, ALBERT-xxlarge's 16.8M of them put the
 formula 0.7 % above the compiled program's FLOPs. N counts a parameter once per depth that applies it: ALBERT's shared layer group num_layers times
 (ParamRoles.shared_layers). It counts every parameter of the family's module, so a module of two networks (ELECTRA's
-generator and discriminator) has both in the first term, the dominant one. The attention and
-decoder terms use config.model's hidden_size and num_layers: for such a module, its main
-network's (a generator of ratio r adds about r x the attention term, ~2% of ELECTRA-large's step).
+generator and discriminator) has both in the first term, the dominant one. The attention term
+sums over the networks the module runs (`networks`: ELECTRA's and DeBERTa-v3's generator beside
+the discriminator), each at its own hidden size, depth and relative rows: ELECTRA-large's generator
+(a quarter of the width, all 24 layers) adds a quarter of the discriminator's attention, DeBERTa-v3's
+(full width, half the depth) half of it. The decoder term uses config.model's hidden_size.
 
 A frozen network in the step (a distillation teacher) adds its forward pass, a third of the
 same formula with its own sizes:
@@ -105,12 +108,27 @@ def relative_rows(model_cfg) -> int:
     return 2 * int(getattr(model_cfg, "position_buckets", 0) or 0)
 
 
+def networks(module_config) -> list:
+    """The networks a family's module runs, each a config with its own hidden_size, num_layers and (DeBERTa)
+    position_buckets: the module's own, and its generator's where it has one (`generator_config()`: ELECTRA,
+    DeBERTa-v3), which runs its own attention in the same step."""
+    generator = getattr(module_config, "generator_config", None)
+    return [module_config] + ([generator()] if generator is not None else [])
+
+
+def module_attention_flops(module_config, seq: int, batch: int) -> float:
+    """The formula's attention term for every network of the module (`networks`), forward and backward."""
+    return sum(attention_flops(net.hidden_size, net.num_layers, seq, batch, relative_rows(net))
+               for net in networks(module_config))
+
+
 def train_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) -> float:
-    roles = get_family(model_cfg.family).roles
+    family = get_family(model_cfg.family)
+    roles = family.roles
     n, n_pool = applied_params(params, roles, model_cfg.num_layers), pooler_params(params, roles)
     b, s, p = global_batch_size, data_cfg.max_seq_length, masking.max_predictions(data_cfg)
-    h, layers, v = model_cfg.hidden_size, model_cfg.num_layers, model_cfg.vocab_size
-    attention = attention_flops(h, layers, s, b, relative_rows(model_cfg))
+    h, v = model_cfg.hidden_size, model_cfg.vocab_size
+    attention = module_attention_flops(family.build_model(model_cfg).config, s, b)
     return 6.0 * n * b * s + 6.0 * n_pool * b + attention + 6.0 * h * v * b * p
 
 
