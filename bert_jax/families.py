@@ -22,6 +22,7 @@ from bert_jax.hf import roberta as hf_roberta
 from bert_jax.hf.converter import HfConverter
 from bert_jax.models import albert, bert, deberta_v3, distilbert, electra, modernbert, roberta
 from bert_jax.objectives import replaced_token_detection
+from bert_jax.models.attention import KernelChoice, choose_kernel
 from bert_jax.models.param_roles import ParamRoles
 from bert_jax.objectives.objective import Objective
 from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING
@@ -38,6 +39,10 @@ class Family:
     objective: Objective | Callable[[Any], Objective]
     # What each parameter is: lookup tables (perf's FLOPs), depth (layer-wise decay, freezing), the pooler.
     roles: ParamRoles = ParamRoles()
+    # config.model -> the attention kernel it resolves to, or a ValueError naming the key: the rule every model's
+    # from_config applies, with what this family's model adds (a sliding window; a kernel that drops attention
+    # probabilities itself). Config validation and the train program ask it.
+    kernel_choice: Callable[..., KernelChoice] = choose_kernel
     # Optional checks of the family's own config keys, run by config validation before anything compiles:
     # validate_config(config) raises ValueError naming the key.
     validate_config: Callable[..., None] | None = None
@@ -104,6 +109,7 @@ def _register_builtin_families() -> None:
                                   top=("final_norm", "head_dense", "head_norm", "mlm_output_bias"))
     register_family(Family(name="modernbert", build_model=modernbert.build_modernbert, objective=MLM_PRETRAINING,
                            roles=modernbert_roles, validate_config=modernbert.validate_config,
+                           kernel_choice=modernbert.ModernBertConfig.kernel_choice,
                            hf=hf_modernbert.CONVERTER))
 
     electra_roles = ParamRoles(embeddings=("embeddings", "embeddings_project"),
@@ -117,6 +123,7 @@ def _register_builtin_families() -> None:
     register_family(Family(name="electra", build_model=electra.build_electra, roles=electra_roles,
                            objective=replaced_token_detection.objective_for, hf=hf_electra.CONVERTER))
     register_family(Family(name="deberta_v3", build_model=deberta_v3.build_deberta_v3, roles=deberta_roles,
+                           kernel_choice=deberta_v3.DebertaV3Config.kernel_choice,
                            objective=replaced_token_detection.objective_for, hf=hf_deberta_v3.CONVERTER))
 
 

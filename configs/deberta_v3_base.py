@@ -21,7 +21,8 @@ generator starts afresh: checkpoints hold the discriminator only).
 The paper's recipe (He et al. 2023, §5 and appendix, as we read it; check it against the paper
 before a real run): the 160GB corpus of DeBERTa/RoBERTa, batch 8K sequences of 512 tokens, 500K
 steps, AdamW (b1 0.9, b2 0.98, eps 1e-6), 10K warmup steps then linear decay, weight decay 0.01,
-gradient clipping 1.0, dropout 0.1.
+gradient clipping 1.0, dropout 0.1 (attention dropout is 0 here as in every config, configs/base.py;
+`--config.model.attention_dropout_rate=0.1` restores it, inside the fused kernel on a TPU).
 
 Tiny variant: a 2-layer discriminator and a 1-layer generator, 64 wide, 1500 steps of batch 16 x 64
 tokens on the embedded corpus with a 2048-piece unigram tokenizer; about 4-5 minutes on the busy 2-core CPU:
@@ -47,7 +48,7 @@ def get_config(arg: str | None = None):
     c.model.max_relative_positions = 512
     c.model.pad_token_id = 0  # the unigram tokenizer's <pad>
     # auto: on a TPU target the fused disentangled-attention Pallas kernel (bert_jax/models/disentangled_kernel.py,
-    # no [batch, heads, q, k] tensor in HBM), elsewhere (or with attention dropout) the xla kernel.
+    # no [batch, heads, q, k] tensor in HBM; attention dropout in its tiles), elsewhere the xla kernel.
     c.model.attention_impl = "auto"
     c.model.generator_num_layers = 6  # half the discriminator's depth, the same width (GDES shares one table)
     c.model.discriminator_loss_weight = 50.0  # lambda (He et al. 2023 §3, after Clark et al. 2020)

@@ -1,6 +1,6 @@
 """DeBERTa's fused disentangled-attention Pallas kernel (bert_jax/models/disentangled_kernel.py) equals the xla
 path (position terms as a [batch, heads, q, k] score bias), forward and backward, with padding and packed
-segments; `auto` picks it on a TPU target; dropout is refused by name.
+segments, and with attention dropout (against xla given the kernel's mask); `auto` picks it on a TPU target.
 
 The kernel runs in Pallas interpret mode here. Default tests use micro shapes with 16-token tiles (several
 tiles each way, distances past the exact buckets); the TPU's 128-token tiles, bf16 and whole models are slow.
@@ -11,7 +11,9 @@ import ml_collections
 import numpy as np
 import pytest
 
+from bert_jax.families import get_family
 from bert_jax.models import disentangled_attention as da
+from bert_jax.models import disentangled_kernel as kernel
 from bert_jax.models.attention import building_for
 from bert_jax.models.attention_kernels import xla_attention
 from bert_jax.models.deberta_v3 import DebertaV3Config
@@ -30,13 +32,15 @@ def rows(length: int) -> np.ndarray:
     return seg
 
 
-def xla_path(q, k, v, pos_q, pos_k, segments):
-    """What DisentangledSelfAttention does with attention_impl='xla': the terms as a score bias."""
+def xla_path(q, k, v, pos_q, pos_k, segments, kept=None, rate=0.0):
+    """What DisentangledSelfAttention does with attention_impl='xla': the terms as a score bias; `kept`
+    [batch, heads, q, k], when given, the dropout mask applied to the probabilities."""
     length = q.shape[1]
     index = da.relative_embedding_index(length, BUCKETS, MAX_POSITION)
     bias = da.disentangled_score_bias(q, k, pos_q, pos_k, index) / np.sqrt(da.SCORE_TERMS * HEAD_DIM)
     q_scaled = q * jnp.asarray(1.0 / np.sqrt(da.SCORE_TERMS), q.dtype)
-    return xla_attention(q_scaled, k, v, segments, None, score_bias=bias)
+    dropout = None if kept is None else (lambda p: jnp.where(kept, p / (1.0 - rate), 0.0).astype(p.dtype))
+    return xla_attention(q_scaled, k, v, segments, None, probs_dropout=dropout, score_bias=bias)
 
 
 def outputs_and_gradients(attend, length: int, dtype, seed: int = 0):
@@ -55,10 +59,17 @@ def outputs_and_gradients(attend, length: int, dtype, seed: int = 0):
     return jnp.where(real, out, 0.0), grads
 
 
-def assert_kernel_matches_xla(length: int, block: int | None, dtype, tolerance: float):
+SEED = jnp.asarray([20261126, -7], jnp.int32)
+
+
+def assert_kernel_matches_xla(length: int, block: int | None, dtype, tolerance: float, rate: float = 0.0):
+    """With rate > 0 the xla path drops the probabilities the kernel's own hash keeps (its whole mask)."""
     fused = lambda q, k, v, pq, pk, seg: da.fused_attention(  # noqa: E731
-        q, k, v, pq, pk, seg, BUCKETS, MAX_POSITION, interpret=True, block=block)
-    want_out, want_grads = outputs_and_gradients(xla_path, length, dtype)
+        q, k, v, pq, pk, seg, BUCKETS, MAX_POSITION, interpret=True, block=block, dropout_rate=rate,
+        dropout_seed=SEED)
+    kept = kernel.dropout_mask(kernel.dropout_keys(SEED, 2, HEADS), 2, HEADS, length, rate) if rate else None
+    reference = lambda *args: xla_path(*args, kept=kept, rate=rate)  # noqa: E731
+    want_out, want_grads = outputs_and_gradients(reference, length, dtype)
     got_out, got_grads = outputs_and_gradients(fused, length, dtype)
     scale = lambda x: max(1.0, float(jnp.max(jnp.abs(x.astype(jnp.float32)))))  # noqa: E731
     np.testing.assert_allclose(got_out, want_out, atol=tolerance * scale(want_out), rtol=0)
@@ -70,6 +81,34 @@ def assert_kernel_matches_xla(length: int, block: int | None, dtype, tolerance: 
 def test_fused_kernel_equals_xla_forward_and_backward_across_tiles_with_padding_and_packing():
     # 64 tokens in 16-token tiles: 4 x 4 tiles, distances up to 63 over 8 buckets (log-bucketed past 4).
     assert_kernel_matches_xla(64, 16, jnp.float32, 1e-5)
+
+
+def test_fused_kernel_with_attention_dropout_equals_xla_given_its_mask():
+    # The forward and both backward kernels (query- and key-major tiles) draw one mask: any tile or grid-order
+    # error in the hash's positions or keys shows as a mismatch against the whole mask applied in xla.
+    assert_kernel_matches_xla(64, 16, jnp.float32, 1e-5, rate=0.25)
+
+
+def test_dropout_mask_keeps_one_minus_the_rate_independently_per_row_head_and_seed():
+    rate, length = 0.1, 128
+    keys = kernel.dropout_keys(SEED, 4, 4)
+    kept = np.asarray(kernel.dropout_mask(keys, 4, 4, length, rate), np.float64)  # 262,144 draws
+    n = kept.size
+    assert abs(kept.mean() - (1 - rate)) < 4 * np.sqrt(rate * (1 - rate) / n)
+    # Neighbours along either axis, and across heads and rows, are uncorrelated (|r| < 4 / sqrt(n)).
+    centred = kept - kept.mean()
+    for a, b in ((centred[..., 1:], centred[..., :-1]), (centred[..., 1:, :], centred[..., :-1, :]),
+                 (centred[:, 1:], centred[:, :-1]), (centred[1:], centred[:-1])):
+        r = float(np.mean(a * b) / np.mean(centred ** 2))
+        assert abs(r) < 4 / np.sqrt(a.size), r
+    # Another seed (another layer or step) draws another mask; the same seed the same one.
+    again = np.asarray(kernel.dropout_mask(kernel.dropout_keys(SEED, 4, 4), 4, 4, length, rate))
+    other = np.asarray(kernel.dropout_mask(kernel.dropout_keys(SEED + 1, 4, 4), 4, 4, length, rate))
+    assert np.array_equal(again, kept.astype(bool))
+    assert abs(float(np.mean(other == kept.astype(bool))) - (rate ** 2 + (1 - rate) ** 2)) < 0.01
+    # A shard's keys (its first global row and head) are the whole batch's keys of those rows and heads.
+    shard = kernel.dropout_keys(SEED, 2, 2, batch_offset=2, head_offset=2).reshape(2, 2)
+    np.testing.assert_array_equal(shard, keys.reshape(4, 4)[2:, 2:])
 
 
 @pytest.mark.slow
@@ -97,19 +136,22 @@ def test_auto_picks_the_fused_kernel_for_deberta_on_a_tpu_target_and_xla_elsewhe
         assert DebertaV3Config.from_config(deberta_model_config()).attention_impl == da.FUSED_KERNEL
         assert DebertaV3Config.from_config(deberta_model_config(attention_impl="splash")).attention_impl == \
             da.FUSED_KERNEL
-        # Attention dropout: only xla applies it, and auto says so by choosing it.
-        assert DebertaV3Config.from_config(deberta_model_config(attention_dropout_rate=0.1)).attention_impl == "xla"
+        # Its kernel applies attention dropout (the recipe's 0.1) itself.
+        dropping = deberta_model_config(attention_dropout_rate=0.1)
+        assert DebertaV3Config.from_config(dropping).attention_impl == da.FUSED_KERNEL
+        splash = deberta_model_config(attention_dropout_rate=0.1, attention_impl="splash")
+        assert DebertaV3Config.from_config(splash).attention_impl == da.FUSED_KERNEL
+        assert get_family("deberta_v3").kernel_choice(dropping).impl == "splash"
+        # Splash (every other family's TPU kernel) cannot: auto picks xla there, and splash is refused by name.
+        assert get_family("bert").kernel_choice(dropping).impl == "xla"
+        with pytest.raises(ValueError, match=r"attention_impl='splash'.*(?s:.*)attention_dropout_rate"):
+            get_family("bert").kernel_choice(splash)
     for platform in ("cpu", "gpu"):
         with building_for(platform):
             assert DebertaV3Config.from_config(deberta_model_config()).attention_impl == "xla"
     with building_for("cpu"):
         interpreted = deberta_model_config(attention_impl="splash", splash_interpret=True)
         assert DebertaV3Config.from_config(interpreted).attention_impl == da.FUSED_KERNEL
-
-
-def test_fused_kernel_refuses_attention_dropout_naming_the_key_and_the_kernel():
-    with building_for("tpu"), pytest.raises(ValueError, match=r"attention_impl='splash'.*(?s:.*)attention_dropout_rate"):
-        DebertaV3Config.from_config(deberta_model_config(attention_impl="splash", attention_dropout_rate=0.1))
 
 
 def test_fused_kernel_on_tpu_refuses_a_length_off_its_tile_naming_the_key():
@@ -140,6 +182,29 @@ def test_deberta_model_with_the_fused_kernel_gives_xla_logits_and_gradients():
     (g_xla, l_xla), (g_fused, l_fused) = results["xla"], results["splash"]
     np.testing.assert_allclose(l_fused, l_xla, atol=1e-5, rtol=0)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4), g_fused, g_xla)
+
+
+def test_deberta_with_the_fused_kernel_drops_attention_by_its_dropout_key_in_every_scanned_layer():
+    """The model path: each scanned layer's kernel takes a seed from the step's `dropout` rng; eval is exact."""
+    from conftest import random_batch
+
+    from bert_jax.models.deberta_v3 import build_deberta_v3_mlm
+
+    batch = random_batch(0, batch=2, length=32)
+    batch.pop("token_type_ids")
+    build = lambda rate: build_deberta_v3_mlm(deberta_model_config(  # noqa: E731
+        attention_impl="splash", splash_interpret=True, scan_layers=True, attention_dropout_rate=rate))
+    dropping, plain = build(0.2), build(0.0)
+    params = plain.init(jax.random.key(0), batch)["params"]
+    logits = jax.jit(lambda key, deterministic: dropping.apply(
+        {"params": params}, batch, deterministic=deterministic, rngs={"dropout": key})["mlm_logits"],
+        static_argnums=1)
+    exact = plain.apply({"params": params}, batch)["mlm_logits"]
+    np.testing.assert_allclose(logits(jax.random.key(1), True), exact, atol=1e-6)
+    first, again, other = (logits(jax.random.key(k), False) for k in (1, 1, 2))
+    np.testing.assert_array_equal(first, again)
+    # Small weights (initializer_range 0.02) make attention's share of the logits small: differences of ~1e-3.
+    assert float(jnp.max(jnp.abs(first - exact))) > 1e-4 and float(jnp.max(jnp.abs(first - other))) > 1e-4
 
 
 @pytest.mark.slow
@@ -177,17 +242,20 @@ from bert_jax.models import disentangled_attention as da
 device = topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu").devices[0]
 arg = lambda shape, dtype=jnp.bfloat16: jax.ShapeDtypeStruct(shape, dtype,
                                                           sharding=jax.sharding.SingleDeviceSharding(device))
-loss = lambda *a: jnp.sum(da.fused_attention(*a, 256, 512, False).astype(jnp.float32))
 qkv = arg((2, 512, 2, 64))
-jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4))).lower(qkv, qkv, qkv, arg((512, 2, 64)), arg((512, 2, 64)),
-                                                      arg((2, 512), jnp.int32)).compile()
-print("COMPILED")
+for rate in (0.0, 0.1):  # without dropout, and with the hash's int32 arithmetic and its keys in SMEM
+    loss = lambda *a: jnp.sum(da.fused_attention(*a[:6], 256, 512, False, dropout_rate=rate, dropout_seed=a[6]
+                                                 ).astype(jnp.float32))
+    jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4))).lower(qkv, qkv, qkv, arg((512, 2, 64)), arg((512, 2, 64)),
+                                                          arg((2, 512), jnp.int32), arg((2,), jnp.int32)).compile()
+    print("COMPILED", rate)
 """
 
 
 def test_fused_kernel_forward_and_backward_compile_with_mosaic_for_a_tpu():
     """The TPU compiler (libtpu, the `tpu` extra) lowers every op of the three kernels at DeBERTa's shapes: 512
-    tokens in 128-token tiles, head_dim 64, bf16 (interpret mode would accept what Mosaic refuses)."""
+    tokens in 128-token tiles, head_dim 64, bf16, with and without dropout (interpret mode would accept what
+    Mosaic refuses)."""
     import importlib.util
     import os
     import subprocess
@@ -199,7 +267,7 @@ def test_fused_kernel_forward_and_backward_compile_with_mosaic_for_a_tpu():
     env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_SKIP_MDS_QUERY="1")
     proc = subprocess.run([sys.executable, "-c", MOSAIC_COMPILE], cwd=repo, capture_output=True, text=True,
                           timeout=600, env=env)
-    assert proc.returncode == 0 and "COMPILED" in proc.stdout, proc.stderr[-4000:]
+    assert proc.returncode == 0 and "COMPILED 0.1" in proc.stdout, proc.stderr[-4000:]
 
 
 UNDER_A_MESH = """
@@ -211,20 +279,25 @@ rng = np.random.default_rng(0)
 q, k, v, cot = (jnp.asarray(rng.normal(size=(4, 32, 2, 8)), jnp.float32) for _ in range(4))
 pos_q, pos_k = (jnp.asarray(rng.normal(size=(16, 2, 8)), jnp.float32) for _ in range(2))
 segments = jnp.asarray(np.repeat(np.arange(2), 16)[None].repeat(4, 0), jnp.int32)
-loss = lambda *a: jnp.sum(da.fused_attention(*a, segments, 8, 32, True) * cot)
-grads = lambda: jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4)))(q, k, v, pos_q, pos_k)
-alone = grads()
+seed = jnp.asarray([3, 4], jnp.int32)
 mesh = jax.make_mesh((2, 2), ("data", "tensor"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
-with jax.set_mesh(mesh), nn.logical_axis_rules([("batch", "data"), ("heads", "tensor")]):
-    sharded = grads()
-print("ERROR", max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(alone, sharded)))
+errors = []
+for rate in (0.0, 0.3):  # with dropout each shard draws the mask of its global rows and heads
+    loss = lambda *a: jnp.sum(da.fused_attention(*a, segments, 8, 32, True, dropout_rate=rate,
+                                                 dropout_seed=seed) * cot)
+    grads = lambda: jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4)))(q, k, v, pos_q, pos_k)
+    alone = grads()
+    with jax.set_mesh(mesh), nn.logical_axis_rules([("batch", "data"), ("heads", "tensor")]):
+        sharded = grads()
+    errors.append(max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(alone, sharded)))
+print("ERROR", max(errors))
 """
 
 
 @pytest.mark.slow
 def test_fused_kernel_under_a_mesh_gives_the_gradients_of_one_device():
     """In shard_map over batch (data) and heads (tensor): each device's partial table gradients are summed over
-    the batch shards, so the relative projections' gradients equal one device's."""
+    the batch shards, so the relative projections' gradients equal one device's; with dropout too."""
     import os
     import subprocess
     import sys

@@ -66,13 +66,16 @@ def platform_name() -> str:
     return _TARGET_PLATFORM.get() or devices_platform(jax.devices())
 
 
-def choose_kernel(model_cfg, platform: str | None = None, window: bool = False) -> KernelChoice:
+def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
+                  drops_in_kernel: bool = False) -> KernelChoice:
     """Resolves `config.model.attention_impl` for `platform`, or fails naming the key and the platform.
 
-    Called by config validation and when the model is built, before anything compiles.
-    `model_cfg` is `config.model`: attention_impl, attention_dropout_rate, splash_interpret,
-    dtype, hidden_size, num_heads. `window`: the model has sliding-window layers, which
-    cuDNN cannot apply (jax 0.10 takes only a causal window).
+    Called by config validation and when the model is built, before anything compiles (through the family's
+    `kernel_choice`, which passes what the family's model needs). `model_cfg` is `config.model`:
+    attention_impl, attention_dropout_rate, splash_interpret, dtype, hidden_size, num_heads. `window`: the
+    model has sliding-window layers, which cuDNN cannot apply (jax 0.10 takes only a causal window).
+    `drops_in_kernel`: the family's TPU kernel for `splash` applies attention dropout itself (DeBERTa's fused
+    kernel); splash attention and cuDNN do not.
     """
     get = model_cfg.get
     impl = get("attention_impl", "auto")
@@ -85,6 +88,8 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False) 
         raise ValueError(f"config.model.attention_impl={impl!r}; expected one of {', '.join(ATTENTION_IMPLS)}")
     cudnn_fits = dtype in (jnp.bfloat16, jnp.float16) and head_dim % 8 == 0 and head_dim <= 128
     if impl == "auto":
+        if platform == "tpu" and drops_in_kernel:
+            return KernelChoice("splash", "TPU: this family's Pallas kernel, attention dropout included")
         if dropout > 0:
             return KernelChoice("xla", f"config.model.attention_dropout_rate={dropout} needs the xla kernel: "
                                        "fused kernels cannot drop attention probabilities")
@@ -115,7 +120,7 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False) 
             "attention_impl='auto' or 'xla', or set config.model.splash_interpret=True to run it in Pallas "
             "interpret mode (slow: for tests)."
         )
-    if impl in ("cudnn", "splash") and dropout > 0:
+    if (impl == "cudnn" or impl == "splash" and not drops_in_kernel) and dropout > 0:
         raise ValueError(
             f"config.model.attention_impl={impl!r} cannot apply config.model.attention_dropout_rate={dropout}: "
             "the fused kernels do not drop attention probabilities. Set attention_dropout_rate=0, or "

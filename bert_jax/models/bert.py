@@ -6,7 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models.attention import attention_mask_from_batch, choose_kernel
+from bert_jax.models.attention import KernelChoice, attention_mask_from_batch, choose_kernel
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.transformer import REMAT_POLICIES, TransformerStack
 
@@ -60,8 +60,13 @@ class BertConfig:
             )
         # Resolved here, as the model is built and before anything compiles: a kernel this platform
         # cannot run (or that cannot apply the configured dropout) fails naming the key.
-        values["attention_impl"] = choose_kernel(model_cfg).impl
+        values["attention_impl"] = cls.kernel_choice(model_cfg).impl
         return cls(**values)
+
+    @classmethod
+    def kernel_choice(cls, model_cfg) -> KernelChoice:
+        """The attention kernel `config.model` resolves to for this model (the family registry's too)."""
+        return choose_kernel(model_cfg)
 
 
 class BertEmbeddings(nn.Module):

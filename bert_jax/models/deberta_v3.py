@@ -25,7 +25,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models.attention import AttentionMask, attention_mask_from_batch
+from bert_jax.models.attention import AttentionMask, KernelChoice, attention_mask_from_batch, choose_kernel
 from bert_jax.models.bert import BertConfig
 from bert_jax.models.disentangled_attention import FUSED_KERNEL, DisentangledSelfAttention
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
@@ -65,7 +65,6 @@ class DebertaV3Config(BertConfig):
             raise ValueError("config.model.attention_impl='cudnn': disentangled attention adds position terms to the "
                              "scores, which cuDNN cannot; use 'xla' or 'auto' (or 'splash', the fused Pallas kernel, "
                              "on TPU)")
-        # splash with attention dropout is refused by choose_kernel (super().from_config), as for every family.
         cfg = super().from_config(model_cfg)
         generator_layers = cfg.generator_num_layers or max(1, cfg.num_layers // 2)
         if not 1 <= generator_layers <= cfg.num_layers:
@@ -78,6 +77,11 @@ class DebertaV3Config(BertConfig):
         # (cuDNN takes no score terms).
         impl = FUSED_KERNEL if cfg.attention_impl == "splash" else "xla"
         return dataclasses.replace(cfg, attention_impl=impl, generator_num_layers=generator_layers)
+
+    @classmethod
+    def kernel_choice(cls, model_cfg) -> KernelChoice:
+        """As every family's, but its TPU kernel drops attention probabilities itself (the recipe's 0.1)."""
+        return choose_kernel(model_cfg, drops_in_kernel=True)
 
     def generator_config(self) -> "DebertaV3Config":
         """The generator: the discriminator's width (GDES shares one table), generator_num_layers deep."""

@@ -71,30 +71,41 @@ def distance_table_index(length: int, buckets: int, max_position: int) -> np.nda
 
 
 def fused_attention(q, k, v, pos_q, pos_k, segments, buckets: int, max_position: int, interpret: bool,
-                    block: int | None = None):
+                    block: int | None = None, dropout_rate: float = 0.0, dropout_seed: jax.Array | None = None):
     """The fused Pallas kernel (models/disentangled_kernel.py) on [batch, length, heads, head_dim] q, k, v
     (unscaled), pos_q, pos_k [2 * buckets, heads, head_dim], segments [batch, length] -> [batch, length,
-    heads, head_dim]. Under a mesh it runs in shard_map over the batch and heads axes, as splash does."""
-    from bert_jax.models.disentangled_kernel import fused_disentangled_attention  # noqa: PLC0415 (imports Pallas, for TPU targets only)
+    heads, head_dim]; `dropout_seed` [2] int32 where dropout_rate > 0. Under a mesh it runs in shard_map over the
+    batch and heads axes, as splash does, each shard drawing the dropout of its global rows and heads."""
+    from bert_jax.models import disentangled_kernel as kernel  # noqa: PLC0415 (imports Pallas, for TPU targets only)
 
     length, head_dim = q.shape[1], q.shape[-1]
     index = jnp.asarray(distance_table_index(length, buckets, max_position))
     scale = float(1.0 / np.sqrt(SCORE_TERMS * head_dim))
+    if dropout_rate and dropout_seed is None:
+        raise ValueError("fused_attention: dropout_rate > 0 needs dropout_seed")
+    seed = dropout_seed if dropout_rate else jnp.zeros((2,), jnp.int32)
 
-    def run(q, k, v, pos_q, pos_k, segments):
+    def run(q, k, v, pos_q, pos_k, segments, seed, batch_axes=None, head_axes=None):
         heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [b, l, h, d] -> [b, h, l, d]
         by_distance = lambda table: jnp.swapaxes(table[index], 0, 1).astype(q.dtype)  # noqa: E731 [h, 2L, d]
-        out = fused_disentangled_attention(heads_first(q), heads_first(k), heads_first(v), by_distance(pos_k),
-                                           by_distance(pos_q), segments, scale, interpret, block)
+        keys = None
+        if dropout_rate:
+            batch, heads = q.shape[0], q.shape[2]
+            first = lambda axes, size: 0 if axes is None else jax.lax.axis_index(axes) * size  # noqa: E731
+            keys = kernel.dropout_keys(seed, batch, heads, first(batch_axes, batch), first(head_axes, heads))
+        out = kernel.fused_disentangled_attention(heads_first(q), heads_first(k), heads_first(v), by_distance(pos_k),
+                                                  by_distance(pos_q), segments, keys, scale, interpret, block,
+                                                  dropout_rate)
         return heads_first(out)
 
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
-        return run(q, k, v, pos_q, pos_k, segments)
+        return run(q, k, v, pos_q, pos_k, segments, seed)
     spec = nn.logical_to_mesh_axes(("batch", None, "heads", None))
     table = jax.P(None, spec[2], None)
-    return jax.shard_map(run, mesh=mesh, in_specs=(spec, spec, spec, table, table, jax.P(spec[0], None)),
-                         out_specs=spec, check_vma=False)(q, k, v, pos_q, pos_k, segments)
+    sharded = functools.partial(run, batch_axes=spec[0], head_axes=spec[2])
+    return jax.shard_map(sharded, mesh=mesh, in_specs=(spec, spec, spec, table, table, jax.P(spec[0], None), jax.P()),
+                         out_specs=spec, check_vma=False)(q, k, v, pos_q, pos_k, segments, seed)
 
 
 class DisentangledSelfAttention(nn.Module):
@@ -121,8 +132,14 @@ class DisentangledSelfAttention(nn.Module):
         q, k, v = (nn.with_logical_constraint(proj(x), axes) for proj in (query, key, value))
         rel = nn.Dropout(cfg.dropout_rate)(rel_embeddings, deterministic=deterministic)
         if cfg.attention_impl == FUSED_KERNEL:
+            rate = 0.0 if deterministic else cfg.attention_dropout_rate
+            seed = None
+            if rate:  # the layer's own dropout rng: reproducible from the step's key
+                seed = jax.lax.bitcast_convert_type(jax.random.bits(self.make_rng("dropout"), (2,), jnp.uint32),
+                                                    jnp.int32)
             context = fused_attention(q, k, v, query(rel), key(rel), mask.segments, cfg.position_buckets,
-                                      cfg.max_relative_positions, cfg.splash_interpret)
+                                      cfg.max_relative_positions, cfg.splash_interpret, dropout_rate=rate,
+                                      dropout_seed=seed)
             return self._output(context)
         index = relative_embedding_index(x.shape[1], cfg.position_buckets, cfg.max_relative_positions)
         scale = 1.0 / np.sqrt(SCORE_TERMS * head_dim)

@@ -20,7 +20,13 @@ roll needs a negative stride there, which Mosaic refuses) and accumulates the ta
 head in VMEM across the batch and the tiles.
 
 Masks: padding and packed segments as [batch, length] ids (padding a segment of its own, as the other
-kernels take them). No dropout of the probabilities: a caller with attention dropout > 0 is refused.
+kernels take them).
+
+Dropout of the probabilities (DeBERTa's recipe: 0.1) happens in the tiles too. Its bits are a counter-based
+hash of (key of the row and head, query position, key position), as FlashAttention draws them from Philox
+counters: each kernel recomputes exactly the forward's mask for any tiling and grid order, nothing is stored,
+and a sharded run draws the mask of one device (the keys are of global rows and heads). The keys come from the
+layer's `dropout` rng: reproducible from the step's key.
 
 Shapes: q, k, v [batch, heads, L, head_dim]; tables [heads, 2L, head_dim]; segments [batch, L] int32.
 On TPU the block is 128 (L a multiple of 128); in interpret mode (tests on a CPU) a power-of-two L up
@@ -57,6 +63,56 @@ def block_size(length: int, interpret: bool, block: int | None = None) -> int:
 def _dot(a, b, trans_a=False, trans_b=False):
     dims = (((0,) if trans_a else (1,), (1,) if trans_b else (0,)), ((), ()))
     return jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+
+
+def _int32(value: int) -> np.int32:
+    return np.uint32(value).view(np.int32)
+
+
+def mix32(x: jax.Array) -> jax.Array:
+    """int32 bit patterns in, 32 mixed bits out: Wellons' lowbias32 integer hash (xor-shift-multiply, wrapping)
+    in the vector units' int32 arithmetic, which Mosaic lowers and interpret mode runs alike."""
+    x = x ^ jax.lax.shift_right_logical(x, 16)
+    x = x * _int32(0x7FEB352D)
+    x = x ^ jax.lax.shift_right_logical(x, 15)
+    x = x * _int32(0x846CA68B)
+    return x ^ jax.lax.shift_right_logical(x, 16)
+
+
+def dropout_keys(seed: jax.Array, batch: int, heads: int, batch_offset=0, head_offset=0) -> jax.Array:
+    """[batch * heads] int32: one key per row and head, from `seed` [2] int32 (the layer's dropout rng) and the
+    rows' and heads' global indices (offsets: a shard's first row and head)."""
+    b = jnp.arange(batch, dtype=jnp.int32) + jnp.asarray(batch_offset, jnp.int32)
+    h = jnp.arange(heads, dtype=jnp.int32) + jnp.asarray(head_offset, jnp.int32)
+    row = mix32(mix32(b ^ seed[0]) + seed[1])
+    return mix32(row[:, None] ^ mix32(h * _int32(0x9E3779B9) + seed[1])[None, :]).reshape(-1)
+
+
+def dropout_threshold(rate: float) -> int:
+    """A probability is dropped where the hash's top 24 bits fall below this: P(drop) = rate to within 2^-24."""
+    return int(round(rate * (1 << 24)))
+
+
+def kept(key, queries, keys, length: int, threshold: int) -> jax.Array:
+    """bool, the shape of `queries` / `keys` (int32 positions): True where probability (query, key) is kept."""
+    x = mix32((queries * length + keys) ^ key)
+    return jax.lax.shift_right_logical(mix32(x + key), 8) >= threshold
+
+
+def dropout_mask(keys: jax.Array, batch: int, heads: int, length: int, rate: float) -> jax.Array:
+    """[batch, heads, L, L] bool: the kernel's kept probabilities, whole (for tests and references)."""
+    i = jnp.arange(length, dtype=jnp.int32)[:, None]
+    j = jnp.arange(length, dtype=jnp.int32)[None, :]
+    return jax.vmap(lambda key: kept(key, i, j, length, dropout_threshold(rate)))(keys).reshape(
+        batch, heads, length, length)
+
+
+def _tile_kept(keys_ref, b, h, heads: int, q_start, k_start, block: int, length: int, rate: float,
+               query_major: bool):
+    """The tile's kept mask: [i, j] query-major, [j, i] key-major."""
+    r, c = _iotas(block)
+    queries, keys = (q_start + r, k_start + c) if query_major else (q_start + c, k_start + r)
+    return kept(keys_ref[b * heads + h], queries, keys, length, dropout_threshold(rate))
 
 
 def _iotas(block: int):
@@ -113,9 +169,15 @@ def _column(row, block: int):
     return jnp.broadcast_to(row, (block, block)).T
 
 
-def _forward_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, o_ref, lse_ref,
-                    m_scratch, l_scratch, acc_scratch, seg_scratch, *, scale, length, block):
-    ki = pl.program_id(3)
+def _split_keys(refs, rate: float):
+    """Kernel refs after the seven inputs: (the dropout keys' ref, or None without dropout; the rest)."""
+    return (refs[0], refs[1:]) if rate else (None, refs)
+
+
+def _forward_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, *refs, scale, length, block, heads,
+                    rate):
+    keys_ref, (o_ref, lse_ref, m_scratch, l_scratch, acc_scratch, seg_scratch) = _split_keys(refs, rate)
+    b, h, qi, ki = (pl.program_id(axis) for axis in range(4))
 
     @pl.when(ki == 0)
     def _init():
@@ -134,19 +196,22 @@ def _forward_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, o
     alpha = jnp.exp(m_prev - m_next)
     l_scratch[...] = alpha * l_prev + jnp.sum(p, axis=1, keepdims=True)
     m_scratch[...] = m_next
+    if rate:  # the softmax's sum counts every probability; the context only the kept ones (1 / (1 - rate) at the end)
+        p = jnp.where(_tile_kept(keys_ref, b, h, heads, qi * block, ki * block, block, length, rate, True), p, 0.0)
     acc_scratch[...] = acc_scratch[...] * alpha[:, :1] + _dot(p.astype(v_ref.dtype), v_ref[...])
 
     @pl.when(ki == pl.num_programs(3) - 1)
     def _finish():
         l = l_scratch[...]
-        o_ref[...] = (acc_scratch[...] / l[:, :1]).astype(o_ref.dtype)
+        o_ref[...] = (acc_scratch[...] / (l[:, :1] * (1.0 - rate) if rate else l[:, :1])).astype(o_ref.dtype)
         lse_ref[...] = (m_scratch[...] + jnp.log(l)).T[:1, :]  # equal along lanes: its transpose's row 0
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_ref, lse_ref, delta_ref,
-               dq_ref, dtk_ref, dq_scratch, seg_scratch, lse_scratch, delta_scratch, *, scale, length, block):
+def _dq_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, *refs, scale, length, block, heads, rate):
     """Grid (heads, batch, q blocks, k blocks): dq per query block; the c2p table's gradient per head."""
-    b, qi, ki = pl.program_id(1), pl.program_id(2), pl.program_id(3)
+    keys_ref, refs = _split_keys(refs, rate)
+    do_ref, lse_ref, delta_ref, dq_ref, dtk_ref, dq_scratch, seg_scratch, lse_scratch, delta_scratch = refs
+    h, b, qi, ki = (pl.program_id(axis) for axis in range(4))
 
     @pl.when((b == 0) & (qi == 0) & (ki == 0))
     def _init_table():
@@ -166,6 +231,9 @@ def _dq_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_ref
     s = jnp.where(seg_scratch[...] == seg_k_ref[...], s, MASK_VALUE)
     p = jnp.exp(s - lse_scratch[...])
     dp = _dot(do_ref[...], v, trans_b=True)
+    if rate:  # the gradient reaches a probability through its kept, rescaled copy only
+        kept_here = _tile_kept(keys_ref, b, h, heads, qi * block, ki * block, block, length, rate, True)
+        dp = jnp.where(kept_here, dp * (1.0 / (1.0 - rate)), 0.0)
     dz = p * (dp - delta_scratch[...]) * scale  # the gradient of the unscaled sum of the three terms
     low, high = (x.astype(q.dtype) for x in _scatter_by_distance(dz, rows_are_queries=True))
     dq_scratch[...] += (_dot(dz.astype(k.dtype), k) + _dot(low, tk_span[:block]) + _dot(high, tk_span[block:]))
@@ -177,11 +245,13 @@ def _dq_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_ref
         dq_ref[...] = dq_scratch[...].astype(dq_ref.dtype)
 
 
-def _dkv_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_ref, lse_ref, delta_ref,
-                dk_ref, dv_ref, dtq_ref, dk_scratch, dv_scratch, seg_scratch, *, scale, length, block):
+def _dkv_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, *refs, scale, length, block, heads,
+                rate):
     """Grid (heads, batch, k blocks, q blocks), key-major tiles [j, i]: dk, dv per key block; the p2c table's
     gradient per head."""
-    b, ki, qi = pl.program_id(1), pl.program_id(2), pl.program_id(3)
+    keys_ref, refs = _split_keys(refs, rate)
+    do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dtq_ref, dk_scratch, dv_scratch, seg_scratch = refs
+    h, b, ki, qi = (pl.program_id(axis) for axis in range(4))
 
     @pl.when((b == 0) & (ki == 0) & (qi == 0))
     def _init_table():
@@ -201,8 +271,13 @@ def _dkv_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_re
     s_t = (_dot(k, q, trans_b=True) + c2p.T + p2c_t) * scale  # [j, i]
     s_t = jnp.where(seg_scratch[...] == seg_q_ref[...], s_t, MASK_VALUE)
     p_t = jnp.exp(s_t - lse_ref[...])  # lse, delta: [1, block] along the query lanes
-    dv_scratch[...] += _dot(p_t.astype(do.dtype), do)
     dp_t = _dot(v, do, trans_b=True)
+    if rate:
+        kept_here = _tile_kept(keys_ref, b, h, heads, qi * block, ki * block, block, length, rate, False)
+        dv_scratch[...] += _dot(jnp.where(kept_here, p_t * (1.0 / (1.0 - rate)), 0.0).astype(do.dtype), do)
+        dp_t = jnp.where(kept_here, dp_t * (1.0 / (1.0 - rate)), 0.0)
+    else:
+        dv_scratch[...] += _dot(p_t.astype(do.dtype), do)
     dz_t = p_t * (dp_t - delta_ref[...]) * scale
     low, high = (x.astype(k.dtype) for x in _scatter_by_distance(dz_t, rows_are_queries=False))
     dk_scratch[...] += (_dot(dz_t.astype(q.dtype), q) + _dot(low, tq_span[:block]) + _dot(high, tq_span[block:]))
@@ -215,19 +290,29 @@ def _dkv_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, do_re
         dv_ref[...] = dv_scratch[...].astype(dv_ref.dtype)
 
 
-def _forward(q, k, v, table_k, table_q, segments, scale, interpret, block=None):
+def _with_keys(specs: list, operands: tuple, keys, rate: float):
+    """The kernels' inputs with the dropout keys (whole, in SMEM: one scalar read per tile) where rate > 0."""
+    if not rate:
+        return specs, operands
+    return specs + [pl.BlockSpec(memory_space=pltpu.SMEM)], operands + (keys,)
+
+
+def _forward(q, k, v, table_k, table_q, segments, keys, scale, interpret, block=None, rate=0.0):
     b, h, length, d = q.shape
     block = block_size(length, interpret, block)
     n = length // block
     spec = lambda index: pl.BlockSpec((None, None, block, d), index)  # noqa: E731
     table = pl.BlockSpec((None, 2 * length, d), lambda b, h, i, j: (h, 0, 0))
     ids = lambda index: pl.BlockSpec((None, 1, block), index)  # noqa: E731
+    in_specs, operands = _with_keys(
+        [spec(lambda b, h, i, j: (b, h, i, 0)), spec(lambda b, h, i, j: (b, h, j, 0)),
+         spec(lambda b, h, i, j: (b, h, j, 0)), table, table,
+         ids(lambda b, h, i, j: (b, 0, i)), ids(lambda b, h, i, j: (b, 0, j))],
+        (q, k, v, table_k, table_q, segments[:, None, :], segments[:, None, :]), keys, rate)
     o, lse = pl.pallas_call(
-        functools.partial(_forward_kernel, scale=scale, length=length, block=block),
+        functools.partial(_forward_kernel, scale=scale, length=length, block=block, heads=h, rate=rate),
         grid=(b, h, n, n),
-        in_specs=[spec(lambda b, h, i, j: (b, h, i, 0)), spec(lambda b, h, i, j: (b, h, j, 0)),
-                  spec(lambda b, h, i, j: (b, h, j, 0)), table, table,
-                  ids(lambda b, h, i, j: (b, 0, i)), ids(lambda b, h, i, j: (b, 0, j))],
+        in_specs=in_specs,
         out_specs=[spec(lambda b, h, i, j: (b, h, i, 0)),
                    pl.BlockSpec((None, None, 1, block), lambda b, h, i, j: (b, h, 0, i))],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, 1, length), jnp.float32)],
@@ -236,11 +321,11 @@ def _forward(q, k, v, table_k, table_q, segments, scale, interpret, block=None):
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
         interpret=interpret,
         name="disentangled_attention_fwd",
-    )(q, k, v, table_k, table_q, segments[:, None, :], segments[:, None, :])
+    )(*operands)
     return o, lse
 
 
-def _backward(q, k, v, table_k, table_q, segments, o, lse, do, scale, interpret, block=None):
+def _backward(q, k, v, table_k, table_q, segments, keys, o, lse, do, scale, interpret, block=None, rate=0.0):
     """lse: [batch, heads, 1, L] float32, as the forward returns it."""
     b, h, length, d = q.shape
     block = block_size(length, interpret, block)
@@ -255,57 +340,61 @@ def _backward(q, k, v, table_k, table_q, segments, o, lse, do, scale, interpret,
     # dq kernel: grid (h, b, q block i, k block j), query-major.
     qi_spec, kj_spec = row(lambda h, b, i, j: (b, h, i, 0)), row(lambda h, b, i, j: (b, h, j, 0))
     stat = pl.BlockSpec((None, None, 1, block), lambda h, b, i, j: (b, h, 0, i))
+    in_specs, operands = _with_keys(
+        [qi_spec, kj_spec, kj_spec, table, table, pl.BlockSpec((None, 1, block), lambda h, b, i, j: (b, 0, i)),
+         pl.BlockSpec((None, 1, block), lambda h, b, i, j: (b, 0, j))], (q, k, v, table_k, table_q, ids, ids),
+        keys, rate)
     dq, dtk = pl.pallas_call(
-        functools.partial(_dq_kernel, scale=scale, length=length, block=block),
+        functools.partial(_dq_kernel, scale=scale, length=length, block=block, heads=h, rate=rate),
         grid=(h, b, n, n),
-        in_specs=[qi_spec, kj_spec, kj_spec, table, table,
-                  pl.BlockSpec((None, 1, block), lambda h, b, i, j: (b, 0, i)),
-                  pl.BlockSpec((None, 1, block), lambda h, b, i, j: (b, 0, j)),
-                  qi_spec, stat, stat],
+        in_specs=in_specs + [qi_spec, stat, stat],
         out_specs=[qi_spec, table],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), table_out],
         scratch_shapes=[pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, block), jnp.int32),
                         pltpu.VMEM((block, block), jnp.float32), pltpu.VMEM((block, block), jnp.float32)],
         compiler_params=params, interpret=interpret, name="disentangled_attention_dq",
-    )(q, k, v, table_k, table_q, ids, ids, do, lse, delta)
+    )(*operands, do, lse, delta)
 
     # dk/dv kernel: grid (h, b, k block j, q block i), key-major: statistics along the query lanes [1, block].
     qi_spec, kj_spec = row(lambda h, b, j, i: (b, h, i, 0)), row(lambda h, b, j, i: (b, h, j, 0))
     stat = pl.BlockSpec((None, None, 1, block), lambda h, b, j, i: (b, h, 0, i))
+    in_specs, operands = _with_keys(
+        [qi_spec, kj_spec, kj_spec, table, table, pl.BlockSpec((None, 1, block), lambda h, b, j, i: (b, 0, i)),
+         pl.BlockSpec((None, 1, block), lambda h, b, j, i: (b, 0, j))], (q, k, v, table_k, table_q, ids, ids),
+        keys, rate)
     dk, dv, dtq = pl.pallas_call(
-        functools.partial(_dkv_kernel, scale=scale, length=length, block=block),
+        functools.partial(_dkv_kernel, scale=scale, length=length, block=block, heads=h, rate=rate),
         grid=(h, b, n, n),
-        in_specs=[qi_spec, kj_spec, kj_spec, table, table,
-                  pl.BlockSpec((None, 1, block), lambda h, b, j, i: (b, 0, i)),
-                  pl.BlockSpec((None, 1, block), lambda h, b, j, i: (b, 0, j)),
-                  qi_spec, stat, stat],
+        in_specs=in_specs + [qi_spec, stat, stat],
         out_specs=[kj_spec, kj_spec, table],
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype), table_out],
         scratch_shapes=[pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, d), jnp.float32),
                         pltpu.VMEM((block, block), jnp.int32)],
         compiler_params=params, interpret=interpret, name="disentangled_attention_dkv",
-    )(q, k, v, table_k, table_q, ids, ids, do, lse, delta)
+    )(*operands, do, lse, delta)
     return dq, dk, dv, dtk.astype(table_k.dtype), dtq.astype(table_q.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
-def fused_disentangled_attention(q, k, v, table_k, table_q, segments, scale: float, interpret: bool,
-                                 block: int | None = None):
-    """softmax(scale * (q k^T + c2p + p2c) + mask) v, fused. q, k, v: [batch, heads, L, head_dim]; table_k,
-    table_q: [heads, 2L, head_dim], row m the key / query projection of relative distance m - L + 1's
-    bucket; segments: [batch, L] int32 -> [batch, heads, L, head_dim]."""
-    return _forward(q, k, v, table_k, table_q, segments, scale, interpret, block)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10))
+def fused_disentangled_attention(q, k, v, table_k, table_q, segments, keys, scale: float, interpret: bool,
+                                 block: int | None = None, rate: float = 0.0):
+    """dropout(softmax(scale * (q k^T + c2p + p2c) + mask)) v, fused. q, k, v: [batch, heads, L, head_dim];
+    table_k, table_q: [heads, 2L, head_dim], row m the key / query projection of relative distance m - L + 1's
+    bucket; segments: [batch, L] int32; keys: dropout_keys(...) [batch * heads] int32 where rate > 0, else
+    None -> [batch, heads, L, head_dim]."""
+    return _forward(q, k, v, table_k, table_q, segments, keys, scale, interpret, block, rate)[0]
 
 
-def _vjp_forward(q, k, v, table_k, table_q, segments, scale, interpret, block):
-    o, lse = _forward(q, k, v, table_k, table_q, segments, scale, interpret, block)
-    return o, (q, k, v, table_k, table_q, segments, o, lse)
+def _vjp_forward(q, k, v, table_k, table_q, segments, keys, scale, interpret, block, rate):
+    o, lse = _forward(q, k, v, table_k, table_q, segments, keys, scale, interpret, block, rate)
+    return o, (q, k, v, table_k, table_q, segments, keys, o, lse)
 
 
-def _vjp_backward(scale, interpret, block, residuals, do):
-    q, k, v, table_k, table_q, segments, o, lse = residuals
-    dq, dk, dv, dtk, dtq = _backward(q, k, v, table_k, table_q, segments, o, lse, do, scale, interpret, block)
-    return dq, dk, dv, dtk, dtq, None
+def _vjp_backward(scale, interpret, block, rate, residuals, do):
+    q, k, v, table_k, table_q, segments, keys, o, lse = residuals
+    dq, dk, dv, dtk, dtq = _backward(q, k, v, table_k, table_q, segments, keys, o, lse, do, scale, interpret, block,
+                                     rate)
+    return dq, dk, dv, dtk, dtq, None, None
 
 
 fused_disentangled_attention.defvjp(_vjp_forward, _vjp_backward)

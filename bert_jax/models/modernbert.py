@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.models.attention import Attend, attention_mask_from_batch, choose_kernel
+from bert_jax.models.attention import Attend, KernelChoice, attention_mask_from_batch, choose_kernel
 from bert_jax.models.bert import DTYPES
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.transformer import REMAT_POLICIES
@@ -82,8 +82,13 @@ class ModernBertConfig:
                 if values[key] not in DTYPES:
                     raise ValueError(f"config.model.{key}={values[key]!r}; expected one of {sorted(DTYPES)}")
                 values[key] = DTYPES[values[key]]
-        values["attention_impl"] = choose_kernel(model_cfg, window=has_local_layers(model_cfg)).impl
+        values["attention_impl"] = cls.kernel_choice(model_cfg).impl
         return cls(**values)
+
+    @classmethod
+    def kernel_choice(cls, model_cfg) -> KernelChoice:
+        """The attention kernel `config.model` resolves to: cuDNN cannot apply the local layers' window."""
+        return choose_kernel(model_cfg, window=has_local_layers(model_cfg))
 
     def is_global(self, layer: int) -> bool:
         return layer % self.global_attn_every_n_layers == 0
@@ -274,7 +279,6 @@ def build_modernbert(model_cfg) -> nn.Module:
 def validate_config(config) -> None:
     """The family's checks on the whole config (bert_jax.train.config_validation runs them before compiling)."""
     check_model_config(config.model)
-    choose_kernel(config.model, window=has_local_layers(config.model))  # cudnn cannot apply the window
     local, length = config.model.get("local_attention", 128), config.data.max_seq_length
     if local > length:
         raise ValueError(f"config.model.local_attention={local} is larger than the sequence "

@@ -10,7 +10,6 @@ import jax
 from absl import logging
 
 from bert_jax.families import get_family
-from bert_jax.models.attention import choose_kernel
 from bert_jax.train import stages
 from data_pipelines.sources import mixture
 from data_pipelines.loader import masking, pipeline, workers
@@ -61,7 +60,7 @@ def validate_config(config, num_processes: int = 1) -> None:
     family = get_family(m.family)  # unknown family: lists the known ones
     if family.validate_config is not None:
         family.validate_config(config)
-    choose_kernel(m)  # an attention kernel this platform cannot run, or that cannot apply the dropout
+    family.kernel_choice(m)  # an attention kernel this platform cannot run, or that cannot apply the dropout
     if m.hidden_size % m.num_heads:
         raise ValueError(
             f"config.model.num_heads={m.num_heads} does not divide config.model.hidden_size={m.hidden_size}"

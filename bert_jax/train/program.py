@@ -14,7 +14,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.train.compiler_options import compiler_options
 from bert_jax.train.config_validation import validate_mesh_fit
-from bert_jax.models.attention import building_for, choose_kernel, devices_platform
+from bert_jax.models.attention import building_for, devices_platform
 from bert_jax.families import Family, get_family
 from bert_jax.objectives.distillation import distillation_objective
 from bert_jax.objectives.objective import Objective
@@ -92,7 +92,7 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
     family = get_family(config.model.family)
     rules = logical_axis_rules(config.mesh)
     model = family.build_model(config.model)  # resolves config.model.attention_impl, or fails naming it
-    kernel = choose_kernel(config.model)
+    kernel = family.kernel_choice(config.model)
     # A family may run its own kernel for the choice (DeBERTa's fused disentangled kernel for splash): name what runs.
     runs = getattr(getattr(model, "config", None), "attention_impl", kernel.impl)
     logging.info("attention kernel: %s (%s%s)", runs, kernel.reason, "" if runs == kernel.impl else f": this family's "
