@@ -89,7 +89,7 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
     cudnn_fits = dtype in (jnp.bfloat16, jnp.float16) and head_dim % 8 == 0 and head_dim <= 128
     if impl == "auto":
         if platform == "tpu" and drops_in_kernel:
-            return KernelChoice("splash", "TPU: this family's Pallas kernel, attention dropout included")
+            return KernelChoice("splash", "TPU: Pallas" + (", attention dropout in the kernel" if dropout > 0 else ""))
         if dropout > 0:
             return KernelChoice("xla", f"config.model.attention_dropout_rate={dropout} needs the xla kernel: "
                                        "fused kernels cannot drop attention probabilities")
