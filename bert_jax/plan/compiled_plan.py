@@ -484,8 +484,8 @@ def format_plan(plan: Plan, target: str = "", hbm_gib: float = 0.0, max_rows: in
         "",
         f"FLOPs per step: compiled {plan.compiled_flops:.4g} per {unit} x {plan.num_devices} = "
         f"{plan.compiled_flops * plan.num_devices:.4g}; formula {plan.formula_flops:.4g} "
-        "(6*N*B*S + 12*layers*hidden*S^2*B + 6*hidden*vocab*B*P, plus a teacher's forward, a third of that "
-        "with its sizes, bert_jax/train/perf.py; "
+        "(6*N*B*S + 12*layers*hidden*S*(S + R)*B for each network of the module, R DeBERTa's relative rows, "
+        "+ 6*hidden*vocab*B*P, plus a teacher's forward, a third of that with its sizes, bert_jax/train/perf.py; "
         "the compiled count adds rematerialisation, optimizer and softmax/norm work"
         + ("; with scan_layers XLA counts the scanned layer once, not once per layer)"
            if plan.scan_layers and not plan.layers_counted else ")"),
