@@ -4,7 +4,8 @@
 
 No [batch, heads, q, k] tensor reaches HBM: scores, probabilities and both position terms live per
 [block, block] tile in VMEM, with an online softmax (as flash attention, Dao et al. 2022), and the
-backward recomputes them from the saved log-sum-exp (two kernels: dq, then dk and dv).
+backward recomputes them once from the saved log-sum-exp, in one kernel over key-major tiles that keeps dq for the
+whole sequence in VMEM (one [L, head_dim] float32 buffer per row and head).
 
 The position terms, per tile. A tile (query block qi, key block ki, both `block` long) sees the
 2 * block - 1 distances d = (qi - ki) * block + i - j. The relative tables arrive "by distance": row m of
@@ -149,9 +150,8 @@ def _scatter_by_distance(dz, rows_are_queries: bool):
     return low, gathered - low
 
 
-def _span_start(length: int, block: int):
+def _span_start(length: int, block: int, qi, ki):
     """Row of the distance tables where tile (qi, ki)'s 2 * block distances begin."""
-    qi, ki = pl.program_id(2), pl.program_id(3)
     return pl.multiple_of((length // block - 1 + qi - ki) * block, block)
 
 
@@ -186,7 +186,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, *
         acc_scratch[...] = jnp.zeros(acc_scratch.shape, jnp.float32)
         seg_scratch[...] = _column(seg_q_ref[...], block)
 
-    m0 = _span_start(length, block)
+    m0 = _span_start(length, block, qi, ki)
     s = _scores_query_major(q_ref[...], k_ref[...], tk_ref[pl.ds(m0, 2 * block), :],
                             tq_ref[pl.ds(m0, 2 * block), :], scale)
     s = jnp.where(seg_scratch[...] == seg_k_ref[...], s, MASK_VALUE)
@@ -207,87 +207,70 @@ def _forward_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, *
         lse_ref[...] = (m_scratch[...] + jnp.log(l)).T[:1, :]  # equal along lanes: its transpose's row 0
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, *refs, scale, length, block, heads, rate):
-    """Grid (heads, batch, q blocks, k blocks): dq per query block; the c2p table's gradient per head."""
+def _backward_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, *refs, scale, length, block, heads,
+                     rate):
+    """Grid (heads, batch, k blocks, q blocks), key-major tiles [j, i]; one pass over the tiles for every gradient,
+    so the scores are recomputed once: dk, dv per key block (written as the key block ends); dq for the whole
+    sequence in VMEM ([L, head_dim] float32, written as the row ends); both tables' gradients per head, summed over
+    the batch in their output blocks."""
     keys_ref, refs = _split_keys(refs, rate)
-    do_ref, lse_ref, delta_ref, dq_ref, dtk_ref, dq_scratch, seg_scratch, lse_scratch, delta_scratch = refs
-    h, b, qi, ki = (pl.program_id(axis) for axis in range(4))
-
-    @pl.when((b == 0) & (qi == 0) & (ki == 0))
-    def _init_table():
-        dtk_ref[...] = jnp.zeros(dtk_ref.shape, jnp.float32)
-
-    @pl.when(ki == 0)
-    def _init():
-        dq_scratch[...] = jnp.zeros(dq_scratch.shape, jnp.float32)
-        seg_scratch[...] = _column(seg_q_ref[...], block)
-        lse_scratch[...] = _column(lse_ref[...], block)
-        delta_scratch[...] = _column(delta_ref[...], block)
-
-    m0 = _span_start(length, block)
-    q, k, v = q_ref[...], k_ref[...], v_ref[...]
-    tk_span = tk_ref[pl.ds(m0, 2 * block), :]
-    s = _scores_query_major(q, k, tk_span, tq_ref[pl.ds(m0, 2 * block), :], scale)
-    s = jnp.where(seg_scratch[...] == seg_k_ref[...], s, MASK_VALUE)
-    p = jnp.exp(s - lse_scratch[...])
-    dp = _dot(do_ref[...], v, trans_b=True)
-    if rate:  # the gradient reaches a probability through its kept, rescaled copy only
-        kept_here = _tile_kept(keys_ref, b, h, heads, qi * block, ki * block, block, length, rate, True)
-        dp = jnp.where(kept_here, dp * (1.0 / (1.0 - rate)), 0.0)
-    dz = p * (dp - delta_scratch[...]) * scale  # the gradient of the unscaled sum of the three terms
-    low, high = (x.astype(q.dtype) for x in _scatter_by_distance(dz, rows_are_queries=True))
-    dq_scratch[...] += (_dot(dz.astype(k.dtype), k) + _dot(low, tk_span[:block]) + _dot(high, tk_span[block:]))
-    dtk_ref[pl.ds(m0, block), :] += _dot(low, q, trans_a=True)
-    dtk_ref[pl.ds(m0 + block, block), :] += _dot(high, q, trans_a=True)
-
-    @pl.when(ki == pl.num_programs(3) - 1)
-    def _finish():
-        dq_ref[...] = dq_scratch[...].astype(dq_ref.dtype)
-
-
-def _dkv_kernel(q_ref, k_ref, v_ref, tk_ref, tq_ref, seg_q_ref, seg_k_ref, *refs, scale, length, block, heads,
-                rate):
-    """Grid (heads, batch, k blocks, q blocks), key-major tiles [j, i]: dk, dv per key block; the p2c table's
-    gradient per head."""
-    keys_ref, refs = _split_keys(refs, rate)
-    do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dtq_ref, dk_scratch, dv_scratch, seg_scratch = refs
+    (do_ref, lse_ref, delta_ref, dq_ref, dk_ref, dv_ref, dtk_ref, dtq_ref,
+     dq_scratch, dk_scratch, dv_scratch, seg_scratch) = refs
     h, b, ki, qi = (pl.program_id(axis) for axis in range(4))
 
     @pl.when((b == 0) & (ki == 0) & (qi == 0))
-    def _init_table():
+    def _init_tables():
+        dtk_ref[...] = jnp.zeros(dtk_ref.shape, jnp.float32)
         dtq_ref[...] = jnp.zeros(dtq_ref.shape, jnp.float32)
 
+    @pl.when((ki == 0) & (qi == 0))
+    def _init_row():
+        dq_scratch[...] = jnp.zeros(dq_scratch.shape, jnp.float32)
+
     @pl.when(qi == 0)
-    def _init():
+    def _init_key_block():
         dk_scratch[...] = jnp.zeros(dk_scratch.shape, jnp.float32)
         dv_scratch[...] = jnp.zeros(dv_scratch.shape, jnp.float32)
         seg_scratch[...] = _column(seg_k_ref[...], block)
 
-    m0 = pl.multiple_of((length // block - 1 + qi - ki) * block, block)
+    m0 = _span_start(length, block, qi, ki)
     q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-    tq_span = tq_ref[pl.ds(m0, 2 * block), :]
-    c2p = _gather_by_distance(_dot(q, tk_ref[pl.ds(m0, 2 * block), :], trans_b=True), rows_are_queries=True)
+    tk_span, tq_span = tk_ref[pl.ds(m0, 2 * block), :], tq_ref[pl.ds(m0, 2 * block), :]
+    c2p = _gather_by_distance(_dot(q, tk_span, trans_b=True), rows_are_queries=True)
     p2c_t = _gather_by_distance(_dot(k, tq_span, trans_b=True), rows_are_queries=False)
     s_t = (_dot(k, q, trans_b=True) + c2p.T + p2c_t) * scale  # [j, i]
     s_t = jnp.where(seg_scratch[...] == seg_q_ref[...], s_t, MASK_VALUE)
     p_t = jnp.exp(s_t - lse_ref[...])  # lse, delta: [1, block] along the query lanes
     dp_t = _dot(v, do, trans_b=True)
-    if rate:
+    if rate:  # the gradient reaches a probability through its kept, rescaled copy only
         kept_here = _tile_kept(keys_ref, b, h, heads, qi * block, ki * block, block, length, rate, False)
         dv_scratch[...] += _dot(jnp.where(kept_here, p_t * (1.0 / (1.0 - rate)), 0.0).astype(do.dtype), do)
         dp_t = jnp.where(kept_here, dp_t * (1.0 / (1.0 - rate)), 0.0)
     else:
         dv_scratch[...] += _dot(p_t.astype(do.dtype), do)
-    dz_t = p_t * (dp_t - delta_ref[...]) * scale
+    dz_t = p_t * (dp_t - delta_ref[...]) * scale  # the gradient of the unscaled sum of the three terms, [j, i]
+
+    # Keys: q k^T's and p2c's (the key block against its span of table_q).
     low, high = (x.astype(k.dtype) for x in _scatter_by_distance(dz_t, rows_are_queries=False))
     dk_scratch[...] += (_dot(dz_t.astype(q.dtype), q) + _dot(low, tq_span[:block]) + _dot(high, tq_span[block:]))
     dtq_ref[pl.ds(m0, block), :] += _dot(low, k, trans_a=True)
     dtq_ref[pl.ds(m0 + block, block), :] += _dot(high, k, trans_a=True)
+    # Queries: q k^T's and c2p's (the query block against its span of table_k), query-major.
+    dz = dz_t.T
+    low, high = (x.astype(q.dtype) for x in _scatter_by_distance(dz, rows_are_queries=True))
+    rows = pl.ds(pl.multiple_of(qi * block, block), block)
+    dq_scratch[rows, :] += (_dot(dz.astype(k.dtype), k) + _dot(low, tk_span[:block]) + _dot(high, tk_span[block:]))
+    dtk_ref[pl.ds(m0, block), :] += _dot(low, q, trans_a=True)
+    dtk_ref[pl.ds(m0 + block, block), :] += _dot(high, q, trans_a=True)
 
     @pl.when(qi == pl.num_programs(3) - 1)
-    def _finish():
+    def _finish_key_block():
         dk_ref[...] = dk_scratch[...].astype(dk_ref.dtype)
         dv_ref[...] = dv_scratch[...].astype(dv_ref.dtype)
+
+    @pl.when((ki == pl.num_programs(2) - 1) & (qi == pl.num_programs(3) - 1))
+    def _finish_row():
+        dq_ref[...] = dq_scratch[...].astype(dq_ref.dtype)
 
 
 def _with_keys(specs: list, operands: tuple, keys, rate: float):
@@ -332,45 +315,28 @@ def _backward(q, k, v, table_k, table_q, segments, keys, o, lse, do, scale, inte
     n = length // block
     ids = segments[:, None, :]
     delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1)[:, :, None, :]  # [b, h, 1, L]
-    table = pl.BlockSpec((None, 2 * length, d), lambda h, b, x, y: (h, 0, 0))
+    table = pl.BlockSpec((None, 2 * length, d), lambda h, b, j, i: (h, 0, 0))
     table_out = jax.ShapeDtypeStruct((h, 2 * length, d), jnp.float32)
-    params = pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary", "arbitrary"))
     row = lambda index: pl.BlockSpec((None, None, block, d), index)  # noqa: E731
-
-    # dq kernel: grid (h, b, q block i, k block j), query-major.
-    qi_spec, kj_spec = row(lambda h, b, i, j: (b, h, i, 0)), row(lambda h, b, i, j: (b, h, j, 0))
-    stat = pl.BlockSpec((None, None, 1, block), lambda h, b, i, j: (b, h, 0, i))
-    in_specs, operands = _with_keys(
-        [qi_spec, kj_spec, kj_spec, table, table, pl.BlockSpec((None, 1, block), lambda h, b, i, j: (b, 0, i)),
-         pl.BlockSpec((None, 1, block), lambda h, b, i, j: (b, 0, j))], (q, k, v, table_k, table_q, ids, ids),
-        keys, rate)
-    dq, dtk = pl.pallas_call(
-        functools.partial(_dq_kernel, scale=scale, length=length, block=block, heads=h, rate=rate),
-        grid=(h, b, n, n),
-        in_specs=in_specs + [qi_spec, stat, stat],
-        out_specs=[qi_spec, table],
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), table_out],
-        scratch_shapes=[pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, block), jnp.int32),
-                        pltpu.VMEM((block, block), jnp.float32), pltpu.VMEM((block, block), jnp.float32)],
-        compiler_params=params, interpret=interpret, name="disentangled_attention_dq",
-    )(*operands, do, lse, delta)
-
-    # dk/dv kernel: grid (h, b, k block j, q block i), key-major: statistics along the query lanes [1, block].
+    # Grid (h, b, k block j, q block i), key-major: statistics along the query lanes [1, block].
     qi_spec, kj_spec = row(lambda h, b, j, i: (b, h, i, 0)), row(lambda h, b, j, i: (b, h, j, 0))
     stat = pl.BlockSpec((None, None, 1, block), lambda h, b, j, i: (b, h, 0, i))
+    whole = pl.BlockSpec((None, None, length, d), lambda h, b, j, i: (b, h, 0, 0))
     in_specs, operands = _with_keys(
         [qi_spec, kj_spec, kj_spec, table, table, pl.BlockSpec((None, 1, block), lambda h, b, j, i: (b, 0, i)),
          pl.BlockSpec((None, 1, block), lambda h, b, j, i: (b, 0, j))], (q, k, v, table_k, table_q, ids, ids),
         keys, rate)
-    dk, dv, dtq = pl.pallas_call(
-        functools.partial(_dkv_kernel, scale=scale, length=length, block=block, heads=h, rate=rate),
+    dq, dk, dv, dtk, dtq = pl.pallas_call(
+        functools.partial(_backward_kernel, scale=scale, length=length, block=block, heads=h, rate=rate),
         grid=(h, b, n, n),
         in_specs=in_specs + [qi_spec, stat, stat],
-        out_specs=[kj_spec, kj_spec, table],
-        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype), table_out],
-        scratch_shapes=[pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, d), jnp.float32),
-                        pltpu.VMEM((block, block), jnp.int32)],
-        compiler_params=params, interpret=interpret, name="disentangled_attention_dkv",
+        out_specs=[whole, kj_spec, kj_spec, table, table],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
+                   jax.ShapeDtypeStruct(v.shape, v.dtype), table_out, table_out],
+        scratch_shapes=[pltpu.VMEM((length, d), jnp.float32), pltpu.VMEM((block, d), jnp.float32),
+                        pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, block), jnp.int32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary", "arbitrary")),
+        interpret=interpret, name="disentangled_attention_bwd",
     )(*operands, do, lse, delta)
     return dq, dk, dv, dtk.astype(table_k.dtype), dtq.astype(table_q.dtype)
 
@@ -401,8 +367,8 @@ fused_disentangled_attention.defvjp(_vjp_forward, _vjp_backward)
 
 
 # What the tiles execute, in units of one [block, block] x [block, head_dim] product (2 * block^2 * head_dim FLOPs): the
-# forward's q k^T, p v and the two position terms against 2 * block relative rows (2 each): 6; the dq kernel
-# recomputes the scores (5) and adds dO v^T, dq, and the c2p term's dq and table gradient (2 each); the dk/dv kernel
-# likewise (5 + dv, dO v^T, dk, and p2c's dk and table gradient): 23. 29 units against the 12 of the FLOP formula's
-# attention term at S = 512, 2 * position_buckets = 512 (bert_jax/train/perf.py), which is what the planner counts,
-# as it counts splash's model FLOPs and not its backward's recomputation.
+# forward's q k^T, p v and the two position terms against 2 * block relative rows (2 each): 6; the backward recomputes
+# the scores once (5) and adds dO v^T, dv, dk and dq (1 each), both position terms' dk / dq and table gradients (2
+# each): 17. 23 units against the 12 of the FLOP formula's attention term at S = 512, 2 * position_buckets = 512
+# (bert_jax/train/perf.py), which is what the planner counts, as it counts splash's model FLOPs and not its backward's
+# recomputation. (With dq and dk/dv in two kernels, as splash does, the scores were recomputed twice: 29 units.)
