@@ -188,7 +188,7 @@ def _pallas_flops(config, model_config, kernel: str, num_devices: int) -> float:
     position terms) for every network of the module (perf.networks: a generator's layers too, at its own width).
     Model FLOPs, not what the tiles execute: neither kernel's backward recomputation is counted, as remat's
     would be in XLA's count, nor the fused kernel's position products against two blocks' width of relative
-    rows per tile (about 2.4x the term at S=512 in all, models/disentangled_kernel.py). Their bytes need no
+    rows per tile (about 1.9x the term at S=512 in all, models/disentangled_kernel.py). Their bytes need no
     formula: a kernel's custom calls read and write their operands and results, which hlo_traffic counts."""
     if kernel not in PALLAS_FLOPS_SOURCE or model_config is None:
         return 0.0
@@ -200,7 +200,7 @@ PALLAS_FLOPS_SOURCE = {
     "splash": "the formula's attention term, 12*layers*hidden*S^2*B, for each network that runs it",
     disentangled_attention.FUSED_KERNEL: "the formula's attention term with the position terms, "
                                          "12*layers*hidden*S*(S + 2*position_buckets)*B, generator layers included "
-                                         "(model FLOPs: its tiles execute about 2.4x that at S=512)",
+                                         "(model FLOPs: its tiles execute about 1.9x that at S=512)",
 }
 
 
