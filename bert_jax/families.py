@@ -21,8 +21,8 @@ from bert_jax.hf import modernbert as hf_modernbert
 from bert_jax.hf import roberta as hf_roberta
 from bert_jax.hf.converter import HfConverter
 from bert_jax.models import albert, bert, deberta_v3, distilbert, electra, modernbert, roberta
-from bert_jax.objectives import replaced_token_detection
 from bert_jax.models.attention import KernelChoice, choose_kernel
+from bert_jax.objectives import replaced_token_detection
 from bert_jax.models.param_roles import ParamRoles
 from bert_jax.objectives.objective import Objective
 from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING
