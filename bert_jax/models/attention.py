@@ -120,7 +120,7 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
             "attention_impl='auto' or 'xla', or set config.model.splash_interpret=True to run it in Pallas "
             "interpret mode (slow: for tests)."
         )
-    if (impl == "cudnn" or impl == "splash" and not drops_in_kernel) and dropout > 0:
+    if dropout > 0 and (impl == "cudnn" or (impl == "splash" and not drops_in_kernel)):
         raise ValueError(
             f"config.model.attention_impl={impl!r} cannot apply config.model.attention_dropout_rate={dropout}: "
             "the fused kernels do not drop attention probabilities. Set attention_dropout_rate=0, or "

@@ -18,9 +18,9 @@ gradient into the stacked buffer, in place, the operand not read) or a scatter i
 embedding table's gradient: a batch's rows added into it in place, the operand read and written
 at the updates' size, as XLA's cost analysis counts a scatter), seeing through bitcasts and
 the in-place relayouts (copy fusions aliasing their operand) the compiler puts around stacked
-buffers; a scatter outside a fusion reads and writes its operand at the updates' size too; an allocation (the AllocateBuffer custom call) moves nothing; a kernel's custom call
-reads and writes its operands and results (so a Pallas kernel's traffic is in it); a slice,
-and an asynchronous copy or slice (counted once, at its start), reads what it writes from its
+buffers (a scatter outside a fusion is counted alike); an allocation (the AllocateBuffer custom
+call) moves nothing; a kernel's custom call reads and writes its operands and results (so a Pallas
+kernel's traffic is in it); a slice, and an asynchronous copy or slice (counted once, at its start), reads what it writes from its
 source; a while loop's body counts its trip count times, a call once, a conditional its
 largest branch. The TPU compiler does not annotate a scanned layer loop's trip count, so it is
 read from the loop itself: a condition `counter < N`, a body adding a positive constant to the
@@ -220,9 +220,8 @@ def _scattered_bytes(operands: list[str], types: dict[str, str]) -> float:
     """What a scatter reads and writes of its operand: its updates' size (XLA's cost analysis counts a scatter
     so, HloCostAnalysis::HandleScatter: input, output and updates each at the updates' size, in place): an
     embedding table's gradient adds a batch's rows, it does not rewrite the table. operands: (operand, indices,
-    updates); a variadic scatter's N operands and N updates, summed."""
-    n = max((len(operands) - 1) // 2, 1)
-    return float(sum(sum(_array_bytes(types.get(update, ""))) for update in operands[n + 1 : 2 * n + 1]))
+    updates), the one-operand scatter both callers take."""
+    return float(sum(_array_bytes(types.get(operands[2], ""))))
 
 
 def _in_place_updates(name: str, computations: dict[str, list[str]],
