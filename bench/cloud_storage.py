@@ -58,7 +58,7 @@ def _config(corpus_glob: str, tokenizer: str, steps: int, every: int):
 
 def _median_step_time(workdir: str) -> float:
     from bert_jax.storage.workdir import Workdir
-    from bert_jax.train.metrics_file import read_rows
+    from bert_jax.run.metrics_file import read_rows
 
     rows = read_rows(Workdir(workdir).metrics_jsonl)
     return statistics.median(r["perf/step_time_s"] for r in rows if "perf/step_time_s" in r and r["step"] > 1)

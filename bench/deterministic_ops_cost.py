@@ -15,7 +15,7 @@ import sys
 
 from absl import app, flags
 
-from bert_jax.train import determinism
+from bert_jax.run import determinism
 
 _SHAPE = flags.DEFINE_string("shape", "tiny", "A shape of bench/train_step_throughput.py: tiny, mini or base.")
 _STEPS = flags.DEFINE_integer("steps", 5, "Timed steps per measurement (after one compile step).")

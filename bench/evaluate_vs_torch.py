@@ -7,7 +7,7 @@ The task is bench/make_finetune_data.py's set (shuffled words against as written
 stays at chance for MiniLM at this recipe; docs/results/benchmarks.md) written in GLUE's layout
 (SST-2/train.tsv, SST-2/dev.tsv: `sentence`, `label`), the recipe the usual one (AdamW lr 2e-5,
 weight decay 0.01, 10 % warmup, batch 32, 3 epochs, max_seq_length 64). bert_jax: one
-`python -m bert_jax.evaluate` process over all seeds (a suite file written into OUT); transformers:
+`python -m bert_jax.commands.evaluate` process over all seeds (a suite file written into OUT); transformers:
 bench/torch_finetune.py once per seed, scored on the same dev examples. Both are pinned to the same
 `--cores`; the sides alternate which goes first per repeat. Prints each side's median [min–max]
 dev accuracy over the seeds and its total wall-clock (whole processes: imports, tokenization,
@@ -56,7 +56,7 @@ def bert_jax_side(model: str, glue: str, f, cores) -> dict:
     with open(suite, "w") as s:
         s.write(SUITE.format(seeds=f.seeds, epochs=f.epochs, max_seq_length=f.max_seq_length,
                              evals_per_run=f.evals_per_run, cache=os.path.join(f.out, "xla_cache")))
-    _, wall = _run([sys.executable, "-m", "bert_jax.evaluate", f"--checkpoint={model}", f"--suite={suite}",
+    _, wall = _run([sys.executable, "-m", "bert_jax.commands.evaluate", f"--checkpoint={model}", f"--suite={suite}",
                     f"--glue_dir={glue}", f"--out={out}"], cores)
     with open(os.path.join(out, "scoreboard.json")) as board:
         row = json.load(board)["tasks"]["sst2"]

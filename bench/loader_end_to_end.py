@@ -2,7 +2,7 @@
 
     python bench/loader_end_to_end.py [--config=configs/tiny.py] [--rounds=10] [--steps=10]
 
-Both sides run the training loop's own line (bert_jax/train/harness.py):
+Both sides run the training loop's own line (bert_jax/run/harness.py):
 `state, metrics = train_step(state, global_batch(next(batches), data_sharding))`, so JAX's
 asynchronous dispatch overlaps the next batch's loading with the current step, as in a run.
 A: `batches` is `pipeline.build_train_iterator` over prepared shards (the embedded corpus

@@ -6,7 +6,7 @@
     python bench/loader_throughput.py --fingerprint_check=ref.json # ... compared with a reference
 
 The corpus is the embedded one repeated `--repeat` times as JSONL, tokenized once by
-`python -m data_pipelines.prepare`'s code (WordPiece, 8192 ids) into `--keep` (kept between
+`python -m bert_jax.commands.prepare`'s code (WordPiece, 8192 ids) into `--keep` (kept between
 runs; a temp dir otherwise). Each case times (wall clock, and CPU time of all its processes,
 which other load on the machine changes less) `pipeline.build_train_iterator(...,
 per_host_batch_size=256)` on source=prepared after `--warmup` batches, and reports the

@@ -6,7 +6,7 @@
 Builds the corpus by repeating the embedded corpus (Python's documentation, ~1.5 MB of
 sentences) into `--num_files` text files, one segment per line and a blank line between
 documents; trains the tokenizer on a 20 MB sample (timed apart); then times
-`data_pipelines.prepare.prepare` (`--engine=prepare`) and/or `prepare_beam` on the
+`bert_jax.commands.prepare.prepare` (`--engine=prepare`) and/or `prepare_beam` on the
 DirectRunner with `--num_workers` processes (`--engine=beam`) on the whole corpus, each
 with that tokenizer. Each engine ends with one summary line:
 `<engine>: X MB per CPU-second, Y MB/s, peak tree RSS Z MiB`.

@@ -5,7 +5,7 @@ cadence": whole tiny pre-trainings with and without `eval.downstream_suite=smoke
 
 The probe's data is a GLUE-layout directory made from bench/make_finetune_data.py's sentences: SST-2 (a sentence
 as written against its words shuffled, label 1/0) and STS-B (a sentence against itself with k word pairs swapped,
-score 5 - k). Each run is a fresh `python -m bert_jax.pretrain --config=configs/tiny.py` process in its own
+score 5 - k). Each run is a fresh `python -m bert_jax.commands.pretrain --config=configs/tiny.py` process in its own
 workdir (tokenizer training, compilation, 1000 steps, evals, checkpoints: all of it counted); B adds the smoke
 suite at the default cadence (config.eval.downstream_every_steps=0: once, at the last step). Prints each run's
 wall-clock, each pair's B/A - 1 and their median, the probe's own seconds in each B run (its log lines' timestamps)
@@ -66,7 +66,7 @@ def probe_seconds(log: str) -> float:
 def pretrain(workdir: str, glue: str, probed: bool, num_steps: int) -> tuple[float, float]:
     """One whole tiny pre-training process: (its wall-clock, its probe's) in seconds."""
     shutil.rmtree(workdir, ignore_errors=True)
-    argv = [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}"]
+    argv = [sys.executable, "-m", "bert_jax.commands.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}"]
     if num_steps:
         argv += [f"--config.train.num_steps={num_steps}"]
     if probed:

@@ -6,7 +6,7 @@ can be overridden on the command line: `--config.train.learning_rate=2e-4`.
 import ml_collections
 
 from bert_jax.parallel import distributed
-from bert_jax.train import lease
+from bert_jax.run import lease
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -18,10 +18,10 @@ def get_config() -> ml_collections.ConfigDict:
     # Used only when the workdir holds no checkpoint; its tokenizer replaces training one.
     c.init_from_hf = ""
     # A resume whose tokenizer or data changed since the run started stops, naming what changed
-    # (bert_jax/train/run_identity.py); True goes on anyway and logs it.
+    # (bert_jax/run/run_identity.py); True goes on anyway and logs it.
     c.allow_data_change = False
     # A resume whose config changes the experiment (model, data, masking, optimizer, schedule, stages) stops,
-    # naming the keys (bert_jax/train/experiment.py); the keys named here, comma-separated ("data.masking,
+    # naming the keys (bert_jax/run/experiment.py); the keys named here, comma-separated ("data.masking,
     # train.num_steps"), go on, each change recorded in DIR/config_history.jsonl.
     c.accept_changes = ""
     # GPU only: XLA's --xla_gpu_deterministic_ops (no autotuning, no atomics), so that the same
@@ -30,7 +30,7 @@ def get_config() -> ml_collections.ConfigDict:
     # TPU only: flags for the TPU compiler (LIBTPU_INIT_ARGS), set by pretrain and by `plan --tpu` alike.
     c.libtpu_init_args = ""
     # JAX's persistent compilation cache for the run's programs ("" = off), set up by the harness as for
-    # fine-tuning (bert_jax/train/harness.py): a relaunch of the same shapes skips compiling.
+    # fine-tuning (bert_jax/run/harness.py): a relaunch of the same shapes skips compiling.
     c.compilation_cache_dir = ""
 
     c.model = ml_collections.ConfigDict()
@@ -144,7 +144,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.new_rows_start = 0
 
     # A downstream probe at eval steps (bert_jax/finetune/downstream_probe.py): a small suite (configs/suites/)
-    # fine-tuned from the current params, logged as downstream/<task>/<metric>. Built by `bert_jax.pretrain`.
+    # fine-tuned from the current params, logged as downstream/<task>/<metric>. Built by `bert_jax.commands.pretrain`.
     c.eval = ml_collections.ConfigDict()
     c.eval.downstream_suite = ""  # smoke | glue | a suite file; "" = no probe
     c.eval.downstream_data_dir = ""  # the suite's GLUE-layout directory (SST-2/train.tsv, ...)
@@ -183,7 +183,7 @@ def get_config() -> ml_collections.ConfigDict:
     # Multi-host (bert_jax/parallel/distributed.py): one process per host (TPU VM worker, or GPU
     # node under SLURM). Explicit coordinator for localhost; auto-detected on TPU VMs and SLURM.
     c.distributed = distributed.default_config()
-    # One live run per workdir (bert_jax/train/lease.py): process 0 holds WORKDIR/LEASE with a heartbeat;
+    # One live run per workdir (bert_jax/run/lease.py): process 0 holds WORKDIR/LEASE with a heartbeat;
     # a second run there stops before step 0, naming the holder; a lease silent for timeout_s is taken over.
     c.lease = lease.default_config()
 

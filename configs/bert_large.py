@@ -2,7 +2,7 @@
 
 Both phases (seq 128 for 900k steps, then seq 512 to 1M) as one command, one schedule:
 
-    python -m bert_jax.pretrain --config=configs/bert_large.py --workdir=gs://BUCKET/bert_large
+    python -m bert_jax.commands.pretrain --config=configs/bert_large.py --workdir=gs://BUCKET/bert_large
 
 The mesh is the run's, not a stage's: for a data-parallel phase 2 (see the mesh below), relaunch the
 same command with --config.mesh.shape='(-1,1,1)' once phase 2 started (a mesh change passes the

@@ -2,7 +2,7 @@
 and 128K vocabulary. The discriminator is DebertaV2Model's 70.7M params (22M backbone + 48M
 embeddings) plus the replaced-token head; the generator (60.3M as DebertaV2ForMaskedLM) shares its table.
 
-    python -m bert_jax.pretrain --config=configs/deberta_v3_xsmall.py --workdir=gs://BUCKET/deberta_v3_xsmall \
+    python -m bert_jax.commands.pretrain --config=configs/deberta_v3_xsmall.py --workdir=gs://BUCKET/deberta_v3_xsmall \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
 The recipe is base's (configs/deberta_v3_base.py) at peak lr 6e-4. `:tiny` is base's tiny variant.

@@ -2,10 +2,10 @@
 were replaced; 109.5M params as ElectraForPreTraining (the discriminator), 33.7M as ElectraForMaskedLM (the
 generator, embeddings shared with the discriminator, so counted in both).
 
-    python -m bert_jax.pretrain --config=configs/electra_base.py --workdir=gs://BUCKET/electra_base \
+    python -m bert_jax.commands.pretrain --config=configs/electra_base.py --workdir=gs://BUCKET/electra_base \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
-then `python -m bert_jax.export --workdir=gs://BUCKET/electra_base --out=electra_hf` writes the
+then `python -m bert_jax.commands.export --workdir=gs://BUCKET/electra_base --out=electra_hf` writes the
 discriminator (`transformers.ElectraForPreTraining` / `AutoModel` load it, with its tokenizer) and
 the generator beside it in `electra_hf/generator` (`AutoModelForMaskedLM`).
 

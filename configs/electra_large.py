@@ -1,10 +1,10 @@
 """ELECTRA-Large (Clark et al. 2020): 24 layers of 1024, a 1/4-size generator; 335.1M params as
 ElectraForPreTraining (the discriminator), 51.3M as ElectraForMaskedLM (the generator, embeddings shared).
 
-    python -m bert_jax.pretrain --config=configs/electra_large.py --workdir=gs://BUCKET/electra_large \
+    python -m bert_jax.commands.pretrain --config=configs/electra_large.py --workdir=gs://BUCKET/electra_large \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
-then `python -m bert_jax.export` as for configs/electra_base.py. Memory on 8 and 64 devices:
+then `python -m bert_jax.commands.export` as for configs/electra_base.py. Memory on 8 and 64 devices:
 `python -m bert_jax.plan --config=configs/electra_large.py --num_devices=8` (docs/guides/families.md, "ELECTRA").
 
 The paper's recipe (Table 6), kept here: sequences of 512 with 25% masked, generator 1/4 (256 wide,

@@ -2,7 +2,7 @@
 
 An attempt ends in one of four ways:
 
-- `done`: `pretrain` wrote `WORKDIR/DONE` (bert_jax/train/completion.py);
+- `done`: `pretrain` wrote `WORKDIR/DONE` (bert_jax/run/completion.py);
 - `preempted`: the capacity went away. A host vanished (Ray lost its node or its task),
   a process was killed by a signal, or every process exited 0 without DONE, which is a
   SIGTERM's clean preemption save. The same command resumes from the newest checkpoint;

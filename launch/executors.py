@@ -8,7 +8,7 @@ TPU slices. One mechanism for the sweep's points (launch/sweep.py) and a battery
            free slice and is relaunched after preemptions until its DONE, so as many run at once as the cluster
            has slices
 
-A run is the module it runs (bert_jax.pretrain or bert_jax.finetune), a config file, a workdir and overrides.
+A run is the module it runs (bert_jax.commands.pretrain or bert_jax.finetune), a config file, a workdir and overrides.
 """
 import concurrent.futures
 import shlex

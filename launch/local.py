@@ -1,7 +1,7 @@
 """N processes of one command on this machine, joined by `jax.distributed` on 127.0.0.1.
 
     python -m launch.local --num_processes=2 --devices_per_process=4 -- \
-        python -m bert_jax.pretrain --config=configs/tiny.py --workdir=/tmp/tiny2
+        python -m bert_jax.commands.pretrain --config=configs/tiny.py --workdir=/tmp/tiny2
 
 Each process gets `devices_per_process` simulated CPU devices and the overrides
 `--config.distributed.{coordinator_address,num_processes,process_id}` appended to the
@@ -96,7 +96,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        parser.error("give the command after --, e.g. -- python -m bert_jax.pretrain --config=...")
+        parser.error("give the command after --, e.g. -- python -m bert_jax.commands.pretrain --config=...")
     if args.dry_run:
         env = f"JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count={args.devices_per_process}"
         for cmd in process_commands(command, args.num_processes, args.port or 12355):

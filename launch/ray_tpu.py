@@ -34,13 +34,13 @@ import time
 from bert_jax.parallel import tpu_slices
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import completion
-from bert_jax.train import lease as lease_lib
+from bert_jax.run import completion
+from bert_jax.run import lease as lease_lib
 from launch import attempts as attempts_lib
 from launch import parse_with_overrides, wandb_env
 
 CONNECT_TIMEOUT_S = 15.0
-COMMANDS = ("bert_jax.pretrain", "bert_jax.finetune")  # what a host runs: the modules of the one harness
+COMMANDS = ("bert_jax.commands.pretrain", "bert_jax.finetune")  # what a host runs: the modules of the one harness
 # After one host fails by itself, the others get this long to notice (jax.distributed) before they are stopped.
 GRACE_S = 60.0
 

@@ -24,7 +24,7 @@ TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slurm.sbatc
 
 def sbatch_script(args) -> str:
     command = shlex.join([
-        "python", "-m", "bert_jax.pretrain", f"--config={args.config}", f"--workdir={args.workdir}",
+        "python", "-m", "bert_jax.commands.pretrain", f"--config={args.config}", f"--workdir={args.workdir}",
         "--config.distributed.auto=True", *args.overrides,
     ])
     with open(TEMPLATE) as f:

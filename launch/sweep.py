@@ -10,7 +10,7 @@ A sweep file is Python with `get_sweep()` returning a dict:
     overrides  {key: value} applied to every point (optional)
     grid       {key: [values]}: every combination is a point (optional)
     points     [{key: value}]: explicit points, added after the grid (optional)
-    command    the module each point runs (optional): "bert_jax.pretrain" (default) or
+    command    the module each point runs (optional): "bert_jax.commands.pretrain" (default) or
                "bert_jax.finetune", e.g. a grid of train.learning_rate x train.epochs x seed
                over configs/finetune/classification.py
     summary_keys  the metrics summary.md lists (optional; default SUMMARY_KEYS)
@@ -63,14 +63,14 @@ from typing import Callable
 
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train.completion import read_done
-from bert_jax.train.metrics_file import read_rows
+from bert_jax.run.completion import read_done
+from bert_jax.run.metrics_file import read_rows
 from launch import executors
 from launch import sweep_downstream
 from launch.executors import format_value, override_flags
 
 SUMMARY_KEYS = ("train/loss", "train/mlm_accuracy", "eval/loss", "eval/mlm_accuracy", "perf/tokens_per_s")
-PRETRAIN = "bert_jax.pretrain"
+PRETRAIN = "bert_jax.commands.pretrain"
 COMMANDS = (PRETRAIN, "bert_jax.finetune")
 EXECUTORS = (*executors.EXECUTORS, "tpu")
 # Extra summary columns: each callable gets (a run's workdir, its sweep.json entry) and returns {column: value}.
@@ -169,7 +169,7 @@ def plan_runs(sweep: dict, sweep_dir: str) -> list[dict]:
         if settings is not None:
             digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
             run["tokenizer"] = str(paths.path(sweep_dir) / "tokenizers" / f"{settings['tokenizer']['kind']}-{digest}")
-            run["tokenizer_argv"] = [sys.executable, "-m", "data_pipelines.tokenizer", f"--config={sweep['config']}",
+            run["tokenizer_argv"] = [sys.executable, "-m", "bert_jax.commands.tokenizer", f"--config={sweep['config']}",
                                      f"--out={run['tokenizer']}", *override_flags(overrides)]
             overrides = {**overrides, "data.tokenizer.path": run["tokenizer"]}
         run["overrides"] = overrides
@@ -195,7 +195,7 @@ def tpu_commands(sweep: dict, runs: list[dict], args) -> list[list[str]]:
     if not args.repo_url or "OWNER" in args.repo_url:
         raise ValueError("--executor=tpu clones the code onto each slice: give --repo_url (and --branch)")
     capacity = {"spot": ["--spot"], "preemptible": ["--preemptible"], "on_demand": []}[args.capacity]
-    tokenizers = [["python", "-m", "data_pipelines.tokenizer", *argv[3:]] for argv in shared_tokenizers(runs).values()]
+    tokenizers = [["python", "-m", "bert_jax.commands.tokenizer", *argv[3:]] for argv in shared_tokenizers(runs).values()]
     return tokenizers + [
         ["python", "-m", "launch.tpu_vm", "all", f"--name={args.tpu_name_prefix}-{i}", f"--zone={args.zone}",
          f"--accelerator_type={args.accelerator_type}", *capacity, f"--repo_url={args.repo_url}",

@@ -3,7 +3,7 @@
     python -m launch.sweep evaluate runs/mask_rate --suite=glue --glue_dir=/data/glue [--tasks=sst2,rte] [--seeds=5]
     python -m launch.sweep summary --sweep_dir=runs/mask_rate
 
-`evaluate` runs `bert_jax.evaluate` on every arm's final checkpoint, one after another, into
+`evaluate` runs `bert_jax.commands.evaluate` on every arm's final checkpoint, one after another, into
 `SWEEP_DIR/downstream/<suite>/<arm>/` (a rerun keeps what is DONE there); with `--executor=ray` (and
 `--address`, `--tpu`) each arm's runs are launch.ray_tpu jobs on a Ray cluster, as in `launch.sweep run`.
 `summary` then gives each arm (row), beside its final loss, columns per suite: each task's median
@@ -20,7 +20,7 @@ import sys
 
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train.metrics_file import read_rows
+from bert_jax.run.metrics_file import read_rows
 from launch import executors
 
 
@@ -42,13 +42,13 @@ def suite_name(suite: str) -> str:
 
 
 def evaluate_commands(sweep_dir: str, suite: str, flags: list[str]) -> list[list[str]]:
-    """One `bert_jax.evaluate` command per arm; an arm without a checkpoint fails, naming it, before any runs."""
+    """One `bert_jax.commands.evaluate` command per arm; an arm without a checkpoint fails, naming it, before any runs."""
     commands, missing = [], []
     for arm in arms(sweep_dir):
         workdir = paths.path(sweep_dir) / arm
         if not Workdir(workdir).holds_a_run():
             missing.append(arm)
-        commands.append([sys.executable, "-m", "bert_jax.evaluate", f"--checkpoint={workdir}", f"--suite={suite}",
+        commands.append([sys.executable, "-m", "bert_jax.commands.evaluate", f"--checkpoint={workdir}", f"--suite={suite}",
                          f"--out={out_dir(sweep_dir, suite, arm)}", *flags])
     if missing:
         raise ValueError(f"{sweep_dir}: arms {missing} hold no pre-training checkpoint yet; run the sweep first")
@@ -76,7 +76,7 @@ def evaluate_sweep(args) -> int:
 
 def add_parser(sub) -> None:
     """`launch.sweep evaluate`'s flags, on launch.sweep's subcommands."""
-    p = sub.add_parser("evaluate", help="fine-tune every arm's final checkpoint on a suite (bert_jax.evaluate)")
+    p = sub.add_parser("evaluate", help="fine-tune every arm's final checkpoint on a suite (bert_jax.commands.evaluate)")
     p.add_argument("sweep_dir", help="a directory `launch.sweep run` made")
     p.add_argument("--suite", default="glue", help="glue, smoke (configs/suites/) or a suite .py file")
     p.add_argument("--glue_dir", default="", help="GLUE's directory layout: SST-2/train.tsv, ...")

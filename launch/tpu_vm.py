@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from bert_jax.train import completion
+from bert_jax.run import completion
 
 from launch import parse_with_overrides, shown, wandb_env
 
@@ -46,7 +46,7 @@ def _ssh(args, remote: str, worker: str = "all") -> list[str]:
 def pretrain_command(config: str, workdir: str, overrides: list[str], env: dict | None = None) -> str:
     """The pretrain command line, prefixed with `env` (the launching shell's WANDB_*, so every worker logs)."""
     prefix = [f"{k}={v}" for k, v in sorted((env or {}).items())]
-    return shlex.join([*(["env", *prefix] if prefix else []), "python3", "-m", "bert_jax.pretrain", f"--config={config}",
+    return shlex.join([*(["env", *prefix] if prefix else []), "python3", "-m", "bert_jax.commands.pretrain", f"--config={config}",
                        f"--workdir={workdir}", *overrides])
 
 
@@ -124,7 +124,7 @@ def main(argv=None) -> None:
 
 
 def wait_then_delete(args) -> None:
-    """Polls the workdir's DONE (bert_jax/train/completion.py) and deletes the slice once it is there."""
+    """Polls the workdir's DONE (bert_jax/run/completion.py) and deletes the slice once it is there."""
     while completion.read_done(args.workdir) is None:
         time.sleep(args.poll_s)
     for cmd in commands("delete", args):

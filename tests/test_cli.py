@@ -57,6 +57,7 @@ HELP_NAMES = {
     "tpu-vm": ("--zone", "--accelerator_type"),
     "slurm": ("--nodes", "--gpus_per_node"),
     "local": ("--num_processes", "--devices_per_process"),
+    "ray-tpu": ("--tpu", "--workdir"),
 }
 SHOW_CONFIG = [
     ["show-config", "--config=configs/roberta_base.py", "--config.data.mask_rat=0.3"],

@@ -9,7 +9,7 @@ import pytest
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.preflight import StorageError
 from bert_jax.train.loop import train_and_evaluate
-from bert_jax.train.metrics_file import read_rows, truncate_metrics
+from bert_jax.run.metrics_file import read_rows, truncate_metrics
 from data_pipelines.sources import documents as sources
 from test_pretrain import micro_config
 

@@ -2,7 +2,7 @@
 
 A run in gs:// must give the very losses of the same run on local disk, leave nothing
 local behind, and resume from the bucket. Runs go through the user's command
-(`python -m bert_jax.pretrain`) in subprocesses that share one XLA compilation cache,
+(`python -m bert_jax.commands.pretrain`) in subprocesses that share one XLA compilation cache,
 so the second run of a program does not compile it again.
 """
 import gzip
@@ -22,7 +22,7 @@ from bert_jax.storage import paths
 from bert_jax.checkpoint.params import restore_params
 from bert_jax.families import model_for
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train.metrics_file import read_rows
+from bert_jax.run.metrics_file import read_rows
 from data_pipelines.sources import corpus
 from test_parallel_mesh import FAST_COMPILE
 from test_pretrain import REPO, micro_overrides
@@ -43,7 +43,7 @@ def xla_cache(tmp_path_factory):
 
 
 def pretrain(workdir: str, corpus_glob: str, xla_cache: str, *flags: str, background: bool = False, cwd=REPO):
-    command = [sys.executable, "-m", "bert_jax.pretrain", f"--config={REPO}/configs/tiny.py", f"--workdir={workdir}",
+    command = [sys.executable, "-m", "bert_jax.commands.pretrain", f"--config={REPO}/configs/tiny.py", f"--workdir={workdir}",
                *micro_overrides(), "--config.data.source=text", f"--config.data.path={corpus_glob}",
                "--config.train.num_steps=4", "--config.train.eval_every_steps=4", "--config.checkpoint.every_steps=2",
                "--config.logging.tensorboard=True", *flags]
@@ -197,7 +197,7 @@ def test_export_to_a_bucket_and_init_from_hf_from_it_give_the_trained_logits(buc
 
     workdir, corpus_glob, _ = request.getfixturevalue(bucket_run)
     out = workdir.rsplit("/", 1)[0] + "/hf"
-    exported = subprocess.run([sys.executable, "-m", "bert_jax.export", f"--workdir={workdir}", f"--out={out}"],
+    exported = subprocess.run([sys.executable, "-m", "bert_jax.commands.export", f"--workdir={workdir}", f"--out={out}"],
                               cwd=REPO, capture_output=True, text=True, timeout=300)
     assert exported.returncode == 0, exported.stderr[-3000:]
     local = tmp_path / "hf"
@@ -230,7 +230,7 @@ def test_two_processes_share_one_bucket_workdir_and_resume_together(store, reque
 
     workdir = f"{request.getfixturevalue(store).new()}/run"
     out = io.StringIO()
-    command = [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
+    command = [sys.executable, "-m", "bert_jax.commands.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
                *micro_overrides()]
     status = run_local(command, num_processes=2, devices_per_process=1, out=out, timeout_s=900)
     assert status == 0, out.getvalue()[-4000:]

@@ -117,7 +117,7 @@ def test_loading_an_empty_directory_names_the_files_sought(tmp_path):
 def test_command_line_trains_on_the_embedded_corpus(tmp_path):
     out = tmp_path / "tok"
     subprocess.run(
-        [sys.executable, "-m", "data_pipelines.tokenizer", f"--out={out}", "--vocab_size=1000"],
+        [sys.executable, "-m", "bert_jax.commands.tokenizer", f"--out={out}", "--vocab_size=1000"],
         check=True,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         capture_output=True,

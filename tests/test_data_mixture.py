@@ -260,7 +260,7 @@ def test_a_run_whose_stopping_source_runs_out_finishes_there_and_resumes_exactly
     from test_pretrain import micro_config, read_metrics, train_losses  # noqa: PLC0415
 
     from bert_jax.storage.workdir import Workdir  # noqa: PLC0415
-    from bert_jax.train.completion import read_done  # noqa: PLC0415
+    from bert_jax.run.completion import read_done  # noqa: PLC0415
     from bert_jax.train.loop import train_and_evaluate  # noqa: PLC0415
 
     def config():
@@ -312,7 +312,7 @@ def test_two_hosts_count_every_row_once_and_end_together(corpora, tmp_path):
 
     from test_pretrain import micro_overrides, read_metrics  # noqa: PLC0415
 
-    from bert_jax.train.completion import read_done  # noqa: PLC0415
+    from bert_jax.run.completion import read_done  # noqa: PLC0415
     from launch.local import run_local  # noqa: PLC0415
 
     mixture_sources = corpora[0].mixture.to_dict()
@@ -325,7 +325,7 @@ def test_two_hosts_count_every_row_once_and_end_together(corpora, tmp_path):
         "    c.data.eval_fraction, c.data.num_eval_batches = 0.1, 1\n    return c\n")
     workdir = str(tmp_path / "run")
     out = io.StringIO()
-    command = [sys.executable, "-m", "bert_jax.pretrain", f"--config={config_file}", f"--workdir={workdir}",
+    command = [sys.executable, "-m", "bert_jax.commands.pretrain", f"--config={config_file}", f"--workdir={workdir}",
                *micro_overrides(), "--config.train.num_steps=1000", "--config.train.log_every_steps=2",
                "--config.data.shuffle_window=16"]  # a window past wiki's share would end the run at once
     status = run_local(command, num_processes=2, devices_per_process=1, out=out, timeout_s=900)

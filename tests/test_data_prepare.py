@@ -145,7 +145,7 @@ def test_command_line_prepares_a_jsonl_source(tmp_path):
     out = tmp_path / "out"
     subprocess.run(
         [
-            sys.executable, "-m", "data_pipelines.prepare", "--config=configs/tiny.py", f"--out={out}",
+            sys.executable, "-m", "bert_jax.commands.prepare", "--config=configs/tiny.py", f"--out={out}",
             "--config.data.source=jsonl", f"--config.data.path={tmp_path / 'd.jsonl'}",
             "--config.model.vocab_size=200", "--config.data.tokenizer.min_frequency=1",
             "--num_workers=2", "--docs_per_shard=8",

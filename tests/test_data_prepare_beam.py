@@ -146,7 +146,7 @@ def test_command_line_prepares_and_pretraining_on_the_shards_resumes_exactly(tmp
     out = tmp_path / "prepared"
     subprocess.run(
         [
-            sys.executable, "-m", "data_pipelines.prepare_beam", "--config=configs/tiny.py", f"--out={out}",
+            sys.executable, "-m", "bert_jax.commands.prepare_beam", "--config=configs/tiny.py", f"--out={out}",
             "--config.data.source=embedded", "--config.model.vocab_size=1024", "--num_shards=4",
             "--direct_num_workers=2",
         ],

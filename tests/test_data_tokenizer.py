@@ -154,7 +154,7 @@ def test_command_line_trains_the_configured_kind(tmp_path):
     out = tmp_path / "tok"
     subprocess.run(
         [
-            sys.executable, "-m", "data_pipelines.tokenizer", "--config=configs/tiny.py", f"--out={out}",
+            sys.executable, "-m", "bert_jax.commands.tokenizer", "--config=configs/tiny.py", f"--out={out}",
             "--config.data.source=text", f"--config.data.path={corpus_file}",
             "--config.data.tokenizer.kind=sentencepiece_bpe", "--config.model.vocab_size=500",
         ],

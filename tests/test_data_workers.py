@@ -103,7 +103,7 @@ def test_a_resume_under_auto_keeps_the_worker_count_the_run_started_with(tmp_pat
     number) resumes with 2 and its own batches; an explicit other number is refused, naming the key."""
     from test_pretrain import micro_config, train_losses  # noqa: PLC0415
 
-    from bert_jax.train.experiment import ExperimentChangedError  # noqa: PLC0415
+    from bert_jax.run.experiment import ExperimentChangedError  # noqa: PLC0415
     from bert_jax.train.loop import train_and_evaluate  # noqa: PLC0415
 
     assert workers.auto_worker_count() != 2  # this host's auto differs from the run's number

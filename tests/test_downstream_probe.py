@@ -7,7 +7,7 @@ import time
 import pytest
 
 from bert_jax.finetune.downstream_probe import DownstreamProbe, check_config
-from bert_jax.pretrain import downstream_probe
+from bert_jax.commands.pretrain import downstream_probe
 from test_evaluate import micro_suite, write_glue
 from test_pretrain import micro_config
 

@@ -42,7 +42,7 @@ def test_a_battery_runs_as_ray_jobs_wave_by_wave_and_a_rerun_submits_nothing(tmp
     suite = tmp_path / "suite.py"
     suite.write_text(SUITE)
     out = tmp_path / "out"
-    evaluate = [sys.executable, "-m", "bert_jax.evaluate", f"--checkpoint={hf_dir}", f"--suite={suite}",
+    evaluate = [sys.executable, "-m", "bert_jax.commands.evaluate", f"--checkpoint={hf_dir}", f"--suite={suite}",
                 f"--glue_dir={glue}", f"--out={out}", "--executor=ray", f"--tpu={TPU}", f"--python={sys.executable}",
                 "--max_wait=600"]
     cluster, env = two_slice_cluster(tmp_path, tmp_path_factory)

@@ -36,7 +36,7 @@ def test_the_command_extends_a_workdir_and_refuses_an_existing_out(tmp_path: pat
     workdir, out = tmp_path / "run", tmp_path / "domain_hf"
     bench.train_and_evaluate(bench.micro_config(steps=2, eval_every=2), str(workdir))
     (tmp_path / "domain.txt").write_text("the hepatotoxicity of acetaminophen\nacetaminophen and ibuprofen\n" * 5)
-    command = [sys.executable, "-m", "bert_jax.extend_vocab", f"--from={workdir}",
+    command = [sys.executable, "-m", "bert_jax.commands.extend_vocab", f"--from={workdir}",
                f"--corpus={tmp_path / 'domain.txt'}", "--add=2", f"--out={out}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -149,7 +149,7 @@ def exported_run(hf_source, tmp_path_factory):
     c.logging.plots = False
     train_and_evaluate(c, str(workdir))
     result = subprocess.run(
-        [sys.executable, "-m", "bert_jax.export", f"--workdir={workdir}", f"--out={out}"],
+        [sys.executable, "-m", "bert_jax.commands.export", f"--workdir={workdir}", f"--out={out}"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -18,14 +18,21 @@ PACKAGES = ("bert_jax", "data_pipelines", "configs", "launch", "bench")
 LIBRARIES = ("bert_jax", "data_pipelines")  # whose in-function imports must say why
 
 # The layer map, bottom first: (layer, its rooms). A module lives in the room whose name is the longest prefix of
-# its own; it may import its own room and the rooms of lower layers, nothing beside or above it. Commands are
-# rooms of their own on top: the package root holds them (and the family registry), the library sits below.
+# its own; it may import its own room and the rooms of lower layers, nothing beside or above it. The stages of
+# data_pipelines/ are layers of their own, in the order a corpus flows through them. Commands are rooms of their own
+# on top: bert_jax/commands/ (read from the folder, as the CLI reads it), the `python -m` aliases (every __main__),
+# the console script and the benchmarks.
 LAYERS = (
-    ("the path layer", ("bert_jax", "bert_jax.storage")),
-    ("models, objectives, meshes, data", ("bert_jax.models", "bert_jax.objectives", "bert_jax.parallel",
-                                          "data_pipelines")),
+    ("the path layer and the registry helper", ("bert_jax", "bert_jax.storage")),
+    ("data: sources", ("data_pipelines", "data_pipelines.sources")),
+    ("data: tokenizers", ("data_pipelines.tokenizers",)),
+    ("data: shards", ("data_pipelines.shards",)),
+    ("data: examples", ("data_pipelines.examples",)),
+    ("data: the loader", ("data_pipelines.loader",)),
+    ("models, objectives, meshes", ("bert_jax.models", "bert_jax.objectives", "bert_jax.parallel")),
     ("checkpoints and Hugging Face conversion", ("bert_jax.checkpoint", "bert_jax.hf")),
     ("the family registry", ("bert_jax.families",)),
+    ("run infrastructure", ("bert_jax.run",)),
     ("training", ("bert_jax.train",)),
     ("fine-tuning and vocabulary extension", ("bert_jax.finetune", "bert_jax.vocab")),
     ("planning", ("bert_jax.plan",)),
@@ -33,12 +40,10 @@ LAYERS = (
     # Launchers start runs as commands (they import no command): a command that starts runs elsewhere (`evaluate
     # --executor=ray`) goes through them.
     ("launchers", ("launch",)),
-    ("commands, benchmarks", (
-        "bert_jax.cli", "bert_jax.pretrain", "bert_jax.show_config", "bert_jax.export", "bert_jax.inspect",
-        "bert_jax.extend_vocab", "bert_jax.evaluate",
-        "bert_jax.plan.__main__", "bert_jax.finetune.__main__", "bert_jax.finetune.hf_export",
-        "data_pipelines.prepare", "data_pipelines.prepare_beam", "data_pipelines.tokenizer", "bench")),
+    ("commands, benchmarks", ("bert_jax.cli", "bert_jax.commands", "bench")),
 )
+COMMANDS_LAYER = len(LAYERS) - 1
+
 # Upward or sideways imports let through while a restructuring is under way: keep it empty.
 ALLOWED_UPWARD: set[tuple[str, str]] = set()  # (importer, imported)
 
@@ -84,7 +89,10 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -
 
 
 def _room(module: str) -> tuple[int, str]:
-    """(layer index, room) of a module: the room whose name is the longest prefix of the module's."""
+    """(layer index, room) of a module: the room whose name is the longest prefix of the module's; a `python -m`
+    alias (a __main__ module) is a command."""
+    if module.rpartition(".")[2] == "__main__":
+        return COMMANDS_LAYER, "bert_jax.commands"
     best = None
     for index, (_, rooms) in enumerate(LAYERS):
         for room in rooms:

@@ -1,4 +1,4 @@
-"""bert_jax.inspect: fill-mask candidates and attention maps, from a tiny run and from HF folders.
+"""bert_jax.commands.inspect: fill-mask candidates and attention maps, from a tiny run and from HF folders.
 
 The attention maps are the model's own probabilities: equal to transformers' `output_attentions`
 for the same weights, and equal whether the layers ran scanned or unrolled.
@@ -17,7 +17,7 @@ from numerics import REORDERED, TRANSFORMERS, assert_close
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_jax import inspect  # noqa: E402
+from bert_jax.commands import inspect  # noqa: E402
 from bert_jax.hf import bert as hf_bert  # noqa: E402
 from bert_jax.train.loop import train_and_evaluate  # noqa: E402
 from data_pipelines.sources import corpus  # noqa: E402
@@ -109,14 +109,14 @@ def test_scanned_and_unrolled_layers_give_the_same_maps(hf_dir, hf_inspector):
 def test_command_prints_fill_mask_candidates_and_writes_the_attention_png(tiny_run, tmp_path):
     workdir = tiny_run
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    fill = subprocess.run([sys.executable, "-m", "bert_jax.inspect", f"--from={workdir}", f"--text={TEXT}",
+    fill = subprocess.run([sys.executable, "-m", "bert_jax.commands.inspect", f"--from={workdir}", f"--text={TEXT}",
                            "--mode=fill_mask", "--top_k=3"], capture_output=True, text=True, env=env, timeout=300)
     assert fill.returncode == 0, fill.stderr[-2000:]
     lines = [line for line in fill.stdout.splitlines() if line.startswith("mask ")]
     assert [line.split(":")[0] for line in lines] == ["mask 1", "mask 2"]
     assert all(len(line.split(":", 1)[1].split(",")) == 3 for line in lines)
     png = tmp_path / "attention.png"
-    attention = subprocess.run([sys.executable, "-m", "bert_jax.inspect", f"--from={workdir}", f"--text={TEXT}",
+    attention = subprocess.run([sys.executable, "-m", "bert_jax.commands.inspect", f"--from={workdir}", f"--text={TEXT}",
                                 "--mode=attention", f"--out={png}"], capture_output=True, text=True, env=env,
                                timeout=300)
     assert attention.returncode == 0, attention.stderr[-2000:]

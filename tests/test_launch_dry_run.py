@@ -28,7 +28,7 @@ def test_tpu_setup_and_run_reach_every_worker_with_the_overrides():
     [run] = tpu_commands("run", "--", "--config.mesh.shape=(1,-1,1)")
     assert run[3:6] == ["tpu-vm", "ssh", "bert-large"] and "--worker=all" in run
     remote = run[-1].removeprefix("--command=")
-    assert ("python3 -m bert_jax.pretrain --config=configs/bert_large.py --workdir=gs://b/run "
+    assert ("python3 -m bert_jax.commands.pretrain --config=configs/bert_large.py --workdir=gs://b/run "
             "'--config.mesh.shape=(1,-1,1)'") in remote
     [logs] = tpu_commands("logs")
     assert "--worker=0" in logs
@@ -55,14 +55,14 @@ def test_slurm_script_runs_one_task_per_gpu_with_auto_initialisation():
         assert line in script.splitlines()
     srun = next(line for line in script.splitlines() if line.startswith("srun "))
     assert shlex.split(srun)[2:] == [
-        "python", "-m", "bert_jax.pretrain", "--config=configs/bert_large.py", "--workdir=/shared/r",
+        "python", "-m", "bert_jax.commands.pretrain", "--config=configs/bert_large.py", "--workdir=/shared/r",
         "--config.distributed.auto=True", "--config.mesh.shape=(2,8,1)",
     ]
     assert "$" not in script.replace("${", "")  # every template field was filled
 
 
 def test_local_gives_each_process_its_id_and_the_coordinator():
-    cmds = local.process_commands(["python", "-m", "bert_jax.pretrain"], 2, 4321)
+    cmds = local.process_commands(["python", "-m", "bert_jax.commands.pretrain"], 2, 4321)
     assert [c[-3:] for c in cmds] == [
         ["--config.distributed.coordinator_address=127.0.0.1:4321", "--config.distributed.num_processes=2",
          f"--config.distributed.process_id={i}"] for i in range(2)

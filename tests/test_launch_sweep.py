@@ -48,7 +48,7 @@ def test_tpu_executor_writes_sweep_json_first_and_prints_spot_slices_that_clone_
     assert exit_status.value.code == 0
     out = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     assert len(out) == 4
-    assert out[0].startswith(f"python -m data_pipelines.tokenizer --config=configs/tiny.py --out={sweep_dir}/tokenizers/")
+    assert out[0].startswith(f"python -m bert_jax.commands.tokenizer --config=configs/tiny.py --out={sweep_dir}/tokenizers/")
     tokenizer = out[0].split("--out=")[1].split()[0]
     assert ("-m launch.tpu_vm all --name=sweep-0 --zone=us-central2-b --accelerator_type=v4-8 --spot "
             "--repo_url=https://github.com/lab/bert_jax.git --branch=main --delete_when_done") in out[1]
@@ -74,8 +74,8 @@ def test_ray_executor_submits_every_point_as_a_ray_tpu_job(capsys):
         sweep.main(["run", "--sweep=configs/sweeps/tiny_lr.py", "--sweep_dir=gs://b/sw", "--executor=ray",
                     "--address=10.0.0.2:6379", "--tpu=v4-16", "--dry_run"])
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 4 and "-m data_pipelines.tokenizer" in out[0]
-    assert all(f"-m launch.ray_tpu --address=10.0.0.2:6379 --tpu=v4-16 --command=bert_jax.pretrain "
+    assert len(out) == 4 and "-m bert_jax.commands.tokenizer" in out[0]
+    assert all(f"-m launch.ray_tpu --address=10.0.0.2:6379 --tpu=v4-16 --command=bert_jax.commands.pretrain "
                f"--config=configs/tiny.py "
                f"--workdir=gs://b/sw/learning_rate={lr} --max_wait=86400.0 --python=python3 -- " in line
                for lr, line in zip(("0.0005", "0.002", "0.005"), out[1:]))

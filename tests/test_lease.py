@@ -1,4 +1,4 @@
-"""One live run per workdir (bert_jax/train/lease.py), on local disk and in emulated buckets.
+"""One live run per workdir (bert_jax/run/lease.py), on local disk and in emulated buckets.
 
 The end-to-end case (a second `pretrain` on a running one's workdir stops before step 0)
 is in test_preemption.py, beside the running pretrain it needs.
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from bert_jax.storage import paths
-from bert_jax.train import lease as lease_lib
+from bert_jax.run import lease as lease_lib
 
 
 def fast_config(**overrides):

@@ -74,7 +74,7 @@ def test_sigterm_on_one_host_stops_every_host_at_the_same_step():
 def test_pretrain_on_two_processes_checkpoints_collectively_and_logs_once(tmp_path):
     workdir = str(tmp_path / "run")
     out = io.StringIO()
-    command = [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
+    command = [sys.executable, "-m", "bert_jax.commands.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
                *micro_overrides()]
     status = run_local(command, num_processes=2, devices_per_process=1, out=out, timeout_s=900)
     assert status == 0, out.getvalue()[-4000:]

@@ -321,7 +321,7 @@ print("RESULT " + json.dumps(dict(
     assert ("dp", "none", 2, False) in tried
     assert tried[0] == ("fsdp", "none", 1, True)  # ranked first: no recomputation
     assert all(t[0] == "fsdp" for t in tried if t[3])
-    assert "--config.mesh.shape='(1,-1,1)'" in result["text"] and "python -m bert_jax.pretrain --config=CONFIG" in result["text"]
+    assert "--config.mesh.shape='(1,-1,1)'" in result["text"] and "python -m bert_jax.commands.pretrain --config=CONFIG" in result["text"]
     assert result["suggestion"].startswith("It fits with") and "(1,-1,1)" in result["suggestion"]
 
 

@@ -19,7 +19,7 @@ from bert_jax.train.loop import train_and_evaluate
 def test_sigterm_saves_a_restorable_checkpoint_and_exits_0(tmp_path):
     workdir = str(tmp_path / "run")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
+        [sys.executable, "-m", "bert_jax.commands.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
          *micro_overrides(), "--config.train.num_steps=100000", "--config.train.eval_every_steps=1000",
          "--config.checkpoint.every_steps=1000"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -31,7 +31,7 @@ def test_sigterm_saves_a_restorable_checkpoint_and_exits_0(tmp_path):
     assert proc.poll() is None, proc.stdout.read()
     # The same command started twice: the second stops before step 0, naming the live run, and writes nothing.
     second = subprocess.run(
-        [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
+        [sys.executable, "-m", "bert_jax.commands.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}",
          *micro_overrides()], cwd=REPO, capture_output=True, text=True, timeout=180)
     assert second.returncode != 0
     assert "is in use by another live run" in second.stderr and f"pid {proc.pid}," in second.stderr, \
@@ -46,7 +46,7 @@ def test_sigterm_saves_a_restorable_checkpoint_and_exits_0(tmp_path):
     assert not os.path.exists(os.path.join(workdir, "DONE"))  # a preempted run is not finished
     assert not os.path.exists(os.path.join(workdir, "LEASE"))  # released: the relaunch starts at once
     exported = subprocess.run(
-        [sys.executable, "-m", "bert_jax.export", f"--workdir={workdir}", f"--out={tmp_path / 'out'}",
+        [sys.executable, "-m", "bert_jax.commands.export", f"--workdir={workdir}", f"--out={tmp_path / 'out'}",
          "--format=params"],
         cwd=REPO, capture_output=True, text=True, timeout=180,
     )
@@ -88,7 +88,7 @@ def test_sigkill_at_random_points_then_resume_gives_bit_identical_losses(tmp_pat
              "--config.checkpoint.every_steps=5"]
 
     def command(workdir):
-        return [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}", *flags]
+        return [sys.executable, "-m", "bert_jax.commands.pretrain", "--config=configs/tiny.py", f"--workdir={workdir}", *flags]
 
     reference = str(tmp_path / "reference")
     subprocess.run(command(reference), cwd=REPO, check=True, capture_output=True, timeout=600)

@@ -15,8 +15,8 @@ import configs.tiny
 from bert_jax.checkpoint.params import restore_params
 from bert_jax.families import model_for
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train.completion import read_done
-from bert_jax.train.harness import NonFiniteLossError
+from bert_jax.run.completion import read_done
+from bert_jax.run.harness import NonFiniteLossError
 from bert_jax.train.loop import train_and_evaluate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -148,7 +148,7 @@ def test_incompatible_checkpoint_fails_with_a_message(straight_run):
 
 def run_pretrain(*args):
     return subprocess.run(
-        [sys.executable, "-m", "bert_jax.pretrain", "--config=configs/tiny.py", *args],
+        [sys.executable, "-m", "bert_jax.commands.pretrain", "--config=configs/tiny.py", *args],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
 

@@ -16,8 +16,8 @@ import pytest
 
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train.completion import read_done, write_done
-from bert_jax.train.metrics_file import read_rows
+from bert_jax.run.completion import read_done, write_done
+from bert_jax.run.metrics_file import read_rows
 from launch import attempts
 from launch.attempts import Attempt
 from test_parallel_mesh import FAST_COMPILE
@@ -157,7 +157,7 @@ def wait_for_checkpoint(workdir, step, proc, timeout_s=300):
 
 
 def pretrain_processes():
-    return [p for p in psutil.process_iter(["cmdline"]) if "bert_jax.pretrain" in " ".join(p.info["cmdline"] or [])]
+    return [p for p in psutil.process_iter(["cmdline"]) if "bert_jax.commands.pretrain" in " ".join(p.info["cmdline"] or [])]
 
 
 @pytest.fixture(scope="module")

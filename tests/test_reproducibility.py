@@ -7,7 +7,7 @@ import jax
 import pytest
 
 from bert_jax.train.loop import train_and_evaluate
-from bert_jax.train.run_identity import DataChangedError, check_resume
+from bert_jax.run.run_identity import DataChangedError, check_resume
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from tests.test_data_tokenizer import sample_lines
 from tests.test_pretrain import micro_config, read_metrics

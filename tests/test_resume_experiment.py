@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import experiment
+from bert_jax.run import experiment
 from bert_jax.train.loop import train_and_evaluate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -8,7 +8,7 @@ import pytest
 import configs.bert_base
 import configs.tiny
 from bert_jax.train import stages
-from bert_jax.train.completion import read_done
+from bert_jax.run.completion import read_done
 from bert_jax.train.config_validation import resolve_config, validate_config
 from bert_jax.train.optimizer import learning_rate_schedule
 

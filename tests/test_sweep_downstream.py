@@ -1,4 +1,4 @@
-"""Sweep arms judged downstream: `launch.sweep evaluate` runs bert_jax.evaluate per arm; `launch.sweep summary` adds
+"""Sweep arms judged downstream: `launch.sweep evaluate` runs bert_jax.commands.evaluate per arm; `launch.sweep summary` adds
 arms × tasks (median [min–max]), the suite average, tokens seen and final loss, and says where arms' seed ranges
 overlap instead of ranking them."""
 import json

@@ -7,14 +7,14 @@ import sys
 import pytest
 
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train.metrics_writer import wandb_run_id
+from bert_jax.run.metrics_writer import wandb_run_id
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One attempt of a run's metrics writer, as pretrain makes it; "kill" dies by SIGKILL after its first row.
 ATTEMPT = """
 import os, sys
 import configs.tiny
-from bert_jax.train.metrics_writer import MetricsWriter
+from bert_jax.run.metrics_writer import MetricsWriter
 c = configs.tiny.get_config()
 c.logging.update(wandb_mode="offline", tensorboard=False, plots=False)
 writer = MetricsWriter(sys.argv[1], c, int(sys.argv[2]))
@@ -58,7 +58,7 @@ def test_launchers_pass_wandb_variables_to_the_workers_and_never_print_the_key(m
     assert wandb_env() == {"WANDB_API_KEY": "s3cr3t", "WANDB_ENTITY": "lab"}
     args = tpu_vm.parse_args(["run", "--name=n", "--zone=z", "--workdir=gs://b/w", "--", "--config.seed=1"])
     remote = tpu_vm.commands("run", args)[0][-1]
-    assert "env WANDB_API_KEY=s3cr3t WANDB_ENTITY=lab python3 -m bert_jax.pretrain" in remote
+    assert "env WANDB_API_KEY=s3cr3t WANDB_ENTITY=lab python3 -m bert_jax.commands.pretrain" in remote
     assert "s3cr3t" not in shown(remote, wandb_env()) and "WANDB_API_KEY=***" in shown(remote, wandb_env())
     script = slurm.sbatch_script(slurm.parse_args(["--config=c.py", "--workdir=w"]))
     assert "#SBATCH --export=ALL" in script and "s3cr3t" not in script

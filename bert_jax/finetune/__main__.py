@@ -1,30 +1,5 @@
-"""`python -m bert_jax.finetune --config=configs/finetune/X.py --workdir=DIR` (see bert_jax/finetune/run.py)."""
-from absl import app, flags
-from ml_collections import config_flags
+"""`python -m bert_jax.finetune`: the `bert-jax finetune` command (bert_jax/commands/finetune.py), by the name the docs gave it first."""
+import runpy
 
-from bert_jax.train import command_line
-from bert_jax.train.log_filter import log_info_quietly
-
-
-def _main(argv) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    log_info_quietly()
-    # Loaded once the flags parsed: --help and a bad flag answer without loading JAX and the fine-tuning code.
-    from bert_jax.finetune.run import finetune
-    from bert_jax.train import harness  # as finetune above
-
-    harness.setup_process(flags.FLAGS.config)  # before JAX starts its backend
-    finetune(flags.FLAGS.config, flags.FLAGS.workdir)
-
-
-def main() -> None:
-    config_flags.DEFINE_config_file("config", None, f"A configs/finetune/*.py file: {command_line.CONFIG_HELP}",
-                                    lock_config=True)
-    flags.DEFINE_string("workdir", None, "Directory of the run (checkpoints, metrics, predictions).")
-    flags.mark_flags_as_required(["config", "workdir"])
-    command_line.run(_main)
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # not when a worker process re-imports the main module
+    runpy.run_module("bert_jax.commands.finetune", run_name="__main__", alter_sys=True)  # as `bert-jax` runs it

@@ -29,7 +29,7 @@ from bert_jax.finetune.tasks import get_task
 from bert_jax.parallel import distributed
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir, config_from_json
-from bert_jax.train import completion
+from bert_jax.run import completion
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 METRICS = ("accuracy", "f1", "macro_f1", "matthews", "pearson", "spearman")

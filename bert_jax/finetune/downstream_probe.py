@@ -1,14 +1,14 @@
 """A downstream probe during pre-training: a small suite fine-tuned from the current parameters, in the same process
 and on the same mesh, logged as `downstream/<task>/<metric>` in the eval row beside MLM accuracy.
 
-    python -m bert_jax.pretrain --config=configs/tiny.py --workdir=runs/tiny \
+    python -m bert_jax.commands.pretrain --config=configs/tiny.py --workdir=runs/tiny \
         --config.eval.downstream_suite=smoke --config.eval.downstream_data_dir=/data/glue \
         [--config.eval.downstream_every_steps=500]
 
 Pre-training losses do not say what a representation is worth; a curve of a short task does.
 Each probe is one seed (config.eval.downstream_seed) at each task's first learning rate, in
 WORKDIR/downstream/step_<N>/<task>/ (a resumed pre-training keeps the probes that are DONE).
-The bert_jax.pretrain command builds the probe (bert_jax/pretrain.py) and the loop calls it at
+The bert_jax.commands.pretrain command builds the probe (bert_jax/commands/pretrain.py) and the loop calls it at
 its eval steps (bert_jax/train/loop.py); the suite is read and checked before the first step.
 """
 import os

@@ -22,7 +22,7 @@ from bert_jax.models.probe import abstract_params
 from bert_jax.models.scan_layout import stack_layers, unstack_layers
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import completion
+from bert_jax.run import completion
 
 # config.model keys a fine-tuning config sets whatever the source says: how to run, not what was trained.
 RUNTIME_KEYS = ("dtype", "param_dtype", "scan_layers", "scan_unroll", "remat_policy", "attention_impl", "splash_interpret",

@@ -1,5 +1,5 @@
 """The fine-tuning run: the task of `config.task.kind` (bert_jax/finetune/tasks/) on a family's encoder, handed
-to the harness of every run (bert_jax/train/harness.py) as pre-training is.
+to the harness of every run (bert_jax/run/harness.py) as pre-training is.
 
 DIR holds config.json, labels.json, tokenizer/, checkpoints/, best/ (the best params by
 config.early_stopping.metric), best.json, metrics.jsonl, plots/, predictions.jsonl,
@@ -24,8 +24,8 @@ from bert_jax.finetune.tasks import get_task
 from bert_jax.parallel.mesh import batch_sharding, global_batch, logical_axis_rules, make_mesh
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import completion, harness
-from bert_jax.train.metrics_file import read_rows
+from bert_jax.run import completion, harness
+from bert_jax.run.metrics_file import read_rows
 from bert_jax.train.state import abstract_state_and_shardings, create_sharded_state, make_init_fn
 from bert_jax.train.step import make_train_step
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib

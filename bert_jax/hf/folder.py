@@ -17,7 +17,7 @@ from bert_jax.storage import paths
 
 SAFETENSORS_FILE = "model.safetensors"
 TORCH_FILE = "pytorch_model.bin"
-# What a tokenizer folder may hold (data_pipelines.tokenizer saves these): WordPiece vocab.txt,
+# What a tokenizer folder may hold (bert_jax.commands.tokenizer saves these): WordPiece vocab.txt,
 # byte-level BPE vocab.json + merges.txt, SentencePiece spiece.model (spm.model in DeBERTa folders), any
 # kind's tokenizer.json, and the tokenizer_config.json naming the transformers class and the special tokens.
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "vocab.json", "merges.txt", "spiece.model", "spm.model",

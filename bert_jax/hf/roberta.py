@@ -46,7 +46,7 @@ def hf_to_params(state, model_cfg, fallback_params: dict | None = None) -> tuple
 
 def hf_config(model_cfg) -> dict[str, Any]:
     """A Hugging Face RoBERTa config.json for `config.model` (exact GELU, absolute positions offset by the pad id)."""
-    # Byte-level BPE's specials: <s>=0 <pad>=1 </s>=2 (data_pipelines.tokenizer); only pad matters here.
+    # Byte-level BPE's specials: <s>=0 <pad>=1 </s>=2 (bert_jax.commands.tokenizer); only pad matters here.
     return hf_bert.config_json(model_cfg, CONFIG_KEYS, model_type="roberta", architectures=["RobertaForMaskedLM"],
                                hidden_act="gelu", bos_token_id=0, eos_token_id=2)
 

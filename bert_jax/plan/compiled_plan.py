@@ -3,7 +3,7 @@
 `make_plan` lowers the exact step `bert_jax.train.program.build_program` makes from abstract shapes
 and compiles it: with the TPU compiler for a TPU slice (`tpu_slices`), or with the XLA CPU compiler
 for simulated CPU devices. `format_plan` is the report `python -m bert_jax.plan` prints; the
-module docstring of bert_jax/plan/__main__.py says what each figure means and where it comes from.
+module docstring of bert_jax/commands/plan.py says what each figure means and where it comes from.
 """
 import dataclasses
 import importlib.metadata

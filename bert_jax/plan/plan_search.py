@@ -294,7 +294,7 @@ def format_search(tried: list[Tried], tpu: str, num_slices: int, hbm_gib: float 
     hbm = f" --hbm_gib={hbm_gib:g}" if hbm_gib else ""
     lines += ["", f"{len(fitting)} of {len(tried)} configurations tried fit; the best:", "",
               f"python -m bert_jax.plan --config=CONFIG --tpu={tpu}{slices}{hbm} {best.candidate.flags()}",
-              f"python -m bert_jax.pretrain --config=CONFIG --workdir=DIR {best.candidate.flags()}"]
+              f"python -m bert_jax.commands.pretrain --config=CONFIG --workdir=DIR {best.candidate.flags()}"]
     return "\n".join(lines)
 
 

@@ -1,1 +1,1 @@
-"""Train state, optimizer and schedules, the jitted steps, perf accounting and the loop."""
+"""Pre-training: train state, optimizer and schedules, the jitted steps, stages, perf accounting and the loop."""

@@ -1,6 +1,6 @@
 """A pre-training run's params, exported: a Hugging Face folder (default) or a params-only orbax checkpoint.
 
-The work of `python -m bert_jax.export` (bert_jax/export.py), here so that library code that needs an
+The work of `python -m bert_jax.commands.export` (bert_jax/commands/export.py), here so that library code that needs an
 export (vocabulary extension) does not import a command.
 """
 import orbax.checkpoint as ocp

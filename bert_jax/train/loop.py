@@ -1,4 +1,4 @@
-"""Pre-training as a program for the harness (bert_jax/train/harness.py): every family runs through it, and it
+"""Pre-training as a program for the harness (bert_jax/run/harness.py): every family runs through it, and it
 never asks which family it runs."""
 import json
 
@@ -12,7 +12,8 @@ from bert_jax.train.config_validation import resolve_config, validate_config
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import completion, experiment, harness, perf, run_identity
+from bert_jax.train import perf
+from bert_jax.run import completion, experiment, harness, run_identity
 from bert_jax.train import stages as stages_lib
 from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.program import build_program

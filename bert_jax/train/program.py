@@ -12,7 +12,7 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
-from bert_jax.train.compiler_options import compiler_options
+from bert_jax.run.compiler_options import compiler_options
 from bert_jax.train.config_validation import validate_mesh_fit
 from bert_jax.models.attention import building_for, devices_platform
 from bert_jax.families import Family, get_family

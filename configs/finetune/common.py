@@ -6,7 +6,7 @@ import ml_collections
 
 from bert_jax.finetune import diagnosis
 from bert_jax.parallel import distributed
-from bert_jax.train import lease
+from bert_jax.run import lease
 
 
 def get_config(kind: str) -> ml_collections.ConfigDict:
@@ -102,9 +102,9 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
 
     # GPU only: XLA's --xla_gpu_deterministic_ops, as in pre-training (configs/base.py).
     c.deterministic_gpu_ops = False
-    # Multi-host, as in pre-training: each host feeds its share of every batch (bert_jax/train/harness.py).
+    # Multi-host, as in pre-training: each host feeds its share of every batch (bert_jax/run/harness.py).
     c.distributed = distributed.default_config()
-    # One live run per workdir (bert_jax/train/lease.py): process 0 holds WORKDIR/LEASE with a heartbeat;
+    # One live run per workdir (bert_jax/run/lease.py): process 0 holds WORKDIR/LEASE with a heartbeat;
     # a second run there stops before step 0, naming the holder; a lease silent for timeout_s is taken over.
     c.lease = lease.default_config()
 

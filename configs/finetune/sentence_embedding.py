@@ -6,7 +6,7 @@
 Trains on `sentence1,sentence2` pairs with in-batch negatives (embedding_loss=ranking); cosine
 (a numeric `score`) and softmax (a `label`, NLI-style) are the other losses. Prints the Spearman
 correlation of cosine similarities with the validation file's `score`.
-Export: python -m bert_jax.finetune.hf_export --workdir=runs/sbert --out=OUT writes a
+Export: python -m bert_jax.commands.finetune_export --workdir=runs/sbert --out=OUT writes a
 sentence-transformers folder.
 """
 from configs.finetune import common

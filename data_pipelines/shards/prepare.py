@@ -1,11 +1,11 @@
 """Tokenizes a corpus into ArrayRecord shards, in parallel, with bounded memory, resumably.
 
-    python -m data_pipelines.prepare --config=configs/tiny.py --out=/tmp/corpus_prepared \
+    python -m bert_jax.commands.prepare --config=configs/tiny.py --out=/tmp/corpus_prepared \
         --config.data.source=text --config.data.path='/data/wiki/*.txt.gz' \
         --num_workers=8 --docs_per_shard=10000
 
 then train on it with `--config.data.source=prepared --config.data.path=/tmp/corpus_prepared`.
-On more than one machine, `python -m data_pipelines.prepare_beam` gives the same documents
+On more than one machine, `python -m bert_jax.commands.prepare_beam` gives the same documents
 and format on Apache Beam (prepare_beam.py).
 
 How it works. The source is cut into `--num_parts` parts with `sources.iter_documents`

@@ -65,7 +65,7 @@ def read_manifest(directory: str) -> dict:
     if not path.exists():
         raise FileNotFoundError(
             f"config.data.path={directory!r} holds no {MANIFEST_FILE}: not a finished "
-            "`python -m data_pipelines.prepare` output (run or resume prepare first)"
+            "`python -m bert_jax.commands.prepare` output (run or resume prepare first)"
         )
     manifest = json.loads(path.read_text(encoding="utf-8"))
     if manifest.get("format") != FORMAT:

@@ -12,7 +12,7 @@
   tfds       `tfds.data_source(data.tfds_name, split=data.tfds_split, data_dir=...)`: TFDS
              datasets built as ArrayRecord, read without TensorFlow; feature `data.field`;
              random access.
-  prepared   ArrayRecord shards written by `python -m data_pipelines.prepare` (`data.path` is
+  prepared   ArrayRecord shards written by `python -m bert_jax.commands.prepare` (`data.path` is
              its output directory): already tokenized documents; random access only.
 
 A raw document is `list[str]`, its segments (`data.segmenter`, see segmenters.py).

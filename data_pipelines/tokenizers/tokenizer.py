@@ -1,6 +1,6 @@
 """Tokenizers: one object over WordPiece, byte-level BPE and SentencePiece; load, save, specials.
 
-The command that trains one is `python -m data_pipelines.tokenizer` (data_pipelines/tokenizer.py);
+The command that trains one is `python -m bert_jax.commands.tokenizer` (bert_jax/commands/tokenizer.py);
 the sample and its record are training.py's; each kind is a file of its own (wordpiece.py, byte_bpe.py,
 sentencepiece.py) registered in kinds.py.
 

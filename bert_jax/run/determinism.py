@@ -7,7 +7,7 @@ speed (bench/deterministic_ops_cost.py measures it). CPUs and TPUs are determini
 it; there the flag does nothing.
 
 XLA reads XLA_FLAGS once, when JAX starts its backend, so the flag must be set before anything
-touches a device: `bert_jax.pretrain` does it right after parsing the config.
+touches a device: `bert_jax.commands.pretrain` does it right after parsing the config.
 """
 import os
 
@@ -26,7 +26,7 @@ def check_xla_flags(config) -> None:
     if config.get("deterministic_gpu_ops", False) and FLAG not in os.environ.get("XLA_FLAGS", "").split():
         raise ValueError(
             f"config.deterministic_gpu_ops=True but XLA_FLAGS lacks {FLAG}: XLA reads its flags when JAX "
-            "starts, so run through `python -m bert_jax.pretrain` (which sets it), or export "
+            "starts, so run through `python -m bert_jax.commands.pretrain` (which sets it), or export "
             f"XLA_FLAGS='{FLAG}' before starting Python"
         )
 

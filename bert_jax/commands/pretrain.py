@@ -1,6 +1,6 @@
 """Pre-trains a BERT-family encoder; resumes from --workdir if it holds a checkpoint.
 
-    python -m bert_jax.pretrain --config=configs/tiny.py --workdir=/tmp/bert_tiny \
+    python -m bert_jax.commands.pretrain --config=configs/tiny.py --workdir=/tmp/bert_tiny \
         [--config.train.learning_rate=5e-4 ...]
 
 With --config.eval.downstream_suite=smoke --config.eval.downstream_data_dir=GLUE_DIR, eval steps also fine-tune
@@ -10,8 +10,8 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from bert_jax.finetune.downstream_probe import DownstreamProbe
-from bert_jax.train.log_filter import log_info_quietly
-from bert_jax.train import command_line, harness
+from bert_jax.run.log_filter import log_info_quietly
+from bert_jax.run import command_line, harness
 from bert_jax.train.loop import train_and_evaluate
 from configs.suites import load_suite
 

@@ -35,7 +35,7 @@ PASSING = (
     "logging.*", "checkpoint.*", "mesh.*", "distributed.*", "lease.*",
     "compilation_cache_dir", "libtpu_init_args", "deterministic_gpu_ops", "allow_data_change", "accept_changes",
     "init_from_hf",  # read only by a fresh start
-    "run_identity", "run_identity.*",  # checked by bert_jax/train/run_identity.py
+    "run_identity", "run_identity.*",  # checked by bert_jax/run/run_identity.py
     "train.log_every_steps", "train.eval_every_steps", "train.nan_policy",
     "data.num_eval_batches", "data.prefetch_buffer_size", "data.shard_cache_bytes",
     # Paths: what they hold is checked by the data fingerprint and the tokenizer's hash (run_identity.py).

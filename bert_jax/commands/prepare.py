@@ -1,6 +1,8 @@
-"""`python -m data_pipelines.prepare`: tokenizes a corpus into ArrayRecord shards (data_pipelines/shards/prepare.py).
+"""Tokenizes a corpus into ArrayRecord shards, in parallel, in bounded memory (data_pipelines/shards/prepare.py).
 
-    python -m data_pipelines.prepare --config=configs/tiny.py --out=/tmp/corpus_prepared \
+`python -m bert_jax.commands.prepare`: tokenizes a corpus into ArrayRecord shards (data_pipelines/shards/prepare.py).
+
+    python -m bert_jax.commands.prepare --config=configs/tiny.py --out=/tmp/corpus_prepared \
         --config.data.source=text --config.data.path='/data/wiki/*.txt.gz' \
         --num_workers=8 --docs_per_shard=10000
 """

@@ -1,6 +1,8 @@
-"""`python -m data_pipelines.prepare_beam`: `prepare` on Apache Beam (data_pipelines/shards/prepare_beam.py).
+"""`prepare` on Apache Beam: the same shards and manifest (data_pipelines/shards/prepare_beam.py).
 
-    python -m data_pipelines.prepare_beam --config=configs/tiny.py --out=/tmp/corpus_prepared \
+`python -m bert_jax.commands.prepare_beam`: `prepare` on Apache Beam (data_pipelines/shards/prepare_beam.py).
+
+    python -m bert_jax.commands.prepare_beam --config=configs/tiny.py --out=/tmp/corpus_prepared \
         --config.data.source=text --config.data.path='/data/wiki/*.txt.gz' --num_shards=64 \
         [--runner=DirectRunner --direct_num_workers=8 --direct_running_mode=multi_processing]
 

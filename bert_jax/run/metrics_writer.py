@@ -24,7 +24,7 @@ from absl import logging
 
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import METRICS_FILE, TENSORBOARD_DIR, Workdir
-from bert_jax.train.metrics_file import as_text, read_rows, truncate_metrics
+from bert_jax.run.metrics_file import as_text, read_rows, truncate_metrics
 
 WANDB_MODES = ("disabled", "offline", "online")
 

@@ -1,6 +1,8 @@
-"""`bert-jax extend-vocab`: adds a domain's most fragmented words to a model's tokenizer and embeddings.
+"""Adds a domain's most fragmented words to a model's tokenizer and embeddings.
 
-    python -m bert_jax.extend_vocab --from=HF_FOLDER_OR_WORKDIR --corpus=PATH --add=N --out=OUT
+`bert-jax extend-vocab`: adds a domain's most fragmented words to a model's tokenizer and embeddings.
+
+    python -m bert_jax.commands.extend_vocab --from=HF_FOLDER_OR_WORKDIR --corpus=PATH --add=N --out=OUT
         [--min_saving=S] [--init=fvt|random|mean_of_all] [--overwrite]
 
 `--corpus`: text (one segment a line), .jsonl (`--field`) or .parquet files, a folder or glob of them,
@@ -13,7 +15,7 @@ The work is bert_jax.vocab.extension's; this is its command line.
 from absl import app, flags, logging
 
 from bert_jax.vocab.rows import INITS
-from bert_jax.train.log_filter import log_info_quietly
+from bert_jax.run.log_filter import log_info_quietly
 from bert_jax.vocab.extension import ExtendRequest, extend_vocab, report_table
 
 

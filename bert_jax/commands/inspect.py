@@ -1,7 +1,7 @@
 """Look inside a model: fill-mask candidates and attention maps for one sentence.
 
-    python -m bert_jax.inspect --from=runs/tiny --text="the cat sat on the [MASK]." --mode=fill_mask --top_k=5
-    python -m bert_jax.inspect --from=/path/to/hf_folder --text="the cat sat on the mat." \
+    python -m bert_jax.commands.inspect --from=runs/tiny --text="the cat sat on the [MASK]." --mode=fill_mask --top_k=5
+    python -m bert_jax.commands.inspect --from=/path/to/hf_folder --text="the cat sat on the mat." \
         --mode=attention --out=attention.png
 
 `--from` is a pre-training workdir (its newest checkpoint; `DIR:STEP` for another) or a Hugging

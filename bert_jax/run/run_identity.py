@@ -3,7 +3,7 @@
 A run's losses depend on its config, its seed, its tokenizer, its data and its code. The
 config is config.json itself; `run_identity` adds the rest under the key IDENTITY_KEY:
 
-    tokenizer_sha256   data_pipelines.tokenizer.tokenizer_hash of DIR/tokenizer
+    tokenizer_sha256   bert_jax.commands.tokenizer.tokenizer_hash of DIR/tokenizer
     data               data_fingerprint: the source and what it reads (files with sizes, mtimes
                        and object generations; a prepared manifest's hash; the embedded corpus's
                        hash and the interpreter that made it)

@@ -1,9 +1,11 @@
-"""A fine-tuned run -> a Hugging Face folder that AutoModelFor{SequenceClassification, TokenClassification,
+"""Writes a fine-tuned run as a Hugging Face (or sentence-transformers) folder.
+
+A fine-tuned run -> a Hugging Face folder that AutoModelFor{SequenceClassification, TokenClassification,
 QuestionAnswering} loads, with `id2label`, giving our logits; a sentence-embedding run -> a
 sentence-transformers folder. The task of the run's kind writes it (bert_jax/finetune/tasks/,
 renaming by bert_jax/finetune/hf_heads.py).
 
-    python -m bert_jax.finetune.hf_export --workdir=DIR --out=OUT
+    python -m bert_jax.commands.finetune_export --workdir=DIR --out=OUT
 """
 import json
 

@@ -25,10 +25,10 @@ from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import global_batch
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import determinism
-from bert_jax.train import lease as lease_lib
-from bert_jax.train.metrics_writer import MetricsWriter
-from bert_jax.train.preemption import PreemptionWatch
+from bert_jax.run import determinism
+from bert_jax.run import lease as lease_lib
+from bert_jax.run.metrics_writer import MetricsWriter
+from bert_jax.run.preemption import PreemptionWatch
 
 
 class NonFiniteLossError(RuntimeError):

@@ -1,6 +1,8 @@
-"""`python -m data_pipelines.tokenizer`: trains a tokenizer and saves it (data_pipelines/tokenizers/).
+"""Trains a WordPiece / BPE / SentencePiece tokenizer and saves it (data_pipelines/tokenizers/).
 
-  python -m data_pipelines.tokenizer --config=configs/tiny.py --out=/tmp/tok \
+`python -m bert_jax.commands.tokenizer`: trains a tokenizer and saves it (data_pipelines/tokenizers/).
+
+  python -m bert_jax.commands.tokenizer --config=configs/tiny.py --out=/tmp/tok \
       [--config.data.tokenizer.kind=unigram] [--config.data.source=text --config.data.path=...]
 
 trains the configured kind on a `data.tokenizer.sample_bytes`-capped sample of the source's

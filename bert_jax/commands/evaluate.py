@@ -1,7 +1,9 @@
-"""Fine-tunes a battery of tasks over seeds from one checkpoint and writes its scoreboard
+"""Fine-tunes a battery of tasks (GLUE, STS) over seeds from one checkpoint; writes a scoreboard of medians.
+
+Fine-tunes a battery of tasks over seeds from one checkpoint and writes its scoreboard
 (bert_jax/finetune/battery.py, bert_jax/finetune/scoreboard.py).
 
-    python -m bert_jax.evaluate --checkpoint=runs/bert_base --suite=glue --glue_dir=/data/glue \
+    python -m bert_jax.commands.evaluate --checkpoint=runs/bert_base --suite=glue --glue_dir=/data/glue \
         --out=runs/bert_base/glue [--tasks=sst2,cola] [--seeds=5]
 
 --checkpoint: a pre-training workdir (its newest step, or DIR:STEP), an exported Hugging Face folder, or any
@@ -22,7 +24,7 @@ import sys
 from absl import app, flags
 
 from bert_jax.storage import paths
-from bert_jax.train.log_filter import log_info_quietly
+from bert_jax.run.log_filter import log_info_quietly
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Pre-training workdir (DIR or DIR:STEP) or Hugging Face folder.")
 _SUITE = flags.DEFINE_string("suite", "glue", "A suite name (glue, smoke: configs/suites/) or a suite .py file.")
@@ -46,7 +48,7 @@ def _main(argv) -> None:
     log_info_quietly()
     # Loaded once the flags parsed: --help and a bad flag answer without loading JAX and the fine-tuning code.
     from bert_jax.finetune import battery, scoreboard
-    from bert_jax.train import harness
+    from bert_jax.run import harness
     from configs.suites import load_suite
     from launch import executors
 

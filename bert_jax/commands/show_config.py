@@ -1,7 +1,7 @@
 """Prints the resolved, validated config that `--config=FILE` and its overrides give, and exits.
 
     bert-jax show-config --config=configs/roberta_base.py --config.data.mask_rate=0.2
-    python -m bert_jax.show_config --config=configs/finetune/classification.py --config.init_from=runs/tiny
+    python -m bert_jax.commands.show_config --config=configs/finetune/classification.py --config.init_from=runs/tiny
 
 Every key printed can be overridden on any command that takes the same config file
 (`--config.a.b=value`). The config is checked as its run would check it before building anything:
@@ -15,7 +15,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from bert_jax.finetune.run import validate_config as validate_finetune_config
-from bert_jax.train import command_line
+from bert_jax.run import command_line
 from bert_jax.train.config_validation import resolve_config, validate_config
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, command_line.CONFIG_HELP, lock_config=True)

@@ -1,6 +1,6 @@
 """Exports a pre-training workdir's params: a Hugging Face folder (default) or a params-only orbax checkpoint.
 
-    python -m bert_jax.export --workdir=runs/tiny --out=/tmp/bert_tiny_hf [--step=N] [--format=hf|params]
+    python -m bert_jax.commands.export --workdir=runs/tiny --out=/tmp/bert_tiny_hf [--step=N] [--format=hf|params]
 
 `--format=hf` writes config.json, model.safetensors and the tokenizer files, which
 `transformers.AutoModelForMaskedLM.from_pretrained(OUT)` and `AutoTokenizer` load;
@@ -9,7 +9,7 @@
 from absl import app, flags, logging
 
 from bert_jax.train.export import FORMATS, export
-from bert_jax.train.log_filter import log_info_quietly
+from bert_jax.run.log_filter import log_info_quietly
 
 
 def _define_flags():
