@@ -1,9 +1,9 @@
 """bert_jax: pre-training BERT-family encoders with JAX and Flax linen.
 
-The package root holds the commands (`pretrain`, `export`, `inspect`, `extend_vocab`, `show_config`;
-`cli` is the `bert-jax` console script) and the family registry (`families`). The library is the
-subpackages, bottom layer first: `storage`; `models`, `objectives`, `parallel`; `checkpoint`, `hf`;
-`train`; `finetune`, `vocab`; `plan` (docs/dev/architecture.md).
+The package root holds the console script (`cli`), the family registry (`families`), the generic registry helper
+(`registry`) and `UserError`. Every command is a module of `commands/`; the library is the subpackages, bottom layer
+first: `storage`; `models`, `objectives`, `parallel`; `checkpoint`, `hf`; `run`; `train`; `finetune`, `vocab`;
+`plan` (docs/dev/architecture.md).
 """
 import glob
 import importlib.util
@@ -30,3 +30,9 @@ def _cpu_only_without_a_tpu() -> None:
 
 
 _cpu_only_without_a_tpu()
+
+
+class UserError(ValueError):
+    """A mistake in what the user asked for (a key, a flag, a path): a command prints its message, at most three
+    lines naming the culprit, the value and what is accepted, and exits with status 2, before it creates anything.
+    (A ValueError, so callers that catch those keep working.)"""
