@@ -195,7 +195,7 @@ def parse_shape(spec: str, flag: str) -> tuple[str, int, int]:
 
 def named_config(name: str):
     """configs/<name>.py's get_config()."""
-    return importlib.import_module(f"configs.{name}").get_config()
+    return importlib.import_module(f"bert_jax.configs.{name}").get_config()
 
 
 def shape_config(config, spec: str, flag: str, dtype: str):
@@ -258,7 +258,7 @@ class JaxSide:
         self._peak_before = (device.memory_stats() or {}).get("peak_bytes_in_use")
         with jax.set_mesh(self.program.mesh), nn.logical_axis_rules(self.program.rules):
             self.state = self.program.init()
-            _, self.frozen = self.program.load_frozen(config.data)
+            self.frozen = self.program.load_frozen()
             self.batches = [global_batch(b, self.program.data_sharding) for b in batches]
             start = time.perf_counter()
             lowered = self.program.train_step.lower(self.state, self.batches[0], self.frozen)

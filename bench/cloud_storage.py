@@ -44,9 +44,9 @@ def _corpus(root: str) -> str:
 
 
 def _config(corpus_glob: str, tokenizer: str, steps: int, every: int):
-    import configs.tiny
+    import bert_jax.configs.tiny
 
-    c = configs.tiny.get_config()
+    c = bert_jax.configs.tiny.get_config()
     c.data.source, c.data.path, c.data.tokenizer.path = "text", corpus_glob, tokenizer
     c.train.num_steps, c.train.log_every_steps, c.train.eval_every_steps = steps, 1, 10 * steps
     c.train.warmup_steps = min(c.train.warmup_steps, steps)

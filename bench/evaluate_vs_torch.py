@@ -26,7 +26,7 @@ from bench import make_finetune_data
 from bench.finetune_vs_torch import ROOT, _run, minilm_dir, torch_side
 
 SUITE = '''"""bench/evaluate_vs_torch.py's suite: one SST-2-style task, the usual recipe."""
-from configs.suites.recipe import suite, task
+from bert_jax.configs.suites.recipe import suite, task
 
 
 def get_config():

@@ -66,7 +66,7 @@ def main(_):
     times = {"loader": [], "synthetic": []}
     with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
         state = program.init()
-        _, frozen = program.load_frozen(c.data)
+        frozen = program.load_frozen()
         state, _ = _block(program, state, frozen, synthetic, 2)  # Compiles.
         for _ in range(_ROUNDS.value):
             for name, batches in (("loader", loader), ("synthetic", synthetic)):

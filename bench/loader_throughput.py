@@ -27,7 +27,7 @@ import time
 import psutil
 from absl import flags
 
-from configs import tiny
+from bert_jax.configs import tiny
 from data_pipelines.sources import corpus
 from data_pipelines.loader import pipeline
 from data_pipelines.shards import prepare

@@ -52,7 +52,7 @@ def main() -> None:
     for length in (128, 512):
         rows = _rows(length, rng)
         hf_rate = _rate(lambda: hf([{"input_ids": r} for r in rows]))
-        for mode in masking.MASKING_MODES:
+        for mode in masking.MASKING_MODES.names():
             spec = masking.MaskingSpec(mode, 0.15, int(length * 0.15) + 4, VOCAB)
             masker = masking.Masker(spec, SPECIALS, word_starts)
             ours = _rate(lambda: masker(np.stack(rows).astype(np.int32), rng))

@@ -34,7 +34,7 @@ import time
 
 from absl import app, flags
 
-import configs.base
+import bert_jax.configs.base
 from data_pipelines.sources import corpus
 from data_pipelines.shards import prepare, prepare_beam
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
@@ -137,7 +137,7 @@ def main(argv):
         print(f"corpus: {size / 1e6:.1f} MB in {_NUM_FILES.value} files, built in "
               f"{time.perf_counter() - started:.1f} s")
 
-        data = configs.base.get_config().data
+        data = bert_jax.configs.base.get_config().data
         data.source, data.path, data.vocab_size = "text", corpus_dir, 30522
         data.tokenizer.kind = _KIND.value
         data.tokenizer.sample_bytes = 20_000_000

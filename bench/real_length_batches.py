@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from data_pipelines.examples import builders, packing
+from data_pipelines.examples import builders
 from data_pipelines.loader import masking, pipeline
 from data_pipelines.tokenizers.tokenizer import SpecialIds
 
@@ -55,9 +55,9 @@ def layout_batches(data_cfg, model_cfg, layout: str, lengths: np.ndarray, batch_
     cfg = data_cfg.copy_and_resolve_references()
     cfg.example_builder = LAYOUTS[layout]
     ids = special_ids(model_cfg)
-    builder = packing.PackingBuilder(cfg.example_builder, cfg, ids)
+    builder = builders.make_builder(cfg, ids)
     mask_batch = pipeline.MaskBatch(
-        masking.Masker(masking.MaskingSpec.from_config(cfg), ids), builders.EXAMPLE_KEYS[cfg.example_builder],
+        masking.Masker(masking.MaskingSpec.from_config(cfg), ids), builders.example_keys(cfg),
     )
     rng = np.random.default_rng(seed)
     rows, batches, real = [], [], []

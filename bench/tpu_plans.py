@@ -25,15 +25,15 @@ import time
 from bert_jax.plan import plan_search
 
 ROWS = {  # name: (config module, overrides)
-    "bert_large_128": ("configs.bert_large", {}),
-    "bert_large_512": ("configs.bert_large", {"data.max_seq_length": 512, "data.max_predictions_per_seq": 80,
-                                              "mesh.shape": (-1, 1, 1)}),  # phase 2 as its docstring runs it
-    "roberta_large": ("configs.roberta_large", {}),
-    "albert_xxlarge": ("configs.albert_xxlarge", {}),
-    "electra_large": ("configs.electra_large", {}),
-    "deberta_v3_large": ("configs.deberta_v3_large", {}),
-    "modernbert_large_8192": ("configs.modernbert_large", {"data.max_seq_length": 8192,
-                                                           "model.max_position_embeddings": 8192}),
+    "bert_large_128": ("bert_jax.configs.bert_large", {}),
+    "bert_large_512": ("bert_jax.configs.bert_large", {"data.max_seq_length": 512, "data.max_predictions_per_seq": 80,
+                                                       "mesh.shape": (-1, 1, 1)}),  # phase 2 as its docstring runs it
+    "roberta_large": ("bert_jax.configs.roberta_large", {}),
+    "albert_xxlarge": ("bert_jax.configs.albert_xxlarge", {}),
+    "electra_large": ("bert_jax.configs.electra_large", {}),
+    "deberta_v3_large": ("bert_jax.configs.deberta_v3_large", {}),
+    "modernbert_large_8192": ("bert_jax.configs.modernbert_large", {"data.max_seq_length": 8192,
+                                                                    "model.max_position_embeddings": 8192}),
 }
 SLICES = ("v4-32", "v5e-16", "v5p-32")
 

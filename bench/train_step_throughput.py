@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-import configs.base
+import bert_jax.configs.base
 from bert_jax.parallel.mesh import global_batch, make_mesh
 from bert_jax.train import perf
 from bert_jax.train.program import build_program
@@ -40,7 +40,7 @@ _STEPS = flags.DEFINE_integer("steps", 5, "Timed steps per shape (after one comp
 
 def shape_config(name: str):
     layers, hidden, heads, mlp, vocab, batch = SHAPES[name]
-    c = configs.base.get_config()
+    c = bert_jax.configs.base.get_config()
     c.model.update(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=mlp,
                    vocab_size=vocab, dtype="float32")
     c.data.max_seq_length, c.data.max_predictions_per_seq = 128, 20
@@ -74,7 +74,7 @@ def main(_):
         with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
             state = program.init()
             batch = global_batch(random_batch(c), program.data_sharding)
-            _, frozen = program.load_frozen(c.data)
+            frozen = program.load_frozen()
             state, metrics = program.train_step(state, batch, frozen)
             jax.block_until_ready(metrics)
             t0 = time.perf_counter()

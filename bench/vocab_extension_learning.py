@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from bert_jax.train import export  # noqa: E402
 from bert_jax.train.loop import train_and_evaluate  # noqa: E402
 from bert_jax.vocab.extension import ExtendRequest, extend_vocab  # noqa: E402
-from configs import tiny  # noqa: E402
+from bert_jax.configs import tiny  # noqa: E402
 from data_pipelines.sources import corpus, documents as sources  # noqa: E402
 from data_pipelines.tokenizers.tokenizer import load_tokenizer  # noqa: E402
 

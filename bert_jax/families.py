@@ -20,6 +20,7 @@ from bert_jax.hf import electra as hf_electra
 from bert_jax.hf import modernbert as hf_modernbert
 from bert_jax.hf import roberta as hf_roberta
 from bert_jax.hf.converter import HfConverter
+from bert_jax.registry import Registry
 from bert_jax.models import albert, bert, deberta_v3, distilbert, electra, modernbert, roberta
 from bert_jax.models.attention import KernelChoice, choose_kernel
 from bert_jax.objectives import replaced_token_detection
@@ -55,23 +56,19 @@ class Family:
         return self.objective if isinstance(self.objective, Objective) else self.objective(model_cfg)
 
 
-_FAMILIES: dict[str, Family] = {}
+FAMILIES: Registry[Family] = Registry("config.model.family", "families")
 
 
 def register_family(family: Family) -> None:
-    if family.name in _FAMILIES:
-        raise ValueError(f"model family {family.name!r} is registered twice")
-    _FAMILIES[family.name] = family
+    FAMILIES.register(family.name, family)
 
 
 def known_families() -> list[str]:
-    return sorted(_FAMILIES)
+    return sorted(FAMILIES.names())
 
 
 def get_family(name: str) -> Family:
-    if name not in _FAMILIES:
-        raise ValueError(f"config.model.family={name!r} is unknown; known families: {', '.join(known_families())}")
-    return _FAMILIES[name]
+    return FAMILIES.get(name)
 
 
 def model_for(model_cfg) -> nn.Module:
@@ -81,10 +78,10 @@ def model_for(model_cfg) -> nn.Module:
 
 def family_of_hf_config(hf_cfg: dict, where: str) -> Family:
     """The registered family whose `hf.model_type` is config.json's `model_type`; `where` names the folder."""
-    for family in _FAMILIES.values():
+    for _, family in FAMILIES.items():
         if family.hf is not None and family.hf.model_type == hf_cfg.get("model_type"):
             return family
-    types = sorted(f.hf.model_type for f in _FAMILIES.values() if f.hf is not None)
+    types = sorted(f.hf.model_type for _, f in FAMILIES.items() if f.hf is not None)
     raise ValueError(f"{where}: config.json model_type={hf_cfg.get('model_type')!r} is no registered family's; "
                      f"known: {', '.join(types)}")
 

@@ -1,10 +1,10 @@
 """ALBERT-base (Lan et al. 2020): BERT-base's encoder shape with 128-dim factorised embeddings and
 all 12 layers sharing one set of parameters; MLM + SOP; 11.8M params (as AlbertForPreTraining).
 
-    python -m bert_jax.commands.pretrain --config=configs/albert_base.py --workdir=gs://BUCKET/albert_base \
+    bert-jax pretrain --config=configs/albert_base.py --workdir=gs://BUCKET/albert_base \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
-then `python -m bert_jax.commands.export --workdir=gs://BUCKET/albert_base --out=albert_hf` writes a
+then `bert-jax export --workdir=gs://BUCKET/albert_base --out=albert_hf` writes a
 folder `transformers.AutoModelForMaskedLM` / `AutoTokenizer` load (spiece.model).
 
 The paper's recipe (§4.1), kept here: SentencePiece unigram vocabulary of 30K, SOP pairs,
@@ -15,13 +15,13 @@ At batch 4096 x 512 this needs a pod slice (the paper used TPU v3-64 to v3-512).
 Tiny variant: 400 steps on the embedded corpus, a SentencePiece unigram of 2048 pieces
 trained first; about a minute on a quiet 2-core CPU (3m25s measured on a busy one):
 
-    python -m bert_jax.commands.pretrain --config=configs/albert_base.py:tiny --workdir=runs/albert_tiny
+    bert-jax pretrain --config=configs/albert_base.py:tiny --workdir=runs/albert_tiny
 
 The train loss (MLM + SOP) falls from ~7.9 (step 50) to ~6.7; eval MLM accuracy ~0.054 vs
 the always-most-frequent-token floor of ~0.049, SOP still at chance (loss ~0.69). It
 exercises every code path of the family, export included; it is not meant to learn much.
 """
-from configs import base
+from bert_jax.configs import base
 
 
 def get_config(arg: str | None = None):

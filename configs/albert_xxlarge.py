@@ -1,13 +1,13 @@
 """ALBERT-xxlarge (Lan et al. 2020): 12 layers sharing one set of parameters, hidden 4096, 64 heads, MLP 16384,
 128-dim embeddings; 223.2M params (as AlbertForPreTraining).
 
-    python -m bert_jax.commands.pretrain --config=configs/albert_xxlarge.py --workdir=gs://BUCKET/albert_xxlarge \
+    bert-jax pretrain --config=configs/albert_xxlarge.py --workdir=gs://BUCKET/albert_xxlarge \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
 The paper's recipe (§4.1) is ALBERT-base's: batch 4096 x 512, LAMB lr 0.00176, 125K steps,
 SOP + n-gram masking; see configs/albert_base.py. `:tiny` is ALBERT-base's tiny variant.
 """
-from configs import albert_base
+from bert_jax.configs import albert_base
 
 
 def get_config(arg: str | None = None):

@@ -3,7 +3,7 @@
 Both phases as one command, e.g. on a v4-32 slice: seq 128 for 90 % of the steps, then seq 512 for the
 last 10 % (config.train.stages; bert_jax/train/stages.py):
 
-    python -m bert_jax.commands.pretrain --config=configs/bert_base.py --workdir=gs://BUCKET/bert_base
+    bert-jax pretrain --config=configs/bert_base.py --workdir=gs://BUCKET/bert_base
 
 The recipe is the paper's: batch 256, 1M steps, AdamW lr 1e-4, warmup 10k, linear
 decay to 0 at step 1M over both phases (one schedule: no jump at the switch), weight decay 0.01,
@@ -12,7 +12,7 @@ max_predictions_per_seq auto (20 at seq 128, 77 at 512). The step recompiles for
 `data.source` must name a real corpus (see the data pipeline); the embedded default
 corpus is far too small for this model.
 """
-from configs import base
+from bert_jax.configs import base
 
 
 def get_config():

@@ -2,7 +2,7 @@
 
 Both phases (seq 128 for 900k steps, then seq 512 to 1M) as one command, one schedule:
 
-    python -m bert_jax.commands.pretrain --config=configs/bert_large.py --workdir=gs://BUCKET/bert_large
+    bert-jax pretrain --config=configs/bert_large.py --workdir=gs://BUCKET/bert_large
 
 The mesh is the run's, not a stage's: for a data-parallel phase 2 (see the mesh below), relaunch the
 same command with --config.mesh.shape='(-1,1,1)' once phase 2 started (a mesh change passes the
@@ -22,7 +22,7 @@ attention dropout on (xla attention) `dots` also keeps the float32 attention log
 
 The mesh is FSDP (parameters and optimizer state split over the chips; `--config.mesh.shape='(-1,1,1)'`
 for data parallelism): with the state replicated, every chip runs the whole AdamW update, 9.2 GB of
-HBM traffic per step. Planned for a v5e-16 at the paper's batch (`python -m bert_jax.plan
+HBM traffic per step. Planned for a v5e-16 at the paper's batch (`bert-jax plan
 --config=configs/bert_large.py --tpu=v5e-16`, 2026-11-25): data parallel moves 30.0 GB per chip and
 step, memory-bound at an MFU bound of 53.8 %; FSDP 9.2 GB, compute-bound, 97.4 %, and 1.9 GiB per
 chip instead of 7.9 (collectives over ICI are not in that bound). At seq 512 data parallel is
@@ -30,7 +30,7 @@ compute-bound at 97.5 %, while FSDP was counted at 105 GB per chip and step agai
 at 65.1 % (not examined further), so phase 2 sets the data-parallel mesh. One device is the same
 either way.
 """
-from configs import base
+from bert_jax.configs import base
 
 
 def get_config():

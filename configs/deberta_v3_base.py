@@ -3,7 +3,7 @@ with 256 log-buckets over relative distances up to 512, a 128K SentencePiece voc
 discriminator is DebertaV2Model's 183.8M params (86M backbone + 98M embeddings) plus a 0.6M
 replaced-token head; the 6-layer generator is a 142.0M DebertaV2ForMaskedLM sharing its table.
 
-    python -m bert_jax.commands.pretrain --config=configs/deberta_v3_base.py --workdir=gs://BUCKET/deberta_v3_base \
+    bert-jax pretrain --config=configs/deberta_v3_base.py --workdir=gs://BUCKET/deberta_v3_base \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
 It trains by replaced-token detection (He et al. 2023 §3): a generator of the same width and half
@@ -12,7 +12,7 @@ generator MLM + 50 x discriminator BCE, and the discriminator's word table is th
 a stop-gradient plus its own delta (GDES). The progress line shows the discriminator's accuracy (on
 all tokens, replaced ones, original ones) and the generator's MLM accuracy.
 
-Then `python -m bert_jax.commands.export --workdir=gs://BUCKET/deberta_v3_base --out=deberta_hf` writes the
+Then `bert-jax export --workdir=gs://BUCKET/deberta_v3_base --out=deberta_hf` writes the
 discriminator, with the merged table, as a DebertaV2Model folder (config.json, model.safetensors,
 DebertaV2Tokenizer files) that `transformers.AutoModel` / `AutoTokenizer` load, as a released
 DeBERTa-v3 checkpoint is; `--config.init_from_hf=FOLDER` continues pre-training from one (the
@@ -27,7 +27,7 @@ gradient clipping 1.0, dropout 0.1 (attention dropout is 0 here as in every conf
 Tiny variant: a 2-layer discriminator and a 1-layer generator, 64 wide, 1500 steps of batch 16 x 64
 tokens on the embedded corpus with a 2048-piece unigram tokenizer; about 4-5 minutes on the busy 2-core CPU:
 
-    python -m bert_jax.commands.pretrain --config=configs/deberta_v3_base.py:tiny --workdir=runs/deberta_tiny
+    bert-jax pretrain --config=configs/deberta_v3_base.py:tiny --workdir=runs/deberta_tiny
 
 It takes the tiny ELECTRA's departures from the paper (configs/electra_small.py): 30% masked, samples
 at temperature 2; at 15%, temperature 1 and lr 2e-3 the discriminator answered "original" everywhere
@@ -35,7 +35,7 @@ from about step 100 (0.8604 = the all-original rate after 400 steps). Measured (
 slow): eval discriminator accuracy 0.7648 against the all-original rate 0.7147 (replaced tokens 0.4128,
 original 0.9053), generator MLM accuracy 0.1915 against the most-frequent-token floor 0.0401.
 """
-from configs import base
+from bert_jax.configs import base
 
 
 def get_config(arg: str | None = None):

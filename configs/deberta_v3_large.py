@@ -2,12 +2,12 @@
 and 128K vocabulary. The discriminator is DebertaV2Model's 434.0M params (304M backbone + 131M
 embeddings) plus the replaced-token head; the generator (284.0M as DebertaV2ForMaskedLM) shares its table.
 
-    python -m bert_jax.commands.pretrain --config=configs/deberta_v3_large.py --workdir=gs://BUCKET/deberta_v3_large \
+    bert-jax pretrain --config=configs/deberta_v3_large.py --workdir=gs://BUCKET/deberta_v3_large \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
 The recipe is base's (configs/deberta_v3_base.py) at peak lr 3e-4. `:tiny` is base's tiny variant.
 """
-from configs import deberta_v3_base
+from bert_jax.configs import deberta_v3_base
 
 
 def get_config(arg: str | None = None):

@@ -2,12 +2,12 @@
 and 128K vocabulary. The discriminator is DebertaV2Model's 141.3M params (44M backbone + 98M
 embeddings) plus the replaced-token head; the generator (120.8M as DebertaV2ForMaskedLM) shares its table.
 
-    python -m bert_jax.commands.pretrain --config=configs/deberta_v3_small.py --workdir=gs://BUCKET/deberta_v3_small \
+    bert-jax pretrain --config=configs/deberta_v3_small.py --workdir=gs://BUCKET/deberta_v3_small \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
 The recipe is base's (configs/deberta_v3_base.py) at peak lr 6e-4. `:tiny` is base's tiny variant.
 """
-from configs import deberta_v3_base
+from bert_jax.configs import deberta_v3_base
 
 
 def get_config(arg: str | None = None):

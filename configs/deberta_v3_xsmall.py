@@ -2,12 +2,12 @@
 and 128K vocabulary. The discriminator is DebertaV2Model's 70.7M params (22M backbone + 48M
 embeddings) plus the replaced-token head; the generator (60.3M as DebertaV2ForMaskedLM) shares its table.
 
-    python -m bert_jax.commands.pretrain --config=configs/deberta_v3_xsmall.py --workdir=gs://BUCKET/deberta_v3_xsmall \
+    bert-jax pretrain --config=configs/deberta_v3_xsmall.py --workdir=gs://BUCKET/deberta_v3_xsmall \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
 The recipe is base's (configs/deberta_v3_base.py) at peak lr 6e-4. `:tiny` is base's tiny variant.
 """
-from configs import deberta_v3_base
+from bert_jax.configs import deberta_v3_base
 
 
 def get_config(arg: str | None = None):

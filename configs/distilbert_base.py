@@ -4,11 +4,11 @@
 Distilled from a BERT-base teacher (a pre-training workdir or a Hugging Face folder), its
 embeddings and every other layer copied into the student first, as in the paper:
 
-    python -m bert_jax.commands.pretrain --config=configs/distilbert_base.py --workdir=gs://BUCKET/distilbert \\
+    bert-jax pretrain --config=configs/distilbert_base.py --workdir=gs://BUCKET/distilbert \\
         --config.distill.teacher=gs://BUCKET/bert_base --config.data.source=text \\
         --config.data.path='gs://BUCKET/corpus/*.txt'
 
-then `python -m bert_jax.commands.export --workdir=gs://BUCKET/distilbert --out=distilbert_hf` writes a
+then `bert-jax export --workdir=gs://BUCKET/distilbert --out=distilbert_hf` writes a
 `DistilBertForMaskedLM` folder with the teacher's tokenizer. Without `distill.teacher` it
 pre-trains a DistilBERT-shaped model by MLM alone.
 
@@ -17,16 +17,16 @@ Adam lr 5e-4 (warmup 5%), loss 5.0 * T^2 * KL + 2.0 * MLM + 1.0 * cosine at T = 
 
 Tiny variant: a 2-layer, 64-wide student of a teacher you name, on the embedded corpus:
 
-    python -m bert_jax.commands.pretrain --config=configs/tiny.py --workdir=runs/tiny4 \\
+    bert-jax pretrain --config=configs/tiny.py --workdir=runs/tiny4 \\
         --config.model.num_layers=4                                              # the teacher
-    python -m bert_jax.commands.pretrain --config=configs/distilbert_base.py:tiny --workdir=runs/distil_tiny \\
+    bert-jax pretrain --config=configs/distilbert_base.py:tiny --workdir=runs/distil_tiny \\
         --config.distill.teacher=runs/tiny4
 
 It copies the teacher's tokenizer; with a teacher of hidden size 128 (configs/tiny.py) set
 --config.model.hidden_size=128 --config.model.intermediate_size=512 to keep the cosine loss and
 --config.distill.init_student_from_teacher=every_other_layer to start from its layers.
 """
-from configs import base
+from bert_jax.configs import base
 
 
 def get_config(arg: str | None = None):

@@ -2,10 +2,10 @@
 were replaced; 109.5M params as ElectraForPreTraining (the discriminator), 33.7M as ElectraForMaskedLM (the
 generator, embeddings shared with the discriminator, so counted in both).
 
-    python -m bert_jax.commands.pretrain --config=configs/electra_base.py --workdir=gs://BUCKET/electra_base \
+    bert-jax pretrain --config=configs/electra_base.py --workdir=gs://BUCKET/electra_base \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
-then `python -m bert_jax.commands.export --workdir=gs://BUCKET/electra_base --out=electra_hf` writes the
+then `bert-jax export --workdir=gs://BUCKET/electra_base --out=electra_hf` writes the
 discriminator (`transformers.ElectraForPreTraining` / `AutoModel` load it, with its tokenizer) and
 the generator beside it in `electra_hf/generator` (`AutoModelForMaskedLM`).
 
@@ -20,7 +20,7 @@ and the examples are FULL-SENTENCES rows without the second segment.
 Tiny variant (`:tiny`): configs/electra_small.py's, 1500 steps on the embedded corpus with a WordPiece of 2048
 trained first: a few minutes on a busy 2-core CPU; see configs/electra_small.py for what it reaches.
 """
-from configs import electra_small
+from bert_jax.configs import electra_small
 
 
 def get_config(arg: str | None = None):

@@ -1,11 +1,11 @@
 """ELECTRA-Large (Clark et al. 2020): 24 layers of 1024, a 1/4-size generator; 335.1M params as
 ElectraForPreTraining (the discriminator), 51.3M as ElectraForMaskedLM (the generator, embeddings shared).
 
-    python -m bert_jax.commands.pretrain --config=configs/electra_large.py --workdir=gs://BUCKET/electra_large \
+    bert-jax pretrain --config=configs/electra_large.py --workdir=gs://BUCKET/electra_large \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
-then `python -m bert_jax.commands.export` as for configs/electra_base.py. Memory on 8 and 64 devices:
-`python -m bert_jax.plan --config=configs/electra_large.py --num_devices=8` (docs/guides/families.md, "ELECTRA").
+then `bert-jax export` as for configs/electra_base.py. Memory on 8 and 64 devices:
+`bert-jax plan --config=configs/electra_large.py --num_devices=8` (docs/guides/families.md, "ELECTRA").
 
 The paper's recipe (Table 6), kept here: sequences of 512 with 25% masked, generator 1/4 (256 wide,
 4 heads, FFN 1024), lambda = 50, Adam at lr 2e-4, 10K warmup, linear decay, weight decay 0.01,
@@ -15,7 +15,7 @@ the paper: as configs/electra_base.py.
 
 Tiny variant (`:tiny`): as configs/electra_small.py's.
 """
-from configs import electra_small
+from bert_jax.configs import electra_small
 
 
 def get_config(arg: str | None = None):

@@ -2,10 +2,10 @@
 generator; 13.5M params as ElectraForPreTraining (the discriminator), 4.6M as ElectraForMaskedLM (the
 generator, embeddings shared with the discriminator, so counted in both).
 
-    python -m bert_jax.commands.pretrain --config=configs/electra_small.py --workdir=gs://BUCKET/electra_small \
+    bert-jax pretrain --config=configs/electra_small.py --workdir=gs://BUCKET/electra_small \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
-then `python -m bert_jax.commands.export --workdir=gs://BUCKET/electra_small --out=electra_hf` writes the
+then `bert-jax export --workdir=gs://BUCKET/electra_small --out=electra_hf` writes the
 discriminator (ElectraForPreTraining) and, in electra_hf/generator, the generator (ElectraForMaskedLM).
 Continue from Google's release with `--config.init_from_hf=DIR` (the discriminator folder, holding the
 generator folder as DIR/generator, or alone: the generator then starts fresh; google/electra-small-generator
@@ -20,7 +20,7 @@ here (0.1 in the paper: `--config.model.attention_dropout_rate=0.1`), masking BE
 Tiny variant: 1500 steps of batch 16 x 64 tokens on the embedded corpus, a WordPiece of 2048 trained
 first; about 4-5 minutes on the busy 2-core CPU:
 
-    python -m bert_jax.commands.pretrain --config=configs/electra_small.py:tiny --workdir=runs/electra_tiny
+    bert-jax pretrain --config=configs/electra_small.py:tiny --workdir=runs/electra_tiny
 
 At this scale it departs from the paper's recipe in two places (measured, below): 30% of tokens masked
 (ELECTRA-Large used 25% to even out the replaced/original imbalance) and replacements sampled at
@@ -32,7 +32,7 @@ replaced and on original tokens. Measured (test_electra_pretrain.py, slow): eval
 0.7477 against the all-original rate 0.7128 (replaced tokens 0.3445, original 0.9102), generator MLM
 accuracy 0.0713 against the most-frequent-token floor 0.0468.
 """
-from configs import base
+from bert_jax.configs import base
 
 
 def get_config(arg: str | None = None):

@@ -1,10 +1,10 @@
 """ModernBERT-base (Warner et al. 2024): 22 layers, 768 wide, GeGLU, rotary positions, a global layer
 every 3rd and a 128-token window elsewhere; 149,655,232 params (as ModernBertForMaskedLM).
 
-    python -m bert_jax.commands.pretrain --config=configs/modernbert_base.py --workdir=gs://BUCKET/modernbert_base \
+    bert-jax pretrain --config=configs/modernbert_base.py --workdir=gs://BUCKET/modernbert_base \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
-then `python -m bert_jax.commands.export --workdir=gs://BUCKET/modernbert_base --out=modernbert_hf` writes a
+then `bert-jax export --workdir=gs://BUCKET/modernbert_base --out=modernbert_hf` writes a
 folder `transformers.AutoModelForMaskedLM` / `AutoModel` / `AutoTokenizer` load.
 
 The paper's recipe (§2.2, Table 3), kept here: 1.7T tokens at sequence 1024 (RoPE theta 10K
@@ -21,13 +21,13 @@ well-kept JAX library provides it, see docs/guides/families.md), no batch-size w
 Tiny variant: 2 layers (one global, one local with a 16-token window), 64 wide, 400 steps on
 the embedded corpus with a 2048-token BPE trained first:
 
-    python -m bert_jax.commands.pretrain --config=configs/modernbert_base.py:tiny --workdir=runs/modernbert_tiny
+    bert-jax pretrain --config=configs/modernbert_base.py:tiny --workdir=runs/modernbert_tiny
 
 Not yet timed on a quiet machine; its 40-step, 32-wide version in
 tests/test_families_pretrain.py (loss 6.93 -> 6.36, then export and reload in transformers)
 took 80 s on a 2-core CPU at load average 17.
 """
-from configs import base
+from bert_jax.configs import base
 
 
 def get_config(arg: str | None = None):

@@ -1,7 +1,7 @@
 """ModernBERT-large (Warner et al. 2024): 28 layers, 1024 wide, 16 heads, GeGLU of 2624; 395,881,664 params
 (as ModernBertForMaskedLM).
 
-    python -m bert_jax.commands.pretrain --config=configs/modernbert_large.py --workdir=gs://BUCKET/modernbert_large \
+    bert-jax pretrain --config=configs/modernbert_large.py --workdir=gs://BUCKET/modernbert_large \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
 The paper's recipe is base's (configs/modernbert_base.py: sequence 1024 then context extension
@@ -11,9 +11,9 @@ config does not do.
 
 Tiny variant: base's tiny run (same code paths) with large's head count ratio:
 
-    python -m bert_jax.commands.pretrain --config=configs/modernbert_large.py:tiny --workdir=runs/modernbert_large_tiny
+    bert-jax pretrain --config=configs/modernbert_large.py:tiny --workdir=runs/modernbert_large_tiny
 """
-from configs import base, modernbert_base
+from bert_jax.configs import base, modernbert_base
 
 
 def get_config(arg: str | None = None):

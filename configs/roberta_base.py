@@ -1,10 +1,10 @@
 """RoBERTa-base (Liu et al. 2019): BERT-base's shape, byte-level BPE, MLM only; 124.7M params
 (as RobertaForMaskedLM).
 
-    python -m bert_jax.commands.pretrain --config=configs/roberta_base.py --workdir=gs://BUCKET/roberta_base \
+    bert-jax pretrain --config=configs/roberta_base.py --workdir=gs://BUCKET/roberta_base \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
-then `python -m bert_jax.commands.export --workdir=gs://BUCKET/roberta_base --out=roberta_hf` writes a
+then `bert-jax export --workdir=gs://BUCKET/roberta_base --out=roberta_hf` writes a
 folder `transformers.AutoModelForMaskedLM` / `AutoTokenizer` load.
 
 The paper's recipe (Table 9), kept here: batch 8K sequences of 512 tokens, 500K steps, Adam
@@ -16,13 +16,13 @@ global batch with --config.train.grad_accum_steps.
 Tiny variant: 400 steps on the embedded corpus, a byte-level BPE of 2048 tokens trained
 first; about a minute on a quiet 2-core CPU (1m50s measured on a busy one):
 
-    python -m bert_jax.commands.pretrain --config=configs/roberta_base.py:tiny --workdir=runs/roberta_tiny
+    bert-jax pretrain --config=configs/roberta_base.py:tiny --workdir=runs/roberta_tiny
 
 The train loss falls from ~7.6 (step 10) to ~6.3 (eval 6.2); MLM accuracy stays near the
 always-most-frequent-token floor (~0.04). It exercises every code path of the family,
 export included; it is not meant to learn much.
 """
-from configs import base
+from bert_jax.configs import base
 
 
 def get_config(arg: str | None = None):

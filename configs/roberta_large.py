@@ -1,13 +1,13 @@
 """RoBERTa-large (Liu et al. 2019): 24 layers, hidden 1024, 16 heads, MLP 4096; 355.4M params
 (as RobertaForMaskedLM).
 
-    python -m bert_jax.commands.pretrain --config=configs/roberta_large.py --workdir=gs://BUCKET/roberta_large \
+    bert-jax pretrain --config=configs/roberta_large.py --workdir=gs://BUCKET/roberta_large \
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
 The paper's recipe (Table 9): as RoBERTa-base (batch 8K x 512, 500K steps, Adam b2 0.98)
 but peak lr 4e-4 and 30K warmup steps. `:tiny` is RoBERTa-base's tiny variant.
 """
-from configs import roberta_base
+from bert_jax.configs import roberta_base
 
 
 def get_config(arg: str | None = None):

@@ -2,7 +2,7 @@
 
 Runs on a laptop CPU with no download:
 
-    python -m bert_jax.commands.pretrain --config=configs/tiny.py --workdir=runs/tiny
+    bert-jax pretrain --config=configs/tiny.py --workdir=runs/tiny
 
 Expect about 6 minutes on 2 CPU cores for 1000 steps (batch 32, seq 128, ~12k
 tokens/s). The last eval line prints `eval/mlm_accuracy` (about 0.15) next to the
@@ -13,7 +13,7 @@ newest checkpoint (every 200 steps) and finishes at step 1000.
 `configs/tiny.py:two_stage` is the same model in two stages (seq 64, then 128), as one command:
 see `two_stage` below.
 """
-from configs import base
+from bert_jax.configs import base
 
 
 def get_config(arg: str | None = None):
@@ -51,7 +51,7 @@ def get_config(arg: str | None = None):
 def two_stage(c) -> None:
     """BERT's two phases in miniature: 240 steps at seq 64, then 60 at seq 128, one schedule, one command.
 
-        python -m bert_jax.commands.pretrain --config=configs/tiny.py:two_stage --workdir=runs/tiny_two_stage
+        bert-jax pretrain --config=configs/tiny.py:two_stage --workdir=runs/tiny_two_stage
 
     The step recompiles for seq 128 at step 240; the learning rate goes on along the same linear decay
     to 0 at step 300; DONE is written once, at step 300. max_predictions_per_seq is auto in both

@@ -1,19 +1,15 @@
-"""Launchers: the same pretrain command on TPU VMs, SLURM clusters, local processes, and sweeps."""
-import argparse
+"""Launchers: the same pretrain command on TPU VMs, SLURM clusters, local processes, and sweeps.
+
+Installed as `bert_jax.launch` (a top-level `launch` would collide with a user's own package); the commands that
+drive it are bert_jax/commands/{tpu_vm,slurm,local,ray_tpu,sweep}.py. `python -m launch.<name>` still runs each from
+the repository root, where this folder is importable by its own name.
+"""
 import os
 import shlex
 
 # Weights & Biases reads these from the environment (WANDB_API_KEY, WANDB_ENTITY, WANDB_PROJECT, WANDB_MODE,
 # WANDB_BASE_URL, ...): the launchers pass every WANDB_* variable of the launching shell to the workers.
 WANDB_PREFIX = "WANDB_"
-
-
-def parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
-    """The launcher's flags, and in `.overrides` the pretrain flags that follow `--`."""
-    cut = argv.index("--") if "--" in argv else len(argv)
-    args = parser.parse_args(argv[:cut])
-    args.overrides = argv[cut + 1:]
-    return args
 
 
 def wandb_env(environ: dict | None = None) -> dict[str, str]:

@@ -1,10 +1,10 @@
-"""How a set of runs gets run: here, `parallel` at a time, or each as a `launch.ray_tpu` job on a Ray cluster of
+"""How a set of runs gets run: here, `parallel` at a time, or each as a `ray-tpu` job on a Ray cluster of
 TPU slices. One mechanism for the sweep's points (launch/sweep.py) and a battery's fine-tunings
 (`bert-jax evaluate --executor=ray`, bert_jax/finetune/battery.py).
 
     local  every run is a command here, `parallel` at once, each one's output in LOG_DIR/<name>.log when more
            than one runs at a time
-    ray    every run is `python -m launch.ray_tpu --command=<module> ...`, all submitted at once: each waits for a
+    ray    every run is `bert-jax ray-tpu --command=<module> ...`, all submitted at once: each waits for a
            free slice and is relaunched after preemptions until its DONE, so as many run at once as the cluster
            has slices
 
@@ -15,10 +15,11 @@ import shlex
 import subprocess
 import sys
 
+from bert_jax import UserError
+from bert_jax.registry import Registry, registered_as
 from bert_jax.storage import paths
-from launch import ray_tpu
+from bert_jax.launch import ray_tpu
 
-EXECUTORS = ("local", "ray")
 ROOT = str(paths.path(__file__).resolve().parent.parent)  # the project: what a Ray host runs its commands in
 BATTERY_RUN_CONFIG = "configs/suites/battery_run.py"  # a battery's run as a config file (OUT,TASK)
 
@@ -45,15 +46,15 @@ def check_ray(args, shared_dir: str, flag: str) -> None:
     """`--executor=ray` needs a cluster address, and a bucket for the runs unless each slice is one host (then the
     hosts may share a disk, as on a test machine)."""
     if not args.address:
-        raise ValueError("--executor=ray needs --address (the Ray cluster's HEAD_IP:PORT)")
+        raise UserError("--executor=ray needs --address (the Ray cluster's HEAD_IP:PORT)")
     if not paths.is_remote(shared_dir) and ray_tpu.slice_hosts(args.tpu) != 1:
         # Every slice's hosts must see the same workdirs, and they outlive the slices.
-        raise ValueError(f"--executor=ray: give a gs:// or s3:// {flag}, not {shared_dir!r}")
+        raise UserError(f"--executor=ray: give a gs:// or s3:// {flag}, not {shared_dir!r}")
 
 
 def ray_argv(args, command: str, config: str, workdir: str, overrides: dict, repo: str = "") -> list[str]:
-    """A run as a `launch.ray_tpu` job: it waits for a free slice and is relaunched until its DONE."""
-    return [sys.executable, "-m", "launch.ray_tpu", f"--address={args.address}", f"--tpu={args.tpu}",
+    """A run as a `ray-tpu` job: it waits for a free slice and is relaunched until its DONE."""
+    return [sys.executable, "-m", "bert_jax.commands.ray_tpu", f"--address={args.address}", f"--tpu={args.tpu}",
             f"--command={command}", f"--config={config}", f"--workdir={workdir}", f"--max_wait={args.max_wait}",
             f"--python={args.python}", *([f"--repo={repo}"] if repo else []), "--", *override_flags(overrides)]
 
@@ -96,3 +97,64 @@ def ray_battery(args, out: str):
         return True
 
     return execute
+
+
+class Executor:
+    """What differs between executors, asked by every command that offers --executor (sweep run, evaluate); the
+    commands never branch on its name. This one runs each command here."""
+
+    name: str
+    flags: tuple[str, ...] = ()  # the command-line flags it reads, which a command passes on to another
+    prints_only = False  # it prints the commands for the user to run (sweep's `tpu`) rather than running them
+
+    def check(self, args, shared_dir: str, flag: str) -> None:
+        """Refuses, naming the flag, what it cannot run with, before anything starts."""
+
+    def argv(self, args, command: str, config: str, workdir: str, overrides: dict, here: list[str]) -> list[str]:
+        """A run's command line: `here` (the command as run on this machine), or a job that runs it elsewhere."""
+        del args, command, config, workdir, overrides
+        return here
+
+    def parallel(self, args, runs: int) -> int:
+        """How many runs at once when --parallel does not say."""
+        del runs
+        return args.parallel or 1
+
+    def battery(self, args, checkpoint: str, out: str):
+        """(checkpoint, out, execute) for bert_jax/finetune/battery.py: execute None runs the jobs in-process."""
+        del args
+        return checkpoint, out, None
+
+
+EXECUTORS: Registry[Executor] = Registry("--executor", "executors")
+
+
+@registered_as(EXECUTORS, "local")
+class LocalExecutor(Executor):
+    pass
+
+
+@registered_as(EXECUTORS, "ray")
+class RayExecutor(Executor):
+    """Every run a launch.ray_tpu job on a Ray cluster of TPU slices, all submitted at once."""
+
+    flags = ("address", "tpu", "max_wait", "python")
+
+    def check(self, args, shared_dir: str, flag: str) -> None:
+        check_ray(args, shared_dir, flag)
+
+    def argv(self, args, command, config, workdir, overrides, here):
+        return ray_argv(args, command, config, workdir, overrides)
+
+    def parallel(self, args, runs: int) -> int:
+        return args.parallel or runs  # each job waits for its own slice
+
+    def battery(self, args, checkpoint: str, out: str):
+        # The hosts run in the project's directory: local paths are given to them whole.
+        checkpoint, out = paths.absolute(checkpoint), paths.absolute(out)
+        return checkpoint, out, ray_battery(args, out)
+
+
+def executor(name: str) -> Executor:
+    """The executor --executor names (an instance of its registered class)."""
+    return EXECUTORS.get(name)()

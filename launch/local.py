@@ -1,7 +1,4 @@
-"""N processes of one command on this machine, joined by `jax.distributed` on 127.0.0.1.
-
-    python -m launch.local --num_processes=2 --devices_per_process=4 -- \
-        python -m bert_jax.commands.pretrain --config=configs/tiny.py --workdir=/tmp/tiny2
+"""N processes of one command on this machine, joined by `jax.distributed` on 127.0.0.1 (`bert-jax local`).
 
 Each process gets `devices_per_process` simulated CPU devices and the overrides
 `--config.distributed.{coordinator_address,num_processes,process_id}` appended to the
@@ -10,9 +7,8 @@ if any process fails; once one has failed, the rest get `--grace_s` to stop on t
 own (jax.distributed's heartbeat) before they are killed. This is how multi-host code
 is exercised without a cluster (tests/test_multihost.py).
 """
-import argparse
 import os
-import shlex
+import runpy
 import socket
 import subprocess
 import sys
@@ -85,25 +81,5 @@ def run_local(command: list[str], num_processes: int, devices_per_process: int =
     return status or next((c for c in codes if c != 0), 0)
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num_processes", type=int, default=2)
-    parser.add_argument("--devices_per_process", type=int, default=1)
-    parser.add_argument("--port", type=int, default=0, help="coordinator port; 0 = a free one")
-    parser.add_argument("--grace_s", type=float, default=60.0, help="after one process fails, wait this long")
-    parser.add_argument("--dry_run", action="store_true", help="print each process's command and stop")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("give the command after --, e.g. -- python -m bert_jax.commands.pretrain --config=...")
-    if args.dry_run:
-        env = f"JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count={args.devices_per_process}"
-        for cmd in process_commands(command, args.num_processes, args.port or 12355):
-            print(f"{env} {shlex.join(cmd)} &")
-        return
-    sys.exit(run_local(command, args.num_processes, args.devices_per_process, args.port, args.grace_s))
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `python -m launch.local` from the repository root: the `bert-jax local` command
+    runpy.run_module("bert_jax.commands.local", run_name="__main__", alter_sys=True)

@@ -1,8 +1,5 @@
-"""A pre-training (or fine-tuning) run on spot TPUs that relaunches itself until it is done, through Ray.
-
-    ray up launch/ray_tpu_cluster.yaml          # once: a cluster whose autoscaler recreates lost slices
-    python -m launch.ray_tpu --address=HEAD_IP:6379 --tpu=v4-32 --config=configs/bert_large.py \
-        --workdir=gs://BUCKET/runs/bert_large -- --config.mesh.shape='(1,-1,1)'
+"""A pre-training (or fine-tuning) run on spot TPUs that relaunches itself until it is done, through Ray
+(`bert-jax ray-tpu`, also `python -m launch.ray_tpu`).
 
 It reserves a slice (Ray's TPU resources: the `TPU-<type>-head` resource of a slice's
 host 0, then one task per host pinned by the slice's name resource), starts one `pretrain`
@@ -17,27 +14,27 @@ Every attempt goes to `WORKDIR/attempts.jsonl` and is printed at the end.
 `--command=bert_jax.finetune` runs a fine-tuning the same way (a sweep of fine-tunings, one run of an
 `evaluate --executor=ray` battery): the same harness, the same DONE, the same relaunches.
 
-`launch/tpu_vm.py` is the way without Ray; it does not relaunch.
+`bert-jax tpu-vm` (launch/tpu_vm.py) is the way without Ray; it does not relaunch.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import ctypes
 import os
+import runpy
 import signal
 import socket
 import subprocess
-import sys
 import time
 
+from bert_jax import UserError
 from bert_jax.parallel import tpu_slices
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.run import completion
 from bert_jax.run import lease as lease_lib
-from launch import attempts as attempts_lib
-from launch import parse_with_overrides, wandb_env
+from bert_jax.launch import attempts as attempts_lib
+from bert_jax.launch import wandb_env
 
 CONNECT_TIMEOUT_S = 15.0
 COMMANDS = ("bert_jax.commands.pretrain", "bert_jax.finetune")  # what a host runs: the modules of the one harness
@@ -46,7 +43,7 @@ GRACE_S = 60.0
 
 
 class LaunchError(RuntimeError):
-    pass
+    """A slice that cannot run the job (its head has no TPU name)."""
 
 
 def slice_hosts(tpu: str) -> int:
@@ -67,15 +64,15 @@ def check_address(address: str) -> None:
     try:
         socket.create_connection((host or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except (OSError, ValueError) as error:
-        raise LaunchError(f"--address={address}: no Ray cluster answers there ({error}). Start one with "
-                          f"`ray up launch/ray_tpu_cluster.yaml` (or `ray start --head`) and give its HEAD_IP:6379."
-                          ) from None
+        raise UserError(f"--address={address}: no Ray cluster answers there ({error}). Start one with "
+                        f"`ray up launch/ray_tpu_cluster.yaml` (or `ray start --head`) and give its HEAD_IP:6379."
+                        ) from None
 
 
 def check_workdir(workdir: str, hosts: int) -> None:
     if hosts > 1 and not paths.is_remote(workdir):
-        raise LaunchError(f"--workdir={workdir!r} is a local path, and a {hosts}-host slice has {hosts} disks: "
-                          f"a relaunch on other hosts would lose the run. Give a gs:// or s3:// workdir.")
+        raise UserError(f"--workdir={workdir!r} is a local path, and a {hosts}-host slice has {hosts} disks: "
+                        f"a relaunch on other hosts would lose the run. Give a gs:// or s3:// workdir.")
 
 
 def _die_with_parent() -> None:
@@ -207,31 +204,5 @@ def launch(args) -> int:
     return 0 if history[-1].outcome == "done" else 1
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--address", required=True, help="the Ray cluster's HEAD_IP:PORT (GCS port, 6379 by default)")
-    p.add_argument("--tpu", required=True, help="slice type, e.g. v4-32, v5litepod-16, v5p-64")
-    p.add_argument("--config", required=True)
-    p.add_argument("--command", choices=COMMANDS, default=COMMANDS[0], help="the module each host runs")
-    p.add_argument("--workdir", required=True, help="gs:// or s3:// (local only for a one-host slice)")
-    p.add_argument("--max_preemptions", type=int, default=20, help="relaunch at most this many times")
-    p.add_argument("--max_failures", type=int, default=0,
-                   help="crashes retried (only when the run got further than at the previous one)")
-    p.add_argument("--max_wait", type=float, default=3600.0, help="seconds to wait for a free slice")
-    p.add_argument("--num_hosts", type=int, default=0, help="hosts per slice; 0: from --tpu")
-    p.add_argument("--python", default="python3", help="the interpreter on the hosts")
-    p.add_argument("--repo", default=os.getcwd(), help="the project's directory on the hosts (default: this one)")
-    p.epilog = "Everything after -- is passed to the command: --config.key=value overrides."
-    return p
-
-
-def main(argv=None) -> None:
-    args = parse_with_overrides(parser(), sys.argv[1:] if argv is None else argv)
-    try:
-        sys.exit(launch(args))
-    except (LaunchError, ValueError) as error:
-        sys.exit(f"launch.ray_tpu: {error}")
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `python -m launch.ray_tpu` from the repository root: the `bert-jax ray-tpu` command
+    runpy.run_module("bert_jax.commands.ray_tpu", run_name="__main__", alter_sys=True)

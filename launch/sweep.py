@@ -1,9 +1,5 @@
-"""Sweeps: a base config and a grid (or list) of overrides -> one pre-training run per point.
-
-    python -m launch.sweep run --sweep=configs/sweeps/tiny_lr.py --sweep_dir=runs/tiny_lr
-    python -m launch.sweep summary --sweep_dir=runs/tiny_lr
-    python -m launch.sweep evaluate runs/tiny_lr --suite=glue --glue_dir=/data/glue [--tasks=sst2,rte] [--seeds=5] \
-        [--executor=ray --address=HEAD_IP:6379 --tpu=v4-8]   (launch/sweep_downstream.py)
+"""Sweeps: a base config and a grid (or list) of overrides -> one pre-training run per point (`bert-jax sweep`;
+`evaluate` is launch/sweep_downstream.py).
 
 A sweep file is Python with `get_sweep()` returning a dict:
     config     the base config file, e.g. "configs/tiny.py"
@@ -46,8 +42,6 @@ vocab_size, the data...) gets its own. Points that do not train one (a given
 `data.tokenizer.path`, prepared shards, `init_from_hf`) keep theirs. summary.md names the
 tokenizer (its sha256) each run used.
 """
-import argparse
-import concurrent.futures
 import csv
 import hashlib
 import importlib.util
@@ -55,43 +49,45 @@ import itertools
 import io
 import json
 import re
+import runpy
 import shlex
 import statistics
 import subprocess
 import sys
 from typing import Callable
 
+from bert_jax import UserError
+from bert_jax.registry import Registry, registered_as
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.run.completion import read_done
 from bert_jax.run.metrics_file import read_rows
-from launch import executors
-from launch import sweep_downstream
-from launch.executors import format_value, override_flags
+from bert_jax.launch import executors
+from bert_jax.launch import sweep_downstream
+from bert_jax.launch.executors import format_value, override_flags
 
 SUMMARY_KEYS = ("train/loss", "train/mlm_accuracy", "eval/loss", "eval/mlm_accuracy", "perf/tokens_per_s")
 PRETRAIN = "bert_jax.commands.pretrain"
 COMMANDS = (PRETRAIN, "bert_jax.finetune")
-EXECUTORS = (*executors.EXECUTORS, "tpu")
 # Extra summary columns: each callable gets (a run's workdir, its sweep.json entry) and returns {column: value}.
-ROW_COLUMNS: list[Callable[..., dict]] = [sweep_downstream.row_columns]  # scores of `launch.sweep evaluate`, if run
+ROW_COLUMNS: list[Callable[..., dict]] = [sweep_downstream.row_columns]  # scores of `sweep evaluate`, if run
 
 
 def load_sweep(path: str) -> dict:
     spec = importlib.util.spec_from_file_location("sweep_file", path)
-    if spec is None:
-        raise FileNotFoundError(f"--sweep={path}: no such Python file")
+    if spec is None or not paths.path(path).is_file():
+        raise UserError(f"--sweep={path}: no such Python file")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sweep = module.get_sweep()
     if "config" not in sweep:
-        raise ValueError(f"--sweep={path}: get_sweep() must return a dict with 'config' (the base config file)")
+        raise UserError(f"--sweep={path}: get_sweep() must return a dict with 'config' (the base config file)")
     unknown = set(sweep) - {"config", "overrides", "grid", "points", "command", "summary_keys"}
     if unknown:
-        raise ValueError(f"--sweep={path}: unknown entries {sorted(unknown)}; expected "
-                         f"config/overrides/grid/points/command/summary_keys")
+        raise UserError(f"--sweep={path}: unknown entries {sorted(unknown)}; expected "
+                        f"config/overrides/grid/points/command/summary_keys")
     if sweep.get("command", PRETRAIN) not in COMMANDS:
-        raise ValueError(f"--sweep={path}: command={sweep['command']!r}; expected one of {COMMANDS}")
+        raise UserError(f"--sweep={path}: command={sweep['command']!r}; expected one of {COMMANDS}")
     return sweep
 
 
@@ -101,7 +97,7 @@ def sweep_points(sweep: dict) -> list[dict]:
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] if grid else []
     points += [dict(p) for p in sweep.get("points", [])]
     if not points:
-        raise ValueError("the sweep has no points: give `grid` or `points`")
+        raise UserError("the sweep has no points: give `grid` or `points`")
     return points
 
 
@@ -116,7 +112,7 @@ def resolved_config(config_file: str, overrides: dict):
     path, _, arg = config_file.partition(":")
     spec = importlib.util.spec_from_file_location("sweep_config", path)
     if spec is None or not paths.path(path).exists():
-        raise FileNotFoundError(f"the sweep's config {config_file!r}: no such Python file")
+        raise UserError(f"the sweep's config {config_file!r}: no such Python file")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     config = module.get_config(arg) if arg else module.get_config()
@@ -126,17 +122,19 @@ def resolved_config(config_file: str, overrides: dict):
         for parent in parents:
             node = node[parent]
         if leaf not in node:
-            raise KeyError(f"sweep override {key!r}: config {config_file} has no such key")
+            raise UserError(f"sweep override {key!r}: config {config_file} has no such key")
         node[leaf] = value
     return config
 
 
 def tokenizer_settings(config) -> dict | None:
     """The settings a point's trained tokenizer is a function of; None when the point trains none."""
-    from data_pipelines.tokenizers import training as tokenizer_training  # noqa: PLC0415 (imports the tokenizer libraries)
+    # Imported here: they load the tokenizer libraries, which only a sweep that trains a tokenizer needs.
+    from data_pipelines.sources import documents as sources
+    from data_pipelines.tokenizers import training as tokenizer_training
 
     data = config.data
-    if config.get("init_from_hf", "") or data.source == "prepared" or data.tokenizer.get("path", ""):
+    if config.get("init_from_hf", "") or sources.source_of(data).tokenized or data.tokenizer.get("path", ""):
         return None
     return tokenizer_training.training_settings(data)
 
@@ -151,7 +149,7 @@ def plan_runs(sweep: dict, sweep_dir: str) -> list[dict]:
     for point in points:
         name = run_name(point)
         if name in names:
-            raise ValueError(f"two sweep points are both named {name!r}; make their overrides differ")
+            raise UserError(f"two sweep points are both named {name!r}; make their overrides differ")
         names.add(name)
     runs = []
     for point in points:
@@ -193,11 +191,11 @@ def tpu_commands(sweep: dict, runs: list[dict], args) -> list[list[str]]:
     """The shared tokenizers' training commands (run them first, once), then one TPU command per point:
     its own slice (spot unless --capacity says otherwise), the code from --repo_url, deleted after its DONE."""
     if not args.repo_url or "OWNER" in args.repo_url:
-        raise ValueError("--executor=tpu clones the code onto each slice: give --repo_url (and --branch)")
+        raise UserError("--executor=tpu clones the code onto each slice: give --repo_url (and --branch)")
     capacity = {"spot": ["--spot"], "preemptible": ["--preemptible"], "on_demand": []}[args.capacity]
-    tokenizers = [["python", "-m", "bert_jax.commands.tokenizer", *argv[3:]] for argv in shared_tokenizers(runs).values()]
+    tokenizers = [["bert-jax", "tokenizer", *argv[3:]] for argv in shared_tokenizers(runs).values()]
     return tokenizers + [
-        ["python", "-m", "launch.tpu_vm", "all", f"--name={args.tpu_name_prefix}-{i}", f"--zone={args.zone}",
+        ["bert-jax", "tpu-vm", "all", f"--name={args.tpu_name_prefix}-{i}", f"--zone={args.zone}",
          f"--accelerator_type={args.accelerator_type}", *capacity, f"--repo_url={args.repo_url}",
          f"--branch={args.branch}", "--delete_when_done", f"--config={sweep['config']}",
          f"--workdir={run['workdir']}", "--", *override_flags(run["overrides"])]
@@ -205,12 +203,31 @@ def tpu_commands(sweep: dict, runs: list[dict], args) -> list[list[str]]:
     ]
 
 
+class TpuVmExecutor(executors.Executor):
+    """Each point on a TPU VM of its own (`bert-jax tpu-vm all`): the commands are printed for the user to run."""
+
+    prints_only = True
+
+    def check(self, args, shared_dir: str, flag: str) -> None:
+        if not paths.is_remote(shared_dir):
+            # Every slice's hosts must see the same workdirs, and they outlive the slices.
+            raise UserError(f"--executor=tpu: give a gs:// or s3:// {flag}, not {shared_dir!r}")
+
+    def sweep_commands(self, sweep: dict, runs: list[dict], args) -> list[list[str]]:
+        return tpu_commands(sweep, runs, args)
+
+
+# The shared executors (launch/executors.py) and the one only a sweep offers.
+EXECUTORS: Registry[type[executors.Executor]] = Registry("--executor", "executors")
+for _name, _executor in executors.EXECUTORS.items():
+    EXECUTORS.register(_name, _executor)
+registered_as(EXECUTORS, "tpu")(TpuVmExecutor)
+
+
 def point_argv(sweep: dict, run: dict, args) -> list[str]:
     """A point's command: here, or as a launch.ray_tpu job (launch/executors.py) of the sweep's command."""
-    if args.executor == "ray":
-        return executors.ray_argv(args, sweep.get("command", PRETRAIN), sweep["config"], run["workdir"],
-                                  run["overrides"])
-    return run["argv"]
+    return EXECUTORS.get(args.executor)().argv(args, sweep.get("command", PRETRAIN), sweep["config"], run["workdir"],
+                                               run["overrides"], run["argv"])
 
 
 def sweep_record(sweep: dict, runs: list[dict]) -> dict:
@@ -234,13 +251,10 @@ def train_shared_tokenizers(runs: list[dict]) -> None:
 def run_sweep(args) -> int:
     sweep = load_sweep(args.sweep)
     sweep_dir = args.sweep_dir.rstrip("/")
-    if args.executor == "ray":
-        executors.check_ray(args, sweep_dir, "--sweep_dir")
-    if args.executor == "tpu" and not paths.is_remote(sweep_dir):
-        # Every slice's hosts must see the same workdirs, and they outlive the slices.
-        raise ValueError(f"--executor=tpu: give a gs:// or s3:// --sweep_dir, not {sweep_dir!r}")
+    executor = EXECUTORS.get(args.executor)()
+    executor.check(args, sweep_dir, "--sweep_dir")
     runs = plan_runs(sweep, sweep_dir)
-    commands = (tpu_commands(sweep, runs, args) if args.executor == "tpu" else
+    commands = (executor.sweep_commands(sweep, runs, args) if executor.prints_only else
                 [*shared_tokenizers(runs).values(), *(point_argv(sweep, run, args) for run in runs)])
     if args.dry_run:
         for argv in commands:
@@ -248,14 +262,14 @@ def run_sweep(args) -> int:
         return 0
     paths.write_atomically(paths.path(sweep_dir) / "sweep.json",  # first: `summary` works while points run
                            json.dumps(sweep_record(sweep, runs), indent=2, default=format_value))
-    if args.executor == "tpu":
+    if executor.prints_only:
         print(f"# wrote {sweep_dir}/sweep.json; run these (the tokenizers first), then "
-              f"python -m launch.sweep summary --sweep_dir={sweep_dir}")
+              f"bert-jax sweep summary --sweep_dir={sweep_dir}")
         for cmd in commands:
             print(shlex.join(cmd))
         return 0
     train_shared_tokenizers(runs)
-    parallel = args.parallel or (len(runs) if args.executor == "ray" else 1)
+    parallel = executor.parallel(args, len(runs))
     log_dir = paths.path(args.log_dir or (f"{sweep_dir}/logs" if not paths.is_remote(sweep_dir) else
                                           f"sweep_logs/{sweep_name(sweep_dir)}"))
     failed = executors.run_commands([(run["name"], point_argv(sweep, run, args)) for run in runs], parallel, log_dir)
@@ -374,10 +388,10 @@ def _over_seeds(runs: list[dict], table: list[dict], keys) -> list[str]:
 
 
 def _plot_curves(curves: dict, path) -> None:
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 (seconds of start-up, for `summary` only)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (after choosing the headless backend)
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, key in zip(axes, ("train/loss", "eval/loss")):
@@ -397,39 +411,5 @@ def _plot_curves(curves: dict, path) -> None:
     paths.write_atomically(path, png.getvalue())
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run (or print) every point of a sweep file")
-    run.add_argument("--sweep", required=True, help="the sweep file, e.g. configs/sweeps/tiny_lr.py")
-    run.add_argument("--sweep_dir", required=True, help="one workdir per point is made under it")
-    run.add_argument("--executor", choices=EXECUTORS, default="local")
-    run.add_argument("--dry_run", action="store_true", help="print the commands only")
-    run.add_argument("--parallel", type=int, default=0,
-                     help="points at once (local: default 1; ray: default all, each waiting for a slice)")
-    run.add_argument("--log_dir", default="", help="parallel points' logs (default <sweep_dir>/logs)")
-    executors.add_ray_flags(run)
-    run.add_argument("--tpu_name_prefix", default="sweep")
-    run.add_argument("--zone", default="us-central2-b")
-    run.add_argument("--accelerator_type", default="v4-8")
-    run.add_argument("--capacity", choices=("spot", "preemptible", "on_demand"), default="spot")
-    run.add_argument("--repo_url", default="", help="tpu: the repository each slice clones")
-    run.add_argument("--branch", default="main")
-    summary = sub.add_parser("summary", help="tabulate and plot the runs of a sweep directory")
-    summary.add_argument("--sweep_dir", required=True)
-    sweep_downstream.add_parser(sub)
-    args = parser.parse_args(argv)
-    if args.command == "evaluate":
-        sys.exit(sweep_downstream.evaluate_sweep(args))
-    if args.command == "run":
-        try:
-            sys.exit(run_sweep(args))
-        except (ValueError, KeyError, FileNotFoundError) as error:
-            sys.exit(f"launch.sweep: {error}")
-    table = summarize(args.sweep_dir)
-    print((paths.path(args.sweep_dir) / "summary.md").read_text(), end="")
-    print(f"{len(table)} runs; wrote summary.md, summary.csv, curves.png in {args.sweep_dir}")
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `python -m launch.sweep` from the repository root: the `bert-jax sweep` command
+    runpy.run_module("bert_jax.commands.sweep", run_name="__main__", alter_sys=True)

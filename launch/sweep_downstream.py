@@ -1,14 +1,11 @@
-"""A sweep's arms judged downstream: `launch.sweep evaluate` and the downstream part of `launch.sweep summary`.
-
-    python -m launch.sweep evaluate runs/mask_rate --suite=glue --glue_dir=/data/glue [--tasks=sst2,rte] [--seeds=5]
-    python -m launch.sweep summary --sweep_dir=runs/mask_rate
+"""A sweep's arms judged downstream: `bert-jax sweep evaluate` and the downstream part of `bert-jax sweep summary`.
 
 `evaluate` runs `bert_jax.commands.evaluate` on every arm's final checkpoint, one after another, into
 `SWEEP_DIR/downstream/<suite>/<arm>/` (a rerun keeps what is DONE there); with `--executor=ray` (and
-`--address`, `--tpu`) each arm's runs are launch.ray_tpu jobs on a Ray cluster, as in `launch.sweep run`.
+`--address`, `--tpu`) each arm's runs are `ray-tpu` jobs on a Ray cluster, as in `sweep run`.
 `summary` then gives each arm (row), beside its final loss, columns per suite: each task's median
 [min–max] over seeds, the suite average of the medians, and the pre-training tokens seen (`row_columns`,
-one of launch.sweep's ROW_COLUMNS). Pre-training losses do not compare across objectives, mask rates or
+one of launch/sweep.py's ROW_COLUMNS). Pre-training losses do not compare across objectives, mask rates or
 vocabularies; these do. Where two arms' seed ranges overlap on a task, the cell says so (≈, and
 `<suite>/overlaps` names the arms) instead of ranking them; ★ marks an arm only where its worst
 seed beats every other arm's best.
@@ -18,17 +15,19 @@ import shlex
 import subprocess
 import sys
 
+from bert_jax import UserError
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.run.metrics_file import read_rows
-from launch import executors
+from bert_jax.launch import executors
 
 
 def arms(sweep_dir: str) -> list[str]:
     """The arms (run names) of a sweep directory, as sweep.json records them."""
     record = paths.path(sweep_dir) / "sweep.json"
     if not record.exists():
-        raise ValueError(f"{record} does not exist: {sweep_dir} is not a sweep directory (launch.sweep run makes it)")
+        raise UserError(f"--sweep_dir={sweep_dir} is not a sweep directory: it holds no sweep.json (`bert-jax sweep "
+                        f"run` writes one first)")
     return [run["name"] for run in json.loads(record.read_text())["runs"]]
 
 
@@ -51,19 +50,16 @@ def evaluate_commands(sweep_dir: str, suite: str, flags: list[str]) -> list[list
         commands.append([sys.executable, "-m", "bert_jax.commands.evaluate", f"--checkpoint={workdir}", f"--suite={suite}",
                          f"--out={out_dir(sweep_dir, suite, arm)}", *flags])
     if missing:
-        raise ValueError(f"{sweep_dir}: arms {missing} hold no pre-training checkpoint yet; run the sweep first")
+        raise UserError(f"--sweep_dir={sweep_dir}: arms {missing} hold no pre-training checkpoint yet; run the sweep "
+                        f"first")
     return commands
 
 
 def evaluate_sweep(args) -> int:
     passed = ["glue_dir", "tfds_data_dir", "tasks", "seeds", "executor"]
-    passed += ["address", "tpu", "max_wait", "python"] if args.executor == "ray" else []
+    passed += list(executors.EXECUTORS.get(args.executor).flags)
     flags = [f"--{name}={getattr(args, name)}" for name in passed if getattr(args, name)]
-    try:
-        commands = evaluate_commands(args.sweep_dir, args.suite, flags)
-    except ValueError as e:
-        print(f"[sweep evaluate] {e}", file=sys.stderr)
-        return 2
+    commands = evaluate_commands(args.sweep_dir, args.suite, flags)
     failed = []
     for i, argv in enumerate(commands):
         print(f"[sweep evaluate] {i + 1}/{len(commands)}: {shlex.join(argv)}", flush=True)
@@ -72,20 +68,6 @@ def evaluate_sweep(args) -> int:
     if failed:
         print(f"[sweep evaluate] failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
-
-
-def add_parser(sub) -> None:
-    """`launch.sweep evaluate`'s flags, on launch.sweep's subcommands."""
-    p = sub.add_parser("evaluate", help="fine-tune every arm's final checkpoint on a suite (bert_jax.commands.evaluate)")
-    p.add_argument("sweep_dir", help="a directory `launch.sweep run` made")
-    p.add_argument("--suite", default="glue", help="glue, smoke (configs/suites/) or a suite .py file")
-    p.add_argument("--glue_dir", default="", help="GLUE's directory layout: SST-2/train.tsv, ...")
-    p.add_argument("--tfds_data_dir", default="", help="TFDS's prepared glue/*, instead of --glue_dir")
-    p.add_argument("--tasks", default="", help="comma-separated tasks of the suite (default: all)")
-    p.add_argument("--seeds", default="", help="seeds per task (default: the suite's)")
-    p.add_argument("--executor", choices=executors.EXECUTORS, default="local",
-                   help="local: each arm's runs here, one after another; ray: each run a launch.ray_tpu job")
-    executors.add_ray_flags(p)
 
 
 # --- summary ----------------------------------------------------------------------------------------------------

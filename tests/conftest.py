@@ -6,6 +6,12 @@ import numpy as np
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
+from bert_jax.run import backend_choice
+
+# As a command does where it starts: on a host with libtpu but no TPU, JAX on the CPU, here and in the processes the
+# tests start, without a screen of libtpu errors (`import bert_jax` leaves that choice to its user).
+backend_choice.cpu_without_a_tpu()
+
 # One CPU device in this process, whatever XLA_FLAGS the shell exported: a forced device count would turn the
 # configs' mesh (-1, 1, 1) into data parallelism. Multi-device tests start processes with their own count.
 jax.config.update("jax_num_cpu_devices", 1)

@@ -28,7 +28,7 @@ import jax  # noqa: E402
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
-import configs.tiny  # noqa: E402
+import bert_jax.configs.tiny  # noqa: E402
 from bert_jax.checkpoint import manager as ckpt  # noqa: E402
 from bert_jax.parallel import distributed  # noqa: E402
 from bert_jax.parallel.mesh import global_batch, make_mesh  # noqa: E402
@@ -38,7 +38,7 @@ from bert_jax.train.program import build_program  # noqa: E402
 
 def tiny_config(mesh_shape, rules: str, dcn_shape=(1, 1, 1)) -> ml_collections.ConfigDict:
     """2 layers, hidden 64, 4 heads, seq 32, fp32: the smallest model every mesh below can split."""
-    c = configs.tiny.get_config()
+    c = bert_jax.configs.tiny.get_config()
     c.model.update(vocab_size=128, hidden_size=64, num_heads=4, intermediate_size=128, max_position_embeddings=32,
                    scan_layers=True, dropout_rate=0.1, attention_dropout_rate=0.1)
     c.data.update(max_seq_length=32, max_predictions_per_seq=6)
@@ -120,7 +120,7 @@ def run(config, batches: list[dict], state, save=None, program=None):
     program = program or build_program(config, make_mesh(config.mesh, _devices(config.mesh)))
     state = jax.device_put(state, program.state_shardings)
     losses = []
-    _, frozen = program.load_frozen(config.data)
+    frozen = program.load_frozen()
     with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
         for step, batch in enumerate(batches, start=1):
             state, metrics = program.train_step(state, global_batch(host_rows(batch, program.data_sharding),
@@ -153,7 +153,7 @@ def main() -> None:
     parser.add_argument("--config.distributed.process_id", dest="process_id", type=int, default=0)
     args = parser.parse_args()
 
-    dist = configs.tiny.get_config().distributed
+    dist = bert_jax.configs.tiny.get_config().distributed
     dist.update(coordinator_address=args.coordinator, num_processes=args.num_processes, process_id=args.process_id,
                 heartbeat_timeout_s=5, initialization_timeout_s=60, shutdown_timeout_s=10)
     distributed.initialize(dist)
@@ -185,7 +185,8 @@ def main() -> None:
     out = {"process_count": jax.process_count(), "device_count": jax.device_count(), "runs": {}}
     batches = make_batches(tiny_config(meshes[0], args.rules, dcn), args.steps)
     start = initial_state(tiny_config(meshes[0], args.rules, dcn))
-    manager = ckpt.make_manager(args.checkpoint_dir, configs.tiny.get_config().checkpoint) if args.checkpoint_dir else None
+    manager = (ckpt.make_manager(args.checkpoint_dir, bert_jax.configs.tiny.get_config().checkpoint)
+               if args.checkpoint_dir else None)
     programs = {}
     for shape in meshes:
         # The last mesh saves its state after --save_at steps; the others restore it below.

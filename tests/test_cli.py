@@ -1,22 +1,31 @@
-"""`bert-jax`: the command list, each command's --help, and `show-config`.
+"""`bert-jax`: the command list, each command's --help, `show-config`, and the commands the docs give.
+
+The docs' commands are what a newcomer copies: every `bert-jax ...` in README.md and docs/ must name a
+command and flags that exist, and every one in the recipe pages (README.md, the quick start, the guides)
+must show its help and have its config and overrides accepted by `show-config`, so that a renamed flag or
+config key fails here rather than in a reader's terminal.
 
 Every command's help runs in one subprocess (commands define absl flags, which would clash with one
 another, and with other tests, in the pytest process): the driver runs `bert-jax <args>` in turn as the
 console script does, and drops the flags each one defined before the next.
 """
+import glob
 import importlib.util
+import itertools
 import json
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
+import typing
 
 import pytest
 
 from bert_jax import cli
 
 DRIVER = r"""
-import contextlib, io, json, sys
+import contextlib, io, json, sys, traceback
 from absl import flags
 from bert_jax import cli
 
@@ -30,6 +39,9 @@ for args in json.loads(sys.argv[1]):
             cli.main()
         except SystemExit as e:  # a str code is what Python prints, with status 1
             code = e.code if isinstance(e.code, int) or e.code is None else (print(e.code, file=sys.stderr) or 1)
+        except Exception:  # a command that crashes fails its own tests, not every test's fixture
+            traceback.print_exc(file=sys.stderr)
+            code = 1
     for name in set(flags.FLAGS) - before:  # the command's own flags and its config's overrides
         module = flags.FLAGS.find_module_defining_flag(name) or ""
         if name.startswith("config") or module.endswith(".py"):
@@ -71,9 +83,11 @@ SHOW_CONFIG = [
 
 @pytest.fixture(scope="module")
 def ran():
-    runs = [[name, "--help"] for name in cli.COMMANDS] + SHOW_CONFIG
+    helps, configs = recipe_runs()  # the documented commands' sub-commands and configs, below
+    runs = [[name, "--help"] for name in cli.COMMANDS] + SHOW_CONFIG + helps + configs
+    runs = [list(run) for run in dict.fromkeys(map(tuple, runs))]
     proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs)], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -129,43 +143,181 @@ def test_show_config_refuses_a_bad_value_or_file_in_one_line(ran, run, says):
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-INVOCATION = re.compile(r"(?:bert-jax ([a-z][a-z-]*)|python3? -m ((?:bert_jax|data_pipelines|launch)[\w.]*))"
-                                      r"((?: +(?!bert-jax|python)[^ `|\\]+)*)")
-FLAG = re.compile(r"(?<![\w.-])--([a-z][a-z0-9_]*)(?=[= ]|$)")
+# The pages whose recipes a reader copies: each command there must parse and its config must resolve.
+RECIPE_PAGES = [ROOT / "README.md", ROOT / "docs" / "quickstart.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
+ALL_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+SHELL_FENCES = ("", "bash", "sh", "shell", "console")
+COMMAND_START = re.compile(r"(?<![\w./-])(?:bert-jax|python3? -m)\s")
+MODULE_FAMILIES = ("bert_jax", "data_pipelines", "launch")
+# What stands for the reader's own data: an upper-case name (BUCKET, HF_FOLDER), <...>, or an ellipsis.
+PLACEHOLDER = re.compile(r"[A-Z][A-Z_]+|<[^>]*>|\.\.\.")
+# A line of the design's contract naming an interface an open issue will build: not a command yet.
+PLANNED = "(planned, issue"
 
 
-def documented_invocations() -> list[tuple[str, str, str, list[str]]]:
-    """(file, command or module, the text after it, its flags) for each command line in README.md and docs/."""
+def command_lines(page: pathlib.Path) -> list[str]:
+    """The shell lines of a page: lines of its shell code blocks (joined where they end in a backslash) and its
+    inline code spans, but for lines that say the interface is planned."""
+    lines, fence, pending = [], None, ""
+    for line in page.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fence = stripped[3:].strip() if fence is None else None
+            continue
+        if fence is None:
+            if PLANNED not in line:
+                lines += re.findall(r"`([^`]+)`", line)
+        elif fence in SHELL_FENCES:
+            pending += stripped.removeprefix("$ ")
+            if pending.endswith("\\"):
+                pending = pending[:-1] + " "
+            else:
+                lines.append(pending)
+                pending = ""
+    return lines
+
+
+def words(text: str) -> list[str]:
+    """Shell words up to the end of the command (a pipe, `&&`, `;`, a redirection or a comment)."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    out = []
+    try:
+        for word in lexer:
+            if word in ("|", "||", "&&", ";", ">", ">>", "&", "2>&1") or word.startswith(("#", ">", "2>")):
+                break
+            out.append(word)
+    except ValueError:  # an unbalanced quote in a prose fragment: take what was read
+        pass
+    return out
+
+
+class Invocation(typing.NamedTuple):
+    page: str
+    name: str  # the `bert-jax` command, or the module run with `python -m`
+    sub: str  # a sub-command word (`sweep run`, `tpu-vm all`), or ""
+    words: list[str]  # the flags and arguments after the name (and the sub-command)
+
+    def flags(self) -> list[str]:
+        """The names of the command's own flags: those before `--`, `--config.a.b` overrides left out."""
+        own = itertools.takewhile(lambda word: word != "--", self.words)
+        return [word.lstrip("[")[2:].split("=")[0].rstrip("]") for word in own
+                if re.match(r"\[?--[a-z]", word) and not word.lstrip("[").startswith("--config.")]
+
+    def config(self) -> tuple[str, list[str]] | None:
+        """(--config's file, its --config.* overrides), or None for a command without --config."""
+        given = [word.lstrip("[").rstrip("]") for word in self.words]
+        files = [word.split("=", 1)[1] for word in given if word.startswith("--config=")]
+        if not files:
+            return None
+        return files[0], [word for word in given if word.startswith("--config.")]
+
+
+def documented_invocations(pages=ALL_PAGES) -> list[Invocation]:
+    """Each `bert-jax ...` and `python -m <bert_jax|data_pipelines|launch>...` command line of the pages."""
     found = []
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
-        for line in path.read_text().splitlines():
-            for match in INVOCATION.finditer(line):
-                name, rest = match.group(1) or match.group(2), match.group(3)
-                found.append((str(path.relative_to(ROOT)), name, rest, FLAG.findall(rest)))
+    for page in pages:
+        for line in command_lines(page):
+            starts = [match.start() for match in COMMAND_START.finditer(line)]
+            for start, end in zip(starts, [*starts[1:], len(line)]):
+                said = words(line[start:end])
+                console_script = said[0] == "bert-jax"
+                said = said[1:] if console_script else said[2:]
+                if not said or not (re.fullmatch(r"[a-z][a-z-]*", said[0]) if console_script else is_module(said[0])):
+                    continue  # `bert-jax <command>`, `python -m pytest`, `python -m bench.x`
+                name, rest = said[0], said[1:]
+                sub = rest[0] if rest and re.fullmatch(r"[a-z][a-z_-]*", rest[0]) else ""
+                found.append(Invocation(str(page.relative_to(ROOT)), name, sub, rest[1:] if sub else rest))
     return found
+
+
+def is_module(name: str) -> bool:
+    return name.split(".")[0] in MODULE_FAMILIES
+
+
+def recipe_runs() -> tuple[list[list[str]], list[list[str]]]:
+    """The `--help` runs of every command (and sub-command) the recipe pages name, and the `show-config` runs
+    of their configs; those whose config file is a placeholder (configs/X.py) or whose overrides name a bucket
+    (which this test does not reach) are left out."""
+    helps, configs = [], []
+    for invocation in documented_invocations(RECIPE_PAGES):
+        if is_module(invocation.name):
+            continue
+        helps.append([invocation.name, *([invocation.sub] if invocation.sub else []), "--help"])
+        config = invocation.config()
+        if config is None or PLACEHOLDER.search(config[0]) or any("://" in o for o in config[1]):
+            continue
+        configs.append(["show-config", f"--config={config[0]}", *config[1]])
+    unique = lambda runs: [list(run) for run in dict.fromkeys(map(tuple, runs))]
+    return unique(helps), unique(configs)
 
 
 def test_every_documented_command_exists():
     modules = {module for module, _ in cli.COMMANDS.values()}
     unknown = set()
-    for file, name, _, _ in documented_invocations():
-        if "." in name or name in ("bert_jax", "data_pipelines", "launch"):
+    for invocation in documented_invocations():
+        name = invocation.name
+        if is_module(name):
             if name not in modules and importlib.util.find_spec(name) is None:
-                unknown.add((file, f"python -m {name}"))
+                unknown.add((invocation.page, f"python -m {name}"))
         elif name not in cli.COMMANDS:
-            unknown.add((file, f"bert-jax {name}"))
+            unknown.add((invocation.page, f"bert-jax {name}"))
     assert not unknown, f"the docs name commands that do not exist: {sorted(unknown)}"
+
+
+def is_beam_pipeline_option(flag: str) -> bool:
+    from apache_beam.options.pipeline_options import PipelineOptions  # noqa: PLC0415 (only where the docs use one)
+    return bool(PipelineOptions([f"--{flag}=7"]).get_all_options(drop_default=True))
+
+
+# Commands that hand the flags they do not define on to another program, and the check of those.
+PASSED_ON = {"prepare-beam": is_beam_pipeline_option}
 
 
 def test_every_documented_flag_is_in_its_commands_help(ran):
     by_module = {module: command for command, (module, _) in cli.COMMANDS.items()}
     missing = set()
-    for file, name, _, flag_names in documented_invocations():
-        command = name if name in cli.COMMANDS else by_module.get(name)
+    for invocation in documented_invocations():
+        command = invocation.name if invocation.name in cli.COMMANDS else by_module.get(invocation.name)
         if command is None:
             continue
-        text = ran[f"{command} --help"]["out"]
-        for flag in flag_names:
-            if f"--{flag}" not in text and f"--[no]{flag}" not in text and flag not in ("help", "helpfull"):
-                missing.add((file, command, f"--{flag}"))
+        help_run = ran.get(" ".join([command, invocation.sub, "--help"])) if invocation.sub else None
+        text = (help_run or ran[f"{command} --help"])["out"]
+        for flag in invocation.flags():
+            if (not re.search(rf"--(\[no\])?{re.escape(flag)}(?![\w-])", text) and flag not in ("help", "helpfull")
+                    and not (command in PASSED_ON and PASSED_ON[command](flag))):
+                missing.add((invocation.page, command, f"--{flag}"))
     assert not missing, f"the docs name flags their command does not have: {sorted(missing)}"
+
+
+def test_the_docs_name_each_command_one_way():
+    """README.md and the site write `bert-jax <command>`; only the design page's contract table keeps the
+    `python -m` names it fixes (aliases that still run)."""
+    modules = sorted({f"{inv.page}: python -m {inv.name}" for inv in documented_invocations()
+                      if is_module(inv.name) and inv.page != "docs/design.md"})
+    assert not modules, f"write these as `bert-jax <command>`: {modules}"
+
+
+def test_every_command_the_recipes_name_shows_its_help(ran):
+    helps, _ = recipe_runs()
+    failed = {" ".join(run): ran[" ".join(run)]["code"] for run in helps if ran[" ".join(run)]["code"] != 0}
+    assert not failed, f"`bert-jax ... --help` exited non-zero: {failed}"
+
+
+def test_every_config_the_recipes_name_resolves_in_show_config(ran):
+    """A documented config with its overrides passes `show-config`, or is refused only for the reader's own data
+    (a path absent here, a placeholder value), named in the refusal: a renamed key or a bad value fails."""
+    _, configs = recipe_runs()
+    assert configs, "no documented config found"
+    refused = {}
+    for run in configs:
+        result = ran[" ".join(run)]
+        file = run[1].split("=", 1)[1].split(":")[0]
+        assert (ROOT / file).is_file(), f"the docs name {file}, which does not exist"
+        if result["code"] == 0:
+            continue
+        own_data = [value for value in (o.split("=", 1)[1] for o in run[2:] if "=" in o)
+                    if PLACEHOLDER.search(value) or ("/" in value and not glob.glob(str(ROOT / value)))]
+        if not any(value in result["err"] for value in own_data) or "has no key" in result["err"]:
+            refused[" ".join(run)] = result["err"].strip()[-500:]
+    assert not refused, f"documented configs that show-config refuses: {refused}"

@@ -226,7 +226,7 @@ def test_export_to_a_bucket_and_init_from_hf_from_it_give_the_trained_logits(buc
 def test_two_processes_share_one_bucket_workdir_and_resume_together(store, request):
     import io
 
-    from launch.local import run_local
+    from bert_jax.launch.local import run_local
 
     workdir = f"{request.getfixturevalue(store).new()}/run"
     out = io.StringIO()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax.storage import paths
-from data_pipelines.shards import records
+from data_pipelines.sources import prepared
 from test_data_prepare import corpus_cfg, run_prepare, write_corpus
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -59,11 +59,11 @@ def test_prepared_shards_in_a_bucket_read_through_a_logged_local_cache(gcs, tmp_
     remote = run_prepare(cfg, f"{bucket}/prepared")
     assert remote["shards"] == local["shards"]
     with caplog.at_level(logging.INFO):
-        documents = records.PreparedDocuments(f"{bucket}/prepared")
+        documents = prepared.PreparedDocuments(f"{bucket}/prepared")
         assert not (tmp_path / "cache").exists()  # Shards are copied when first read.
         documents[0]
     assert "the reader needs a local file" in caplog.text and (tmp_path / "cache").exists()
-    want = records.PreparedDocuments(str(tmp_path / "local"))
+    want = prepared.PreparedDocuments(str(tmp_path / "local"))
     assert len(documents) == len(want) == local["documents"]
     for i in range(len(want)):
         assert all(np.array_equal(a, b) for a, b in zip(documents[i], want[i]))

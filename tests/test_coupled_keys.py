@@ -8,8 +8,8 @@ import logging
 import numpy as np
 import pytest
 
-import configs.roberta_base
-import configs.tiny
+import bert_jax.configs.roberta_base
+import bert_jax.configs.tiny
 from bert_jax.train.config_validation import resolve_config, validate_config
 from data_pipelines.loader import masking, pipeline
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
@@ -35,7 +35,7 @@ def _realised_rate(data_cfg, batch: int = 64) -> float:
 @pytest.mark.parametrize("variant", [None, "tiny"])
 def test_auto_max_predictions_trains_a_mask_rate_sweep_at_its_rate(variant):
     for rate in (0.15, 0.3, 0.4):
-        config = configs.roberta_base.get_config(variant)
+        config = bert_jax.configs.roberta_base.get_config(variant)
         config.data.mask_rate = rate
         assert config.data.max_predictions_per_seq == "auto"
         resolved = resolve_config(config)
@@ -45,7 +45,7 @@ def test_auto_max_predictions_trains_a_mask_rate_sweep_at_its_rate(variant):
 
 
 def test_a_cap_that_binds_is_refused_naming_both_keys_and_the_value_that_fits():
-    config = configs.roberta_base.get_config()
+    config = bert_jax.configs.roberta_base.get_config()
     config.data.mask_rate = 0.4
     config.data.max_predictions_per_seq = 80  # the probe: every arm trained at 15.7 %
     assert abs(_realised_rate(config.data) - 80 / 510) < 0.002  # what the cap did before it was refused
@@ -61,7 +61,7 @@ def test_expected_predictions_rounds_up_without_float_noise():
     assert masking.expected_predictions(0.15, 20) == 3  # 3.0000000000000004 in floats
     assert masking.expected_predictions(0.3, 1024) == 308
     with pytest.raises(ValueError, match="expected 'auto' or a number"):
-        config = configs.tiny.get_config()
+        config = bert_jax.configs.tiny.get_config()
         config.data.max_predictions_per_seq = "most"
         masking.max_predictions(config.data)
 
@@ -74,14 +74,14 @@ def test_masked_fraction_counts_the_predicted_share_of_non_special_tokens():
 
 
 def test_warmup_beyond_num_steps_is_refused():
-    config = configs.tiny.get_config()
+    config = bert_jax.configs.tiny.get_config()
     config.train.warmup_steps = config.train.num_steps + 1
     with pytest.raises(ValueError, match=r"config.train.warmup_steps=1001 must be in \[0, num_steps=1000\]"):
         validate_config(resolve_config(config))
 
 
 def test_packing_under_an_nsp_objective_is_refused_naming_the_builder():
-    config = configs.tiny.get_config()  # bert: MLM + NSP
+    config = bert_jax.configs.tiny.get_config()  # bert: MLM + NSP
     config.data.example_builder = "packed"
     with pytest.raises(ValueError, match=r"family='bert' trains on batch key 'next_sentence_label'.*"
                                          r"example_builder='packed' does not produce"):
@@ -91,7 +91,7 @@ def test_packing_under_an_nsp_objective_is_refused_naming_the_builder():
 def test_attention_dropout_under_auto_picks_xla_and_says_so_and_under_a_fused_kernel_is_refused():
     from bert_jax.models.attention import choose_kernel  # noqa: PLC0415
 
-    config = configs.tiny.get_config()
+    config = bert_jax.configs.tiny.get_config()
     config.model.attention_dropout_rate = 0.1
     kernel = choose_kernel(config.model, platform="tpu")
     assert kernel.impl == "xla" and "dropout" in kernel.reason  # the start-up line logs the reason
@@ -101,7 +101,7 @@ def test_attention_dropout_under_auto_picks_xla_and_says_so_and_under_a_fused_ke
 
 
 def test_an_eval_smaller_than_num_eval_batches_is_said(tmp_path, caplog):
-    config = configs.tiny.get_config()
+    config = bert_jax.configs.tiny.get_config()
     data = resolve_config(config).data
     data.vocab_size, data.max_seq_length, data.tokenizer.sample_bytes = 512, 32, 100_000
     data.num_eval_batches, data.eval_fraction = 10_000, 0.01
@@ -116,7 +116,7 @@ def test_an_eval_smaller_than_num_eval_batches_is_said(tmp_path, caplog):
 def test_a_cosine_term_the_teacher_cannot_give_is_dropped_and_said(caplog):
     from bert_jax.train.program import cosine_applies  # noqa: PLC0415
 
-    config = configs.tiny.get_config()  # hidden 128, distill.cosine_weight 1.0
+    config = bert_jax.configs.tiny.get_config()  # hidden 128, distill.cosine_weight 1.0
     assert cosine_applies(config, 128)
     with caplog.at_level(logging.WARNING):
         assert not cosine_applies(config, 768)

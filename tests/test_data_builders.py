@@ -112,7 +112,7 @@ def test_sop_pairs_are_consecutive_and_swapped_exactly_when_labelled():
     assert np.mean(labels) == pytest.approx(0.5, abs=0.05)
 
 
-def test_empty_and_single_segment_documents_are_skipped_and_counted():
+def test_empty_documents_are_skipped_and_single_segment_ones_are_cut_into_a_pair():
     documents, _ = _documents(20, seed=2)
     empty = np.zeros(0, np.int32)
     single = [np.arange(10**6, 10**6 + 15, dtype=np.int32)]
@@ -121,8 +121,54 @@ def test_empty_and_single_segment_documents_are_skipped_and_counted():
         assert stats.documents == 23
         assert stats.empty_documents == 2
         assert stats.single_segment_documents == 1
-        # It never gives an A (NSP may still draw a random B from it).
-        assert not any(np.isin(single[0], _split(e)[0]).any() for e in examples)
+        # The single segment is cut at a token into one pair: A its head, B the rest (SOP may swap them), or
+        # (NSP, labelled random) B from another document.
+        sides = slice(0, 1) if kind == "nsp" else slice(0, 2)  # A (NSP's random B may come from it too), or either
+        from_single = [e for e in examples if single[0][0] in np.concatenate(_split(e)[sides])]
+        assert len(from_single) == 1
+        a, b = _split(from_single[0])
+        if kind == "sop" and int(from_single[0]["sentence_order_label"]) == builders.SWAPPED:
+            a, b = b, a
+        assert a[0] == single[0][0] and np.all(np.diff(a) == 1) and len(a) < 15
+        if kind == "nsp" and int(from_single[0]["next_sentence_label"]) == builders.RANDOM_NEXT:
+            assert not np.isin(b, single[0]).any()
+        else:
+            assert np.array_equal(np.concatenate([a, b]), single[0])
+
+
+def test_one_line_documents_give_pairs_with_half_of_them_true_next():
+    """A JSONL corpus of one-line records under segmenter="line" (issue 50): every document is one segment, and
+    NSP still gives one pair per document, B its true continuation or (about half) another document's text."""
+    rng = np.random.default_rng(7)
+    documents, where, next_id = [], {}, 5
+    for d in range(600):
+        length = int(rng.integers(20, 200))
+        segment = np.arange(next_id, next_id + length, dtype=np.int32)
+        where.update({int(t): d for t in segment})
+        next_id += length
+        documents.append([segment])
+    examples, stats = _build("nsp", documents)
+    assert stats.single_segment_documents == 600 and stats.examples == len(examples) == 600
+    labels = []
+    for example in examples:
+        a, b = _split(example)
+        label = int(example["next_sentence_label"])
+        labels.append(label)
+        same_document = where[int(a[0])] == where[int(b[0])]
+        assert same_document == (label == builders.IS_NEXT)
+        if label == builders.IS_NEXT:
+            assert 0 <= b[0] - a[-1] - 1 < 200  # B continues A (truncation may cut the front of B).
+    assert np.mean(labels) == pytest.approx(0.5, abs=0.06)
+
+
+def test_a_builder_that_builds_nothing_says_why_and_names_the_keys():
+    one_token = [[np.array([7], np.int32)] for _ in range(5)] + [[]]
+    examples, stats = _build("nsp", one_token)
+    assert not examples and stats.too_short_documents == 5 and stats.empty_documents == 1
+    line = stats.why_no_examples("nsp")
+    assert "config.data.example_builder='nsp' built no example from 6 document(s)" in line
+    assert "1 empty" in line and "5 too short" in line
+    assert "config.data.segmenter" in line and "config.data.example_builder" in line and "\n" not in line
 
 
 def test_long_pairs_are_truncated_and_counted():

@@ -6,7 +6,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from configs import base
+from bert_jax.configs import base
 from data_pipelines.loader import file_order, pipeline
 from data_pipelines.sources import corpus
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib

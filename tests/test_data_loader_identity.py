@@ -15,10 +15,10 @@ import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
 from grain._src.python.experimental.index_shuffle.python.index_shuffle_module import index_shuffle
 
-from configs import base
-from data_pipelines.loader import index_shuffle as index_shuffle_lib
+from bert_jax.configs import base
+from data_pipelines import index_shuffle as index_shuffle_lib
 from data_pipelines.loader import pipeline, stream
-from data_pipelines.shards import records
+from data_pipelines.sources import prepared
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 BATCH, BATCHES = 4, 3
@@ -74,11 +74,11 @@ def write_prepared(root, parts) -> None:
         name = f"shard-{number}.array_record"
         writer = ArrayRecordWriter(str(root / name), "group_size:1")
         for document in part:
-            writer.write(records.encode_document(document))
+            writer.write(prepared.encode_document(document))
         writer.close()
         shards.append({"path": name, "documents": len(part), "segments": 0, "tokens": 0})
-    manifest = {"format": records.FORMAT, "documents": sum(map(len, parts)), "shards": shards}
-    (root / records.MANIFEST_FILE).write_text(json.dumps(manifest))
+    manifest = {"format": prepared.FORMAT, "documents": sum(map(len, parts)), "shards": shards}
+    (root / prepared.MANIFEST_FILE).write_text(json.dumps(manifest))
 
 
 @pytest.fixture(scope="module")

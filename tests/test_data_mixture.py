@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from configs import base
+from bert_jax.configs import base
 from data_pipelines.loader import mixing, pipeline
 from data_pipelines.shards import prepare as prepare_lib
 from data_pipelines.sources import corpus, mixture
@@ -313,14 +313,14 @@ def test_two_hosts_count_every_row_once_and_end_together(corpora, tmp_path):
     from test_pretrain import micro_overrides, read_metrics  # noqa: PLC0415
 
     from bert_jax.run.completion import read_done  # noqa: PLC0415
-    from launch.local import run_local  # noqa: PLC0415
+    from bert_jax.launch.local import run_local  # noqa: PLC0415
 
     mixture_sources = corpora[0].mixture.to_dict()
     mixture_sources["wiki"].update(weight=0.6, on_exhausted="stop", eval_fraction=0.8)
     mixture_sources["books"]["eval_fraction"] = 0.8
     config_file = tmp_path / "mixture_config.py"
     config_file.write_text(
-        "from configs import tiny\n\n\ndef get_config():\n    c = tiny.get_config()\n"
+        "from bert_jax.configs import tiny\n\n\ndef get_config():\n    c = tiny.get_config()\n"
         f"    c.data.mixture = {mixture_sources!r}\n"
         "    c.data.eval_fraction, c.data.num_eval_batches = 0.1, 1\n    return c\n")
     workdir = str(tmp_path / "run")

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from configs import base
+from bert_jax.configs import base
 from data_pipelines.examples import builders
 from data_pipelines.sources import corpus, documents as sources
 from data_pipelines.loader import pipeline, stream

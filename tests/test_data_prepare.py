@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from data_pipelines.shards import prepare as prepare_lib
-from data_pipelines.shards import records
+from data_pipelines.sources import prepared
 from data_pipelines.sources import documents as sources
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from tests.test_data_sources import data_cfg
@@ -44,7 +44,7 @@ def shard_documents(out, manifest):
 
     for shard in manifest["shards"]:
         reader = ArrayRecordReader(os.path.join(out, shard["path"]))
-        yield from (records.decode_document(r) for r in reader.read_all())
+        yield from (prepared.decode_document(r) for r in reader.read_all())
         reader.close()
 
 
@@ -63,12 +63,12 @@ def assert_same_documents(got, want):
 
 def test_record_encoding_round_trips_and_rejects_damage():
     document = [np.array([5, 6, 7], np.int32), np.array([], np.int32), np.array([2**31 - 1], np.int32)]
-    decoded = records.decode_document(records.encode_document(document))
+    decoded = prepared.decode_document(prepared.encode_document(document))
     assert [d.tolist() for d in decoded] == [[5, 6, 7], [], [2**31 - 1]]
     assert all(d.dtype == np.int32 for d in decoded)
-    assert list(records.decode_document(records.encode_document([]))) == []
+    assert list(prepared.decode_document(prepared.encode_document([]))) == []
     with pytest.raises(ValueError, match="lengths say"):
-        records.decode_document(records.encode_document(document)[:-4])
+        prepared.decode_document(prepared.encode_document(document)[:-4])
 
 
 def test_prepare_writes_shards_and_a_manifest_that_decode_to_direct_tokenization(tmp_path):
@@ -77,7 +77,7 @@ def test_prepare_writes_shards_and_a_manifest_that_decode_to_direct_tokenization
     out = tmp_path / "out"
     manifest = run_prepare(cfg, out)
     tokenizer = tokenizer_lib.load_tokenizer(str(out / "tokenizer"))
-    assert manifest == json.loads((out / records.MANIFEST_FILE).read_text())
+    assert manifest == json.loads((out / prepared.MANIFEST_FILE).read_text())
     assert manifest["documents"] == 37 and manifest["skipped"] == {"invalid_utf8": 1}
     assert manifest["tokenizer"] == {
         "dir": "tokenizer", "kind": "wordpiece", "vocab_size": tokenizer.get_vocab_size()
@@ -88,12 +88,12 @@ def test_prepare_writes_shards_and_a_manifest_that_decode_to_direct_tokenization
     assert manifest["segments"] == sum(len(d) for d in decoded)
     assert manifest["tokens"] == sum(len(s) for d in decoded for s in d)
 
-    prepared = data_cfg(source="prepared", path=str(out))
-    assert sources.is_random_access(prepared)
-    table = pickle.loads(pickle.dumps(sources.open_random_access(prepared)))  # As grain workers get it.
+    prepared_cfg = data_cfg(source="prepared", path=str(out))
+    assert sources.is_random_access(prepared_cfg)
+    table = pickle.loads(pickle.dumps(sources.open_random_access(prepared_cfg)))  # As grain workers get it.
     assert_same_documents([table[i] for i in range(len(table))], decoded)
     # Training on the prepared source uses the tokenizer that made it.
-    run_tokenizer = tokenizer_lib.prepare_tokenizer(prepared, str(tmp_path / "run_tok"))
+    run_tokenizer = tokenizer_lib.prepare_tokenizer(prepared_cfg, str(tmp_path / "run_tok"))
     assert run_tokenizer.hf.get_vocab() == tokenizer.hf.get_vocab()
 
 
@@ -108,7 +108,7 @@ def test_resume_keeps_finished_shards_and_ends_with_the_same_manifest(tmp_path):
     os.remove(out / prepare_lib.PROGRESS_DIR / f"{last}.json")
     os.remove(out / prepare_lib.PROGRESS_DIR / "part-00001.json")
     os.rename(out / last, out / f".{last}.tmp")
-    os.remove(out / records.MANIFEST_FILE)
+    os.remove(out / prepared.MANIFEST_FILE)
     kept = {p: os.stat(out / p).st_mtime_ns for p in part1[:-1]}
 
     resumed = run_prepare(cfg, out)
@@ -154,5 +154,5 @@ def test_command_line_prepares_a_jsonl_source(tmp_path):
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         capture_output=True,
     )
-    manifest = records.read_manifest(str(out))
+    manifest = prepared.read_manifest(str(out))
     assert manifest["documents"] == 30 and manifest["segments"] == 60

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bert_jax.storage import paths
-from configs import base
+from bert_jax.configs import base
 from data_pipelines.loader import pipeline
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from test_data_loader_identity import WORDS, PIECES, documents, write_prepared, write_vocab

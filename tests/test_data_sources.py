@@ -6,7 +6,7 @@ import json
 import ml_collections
 import pytest
 
-from configs import base
+from bert_jax.configs import base
 from data_pipelines.sources import segmenters, documents as sources
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from configs import base
+from bert_jax.configs import base
 from data_pipelines.loader import pipeline, workers
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 

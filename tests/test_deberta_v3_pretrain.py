@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-import configs.deberta_v3_base
+import bert_jax.configs.deberta_v3_base
 from bert_jax.checkpoint.params import restore_params
 from bert_jax.families import model_for
 from bert_jax.train.export import export
@@ -28,7 +28,7 @@ MARGIN = 0.01  # how far above its trivial baseline each tiny metric must end (s
 
 def tiny_config():
     """configs/deberta_v3_base.py:tiny as docs/guides/families.md runs it (the same numbers), without plots."""
-    c = configs.deberta_v3_base.get_config("tiny")
+    c = bert_jax.configs.deberta_v3_base.get_config("tiny")
     c.logging.plots = False
     c.logging.peak_flops_per_device = 1e11  # skip the matmul measurement
     return c

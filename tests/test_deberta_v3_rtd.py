@@ -153,7 +153,7 @@ def test_our_export_with_its_generator_folder_imports_back_to_the_same_model(mod
 def test_each_network_has_its_hugging_face_models_parameter_count(name):
     """Discriminator (with the table) = DebertaV2Model + mask_predictions; generator (with the table) =
     DebertaV2ForMaskedLM at its depth; counted by eval_shape and on torch's meta device."""
-    model_cfg = importlib.import_module(f"configs.{name}").get_config().model
+    model_cfg = importlib.import_module(f"bert_jax.configs.{name}").get_config().model
     model = get_family("deberta_v3").build_model(model_cfg)
     batch = {k: jnp.zeros((1, 8), jnp.int32) for k in ("input_ids", "attention_mask", "masked_ids", "masked_positions")}
     batch["masked_weights"] = jnp.zeros((1, 8), jnp.float32)

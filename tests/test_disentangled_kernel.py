@@ -213,14 +213,14 @@ def test_tiny_deberta_pretraining_gives_the_same_losses_with_the_fused_kernel(tm
     the fused kernel in interpret mode against xla, loss for loss."""
     import shutil
 
-    import configs.deberta_v3_base
+    import bert_jax.configs.deberta_v3_base
     from test_pretrain import train_losses
 
     from bert_jax.train.loop import train_and_evaluate
 
     losses = {}
     for impl in ("xla", "splash"):
-        c = configs.deberta_v3_base.get_config("tiny")
+        c = bert_jax.configs.deberta_v3_base.get_config("tiny")
         c.model.attention_impl, c.model.splash_interpret = impl, impl == "splash"
         c.logging.plots = False
         c.logging.peak_flops_per_device = 1e11  # skip the matmul measurement

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tokenizers
 
-from data_pipelines.shards import records
+from data_pipelines.sources import prepared
 from data_pipelines.tokenizers import extension as tokenizer_extension
 from data_pipelines.shards.document_records import DocumentTokenizer
 from data_pipelines.tokenizers.kinds import HfTokenizer, SpecialTokens
@@ -25,14 +25,14 @@ TRICKY_DOCUMENTS = [
 
 
 def per_segment_records(tokenizer, documents):
-    return [records.encode_document(tokenizer.encode_ids(d)) for d in documents]
+    return [prepared.encode_document(tokenizer.encode_ids(d)) for d in documents]
 
 
 def assert_same_records(tokenizer, documents=TRICKY_DOCUMENTS):
     batch = DocumentTokenizer(tokenizer).tokenize(documents)
     want = per_segment_records(tokenizer, documents)
     assert batch.records == want
-    decoded = [records.decode_document(r) for r in want]
+    decoded = [prepared.decode_document(r) for r in want]
     assert batch.segments.tolist() == [len(d) for d in decoded]
     assert batch.tokens.tolist() == [sum(len(s) for s in d) for d in decoded]
 

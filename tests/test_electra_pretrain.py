@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-import configs.electra_small
+import bert_jax.configs.electra_small
 from bert_jax.checkpoint.params import restore_params
 from bert_jax.families import model_for
 from bert_jax.train.export import export
@@ -29,7 +29,7 @@ MARGIN = 0.01
 
 def micro_config(num_steps: int = STEPS):
     """configs/electra_small.py:tiny shrunk to seconds a step: the same code paths, a smaller model and batch."""
-    c = configs.electra_small.get_config("tiny")
+    c = bert_jax.configs.electra_small.get_config("tiny")
     c.model.vocab_size = 1024
     c.model.hidden_size = 32
     c.model.embedding_size = 16
@@ -62,7 +62,7 @@ def exported(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """configs/electra_small.py:tiny as docs/guides/families.md's command runs it (the same numbers, bit for bit)."""
-    c = configs.electra_small.get_config("tiny")
+    c = bert_jax.configs.electra_small.get_config("tiny")
     c.logging.plots = False
     c.logging.peak_flops_per_device = 1e11
     workdir = str(tmp_path_factory.mktemp("electra_tiny"))

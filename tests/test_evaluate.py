@@ -10,7 +10,7 @@ import pytest
 import finetune_data as fd
 from bert_jax.finetune import battery, scoreboard
 from bert_jax.finetune.run import run as finetune_run
-from configs.suites import load_suite
+from bert_jax.configs.suites import load_suite
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -298,7 +298,7 @@ def test_a_workdir_and_its_exported_hf_folder_score_the_same(hf_dir, glue_dir, t
 def test_the_ray_executor_needs_an_address_and_a_bucket_unless_slices_are_one_host(tmp_path):
     from argparse import Namespace
 
-    from launch import executors
+    from bert_jax.launch import executors
 
     with pytest.raises(ValueError, match="--executor=ray needs --address"):
         executors.check_ray(Namespace(address="", tpu="v4-8"), str(tmp_path), "--out")

@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 # The micro recipe of test_evaluate.micro_suite, as a suite file (the command reads its suite from a file); STS-B
 # starts from SST-2's run of the same seed (SST-2 plays MNLI).
-SUITE = '''from configs.suites.recipe import suite, task
+SUITE = '''from bert_jax.configs.suites.recipe import suite, task
 
 
 def get_config():

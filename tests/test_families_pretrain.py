@@ -8,9 +8,9 @@ import jax
 import numpy as np
 import pytest
 
-import configs.albert_base
-import configs.modernbert_base
-import configs.roberta_base
+import bert_jax.configs.albert_base
+import bert_jax.configs.modernbert_base
+import bert_jax.configs.roberta_base
 from bert_jax.checkpoint.params import restore_params
 from bert_jax.families import model_for
 from bert_jax.train.export import export
@@ -24,7 +24,8 @@ transformers = pytest.importorskip("transformers")
 from numerics import TRANSFORMERS, relative_error  # noqa: E402
 from test_pretrain import train_losses  # noqa: E402
 
-CONFIGS = {"roberta": configs.roberta_base, "albert": configs.albert_base, "modernbert": configs.modernbert_base}
+CONFIGS = {"roberta": bert_jax.configs.roberta_base, "albert": bert_jax.configs.albert_base,
+           "modernbert": bert_jax.configs.modernbert_base}
 STEPS = 40
 # Families whose run goes with -m slow only, to keep the default suite within its time budget
 # (ModernBERT's: ~70 s on a loaded 2-core CPU, training, export and the transformers reload).

@@ -8,11 +8,11 @@ import jax
 import numpy as np
 import pytest
 
-import configs.finetune.classification
-import configs.finetune.regression
-import configs.finetune.sentence_embedding
-import configs.finetune.span_qa
-import configs.finetune.token_classification
+import bert_jax.configs.finetune.classification
+import bert_jax.configs.finetune.regression
+import bert_jax.configs.finetune.sentence_embedding
+import bert_jax.configs.finetune.span_qa
+import bert_jax.configs.finetune.token_classification
 import finetune_data as fd
 from bert_jax.finetune import data, init_from, metrics, squad
 from bert_jax.finetune import splits as splits_lib
@@ -24,9 +24,11 @@ transformers = pytest.importorskip("transformers")
 
 from numerics import TRANSFORMERS, relative_error  # noqa: E402
 
-CONFIGS = {"classification": configs.finetune.classification, "regression": configs.finetune.regression,
-           "token_classification": configs.finetune.token_classification, "span_qa": configs.finetune.span_qa,
-           "sentence_embedding": configs.finetune.sentence_embedding}
+CONFIGS = {"classification": bert_jax.configs.finetune.classification,
+           "regression": bert_jax.configs.finetune.regression,
+           "token_classification": bert_jax.configs.finetune.token_classification,
+           "span_qa": bert_jax.configs.finetune.span_qa,
+           "sentence_embedding": bert_jax.configs.finetune.sentence_embedding}
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +222,7 @@ def test_classification_from_an_hf_folder_learns_and_exports_with_transformers_l
 
 
 def test_a_validation_label_the_training_file_never_had_fails_naming_label_and_file(tmp_path):
-    c = configs.finetune.classification.get_config()
+    c = bert_jax.configs.finetune.classification.get_config()
     c.data.train = fd.write_csv(tmp_path / "t.csv", fd.sentiment_rows(10, 0))
     rows = fd.sentiment_rows(4, 1)
     rows[2]["label"] = "meh"
@@ -231,7 +233,7 @@ def test_a_validation_label_the_training_file_never_had_fails_naming_label_and_f
 
 
 def test_bad_rows_are_skipped_and_counted_by_reason(tmp_path):
-    c = configs.finetune.classification.get_config()
+    c = bert_jax.configs.finetune.classification.get_config()
     rows = fd.sentiment_rows(6, 0)
     rows[0]["sentence"] = "  "
     path = tmp_path / "t.csv"
@@ -249,7 +251,7 @@ def test_bad_rows_are_skipped_and_counted_by_reason(tmp_path):
 
 
 def test_a_ragged_conll_sentence_is_skipped_and_counted(tmp_path):
-    c = configs.finetune.token_classification.get_config()
+    c = bert_jax.configs.finetune.token_classification.get_config()
     path = tmp_path / "t.conll"
     path.write_text("alice NN B-PER\nwent NN O\n\nbob B-PER\nmet NN O\n\nrome NN B-LOC\n")
     kept, skipped = get_task(c.task.kind).read(c.data, c.task, "train", str(path))
@@ -260,13 +262,13 @@ def test_a_ragged_conll_sentence_is_skipped_and_counted(tmp_path):
 def test_init_from_that_is_neither_workdir_nor_hf_folder_fails_naming_the_path(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match=rf"config\.init_from='{tmp_path}' is neither"):
-        init_from.resolve(str(tmp_path), configs.finetune.classification.get_config().model)
+        init_from.resolve(str(tmp_path), bert_jax.configs.finetune.classification.get_config().model)
 
 
 def test_a_head_whose_label_count_differs_from_the_checkpoint_fails_naming_both(tmp_path):
     from bert_jax.finetune.run import _labels
 
-    c = configs.finetune.classification.get_config()
+    c = bert_jax.configs.finetune.classification.get_config()
     (tmp_path / "labels.json").write_text(json.dumps(["a", "b", "c"]))
     c.data.train = fd.write_csv(tmp_path / "t.csv", fd.sentiment_rows(10, 0))
     with pytest.raises(ValueError, match=r"head of 3 labels .* gives 2 labels"):

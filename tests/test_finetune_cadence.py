@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-import configs.finetune.classification
+import bert_jax.configs.finetune.classification
 from bert_jax.finetune import diagnosis
 from bert_jax.finetune.cadence import make_cadence
 
@@ -16,7 +16,7 @@ def validation_steps(cadence) -> list[int]:
 @pytest.mark.parametrize("examples, epochs", [(100, 3.0), (1_000, 3.0), (8_000, 3.0), (67_000, 3.0), (300, 20.0),
                                               (40, 1.0)])
 def test_the_default_run_validates_enough_times_to_be_diagnosed_and_a_bounded_number(examples, epochs):
-    c = configs.finetune.classification.get_config()
+    c = bert_jax.configs.finetune.classification.get_config()
     steps_per_epoch = math.ceil(examples / c.train.batch_size)
     num_steps = math.ceil(epochs * examples / c.train.batch_size)
     cadence = make_cadence(c.train, c.checkpoint, num_steps, steps_per_epoch)
@@ -32,7 +32,7 @@ def test_the_default_run_validates_enough_times_to_be_diagnosed_and_a_bounded_nu
 
 
 def test_eval_every_steps_overrides_the_count_and_bad_values_name_the_keys():
-    c = configs.finetune.classification.get_config()
+    c = bert_jax.configs.finetune.classification.get_config()
     c.train.eval_every_steps = 7
     assert validation_steps(make_cadence(c.train, c.checkpoint, 30, 10)) == [0, 7, 14, 21, 28, 30]
     c.train.eval_every_steps, c.train.evals_per_run = 0, 0

@@ -12,11 +12,11 @@ import jax
 import numpy as np
 import pytest
 
-import configs.distilbert_base
-import configs.finetune.classification
-import configs.finetune.sentence_embedding
-import configs.finetune.span_qa
-import configs.finetune.token_classification
+import bert_jax.configs.distilbert_base
+import bert_jax.configs.finetune.classification
+import bert_jax.configs.finetune.sentence_embedding
+import bert_jax.configs.finetune.span_qa
+import bert_jax.configs.finetune.token_classification
 import finetune_data as fd
 from bert_jax.hf import (deberta_v3 as hf_deberta_v3, distilbert as hf_distilbert, electra as hf_electra,
                          folder as hf_folder, modernbert as hf_modernbert)
@@ -116,7 +116,7 @@ def test_a_task_model_on_a_family_hf_folder_has_a_finite_loss_and_exports_with_t
         family, tokenizer_dir, tmp_path):
     """The fast part: the encoder read from the folder through `encode`, a random classifier head, its loss
     and the export; training steps are the slow test's below (a train step's compile per family is ~12 s here)."""
-    model, params, batch, config = random_task_model(family, configs.finetune.classification, len(NAMES),
+    model, params, batch, config = random_task_model(family, bert_jax.configs.finetune.classification, len(NAMES),
                                                      tokenizer_dir, tmp_path)
     assert config.model.family == family
     batch |= {"labels": np.array([1, 0, 1, 0], np.int32), "label_weights": np.ones(4, np.float32)}
@@ -156,7 +156,7 @@ def test_a_whole_finetuning_run_from_a_family_hf_folder_exports_with_transformer
         family, tokenizer_dir, files, tmp_path, xla_compile_cache):
     """`python -m bert_jax.finetune`'s run (data files, checkpoints, evaluation) and `hf_export.export`."""
     hf_dir = write_tiny_hf_folder(family, str(tmp_path / "hf"), tokenizer_dir)
-    c = configs.finetune.classification.get_config()
+    c = bert_jax.configs.finetune.classification.get_config()
     c.init_from = hf_dir
     c.data.train, c.data.test = files["train.csv"], files["test.csv"]
     c.data.max_seq_length, c.model.dropout_rate = LENGTH, 0.0
@@ -189,7 +189,7 @@ def test_a_family_hf_folder_is_a_distillation_teacher_or_fails_naming_it(family,
     """An MLM family's folder teaches (its mlm_logits and last_hidden_state traced, nothing compiled); a
     replaced-token-detection one (whose forward samples replacements) fails before compiling, naming the path."""
     hf_dir = write_tiny_hf_folder(family, str(tmp_path / "hf"), tokenizer_dir)
-    c = configs.distilbert_base.get_config("tiny")
+    c = bert_jax.configs.distilbert_base.get_config("tiny")
     c.model.update(vocab_size=json.load(open(os.path.join(hf_dir, "config.json")))["vocab_size"], hidden_size=32,
                    num_heads=2, intermediate_size=64, max_position_embeddings=64, num_layers=1)
     c.data.max_seq_length, c.data.max_predictions_per_seq = LENGTH, 4
@@ -210,8 +210,8 @@ def test_token_and_span_heads_on_a_family_export_with_transformers_logits(family
     """HF's ForTokenClassification (`classifier`) and ForQuestionAnswering (`qa_outputs`) heads are every family's
     the same: the family's encoder export and a renaming."""
     names = ["O", "B-PER", "I-PER"] if kind == "token_classification" else []
-    task_config = {"token_classification": configs.finetune.token_classification,
-                   "span_qa": configs.finetune.span_qa}[kind]
+    task_config = {"token_classification": bert_jax.configs.finetune.token_classification,
+                   "span_qa": bert_jax.configs.finetune.span_qa}[kind]
     model, params, batch, config = random_task_model(family, task_config, len(names) or 2, tokenizer_dir, tmp_path)
     state_dict, hf_cfg = hf_export.hf_task_state(params, config, names)
     hf_folder.write_hf_folder(str(tmp_path / "exported"), state_dict, hf_cfg, config.init_from)
@@ -233,8 +233,8 @@ def test_token_and_span_heads_on_a_family_export_with_transformers_logits(family
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_a_family_sentence_encoder_exports_as_an_auto_model_with_our_embeddings(family, tokenizer_dir, tmp_path):
     """The sentence-transformers export's encoder (AutoModel, ModernBERT's too) mean-pools to our embeddings."""
-    model, params, batch, config = random_task_model(family, configs.finetune.sentence_embedding, 1, tokenizer_dir,
-                                                     tmp_path)
+    model, params, batch, config = random_task_model(family, bert_jax.configs.finetune.sentence_embedding, 1,
+                                                     tokenizer_dir, tmp_path)
     out = str(tmp_path / "exported")
     hf_heads.write_sentence_transformers(out, params, config, config.init_from)
     hf_model = transformers.AutoModel.from_pretrained(out).eval()

@@ -15,7 +15,7 @@ from bert_jax.finetune.run import finetune
 from bert_jax.storage import paths
 from bert_jax.storage.preflight import StorageError
 from bert_jax.run.completion import read_done
-from launch.local import run_local
+from bert_jax.launch.local import run_local
 from numerics import REORDERED, assert_close
 from test_finetune import micro_config
 

@@ -8,7 +8,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-import configs.finetune.sentence_embedding
+import bert_jax.configs.finetune.sentence_embedding
 from bert_jax.finetune.tasks import get_task
 
 torch = pytest.importorskip("torch")
@@ -36,7 +36,7 @@ def pairs(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 def our_loss(loss: str, u, v, labels, weights):
     """(loss, its gradient in u and v) of the sentence-embedding head and objective the fine-tuning run trains."""
-    config = configs.finetune.sentence_embedding.get_config()
+    config = bert_jax.configs.finetune.sentence_embedding.get_config()
     config.task.embedding_loss = loss
     task = get_task("sentence_embedding")
     head = task.build_head(None, ml_collections.ConfigDict({"hidden_size": HIDDEN, "initializer_range": 0.02}),

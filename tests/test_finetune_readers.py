@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-import configs.finetune.classification
-import configs.finetune.regression
+import bert_jax.configs.finetune.classification
+import bert_jax.configs.finetune.regression
 import finetune_data as fd
 from bert_jax.finetune.splits import read_splits
 
@@ -42,8 +42,8 @@ def splits_of(config, fmt: str, files: dict) -> dict:
 @pytest.mark.parametrize("fmt", ["tsv", "jsonl"])
 @pytest.mark.parametrize("kind", ["classification", "regression"])
 def test_tsv_and_jsonl_give_the_csv_readers_rows(fmt, kind, rows, tmp_path):
-    config = {"classification": configs.finetune.classification,
-              "regression": configs.finetune.regression}[kind].get_config()
+    config = {"classification": bert_jax.configs.finetune.classification,
+              "regression": bert_jax.configs.finetune.regression}[kind].get_config()
     if kind == "regression":
         config.task.text_fields, config.task.label_field = "sentence", "score"
     files = {fmt_: {split: WRITERS[fmt_](tmp_path / f"{split}.{fmt_}", r) for split, r in rows.items()}
@@ -55,7 +55,7 @@ def test_tsv_and_jsonl_give_the_csv_readers_rows(fmt, kind, rows, tmp_path):
 
 def test_jsonl_numbers_read_as_the_csv_readers_strings(tmp_path):
     """JSON gives a score as a number where CSV gives a string: a regression row gets the same float."""
-    config = configs.finetune.regression.get_config()
+    config = bert_jax.configs.finetune.regression.get_config()
     config.task.text_fields, config.task.label_field = "sentence", "score"
     rows = fd.sentiment_rows(6, 0)
     typed = [{**r, "score": float(r["score"])} for r in rows]
@@ -71,7 +71,7 @@ def test_jsonl_numbers_read_as_the_csv_readers_strings(tmp_path):
     pytest.param("jsonl", '["good fine", "pos"]', r"not a JSON object", id="jsonl-a-list"),
 ])
 def test_a_row_that_cannot_be_read_fails_naming_file_and_line(fmt, bad_line, culprit, tmp_path):
-    config = configs.finetune.classification.get_config()
+    config = bert_jax.configs.finetune.classification.get_config()
     path = tmp_path / f"train.{fmt}"
     WRITERS[fmt](path, fd.sentiment_rows(4, 0))
     lines = path.read_text().splitlines()
@@ -107,7 +107,7 @@ def build_tiny_tfds(data_dir, rows: dict) -> str:
 
 
 def test_a_tfds_dataset_gives_the_csv_readers_rows(rows, tmp_path):
-    config = configs.finetune.classification.get_config()
+    config = bert_jax.configs.finetune.classification.get_config()
     expected = splits_of(config, "csv", {s: fd.write_csv(tmp_path / f"{s}.csv", r) for s, r in rows.items()})
     config.data.tfds_name = build_tiny_tfds(tmp_path / "tfds", rows)
     config.data.tfds_data_dir = str(tmp_path / "tfds")

@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-import configs.finetune.classification
+import bert_jax.configs.finetune.classification
 import finetune_data as fd
 from bert_jax.finetune import init_from
 from bert_jax.finetune.run import _pretrained
@@ -23,7 +23,7 @@ def test_the_registry_holds_the_five_kinds_and_an_unknown_one_is_named():
 
 def test_the_backbone_comes_from_the_source_and_reinit_pooler_keeps_the_fresh_pooler(tmp_path):
     hf_dir = fd.write_tiny_hf_bert(str(tmp_path / "hf"))
-    c = configs.finetune.classification.get_config()
+    c = bert_jax.configs.finetune.classification.get_config()
     source = init_from.resolve(hf_dir, c.model)
     fresh = {"backbone": jax.tree.map(lambda a: np.full(a.shape, 7.0, a.dtype), source.params),
              "head": {"classifier": {"kernel": np.ones((2, 2), np.float32)}}}

@@ -3,7 +3,7 @@ shared layer group as many times as there are layers, as an unshared stack of th
 import jax
 import jax.numpy as jnp
 
-import configs.albert_base
+import bert_jax.configs.albert_base
 from bert_jax.families import get_family
 from bert_jax.train import perf
 from data_pipelines.loader import masking
@@ -27,8 +27,8 @@ def groups_of(params) -> dict:
 
 
 def test_albert_counts_each_shared_group_once_per_depth_it_serves():
-    c = configs.albert_base.get_config()
-    configs.albert_base.shrink_to_tiny(c)  # 4 layers
+    c = bert_jax.configs.albert_base.get_config()
+    bert_jax.configs.albert_base.shrink_to_tiny(c)  # 4 layers
     roles = get_family("albert").roles
     applied = {}
     for groups in (1, 2):
@@ -44,8 +44,8 @@ def test_albert_counts_each_shared_group_once_per_depth_it_serves():
 
 def test_the_pooler_counts_once_per_sequence_not_per_token():
     """BERT's pooler (NSP) and ALBERT's (SOP) run on [CLS] alone: 6 * N_pool * B, not 6 * N_pool * B * S."""
-    c = configs.albert_base.get_config()
-    configs.albert_base.shrink_to_tiny(c)
+    c = bert_jax.configs.albert_base.get_config()
+    bert_jax.configs.albert_base.shrink_to_tiny(c)
     roles = get_family("albert").roles
     params = abstract_params(c.model)
     pool = perf.pooler_params(params, roles)
@@ -75,9 +75,9 @@ def test_deberta_counts_its_two_position_terms():
     """DeBERTa's c2p and p2c are products of each query and key with the 2 * position_buckets projected relative
     embeddings: 12 * layers * hidden * S * (2 * buckets) * B more than plain attention, and doubling the
     buckets adds that again, in the discriminator's layers and the generator's."""
-    import configs.deberta_v3_base  # noqa: PLC0415
+    import bert_jax.configs.deberta_v3_base  # noqa: PLC0415
 
-    c = configs.deberta_v3_base.get_config("tiny")  # 16 buckets, S = 64
+    c = bert_jax.configs.deberta_v3_base.get_config("tiny")  # 16 buckets, S = 64
     params = abstract_params(c.model)
     flops = {}
     for buckets in (16, 32):
@@ -86,22 +86,22 @@ def test_deberta_counts_its_two_position_terms():
     m = c.model
     layers = m.num_layers + m.generator_num_layers
     assert flops[32] - flops[16] == 12.0 * layers * m.hidden_size * 64 * (2 * 16) * 4
-    assert perf.relative_rows(configs.albert_base.get_config().model) == 0
+    assert perf.relative_rows(bert_jax.configs.albert_base.get_config().model) == 0
 
 
 def test_a_generator_adds_its_own_attention_at_its_own_width():
     """ELECTRA's generator runs its attention in the same step as the discriminator's: the attention term is
     the sum over both networks, each at its own hidden size (ELECTRA-base's 1/3 generator: 256 wide); a family
     of one network has one."""
-    import configs.bert_base  # noqa: PLC0415
-    import configs.electra_base  # noqa: PLC0415
+    import bert_jax.configs.bert_base  # noqa: PLC0415
+    import bert_jax.configs.electra_base  # noqa: PLC0415
 
-    c = configs.electra_base.get_config()
+    c = bert_jax.configs.electra_base.get_config()
     m = c.model
     module_config = get_family(m.family).build_model(m).config
     assert [net.hidden_size for net in perf.networks(module_config)] == [768, 256]
     s, b = 128, 4
     both = perf.module_attention_flops(module_config, s, b)
     assert both == perf.attention_flops(768, m.num_layers, s, b) + perf.attention_flops(256, m.num_layers, s, b)
-    bert = configs.bert_base.get_config().model
+    bert = bert_jax.configs.bert_base.get_config().model
     assert len(perf.networks(get_family(bert.family).build_model(bert).config)) == 1

@@ -126,7 +126,7 @@ def test_published_shapes_count_as_hf_discriminator_and_generator(name):
     """Counted without allocating (eval_shape; HF on the meta device). The generator counts the shared embeddings."""
     import importlib
 
-    model_cfg = importlib.import_module(f"configs.{name}").get_config().model
+    model_cfg = importlib.import_module(f"bert_jax.configs.{name}").get_config().model
     batch = {key: np.zeros((1, 8), np.int32) for key in ("input_ids", "token_type_ids", "attention_mask",
                                                         "masked_positions", "masked_ids")}
     batch["masked_weights"] = np.zeros((1, 8), np.float32)

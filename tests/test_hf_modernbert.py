@@ -159,12 +159,12 @@ def test_an_hf_config_that_disagrees_names_the_key():
 
 def test_modernbert_bpe_tokenizer_exports_to_auto_tokenizer_with_the_same_ids(tmp_path):
     """The configs' tokenizer: the project's byte-level BPE with ModernBERT's specials [CLS] [SEP] [MASK] [PAD] [UNK]."""
-    import configs.modernbert_base
+    import bert_jax.configs.modernbert_base
     from data_pipelines.tokenizers import tokenizer as tokenizer_lib
     from data_pipelines.tokenizers import byte_bpe
     from test_data_tokenizer import SENTENCE, sample_lines
 
-    tok_cfg = configs.modernbert_base.get_config("tiny").data.tokenizer
+    tok_cfg = bert_jax.configs.modernbert_base.get_config("tiny").data.tokenizer
     specials = tokenizer_lib.parse_specials(tok_cfg.kind, tok_cfg.special_tokens)
     tokenizer = byte_bpe.train_byte_bpe(sample_lines()[:300], 400, specials=specials)
     tokenizer.save(str(tmp_path / "tok"))

@@ -14,7 +14,9 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("bert_jax", "data_pipelines", "configs", "launch", "bench")
+# folder -> the name its modules are imported by: configs/ and launch/ are installed inside the library (setup.py)
+PACKAGES = {"bert_jax": "bert_jax", "data_pipelines": "data_pipelines", "configs": "bert_jax.configs",
+            "launch": "bert_jax.launch", "bench": "bench"}
 LIBRARIES = ("bert_jax", "data_pipelines")  # whose in-function imports must say why
 
 # The layer map, bottom first: (layer, its rooms). A module lives in the room whose name is the longest prefix of
@@ -23,7 +25,8 @@ LIBRARIES = ("bert_jax", "data_pipelines")  # whose in-function imports must say
 # on top: bert_jax/commands/ (read from the folder, as the CLI reads it), the `python -m` aliases (every __main__),
 # the console script and the benchmarks.
 LAYERS = (
-    ("the path layer and the registry helper", ("bert_jax", "bert_jax.storage")),
+    ("the package root: UserError and the registry helper", ("bert_jax",)),
+    ("the path layer", ("bert_jax.storage",)),
     ("data: sources", ("data_pipelines", "data_pipelines.sources")),
     ("data: tokenizers", ("data_pipelines.tokenizers",)),
     ("data: shards", ("data_pipelines.shards",)),
@@ -36,10 +39,10 @@ LAYERS = (
     ("training", ("bert_jax.train",)),
     ("fine-tuning and vocabulary extension", ("bert_jax.finetune", "bert_jax.vocab")),
     ("planning", ("bert_jax.plan",)),
-    ("configs", ("configs",)),
+    ("configs", ("bert_jax.configs",)),
     # Launchers start runs as commands (they import no command): a command that starts runs elsewhere (`evaluate
     # --executor=ray`) goes through them.
-    ("launchers", ("launch",)),
+    ("launchers", ("bert_jax.launch",)),
     ("commands, benchmarks", ("bert_jax.cli", "bert_jax.commands", "bench")),
 )
 COMMANDS_LAYER = len(LAYERS) - 1
@@ -54,9 +57,9 @@ ALLOWED_UNCOMMENTED: set[tuple[str, str]] = set()  # (file, the import statement
 
 def _module_names() -> dict[str, pathlib.Path]:
     modules = {}
-    for package in PACKAGES:
-        for file in sorted((ROOT / package).rglob("*.py")):
-            parts = file.relative_to(ROOT).with_suffix("").parts
+    for folder, package in PACKAGES.items():
+        for file in sorted((ROOT / folder).rglob("*.py")):
+            parts = (*package.split("."), *file.relative_to(ROOT / folder).with_suffix("").parts)
             modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = file
     return modules
 
@@ -239,8 +242,8 @@ def import_graph():
 def test_resolves_from_package_import_module_to_the_module(import_graph):
     graph, _ = import_graph
     # `from bert_jax.storage import paths` is an edge to bert_jax.storage.paths, not to the package.
-    assert "bert_jax.storage.paths" in graph["data_pipelines.shards.records"]
-    assert "bert_jax.storage" not in graph["data_pipelines.shards.records"]
+    assert "bert_jax.storage.paths" in graph["data_pipelines.sources.prepared"]
+    assert "bert_jax.storage" not in graph["data_pipelines.sources.prepared"]
 
 
 def test_no_import_circle(import_graph):
@@ -291,3 +294,15 @@ def test_modules_are_found_by_import_statements_not_by_name():
     users = [str(file.relative_to(ROOT)) for module, file in MODULES.items()
              if module.split(".")[0] in LIBRARIES and module != "bert_jax.cli" and "import_module(" in file.read_text()]
     assert not users, f"importlib.import_module outside bert_jax/cli.py: {users}"
+
+
+def test_configs_and_launch_are_imported_by_their_installed_names():
+    """configs/ and launch/ are installed as bert_jax.configs and bert_jax.launch (setup.py): a bare `import configs`
+    works only from the repository root, and elsewhere would find a user's own package of that name."""
+    files = [*MODULES.values(), *sorted((ROOT / "tests").rglob("*.py"))]
+    bare = [f"{file.relative_to(ROOT)}:{node.lineno}" for file in files
+            for node in ast.walk(ast.parse(file.read_text(), str(file)))
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] in ("configs", "launch") for a in node.names)
+            or isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in
+            ("configs", "launch")]
+    assert not bare, f"import bert_jax.configs / bert_jax.launch instead: {bare}"

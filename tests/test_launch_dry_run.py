@@ -3,14 +3,16 @@ import shlex
 import subprocess
 import sys
 
-from launch import local, slurm, tpu_vm
+from bert_jax.commands import slurm as slurm_command
+from bert_jax.commands import tpu_vm as tpu_vm_command
+from bert_jax.launch import local, slurm, tpu_vm
 
 TPU = ["--name=bert-large", "--zone=us-central2-b", "--accelerator_type=v4-32", "--project=proj",
        "--config=configs/bert_large.py", "--workdir=gs://b/run", "--repo_url=https://example.org/bert_jax.git"]
 
 
 def tpu_commands(action: str, *extra: str) -> list[list[str]]:
-    return tpu_vm.commands(action, tpu_vm.parse_args([action, *TPU, *extra]))
+    return tpu_vm.commands(action, tpu_vm_command.parse_args([action, *TPU, *extra]))
 
 
 def test_tpu_create_asks_for_spot_or_queued_capacity():
@@ -37,7 +39,7 @@ def test_tpu_setup_and_run_reach_every_worker_with_the_overrides():
 
 
 def test_tpu_dry_run_prints_without_running():
-    out = subprocess.run([sys.executable, "-m", "launch.tpu_vm", "all", *TPU, "--dry_run"],
+    out = subprocess.run([sys.executable, "-m", "bert_jax.commands.tpu_vm", "all", *TPU, "--dry_run"],
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert [shlex.split(line)[:5] for line in out] == [
         ["gcloud", "compute", "tpus", "tpu-vm", "create"],
@@ -47,7 +49,7 @@ def test_tpu_dry_run_prints_without_running():
 
 
 def test_slurm_script_runs_one_task_per_gpu_with_auto_initialisation():
-    args = slurm.parse_args(["--nodes=2", "--gpus_per_node=8", "--partition=gpu", "--workdir=/shared/r",
+    args = slurm_command.parse_args(["--nodes=2", "--gpus_per_node=8", "--partition=gpu", "--workdir=/shared/r",
                                       "--config=configs/bert_large.py", "--", "--config.mesh.shape=(2,8,1)"])
     script = slurm.sbatch_script(args)
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gpus-per-node=8",

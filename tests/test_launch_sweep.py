@@ -9,7 +9,8 @@ import pytest
 
 from bert_jax.storage import paths
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
-from launch import executors, sweep
+from bert_jax.commands import sweep as sweep_command
+from bert_jax.launch import executors, sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))
@@ -43,14 +44,14 @@ def test_tpu_executor_writes_sweep_json_first_and_prints_spot_slices_that_clone_
         gcs, capsys):
     sweep_dir = f"{gcs.new()}/sw"
     with pytest.raises(SystemExit) as exit_status:
-        sweep.main(["run", "--sweep=configs/sweeps/tiny_lr.py", f"--sweep_dir={sweep_dir}", "--executor=tpu",
+        sweep_command.main(["run", "--sweep=configs/sweeps/tiny_lr.py", f"--sweep_dir={sweep_dir}", "--executor=tpu",
                     "--repo_url=https://github.com/lab/bert_jax.git"])
     assert exit_status.value.code == 0
     out = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     assert len(out) == 4
-    assert out[0].startswith(f"python -m bert_jax.commands.tokenizer --config=configs/tiny.py --out={sweep_dir}/tokenizers/")
+    assert out[0].startswith(f"bert-jax tokenizer --config=configs/tiny.py --out={sweep_dir}/tokenizers/")
     tokenizer = out[0].split("--out=")[1].split()[0]
-    assert ("-m launch.tpu_vm all --name=sweep-0 --zone=us-central2-b --accelerator_type=v4-8 --spot "
+    assert ("bert-jax tpu-vm all --name=sweep-0 --zone=us-central2-b --accelerator_type=v4-8 --spot "
             "--repo_url=https://github.com/lab/bert_jax.git --branch=main --delete_when_done") in out[1]
     assert f"--workdir={sweep_dir}/learning_rate=0.0005 -- --config.logging.wandb_group=sw" in out[1]
     assert all(line.endswith(f"--config.data.tokenizer.path={tokenizer}") for line in out[1:])
@@ -65,17 +66,19 @@ def test_tpu_and_ray_executors_refuse_a_local_sweep_dir_and_a_placeholder_repo(t
                   ["--executor=tpu", "--sweep_dir=gs://b/sw"],
                   ["--executor=ray", "--address=127.0.0.1:6379", "--tpu=v4-16", f"--sweep_dir={tmp_path}"]):
         with pytest.raises(SystemExit) as error:
-            sweep.main(["run", "--sweep=configs/sweeps/tiny_lr.py", "--dry_run", *flags])
-        assert "gs:// or s3://" in str(error.value) or "--repo_url" in str(error.value)
+            sweep_command.main(["run", "--sweep=configs/sweeps/tiny_lr.py", "--dry_run", *flags])
+        refusal = capsys.readouterr().err.splitlines()
+        assert error.value.code == 2 and len(refusal) == 1
+        assert "gs:// or s3://" in refusal[0] or "--repo_url" in refusal[0]
 
 
 def test_ray_executor_submits_every_point_as_a_ray_tpu_job(capsys):
     with pytest.raises(SystemExit):
-        sweep.main(["run", "--sweep=configs/sweeps/tiny_lr.py", "--sweep_dir=gs://b/sw", "--executor=ray",
+        sweep_command.main(["run", "--sweep=configs/sweeps/tiny_lr.py", "--sweep_dir=gs://b/sw", "--executor=ray",
                     "--address=10.0.0.2:6379", "--tpu=v4-16", "--dry_run"])
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 4 and "-m bert_jax.commands.tokenizer" in out[0]
-    assert all(f"-m launch.ray_tpu --address=10.0.0.2:6379 --tpu=v4-16 --command=bert_jax.commands.pretrain "
+    assert all(f"-m bert_jax.commands.ray_tpu --address=10.0.0.2:6379 --tpu=v4-16 --command=bert_jax.commands.pretrain "
                f"--config=configs/tiny.py "
                f"--workdir=gs://b/sw/learning_rate={lr} --max_wait=86400.0 --python=python3 -- " in line
                for lr, line in zip(("0.0005", "0.002", "0.005"), out[1:]))
@@ -124,10 +127,10 @@ def test_three_learning_rates_train_one_tokenizer_and_the_summary_shows_its_hash
         "                grid={'train.learning_rate': [1e-3, 1e-2, 3e-2]})\n"
     )
     sweep_dir = tmp_path / "sweep"
-    run = subprocess.run([sys.executable, "-m", "launch.sweep", "run", f"--sweep={sweep_file}",
+    run = subprocess.run([sys.executable, "-m", "bert_jax.commands.sweep", "run", f"--sweep={sweep_file}",
                           f"--sweep_dir={sweep_dir}"], cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
-    summary = subprocess.run([sys.executable, "-m", "launch.sweep", "summary", f"--sweep_dir={sweep_dir}"],
+    summary = subprocess.run([sys.executable, "-m", "bert_jax.commands.sweep", "summary", f"--sweep_dir={sweep_dir}"],
                              cwd=REPO, capture_output=True, text=True)
     assert summary.returncode == 0, summary.stderr[-3000:]
     with open(sweep_dir / "summary.csv") as f:

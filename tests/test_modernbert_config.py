@@ -3,22 +3,23 @@ shapes the recipes promise."""
 import numpy as np
 import pytest
 
-import configs.modernbert_base
-import configs.modernbert_large
+import bert_jax.configs.modernbert_base
+import bert_jax.configs.modernbert_large
 from bert_jax.train.config_validation import validate_config
 from bert_jax.train.optimizer import learning_rate_schedule
 
 
 def tiny(**model):
-    c = configs.modernbert_base.get_config("tiny")
+    c = bert_jax.configs.modernbert_base.get_config("tiny")
     for key, value in model.items():
         c.model[key] = value
     return c
 
 
-@pytest.mark.parametrize("config", [configs.modernbert_base.get_config("tiny"),
-                                    configs.modernbert_large.get_config("tiny"),
-                                    configs.modernbert_base.get_config(), configs.modernbert_large.get_config()])
+@pytest.mark.parametrize("config", [bert_jax.configs.modernbert_base.get_config("tiny"),
+                                    bert_jax.configs.modernbert_large.get_config("tiny"),
+                                    bert_jax.configs.modernbert_base.get_config(),
+                                    bert_jax.configs.modernbert_large.get_config()])
 def test_modernbert_configs_validate(config):
     validate_config(config)
     assert config.data.example_builder == "packed" and config.data.mask_rate == 0.3
@@ -39,7 +40,7 @@ def test_bad_modernbert_config_fails_naming_the_key(model, message):
 
 
 def schedule(kind: str, **train):
-    c = configs.modernbert_base.get_config("tiny").train
+    c = bert_jax.configs.modernbert_base.get_config("tiny").train
     c.schedule, c.num_steps, c.warmup_steps, c.learning_rate, c.end_learning_rate = kind, 100, 10, 1.0, 0.0
     for key, value in train.items():
         c[key] = value

@@ -2,14 +2,14 @@
 import numpy as np
 import pytest
 
-import configs.modernbert_base
+import bert_jax.configs.modernbert_base
 from bert_jax.train.loop import train_and_evaluate
 from test_pretrain import train_losses
 
 
 @pytest.mark.slow
 def test_tiny_modernbert_trains_at_sequence_2048(tmp_path):
-    c = configs.modernbert_base.get_config("tiny")
+    c = bert_jax.configs.modernbert_base.get_config("tiny")
     c.model.vocab_size = 1024
     c.model.hidden_size = 32
     c.model.intermediate_size = 64

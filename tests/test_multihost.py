@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from launch.local import run_local
+from bert_jax.launch.local import run_local
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))

@@ -3,7 +3,7 @@ import jax
 import pytest
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
-import configs.base
+import bert_jax.configs.base
 from bert_jax.train.config_validation import validate_mesh_fit
 from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import (MESH_AXES, RULE_PRESETS, check_divisible, logical_axis_rules,
@@ -28,7 +28,7 @@ def test_bad_mesh_shape_names_the_key(shape, devices, words):
 
 
 def test_dcn_shape_divides_devices_into_slices():
-    cfg = configs.base.get_config().mesh
+    cfg = bert_jax.configs.base.get_config().mesh
     cfg.shape, cfg.dcn_shape = (1, -1, 1), (2, 1, 1)
     assert resolve_mesh_shapes(cfg, 16) == ((1, 8, 1), (2, 1, 1))
     cfg.dcn_shape = (3, 1, 1)
@@ -37,7 +37,7 @@ def test_dcn_shape_divides_devices_into_slices():
 
 
 def test_default_preset_keeps_the_custom_rules():
-    cfg = configs.base.get_config().mesh
+    cfg = bert_jax.configs.base.get_config().mesh
     assert cfg.rules == "fsdp_tp"
     custom = logical_axis_rules(dict(cfg, rules="custom"))
     assert logical_axis_rules(cfg) == custom == RULE_PRESETS["fsdp_tp"]
@@ -51,7 +51,7 @@ def test_presets_split_parameters_by_their_strategy():
 
 
 def test_unknown_preset_or_mesh_axis_is_named():
-    cfg = configs.base.get_config().mesh
+    cfg = bert_jax.configs.base.get_config().mesh
     with pytest.raises(ValueError, match=r"config\.mesh\.rules='zero3'"):
         logical_axis_rules(dict(cfg, rules="zero3"))
     with pytest.raises(ValueError, match="'model', which is no mesh axis"):
@@ -59,7 +59,7 @@ def test_unknown_preset_or_mesh_axis_is_named():
 
 
 def test_heads_not_dividing_the_tensor_axis_suggests_a_shape():
-    config = configs.base.get_config()  # 12 heads
+    config = bert_jax.configs.base.get_config()  # 12 heads
     config.train.global_batch_size = 64
     with pytest.raises(ValueError, match=r"num_heads=12 .* try --config\.mesh\.shape=\(1,-1,4\)"):
         validate_mesh_fit(config, AbstractMesh((1, 1, 8), MESH_AXES))
@@ -76,7 +76,7 @@ def test_uneven_parameter_split_names_the_parameter():
 
 
 def dist_cfg(**kw):
-    cfg = configs.base.get_config().distributed
+    cfg = bert_jax.configs.base.get_config().distributed
     cfg.update(kw)
     return cfg
 

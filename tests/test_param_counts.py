@@ -57,7 +57,7 @@ def hf_count(class_name: str, hf_cfg: dict) -> int:
 
 @pytest.mark.parametrize("name", SIZES)
 def test_full_size_parameter_count_equals_hugging_face(name):
-    model_cfg = importlib.import_module(f"configs.{name}").get_config().model
+    model_cfg = importlib.import_module(f"bert_jax.configs.{name}").get_config().model
     class_name, hf_config = MODELS[name]
     ours, theirs = our_count(model_cfg), hf_count(class_name, hf_config(model_cfg))
     print(f"{name}: ours {ours:,} vs {class_name} {theirs:,}")

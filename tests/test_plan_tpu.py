@@ -17,9 +17,9 @@ ENV = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_
 
 # Hidden 256, seq 128 (splash needs a multiple of 128), bf16: compiles for v5e:2x2 in about 10 s.
 MICRO = """
-import configs.base
+import bert_jax.configs.base
 def micro_config(scan=True, batch=8, layers=2):
-    c = configs.base.get_config()
+    c = bert_jax.configs.base.get_config()
     c.model.update(vocab_size=512, hidden_size=256, num_heads=2, intermediate_size=1024, num_layers=layers,
                    max_position_embeddings=128, scan_layers=scan,
                    # Dropout's threefry bits count as FLOPs: 20 % of a step this narrow, 3 % at BERT-base's.
@@ -121,9 +121,9 @@ def test_slice_names_map_to_chips_and_topologies():
 
 
 def test_search_splits_the_global_batch_every_way_it_divides():
-    import configs.modernbert_large
+    import bert_jax.configs.modernbert_large
     from bert_jax.plan import plan_search
-    c = configs.modernbert_large.get_config()  # 4608 sequences: 288 per chip of a v5e-16
+    c = bert_jax.configs.modernbert_large.get_config()  # 4608 sequences: 288 per chip of a v5e-16
     s = tpu_slices.parse_slice("v5e-16")
     steps = plan_search.accumulation_steps(c, s, "fsdp")
     assert steps[0] == 1 and steps[-1] == 288 and {9, 32, 96} <= set(steps)  # not powers of two alone
@@ -268,10 +268,10 @@ except RuntimeError as e:
 def test_bert_base_plans_on_v4_8():
     result = run_script("""
 import json
-import configs.bert_base
+import bert_jax.configs.bert_base
 from bert_jax.plan import compiled_plan as plan
 from bert_jax.parallel import tpu_slices
-p = plan.make_plan(configs.bert_base.get_config(), tpu_slices.parse_slice("v4-8"))
+p = plan.make_plan(bert_jax.configs.bert_base.get_config(), tpu_slices.parse_slice("v4-8"))
 print("RESULT " + json.dumps(dict(devices=p.num_devices, kernel=p.kernel, peak=p.peak_bytes,
     flops=p.compiled_flops + p.pallas_flops, formula=p.formula_flops / p.num_devices, report=plan.format_plan(p))))
 """, timeout=3600)  # a scanned compile, then one with scan_unroll=2 that counts a layer: about a minute each
@@ -349,10 +349,10 @@ def test_scanned_loops_of_several_lengths_count_every_layer():
     the unrolled one."""
     result = run_script("""
 import json
-import configs.deberta_v3_xsmall
+import bert_jax.configs.deberta_v3_xsmall
 from bert_jax.plan import compiled_plan as plan
 from bert_jax.parallel import tpu_slices
-c = configs.deberta_v3_xsmall.get_config()
+c = bert_jax.configs.deberta_v3_xsmall.get_config()
 c.model.update(vocab_size=512, hidden_size=256, num_heads=2, intermediate_size=1024, num_layers=4, generator_num_layers=2,
                max_position_embeddings=128, scan_layers=True, dropout_rate=0.0)
 c.data.update(max_seq_length=128, max_predictions_per_seq=20)
@@ -377,10 +377,10 @@ def test_a_policy_that_saves_less_is_searched_on_its_own_compiles():
     and no remat 16: the search finds the 16, where taking `dots`'s 8 as every later policy's ceiling did not."""
     result = run_script("""
 import json
-import configs.deberta_v3_xsmall
+import bert_jax.configs.deberta_v3_xsmall
 from bert_jax.plan import plan_search
 from bert_jax.parallel import tpu_slices
-c = configs.deberta_v3_xsmall.get_config()
+c = bert_jax.configs.deberta_v3_xsmall.get_config()
 # The xla kernel, as measured: with the fused kernel (auto on a TPU) `dots` needs less than no remat here.
 c.model.update(vocab_size=512, num_layers=2, generator_num_layers=1, scan_layers=True, attention_impl="xla")
 c.data.update(max_seq_length=128, max_predictions_per_seq=20)

@@ -11,7 +11,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-import configs.tiny
+import bert_jax.configs.tiny
 from bert_jax.checkpoint.params import restore_params
 from bert_jax.families import model_for
 from bert_jax.storage.workdir import Workdir
@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def micro_config():
     """configs/tiny.py shrunk to seconds: the same code paths, a smaller model and batch."""
-    c = configs.tiny.get_config()
+    c = bert_jax.configs.tiny.get_config()
     c.model.vocab_size = 1024
     c.model.hidden_size = 32
     c.model.num_heads = 2
@@ -51,7 +51,7 @@ def micro_overrides():
         for k, v in d.items():
             yield from flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)]
 
-    tiny = dict(flat(configs.tiny.get_config().to_dict()))
+    tiny = dict(flat(bert_jax.configs.tiny.get_config().to_dict()))
     return [f"--config.{k}={v}" for k, v in flat(micro_config().to_dict()) if tiny[k] != v]
 
 

@@ -18,8 +18,8 @@ from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.run.completion import read_done, write_done
 from bert_jax.run.metrics_file import read_rows
-from launch import attempts
-from launch.attempts import Attempt
+from bert_jax.launch import attempts
+from bert_jax.launch.attempts import Attempt
 from test_parallel_mesh import FAST_COMPILE
 from test_pretrain import REPO, micro_overrides
 

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-import configs.bert_base
-import configs.tiny
+import bert_jax.configs.bert_base
+import bert_jax.configs.tiny
 from bert_jax.train import stages
 from bert_jax.run.completion import read_done
 from bert_jax.train.config_validation import resolve_config, validate_config
@@ -17,15 +17,15 @@ from test_pretrain import micro_config, read_metrics, train_losses  # noqa: E402
 
 
 def test_stages_split_the_run_and_re_derive_max_predictions():
-    plan = stages.plan(configs.tiny.get_config("two_stage"))
+    plan = stages.plan(bert_jax.configs.tiny.get_config("two_stage"))
     assert [(s.index, s.start, s.end) for s in plan] == [(0, 0, 240), (1, 240, 300)]
     assert [resolve_config(s.config).data.max_predictions_per_seq for s in plan] == [10, 20]
     assert [s.config.data.max_seq_length for s in plan] == [64, 128]
-    assert len(stages.plan(configs.tiny.get_config())) == 1  # no stages: the run is one
+    assert len(stages.plan(bert_jax.configs.tiny.get_config())) == 1  # no stages: the run is one
 
 
 def test_bert_base_runs_the_papers_90_10_recipe_as_one_config():
-    config = configs.bert_base.get_config()
+    config = bert_jax.configs.bert_base.get_config()
     plan = stages.plan(config)
     assert [(s.start, s.end, s.config.data.max_seq_length) for s in plan] == [(0, 900_000, 128),
                                                                             (900_000, 1_000_000, 512)]
@@ -33,7 +33,7 @@ def test_bert_base_runs_the_papers_90_10_recipe_as_one_config():
 
 
 def test_one_schedule_spans_the_stages():
-    plan = stages.plan(configs.tiny.get_config("two_stage"))
+    plan = stages.plan(bert_jax.configs.tiny.get_config("two_stage"))
     first, second = (learning_rate_schedule(s.config.train) for s in plan)
     for step in (0, 100, 239, 240, 299):
         assert float(first(step)) == float(second(step))  # no jump at the switch
@@ -48,7 +48,7 @@ def test_one_schedule_spans_the_stages():
     (dict(start=100, data=dict(max_seq_length=1024)), r"stages\[0\] \(from step 100\): .*max_seq_length=1024 exceeds"),
 ])
 def test_a_bad_stage_is_refused_at_config_time_naming_it(stage, message):
-    config = configs.tiny.get_config("two_stage")
+    config = bert_jax.configs.tiny.get_config("two_stage")
     config.train.stages = (stage,)
     with pytest.raises(ValueError, match=message):
         validate_config(resolve_config(config))

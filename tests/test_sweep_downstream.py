@@ -1,4 +1,4 @@
-"""Sweep arms judged downstream: `launch.sweep evaluate` runs bert_jax.commands.evaluate per arm; `launch.sweep summary` adds
+"""Sweep arms judged downstream: `bert-jax sweep evaluate` runs `bert-jax evaluate` per arm; `bert-jax sweep summary` adds
 arms × tasks (median [min–max]), the suite average, tokens seen and final loss, and says where arms' seed ranges
 overlap instead of ranking them."""
 import json
@@ -10,7 +10,8 @@ import pytest
 
 from bert_jax.finetune import scoreboard
 from bert_jax.finetune.battery import Run
-from launch import sweep, sweep_downstream
+from bert_jax.commands import sweep as sweep_command
+from bert_jax.launch import sweep, sweep_downstream
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,6 +70,28 @@ def test_a_sweep_without_checkpoints_is_refused_naming_the_arms(tmp_path):
         sweep_downstream.evaluate_commands(str(tmp_path / "b"), "smoke", [])
 
 
+@pytest.mark.parametrize("argv", [["summary", "--sweep_dir={missing}"], ["evaluate", "--sweep_dir={missing}"],
+                                  ["evaluate", "{missing}", "--suite=smoke"], ["summary", "--sweep_dir={empty}"]])
+def test_summary_and_evaluate_refuse_a_directory_that_is_not_a_sweep_in_one_line(tmp_path, capsys, argv):
+    (tmp_path / "empty").mkdir()
+    argv = [a.format(missing=tmp_path / "missing", empty=tmp_path / "empty") for a in argv]
+    with pytest.raises(SystemExit) as exit_:
+        sweep_command.main(argv)
+    refusal = capsys.readouterr().err.splitlines()
+    assert exit_.value.code == 2 and len(refusal) == 1, refusal
+    named = tmp_path / ("empty" if "empty" in argv[1] else "missing")
+    assert refusal[0].startswith("bert-jax sweep: ") and f"--sweep_dir={named}" in refusal[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # nothing made
+
+
+def test_evaluate_takes_the_sweep_directory_as_a_flag_or_positionally_but_not_two_of_them(tmp_path, capsys):
+    for argv in (["evaluate", f"--sweep_dir={tmp_path}", str(tmp_path / "other")], ["evaluate", "--suite=smoke"]):
+        with pytest.raises(SystemExit) as exit_:
+            sweep_command.main(argv)
+        refusal = capsys.readouterr().err.splitlines()
+        assert exit_.value.code == 2 and "--sweep_dir" in refusal[0] and len(refusal) == 2  # and where --help is
+
+
 @pytest.mark.slow  # a tokenizer, two pre-training runs and two batteries, in subprocesses
 def test_a_two_arm_mask_rate_sweep_is_evaluated_and_summarised_downstream(tmp_path):
     sys.path.insert(0, os.path.join(REPO, "tests"))
@@ -87,9 +110,9 @@ def test_a_two_arm_mask_rate_sweep_is_evaluated_and_summarised_downstream(tmp_pa
                           "                grid={'data.mask_rate': [0.15, 0.3]})\n")
     sweep_dir, glue = tmp_path / "sweep", write_glue(tmp_path / "glue", 128, 32)
     for argv in (["run", f"--sweep={sweep_file}", f"--sweep_dir={sweep_dir}"],
-                 ["evaluate", str(sweep_dir), "--suite=smoke", f"--glue_dir={glue}", "--tasks=sst2", "--seeds=2"],
+                 ["evaluate", f"--sweep_dir={sweep_dir}", "--suite=smoke", f"--glue_dir={glue}", "--tasks=sst2", "--seeds=2"],
                  ["summary", f"--sweep_dir={sweep_dir}"]):
-        done = subprocess.run([sys.executable, "-m", "launch.sweep", *argv], cwd=REPO, capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-m", "bert_jax.commands.sweep", *argv], cwd=REPO, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
     print(done.stdout)
     assert "smoke/sst2 | smoke/average | smoke/overlaps" in done.stdout

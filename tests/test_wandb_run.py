@@ -13,9 +13,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One attempt of a run's metrics writer, as pretrain makes it; "kill" dies by SIGKILL after its first row.
 ATTEMPT = """
 import os, sys
-import configs.tiny
+import bert_jax.configs.tiny
 from bert_jax.run.metrics_writer import MetricsWriter
-c = configs.tiny.get_config()
+c = bert_jax.configs.tiny.get_config()
 c.logging.update(wandb_mode="offline", tensorboard=False, plots=False)
 writer = MetricsWriter(sys.argv[1], c, int(sys.argv[2]))
 print("ID", writer.wandb_run.id, flush=True)
@@ -51,14 +51,15 @@ def test_a_killed_and_relaunched_run_logs_into_one_offline_wandb_run(tmp_path):
 
 
 def test_launchers_pass_wandb_variables_to_the_workers_and_never_print_the_key(monkeypatch):
-    from launch import shown, slurm, tpu_vm, wandb_env  # noqa: PLC0415
+    from bert_jax.commands import slurm as slurm_command, tpu_vm as tpu_vm_command  # noqa: PLC0415
+    from bert_jax.launch import shown, slurm, tpu_vm, wandb_env  # noqa: PLC0415
 
     monkeypatch.setenv("WANDB_API_KEY", "s3cr3t")
     monkeypatch.setenv("WANDB_ENTITY", "lab")
     assert wandb_env() == {"WANDB_API_KEY": "s3cr3t", "WANDB_ENTITY": "lab"}
-    args = tpu_vm.parse_args(["run", "--name=n", "--zone=z", "--workdir=gs://b/w", "--", "--config.seed=1"])
+    args = tpu_vm_command.parse_args(["run", "--name=n", "--zone=z", "--workdir=gs://b/w", "--", "--config.seed=1"])
     remote = tpu_vm.commands("run", args)[0][-1]
     assert "env WANDB_API_KEY=s3cr3t WANDB_ENTITY=lab python3 -m bert_jax.commands.pretrain" in remote
     assert "s3cr3t" not in shown(remote, wandb_env()) and "WANDB_API_KEY=***" in shown(remote, wandb_env())
-    script = slurm.sbatch_script(slurm.parse_args(["--config=c.py", "--workdir=w"]))
+    script = slurm.sbatch_script(slurm_command.parse_args(["--config=c.py", "--workdir=w"]))
     assert "#SBATCH --export=ALL" in script and "s3cr3t" not in script

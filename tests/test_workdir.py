@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import configs.tiny
+import bert_jax.configs.tiny
 from bert_jax.checkpoint.params import restore_params
 from bert_jax.families import model_for
 from bert_jax.storage.workdir import Workdir
@@ -35,7 +35,7 @@ def test_sub_paths_carry_the_contracted_names_locally_and_in_a_bucket(tmp_path):
 
 
 def test_config_reads_back_what_a_run_wrote_with_its_tuples(tmp_path):
-    config = configs.tiny.get_config()
+    config = bert_jax.configs.tiny.get_config()
     write_config_as_a_run_does(tmp_path, config)
     read = Workdir(tmp_path).config()
     for key in config:
@@ -51,7 +51,7 @@ def test_a_folder_without_config_json_fails_naming_it(tmp_path):
 
 
 def test_a_workdir_without_a_checkpoint_fails_naming_its_checkpoints_folder(tmp_path):
-    write_config_as_a_run_does(tmp_path, configs.tiny.get_config())
+    write_config_as_a_run_does(tmp_path, bert_jax.configs.tiny.get_config())
     run = Workdir(tmp_path)
     assert not run.holds_a_run() and run.checkpoint_steps() == []
     with pytest.raises(ValueError, match=rf"{run.checkpoints} holds no checkpoint"):

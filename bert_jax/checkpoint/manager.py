@@ -11,6 +11,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from grain import checkpoint as grain_checkpoint
 
+from bert_jax import UserError
 from bert_jax.checkpoint import s3_store
 from bert_jax.storage import paths
 
@@ -96,7 +97,7 @@ def _path_key(path) -> str:
     return "/".join(str(p) for p in parts)
 
 
-class IncompatibleCheckpointError(ValueError):
+class IncompatibleCheckpointError(UserError):
     """The checkpoint is readable but holds another model: falling back to an older one would not help."""
 
 

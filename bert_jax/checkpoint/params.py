@@ -15,6 +15,7 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
+from bert_jax import UserError
 from bert_jax.checkpoint.manager import STATE_ITEM
 from bert_jax.models.probe import abstract_params
 from bert_jax.storage import paths
@@ -31,10 +32,10 @@ def restore_params(run: Workdir, build_model: Callable[[ml_collections.ConfigDic
     config = run.config()
     steps = run.checkpoint_steps()
     if not steps:
-        raise ValueError(f"{run.checkpoints} holds no checkpoint")
+        raise UserError(f"{run.checkpoints} holds no checkpoint")
     step = steps[-1] if step is None else step
     if step not in steps:
-        raise ValueError(f"step {step}: {run.checkpoints} holds steps {steps}")
+        raise UserError(f"step {step}: {run.checkpoints} holds steps {steps}")
     model_cfg = ml_collections.ConfigDict(config.model.to_dict())
     # Parameter shapes do not depend on the attention kernel; the reference one builds on any host.
     model_cfg.attention_impl = "xla"

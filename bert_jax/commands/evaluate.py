@@ -1,9 +1,6 @@
-"""Fine-tunes a battery of tasks (GLUE, STS) over seeds from one checkpoint; writes a scoreboard of medians.
+r"""Fine-tunes a battery of tasks (GLUE, STS) over seeds from one checkpoint; writes a scoreboard of medians.
 
-Fine-tunes a battery of tasks over seeds from one checkpoint and writes its scoreboard
-(bert_jax/finetune/battery.py, bert_jax/finetune/scoreboard.py).
-
-    python -m bert_jax.commands.evaluate --checkpoint=runs/bert_base --suite=glue --glue_dir=/data/glue \
+    bert-jax evaluate --checkpoint=runs/bert_base --suite=glue --glue_dir=data/glue \
         --out=runs/bert_base/glue [--tasks=sst2,cola] [--seeds=5]
 
 --checkpoint: a pre-training workdir (its newest step, or DIR:STEP), an exported Hugging Face folder, or any
@@ -23,7 +20,8 @@ import sys
 
 from absl import app, flags
 
-from bert_jax.storage import paths
+from bert_jax import UserError
+from bert_jax.run import command_line
 from bert_jax.run.log_filter import log_info_quietly
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Pre-training workdir (DIR or DIR:STEP) or Hugging Face folder.")
@@ -49,24 +47,26 @@ def _main(argv) -> None:
     # Loaded once the flags parsed: --help and a bad flag answer without loading JAX and the fine-tuning code.
     from bert_jax.finetune import battery, scoreboard
     from bert_jax.run import harness
-    from configs.suites import load_suite
-    from launch import executors
+    from bert_jax.configs.suites import load_suite
+    from bert_jax.launch import executors
 
-    checkpoint, out, executor = _CHECKPOINT.value, _OUT.value, None
+    checkpoint, out = _CHECKPOINT.value, _OUT.value
     try:
-        if _EXECUTOR.value == "ray":
-            args = argparse.Namespace(address=_ADDRESS.value, tpu=_TPU.value, max_wait=_MAX_WAIT.value,
-                                      python=_PYTHON.value)
-            executors.check_ray(args, out, "--out")
-            # The hosts run in the project's directory: local paths are given to them whole.
-            checkpoint, out = paths.absolute(checkpoint), paths.absolute(out)
-            executor = executors.ray_battery(args, out)
+        args = argparse.Namespace(address=_ADDRESS.value, tpu=_TPU.value, max_wait=_MAX_WAIT.value,
+                                  python=_PYTHON.value)
+        chosen = executors.executor(_EXECUTOR.value)
+        chosen.check(args, out, "--out")
+        checkpoint, out, executor = chosen.battery(args, checkpoint, out)
         suite = load_suite(_SUITE.value)
         harness.setup_process(next(iter(suite.tasks.values())).finetune)  # before JAX starts its backend
         board = battery.evaluate(checkpoint, suite, out, _GLUE_DIR.value, _TFDS_DATA_DIR.value, _TASKS.value,
                                  _SEEDS.value, executor=executor)
-    except (ValueError, RuntimeError) as e:  # bad input (named, before any training, nothing half-written in
-        sys.exit(f"evaluate: {e}")           # --out), or a run the executor started that did not finish (its log)
+    except UserError:
+        raise
+    except ValueError as e:  # what the suite, the battery and the executor refuse: bad input, named before any
+        raise UserError(str(e)) from e  # training, with nothing half-written in --out
+    except RuntimeError as e:  # a run the executor started that did not finish: its log says why
+        sys.exit(f"evaluate: {e}")
     if board is None:
         print("[evaluate] a run was preempted: run the same command again to go on")
         return
@@ -75,7 +75,7 @@ def _main(argv) -> None:
 
 
 def main() -> None:
-    app.run(_main)
+    command_line.run(_main)
 
 
 if __name__ == "__main__":

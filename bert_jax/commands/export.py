@@ -1,6 +1,6 @@
 """Exports a pre-training workdir's params: a Hugging Face folder (default) or a params-only orbax checkpoint.
 
-    python -m bert_jax.commands.export --workdir=runs/tiny --out=/tmp/bert_tiny_hf [--step=N] [--format=hf|params]
+    bert-jax export --workdir=runs/tiny --out=/tmp/bert_tiny_hf [--step=N] [--format=hf|params]
 
 `--format=hf` writes config.json, model.safetensors and the tokenizer files, which
 `transformers.AutoModelForMaskedLM.from_pretrained(OUT)` and `AutoTokenizer` load;
@@ -8,6 +8,7 @@
 """
 from absl import app, flags, logging
 
+from bert_jax.run import command_line
 from bert_jax.train.export import FORMATS, export
 from bert_jax.run.log_filter import log_info_quietly
 
@@ -32,7 +33,7 @@ def _main(argv) -> None:
 def main() -> None:
     # Flags are defined here, not at import, so importing this module never clashes with other entry points'.
     _define_flags()
-    app.run(_main)
+    command_line.run(_main)
 
 
 if __name__ == "__main__":

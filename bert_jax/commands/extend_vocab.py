@@ -1,8 +1,6 @@
 """Adds a domain's most fragmented words to a model's tokenizer and embeddings.
 
-`bert-jax extend-vocab`: adds a domain's most fragmented words to a model's tokenizer and embeddings.
-
-    python -m bert_jax.commands.extend_vocab --from=HF_FOLDER_OR_WORKDIR --corpus=PATH --add=N --out=OUT
+    bert-jax extend-vocab --from=HF_FOLDER_OR_WORKDIR --corpus=PATH --add=N --out=OUT
         [--min_saving=S] [--init=fvt|random|mean_of_all] [--overwrite]
 
 `--corpus`: text (one segment a line), .jsonl (`--field`) or .parquet files, a folder or glob of them,
@@ -14,6 +12,8 @@ The work is bert_jax.vocab.extension's; this is its command line.
 """
 from absl import app, flags, logging
 
+from bert_jax import UserError
+from bert_jax.run import command_line
 from bert_jax.vocab.rows import INITS
 from bert_jax.run.log_filter import log_info_quietly
 from bert_jax.vocab.extension import ExtendRequest, extend_vocab, report_table
@@ -45,14 +45,16 @@ def _main(argv) -> None:
                             overwrite=f.overwrite)
     try:
         report = extend_vocab(request)
-    except (ValueError, FileNotFoundError) as e:  # bad input: its message, not a traceback
-        raise SystemExit(f"extend-vocab: {e}") from None
+    except UserError:
+        raise
+    except ValueError as e:  # what the family and tokenizer checks refuse in --from: bad input, named
+        raise UserError(str(e)) from e
     logging.info("wrote %s\n%s", f.out, report_table(report))
 
 
 def main() -> None:
     _define_flags()
-    app.run(_main)
+    command_line.run(_main)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Fine-tunes from a pre-training run or a Hugging Face folder (bert_jax/finetune/run.py).
 
-    `python -m bert_jax.finetune --config=configs/finetune/X.py --workdir=DIR` (see bert_jax/finetune/run.py).
+    `bert-jax finetune --config=configs/finetune/X.py --workdir=DIR` (see bert_jax/finetune/run.py).
 """
 from absl import app, flags
 from ml_collections import config_flags

@@ -5,7 +5,7 @@ QuestionAnswering} loads, with `id2label`, giving our logits; a sentence-embeddi
 sentence-transformers folder. The task of the run's kind writes it (bert_jax/finetune/tasks/,
 renaming by bert_jax/finetune/hf_heads.py).
 
-    python -m bert_jax.commands.finetune_export --workdir=DIR --out=OUT
+    bert-jax finetune-export --workdir=DIR --out=OUT
 """
 import json
 
@@ -15,8 +15,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import app, flags, logging
 
+from bert_jax import UserError
 from bert_jax.families import get_family
 from bert_jax.finetune.tasks import get_task
+from bert_jax.run import command_line
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 
@@ -26,8 +28,11 @@ def load_finetuned(workdir: str):
     stopping kept some, else its newest checkpoint's."""
     run = Workdir(workdir)
     if not run.config_json.exists():
-        raise ValueError(f"{run.config_json} does not exist: --workdir must be a fine-tuning run's directory")
+        raise UserError(f"--workdir={workdir}: {run.config_json} does not exist; give a fine-tuning run's directory")
     config = ml_collections.ConfigDict(json.loads(run.config_json.read_text()))
+    if "task" not in config:
+        raise UserError(f"--workdir={workdir} is a pre-training run (its config has no task): `bert-jax export` "
+                        "exports it; finetune-export takes a fine-tuning run's directory")
     names = json.loads(run.labels_json.read_text()) if run.labels_json.exists() else []
     family = get_family(config.model.family)
     task = get_task(config.task.kind)
@@ -39,7 +44,7 @@ def load_finetuned(workdir: str):
                                         item_handlers={"state": ocp.StandardCheckpointHandler()})
         step = manager.latest_step()
         if step is None:
-            raise ValueError(f"{run.checkpoints} holds no checkpoint")
+            raise UserError(f"--workdir={workdir}: {run.checkpoints} holds no checkpoint (the run saved none yet)")
         params = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]["params"]
         manager.close()
     return model, jax.tree.map(np.asarray, jax.device_get(params)), config, names
@@ -58,7 +63,8 @@ def export(workdir: str, out: str) -> None:
 
 
 def _main(argv) -> None:
-    del argv
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     export(flags.FLAGS.workdir, flags.FLAGS.out)
 
 
@@ -66,7 +72,7 @@ def main() -> None:
     flags.DEFINE_string("workdir", None, "The fine-tuning run's directory.")
     flags.DEFINE_string("out", None, "Directory to write the Hugging Face folder to.")
     flags.mark_flags_as_required(["workdir", "out"])
-    app.run(_main)
+    command_line.run(_main)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""Look inside a model: fill-mask candidates and attention maps for one sentence.
+r"""Look inside a model: fill-mask candidates and attention maps for one sentence.
 
-    python -m bert_jax.commands.inspect --from=runs/tiny --text="the cat sat on the [MASK]." --mode=fill_mask --top_k=5
-    python -m bert_jax.commands.inspect --from=/path/to/hf_folder --text="the cat sat on the mat." \
+    bert-jax inspect --from=runs/tiny --text="the cat sat on the [MASK]." --mode=fill_mask --top_k=5
+    bert-jax inspect --from=/path/to/hf_folder --text="the cat sat on the mat." \
         --mode=attention --out=attention.png
 
 `--from` is a pre-training workdir (its newest checkpoint; `DIR:STEP` for another) or a Hugging
@@ -22,6 +22,7 @@ import numpy as np
 from absl import app, flags
 
 from bert_jax.finetune import init_from
+from bert_jax.run import command_line
 from bert_jax.storage import paths
 from data_pipelines.tokenizers.tokenizer import load_tokenizer
 
@@ -51,7 +52,7 @@ class Inspector:
 
 def load(source: str, scan_layers: bool = False) -> Inspector:
     """The model `source` names (a workdir, `DIR:STEP`, or an HF folder); fails naming the path otherwise."""
-    resolved = init_from.resolve(source, dict(RUNTIME, scan_layers=scan_layers))
+    resolved = init_from.resolve(source, dict(RUNTIME, scan_layers=scan_layers), key="--from")
     module = resolved.family.build_model(resolved.model_cfg)
     return Inspector(module, resolved.params, load_tokenizer(resolved.tokenizer_dir),
                      int(resolved.model_cfg.max_position_embeddings))
@@ -182,7 +183,7 @@ def _main(argv) -> None:
 
 def main() -> None:
     _define_flags()
-    app.run(_main)
+    command_line.run(_main)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,18 @@
-"""Plans a run for hardware you do not have: compiles the exact train step ahead of time.
+"""Plans a run for hardware you do not have: compiles every stage's train step ahead of time and judges the fit.
 
-Plans a run for hardware you do not have: compiles the exact train step ahead of time.
+    bert-jax plan --config=configs/bert_base.py                          (8 simulated CPU devices, no verdict)
+    bert-jax plan --config=configs/bert_base.py --gpu=h100 --num_devices=1   (an estimate for one H100)
+    bert-jax plan --config=configs/bert_large.py --tpu=v5e-16
+    bert-jax plan --config=configs/bert_large.py --tpu=v5p-128 --num_slices=2
+    bert-jax plan --config=configs/bert_base.py --tpu=v5e-4 --search
 
-    python -m bert_jax.plan --config=configs/bert_large.py --tpu=v5e-16
-    python -m bert_jax.plan --config=configs/bert_large.py --tpu=v5p-128 --num_slices=2
-    python -m bert_jax.plan --config=configs/bert_base.py --tpu=v5e-4 --search
-    python -m bert_jax.plan --config=configs/bert_large.py --num_devices=1 --gpu=h100   (an estimate)
-
-The train step that `bert_jax.train.program.build_program` makes (the one `pretrain` runs) is
-lowered from abstract shapes (no parameter is ever allocated) and compiled.
+Every stage of the run (config.train.stages, bert_jax/train/stages.py: BERT's seq 512 phase, say) is planned: the
+train step that `bert_jax.train.program.build_program` makes for it (the one `pretrain` runs) is lowered from
+abstract shapes (no parameter is ever allocated) and compiled (bert_jax/plan/stage_plans.py). The report ends
+with a table of the stages (sequence length, global and per-device batch, parameters, FLOPs per step, peak
+memory per device, verdict) and the verdict of the worst stage, naming it; for a stage that does not fit, the
+changes that would make it fit, each compiled (bert_jax/plan/stage_fixes.py). Exit status 0 when every stage fits
+(or no verdict was asked for), 1 when a stage does not, 2 for a bad flag or config.
 
 --tpu: by the TPU compiler itself (libtpu, the `tpu` extra), for the slice's devices
 (bert_jax/parallel/tpu_slices.py), with the LIBTPU_INIT_ARGS the run sets. Memory per chip, FLOPs and
@@ -21,94 +25,132 @@ kernel's FLOPs (splash attention) are invisible to the compiler's count and are 
 formula. The compiler's bytes accessed include traffic that stays in on-chip memory; the
 roofline bound (bert_jax/plan/roofline.py) divides only the HBM part by HBM bandwidth
 (bert_jax/plan/hlo_traffic.py splits the compiled program's bytes by memory space).
+For a run whose every stage fits, --tpu also prints the run's length, a lower bound: each stage's steps x its
+roofline step time (bert_jax/plan/run_length.py), in hours and chip-hours. --search ranks remat x mesh x per-chip
+batch x scan for each stage (bert_jax/plan/plan_search.py).
 
-For a config that fits, --tpu also prints the run's length, a lower bound: config.train.num_steps x
-the roofline step time, per stage (bert_jax/plan/run_length.py), in hours and chip-hours.
-
---num_devices (with --gpu / --target, or --cpu): N simulated CPU devices and the XLA CPU
-compiler. Parameter and optimizer bytes are exact; temporaries are the CPU compiler's
-schedule, and an accelerator's peak was measured at 0.64x to more than 1.29x this figure
-(bert_jax/plan/memory_fit.py). That verdict is an estimate over the whole band.
+--num_devices (alone, or with --gpu / --target / --hbm_gib for a verdict): N simulated CPU devices and the XLA
+CPU compiler. Parameter and optimizer bytes are exact; temporaries are the CPU compiler's schedule, and an
+accelerator's peak was measured at 0.64x to more than 1.29x this figure (bert_jax/plan/memory_fit.py). That
+verdict is an estimate over the whole band.
 """
 import os
+import sys
 
 import jax
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
-from bert_jax.plan import memory_fit, plan_search, run_length
+from bert_jax import UserError
 from bert_jax.parallel import tpu_slices
-from bert_jax.plan.compiled_plan import DoesNotFit, fits, format_plan, make_plan, use_simulated_devices
-from bert_jax.train import stages
+from bert_jax.plan import memory_fit, plan_search, stage_report
+from bert_jax.plan.compiled_plan import use_simulated_devices
+from bert_jax.plan.stage_plans import Judge, StagePlanner, step_config
 from bert_jax.run import command_line
-from bert_jax.train.config_validation import resolve_config
+from bert_jax.train import stages
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, command_line.CONFIG_HELP, lock_config=True)
 _TPU = flags.DEFINE_string("tpu", "", "A TPU slice to compile for with the TPU compiler: v4-32, v5e-16, v5p-128, v6e-8, ...")
 _NUM_SLICES = flags.DEFINE_integer("num_slices", 1, "With --tpu: this many such slices (multi-slice over DCN).")
-_SEARCH = flags.DEFINE_bool("search", False, "With --tpu: try remat x mesh x per-chip batch x scan; rank what fits.")
+_SEARCH = flags.DEFINE_bool("search", False, "With --tpu: try remat x mesh x per-chip batch x scan for each stage; "
+                            "rank what fits.")
 _ENOUGH_MFU = flags.DEFINE_float("search_enough_mfu", 0.98, "--search stops at the first fit with this MFU bound "
                                   "(nothing left can be faster by more than the rest); 0 = try every configuration.")
 _NUM_DEVICES = flags.DEFINE_integer("num_devices", 8, "Without --tpu: simulated CPU devices to compile for.")
-_GPU = flags.DEFINE_enum("gpu", "", ["", *(k for k, t in memory_fit.TARGETS.items() if t.compiler == "gpu")],
-                         "Without --tpu: a GPU kind to estimate the fit on (the CPU compiler's band).")
+_GPU = flags.DEFINE_string("gpu", "", "Without --tpu: a GPU kind to estimate the fit on (the CPU compiler's band): "
+                           + ", ".join(k for k, t in memory_fit.TARGETS.items() if t.compiler == "gpu") + ".")
 _CPU = flags.DEFINE_bool("cpu", False, "Plan with the XLA CPU compiler on simulated devices (the default without --tpu).")
-_TARGET = flags.DEFINE_enum("target", "", ["", *memory_fit.TARGETS], "Without --tpu: device kind to estimate the fit on.")
+_TARGET = flags.DEFINE_string("target", "", "Without --tpu: a device kind to estimate the fit on: "
+                              + ", ".join(memory_fit.TARGETS) + ".")
 _HBM_GIB = flags.DEFINE_float("hbm_gib", 0.0, "Memory of one device in GiB; 0 = the target's (or no verdict).")
 _MAX_ROWS = flags.DEFINE_integer("max_param_rows", 0, "Print at most this many parameter rows; 0 = all.")
 flags.mark_flags_as_required(["config"])
 
 
-def _main(argv) -> None:
+def check_flags(argv, tpu: str, gpu: str, cpu: bool, target: str, search: bool, num_slices: int, num_devices: int,
+                hbm_gib: float, enough_mfu: float) -> str:
+    """The device kind the CPU-compiler estimate judges against ("" for none); a flag that cannot be honoured is a
+    UserError naming it, before anything is compiled."""
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        raise UserError(f"unexpected arguments {argv[1:]}: plan takes flags only (--config, --tpu, --gpu, ...)")
+    gpus = [k for k, t in memory_fit.TARGETS.items() if t.compiler == "gpu"]
+    if gpu and gpu not in gpus:
+        raise UserError(f"--gpu={gpu!r} is not a GPU kind the planner knows; known: {', '.join(gpus)}")
+    if target and target not in memory_fit.TARGETS:
+        raise UserError(f"--target={target!r} is not a device kind the planner knows; known: "
+                        f"{', '.join(memory_fit.TARGETS)}")
+    if gpu and target and gpu != target:
+        raise UserError(f"--gpu={gpu} and --target={target} name two device kinds; give one")
+    if hbm_gib < 0:
+        raise UserError(f"--hbm_gib={hbm_gib:g} must be >= 0 (0 = the device kind's memory, or no verdict)")
+    if not 0 <= enough_mfu <= 1:
+        raise UserError(f"--search_enough_mfu={enough_mfu:g} must be in [0, 1] (0 = try every configuration)")
+    if tpu:
+        if gpu or cpu or target:
+            given = " ".join(f"--{n}" for n, v in (("gpu", gpu), ("cpu", cpu), ("target", target)) if v)
+            raise UserError(f"--tpu={tpu} compiles for a TPU slice with the TPU compiler; {given} is for the "
+                            "CPU compiler's estimate: give one or the other")
+        return ""
+    if search:
+        raise UserError("--search needs --tpu=SLICE: it ranks by the TPU compiler's roofline (e.g. --tpu=v5e-16)")
+    if num_slices != 1:
+        raise UserError(f"--num_slices={num_slices} needs --tpu=SLICE: it counts TPU slices")
+    if num_devices < 1:
+        raise UserError(f"--num_devices={num_devices} must be >= 1")
+    return gpu or target
+
+
+def _main(argv) -> None:
+    target = check_flags(argv, _TPU.value, _GPU.value, _CPU.value, _TARGET.value, _SEARCH.value, _NUM_SLICES.value,
+                         _NUM_DEVICES.value, _HBM_GIB.value, _ENOUGH_MFU.value)
     try:
-        _plan(_CONFIG.value)
-    except (ValueError, RuntimeError) as e:  # bad input, named: a message, not a traceback
-        raise SystemExit(f"bert_jax.plan: {e}") from None
+        fits = _plan(_CONFIG.value, target)
+    except UserError:
+        raise
+    except ValueError as e:  # a config the run would refuse, named by the check that refused it
+        raise UserError(str(e)) from None
+    except RuntimeError as e:  # the TPU compiler missing: the message names the install command
+        raise SystemExit(f"bert-jax plan: {e}") from None
+    if not fits:
+        sys.exit(1)  # the report above names the stage
 
 
-def _plan(config) -> None:
+def _plan(config, target: str) -> bool:
+    """Prints the report; whether every stage fits."""
+    tpu_slice = None
     if _TPU.value:
-        if _GPU.value or _CPU.value or _TARGET.value:
-            raise app.UsageError("--tpu compiles for a TPU slice; --gpu, --cpu and --target are for the CPU-compiler estimate")
-        tpu_slice = tpu_slices.parse_slice(_TPU.value, _NUM_SLICES.value)
+        try:
+            tpu_slice = tpu_slices.parse_slice(_TPU.value, _NUM_SLICES.value)
+        except ValueError as e:
+            raise UserError(str(e)) from None
         # The host's own backend stays the CPU: on a TPU VM the plan must not take the chips a run may hold;
         # the TPU compiler is reached through the slice's topology.
         if not os.environ.get("JAX_PLATFORMS"):
             jax.config.update("jax_platforms", "cpu")
         if _SEARCH.value:
-            tried = plan_search.search(config, tpu_slice, _HBM_GIB.value, enough_mfu=_ENOUGH_MFU.value, log=print)
-            print(plan_search.format_search(tried, _TPU.value, _NUM_SLICES.value, _HBM_GIB.value))
-            return
-        try:
-            plan = make_plan(config, tpu_slice)
-        except DoesNotFit as e:
-            print(f"**{e}** on {tpu_slice.label}.\n\n" + plan_search.suggest_fit(config, tpu_slice, _HBM_GIB.value))
-            return
-        print(format_plan(plan, hbm_gib=_HBM_GIB.value, max_rows=_MAX_ROWS.value))
-        if not fits(plan, _HBM_GIB.value)[0]:
-            print("\n" + plan_search.suggest_fit(config, tpu_slice, _HBM_GIB.value))
-            return
-        print(_run_length(config, tpu_slice, plan))
-        return
-    if _SEARCH.value or _NUM_SLICES.value != 1:
-        raise app.UsageError("--search and --num_slices need --tpu: only the TPU compiler's figures are exact")
-    use_simulated_devices(_NUM_DEVICES.value)
-    print(format_plan(make_plan(config), _GPU.value or _TARGET.value, _HBM_GIB.value, _MAX_ROWS.value))
+            return _search(config, tpu_slice)
+    else:
+        use_simulated_devices(_NUM_DEVICES.value)
+    planner = StagePlanner(Judge.of(tpu_slice, target, _HBM_GIB.value))
+    text, fits = stage_report.report(planner, planner.stages(config), target, _MAX_ROWS.value)
+    print(text)
+    return fits
 
 
-def _run_length(config, tpu_slice, plan) -> str:
-    """Hours and chip-hours of config.train.num_steps, per stage; a later stage's step is compiled too."""
-    lengths = []
+def _search(config, tpu_slice) -> bool:
+    """--search for each stage; whether each has a configuration that fits."""
+    every_stage_fits = True
     for stage in stages.plan(config):
-        stage_plan = plan if stage.index == 0 else make_plan(resolve_config(stage.config), tpu_slice)
-        if stage.index and not fits(stage_plan, _HBM_GIB.value)[0]:
-            raise ValueError(f"stage {stage.index} (from step {stage.start}) does not fit {tpu_slice.label}")
-        lengths.append(run_length.StageLength(
-            run_length.stage_label(stage.start, stage.end, stage.config), stage.end - stage.start,
-            stage_plan.roofline.step_s, stage_plan.num_devices, stage_plan.step_is_exact))
-    return run_length.format_run_length(lengths)
+        print(f"## stage {stage.index} (steps {stage.start + 1:,}-{stage.end:,}, seq "
+              f"{stage.config.data.max_seq_length}, batch {stage.config.train.global_batch_size})\n")
+        tried = plan_search.search(step_config(stage.config), tpu_slice, _HBM_GIB.value, enough_mfu=_ENOUGH_MFU.value, log=print)
+        print(plan_search.format_search(tried, _TPU.value, _NUM_SLICES.value, _HBM_GIB.value))
+        if stage.index:
+            print(f"\nThis stage's grad_accum_steps goes in config.train.stages[{stage.index - 1}] "
+                  "(train=dict(grad_accum_steps=K)); scan, mesh and remat are the whole run's.")
+        print()
+        every_stage_fits &= any(t.fits for t in tried)
+    return every_stage_fits
 
 
 def main() -> None:

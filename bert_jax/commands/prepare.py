@@ -1,8 +1,6 @@
-"""Tokenizes a corpus into ArrayRecord shards, in parallel, in bounded memory (data_pipelines/shards/prepare.py).
+r"""Tokenizes a corpus into ArrayRecord shards, in parallel, in bounded memory (data_pipelines/shards/prepare.py).
 
-`python -m bert_jax.commands.prepare`: tokenizes a corpus into ArrayRecord shards (data_pipelines/shards/prepare.py).
-
-    python -m bert_jax.commands.prepare --config=configs/tiny.py --out=/tmp/corpus_prepared \
+    bert-jax prepare --config=configs/tiny.py --out=/tmp/corpus_prepared \
         --config.data.source=text --config.data.path='/data/wiki/*.txt.gz' \
         --num_workers=8 --docs_per_shard=10000
 """
@@ -11,6 +9,7 @@ from collections.abc import Sequence
 
 from absl import app, flags, logging
 
+from bert_jax.run import command_line
 from data_pipelines.shards import prepare as prepare_lib
 
 
@@ -42,7 +41,7 @@ def _run(argv: Sequence[str], flag_values) -> None:
 def main() -> None:
     """Console-script entry point (`bert-jax prepare ...`)."""
     flag_values = _define_flags()
-    app.run(lambda argv: _run(argv, flag_values))
+    command_line.run(lambda argv: _run(argv, flag_values))
 
 
 if __name__ == "__main__":

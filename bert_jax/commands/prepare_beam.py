@@ -1,8 +1,6 @@
-"""`prepare` on Apache Beam: the same shards and manifest (data_pipelines/shards/prepare_beam.py).
+r"""`prepare` on Apache Beam: the same shards and manifest (data_pipelines/shards/prepare_beam.py).
 
-`python -m bert_jax.commands.prepare_beam`: `prepare` on Apache Beam (data_pipelines/shards/prepare_beam.py).
-
-    python -m bert_jax.commands.prepare_beam --config=configs/tiny.py --out=/tmp/corpus_prepared \
+    bert-jax prepare-beam --config=configs/tiny.py --out=/tmp/corpus_prepared \
         --config.data.source=text --config.data.path='/data/wiki/*.txt.gz' --num_shards=64 \
         [--runner=DirectRunner --direct_num_workers=8 --direct_running_mode=multi_processing]
 
@@ -13,6 +11,7 @@ from collections.abc import Sequence
 
 from absl import app, flags, logging
 
+from bert_jax.run import command_line
 from data_pipelines.shards import prepare as prepare_lib
 from data_pipelines.shards import prepare_beam as beam
 
@@ -46,7 +45,7 @@ def _run(argv: Sequence[str], flag_values) -> None:
 def main() -> None:
     """Console-script entry point (`bert-jax prepare-beam ...`); unknown flags go to Beam."""
     flag_values = _define_flags()
-    app.run(lambda argv: _run(argv, flag_values), flags_parser=lambda argv: flag_values(argv, known_only=True))
+    command_line.run(lambda argv: _run(argv, flag_values), known_only=True)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,9 @@
-"""Trains a WordPiece / BPE / SentencePiece tokenizer and saves it (data_pipelines/tokenizers/).
+r"""Trains a WordPiece / BPE / SentencePiece tokenizer and saves it (data_pipelines/tokenizers/).
 
-`python -m bert_jax.commands.tokenizer`: trains a tokenizer and saves it (data_pipelines/tokenizers/).
-
-  python -m bert_jax.commands.tokenizer --config=configs/tiny.py --out=/tmp/tok \
+  bert-jax tokenizer --config=configs/tiny.py --out=/tmp/tok \
       [--config.data.tokenizer.kind=unigram] [--config.data.source=text --config.data.path=...]
 
-trains the configured kind on a `data.tokenizer.sample_bytes`-capped sample of the source's
+It trains the configured kind on a `data.tokenizer.sample_bytes`-capped sample of the source's
 training documents (data_pipelines/tokenizers/training.py) and saves it. Without --config it
 trains WordPiece on the embedded corpus (`--vocab_size`, `--min_frequency`, `--eval_fraction`).
 """
@@ -14,6 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from absl import app, flags, logging
 
+from bert_jax.run import command_line
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 
@@ -67,7 +66,7 @@ def _run(argv: Sequence[str], flag_values) -> None:
 def main() -> None:
     """Console-script entry point."""
     flag_values = _define_flags()
-    app.run(lambda argv: _run(argv, flag_values))
+    command_line.run(lambda argv: _run(argv, flag_values))
 
 
 if __name__ == "__main__":

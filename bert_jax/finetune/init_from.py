@@ -8,13 +8,17 @@ the subtree its `encode` uses. The family of an HF folder is the registered one 
 `HfConverter.model_type` its config.json names: nothing here knows a family by name.
 """
 import dataclasses
+import functools
 import json
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from bert_jax import UserError
 from bert_jax.hf import folder as hf_folder
 from bert_jax.checkpoint.params import restore_params
 from bert_jax.families import Family, family_of_hf_config, get_family, model_for
@@ -40,7 +44,7 @@ class Source:
     params: dict  # the family module's parameters (numpy), laid out as model_cfg.scan_layers says
 
 
-def _split_step(init_from: str) -> tuple[str, int | None]:
+def split_step(init_from: str) -> tuple[str, int | None]:
     head, sep, tail = init_from.rpartition(":")
     if sep and tail.isdigit() and head and not head.endswith(":/"):
         return head, int(tail)
@@ -70,43 +74,62 @@ EMPTY = ("config.init_from is empty: name a pre-training workdir (DIR or DIR:STE
          "finished fine-tuning run")
 
 
-def resolve(init_from: str, runtime_model_cfg) -> Source:
-    """The encoder `config.init_from` names; a path that is neither a workdir nor an HF folder fails naming it."""
+def check(init_from: str, key: str = "config.init_from") -> Callable[[Any], Source]:
+    """What reads the encoder `config.init_from` names ((runtime model config) -> Source), checked without reading
+    any weights (a fine-tuning config's check, bert_jax/finetune/config_validation.py); UserError naming `key`
+    (`--from` for inspect)."""
     if not init_from:
-        raise ValueError(EMPTY)
-    path, step = _split_step(init_from)
+        raise UserError(EMPTY.replace("config.init_from", key, 1))
+    path, step = split_step(init_from)
     root, run = paths.path(path), Workdir(path)
     if run.config_json.exists() and "task" in json.loads(run.config_json.read_text()):  # a fine-tuning run's
-        return _finetuned(init_from, run, step, runtime_model_cfg)
+        if step is not None:
+            raise UserError(f"{key}={init_from!r}: a fine-tuning run is read at its end, not at a step")
+        if completion.read_done(run.root) is None:
+            raise UserError(f"{key}={init_from!r} is a fine-tuning run that has not finished (no DONE)")
+        return functools.partial(_finetuned, run)
     if run.holds_a_run():
-        params, step = restore_params(run, model_for, step)
-        model_cfg = _with_runtime(run.config().model.to_dict(), runtime_model_cfg)
-        family = get_family(model_cfg.family)
-        return Source("workdir", path, step, family, model_cfg, str(run.tokenizer),
-                      _relayout(params, model_cfg.scan_layers))
+        steps = run.checkpoint_steps()
+        if not steps or (step is not None and step not in steps):
+            raise UserError(f"{key}={init_from!r}: {path} holds checkpoints at steps {steps}"
+                            + (f", not {step}" if steps else ""))
+        return functools.partial(_pretraining_run, path, step)
     weights = any((root / name).exists() for name in (hf_folder.SAFETENSORS_FILE, hf_folder.TORCH_FILE))
     if (root / "config.json").exists() and weights:  # a Hugging Face folder's config.json
         if step is not None:
-            raise ValueError(f"config.init_from={init_from!r}: a Hugging Face folder has no steps")
-        hf_cfg = hf_folder.read_hf_config(path)
-        family = family_of_hf_config(hf_cfg, path)
-        values = dict(family.hf.model_config(hf_cfg), family=family.name,
-                      initializer_range=hf_cfg.get("initializer_range", 0.02))
-        model_cfg = _with_runtime(values, runtime_model_cfg)
-        fallback = zeros_like_family_params(family, model_cfg)
-        params, report = family.hf.from_hf(hf_folder.read_hf_state(path), hf_cfg, model_cfg, fallback)
-        return Source("hf", path, None, family, model_cfg, path, params)
-    raise ValueError(f"config.init_from={init_from!r} is neither a pre-training workdir (config.json and "
-                     f"checkpoints/) nor a Hugging Face model folder (config.json and model.safetensors)")
+            raise UserError(f"{key}={init_from!r}: a Hugging Face folder has no steps")
+        return functools.partial(_hf_folder, path)
+    raise UserError(f"{key}={init_from!r} is neither a pre-training workdir (config.json and "
+                    f"checkpoints/) nor a Hugging Face model folder (config.json and model.safetensors)")
 
 
-def _finetuned(init_from: str, run: Workdir, step: int | None, runtime_model_cfg) -> Source:
+def resolve(init_from: str, runtime_model_cfg, key: str = "config.init_from") -> Source:
+    """The encoder `config.init_from` names, its weights read."""
+    return check(init_from, key)(runtime_model_cfg)
+
+
+def _pretraining_run(path: str, step: int | None, runtime_model_cfg) -> Source:
+    run = Workdir(path)
+    params, step = restore_params(run, model_for, step)
+    model_cfg = _with_runtime(run.config().model.to_dict(), runtime_model_cfg)
+    return Source("workdir", path, step, get_family(model_cfg.family), model_cfg, str(run.tokenizer),
+                  _relayout(params, model_cfg.scan_layers))
+
+
+def _hf_folder(path: str, runtime_model_cfg) -> Source:
+    hf_cfg = hf_folder.read_hf_config(path)
+    family = family_of_hf_config(hf_cfg, path)
+    values = dict(family.hf.model_config(hf_cfg), family=family.name,
+                  initializer_range=hf_cfg.get("initializer_range", 0.02))
+    model_cfg = _with_runtime(values, runtime_model_cfg)
+    fallback = zeros_like_family_params(family, model_cfg)
+    params, _ = family.hf.from_hf(hf_folder.read_hf_state(path), hf_cfg, model_cfg, fallback)
+    return Source("hf", path, None, family, model_cfg, path, params)
+
+
+def _finetuned(run: Workdir, runtime_model_cfg) -> Source:
     """The encoder of a finished fine-tuning run: its best params if it kept some, else its last step's backbone;
     its config.json's `model` is its own source's (bert_jax/finetune/run.py writes it)."""
-    if step is not None:
-        raise ValueError(f"config.init_from={init_from!r}: a fine-tuning run is read at its end, not at a step")
-    if completion.read_done(run.root) is None:
-        raise ValueError(f"config.init_from={init_from!r} is a fine-tuning run that has not finished (no DONE)")
     model_cfg = _with_runtime(run.config().model.to_dict(), runtime_model_cfg)
     if run.best_params.exists():
         params = ocp.StandardCheckpointer().restore(paths.absolute(run.best_params))

@@ -6,8 +6,10 @@ config.early_stopping.metric), best.json, metrics.jsonl, plots/, predictions.jso
 results.json and diagnosis.json. A killed or preempted run resumes from its newest checkpoint
 with the same batches; on several hosts each feeds its share of every batch.
 """
+import dataclasses
 import json
 import math
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -16,7 +18,8 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from bert_jax.hf import folder as hf_folder
-from bert_jax.finetune import data, diagnosis, init_from
+from bert_jax.objectives.objective import Objective
+from bert_jax.finetune import config_validation, data, diagnosis, init_from
 from bert_jax.finetune.cadence import make_cadence
 from bert_jax.finetune.optimizer import make_optimizer
 from bert_jax.finetune.splits import label_names, read_splits
@@ -80,12 +83,43 @@ def _check_batch(batch_size: int, mesh) -> None:
                          f"of the mesh and of the {jax.process_count()} processes")
 
 
-def validate_config(config) -> None:
-    """Fine-tuning's checks that need nothing but the config: run before the workdir is made, so that a refusal
-    leaves nothing behind. Raises ValueError naming the key."""
-    get_task(config.task.kind).validate(config.task)
-    if not config.init_from:
-        raise ValueError(init_from.EMPTY)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FinetuneProgram(harness.Program):
+    """The harness's Program (its `frozen` is {}), and what fine-tuning's evaluation and hooks read besides."""
+
+    objective: Objective
+    schedule: Callable[[int], Any]
+    predict: Callable  # jitted (params, global batch) -> the model's outputs, deterministic
+
+
+def build_program(config, task, source: init_from.Source, names: list[str], example: dict,
+                  num_steps: int) -> FinetuneProgram:
+    """The task's model on the source's encoder, its step on config.mesh, and init(): the task's fresh head on the
+    source's backbone (_pretrained). `example`: one featurized row, the model's inputs."""
+    t_cfg = config.train
+    has_pooler = "pooler" in source.params
+    model = task.build_model(source.family, source.model_cfg, config.task, task.num_outputs(names), has_pooler)
+    objective = task.objective(config.task)
+    tx, schedule = make_optimizer(t_cfg, num_steps, source.model_cfg.num_layers, source.family)
+    mesh = make_mesh(config.mesh)
+    _check_batch(t_cfg.batch_size, mesh)
+    rules = logical_axis_rules(config.mesh)
+    init = make_init_fn(model, tx, None, config.seed, example=example)
+    abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
+    data_sharding = batch_sharding(mesh, rules)
+    train_step = jax.jit(make_train_step(model, objective, tx, t_cfg.grad_accum_steps),
+                         in_shardings=(shardings, data_sharding, None), out_shardings=(shardings, None),
+                         donate_argnums=0)
+    predict = jax.jit(lambda params, batch: model.apply({"params": params}, batch, deterministic=True),
+                      in_shardings=(shardings.params, data_sharding))
+
+    def init_state():
+        state = create_sharded_state(init, shardings)
+        return state.replace(params=jax.device_put(_pretrained(state.params, source, config), shardings.params))
+
+    return FinetuneProgram(mesh=mesh, rules=rules, abstract_state=abstract_state, state_shardings=shardings,
+                           data_sharding=data_sharding, train_step=train_step, init=init_state, objective=objective,
+                           schedule=schedule, predict=predict)
 
 
 def run(config, workdir: str, stop_at_step: int | None = None, source: init_from.Source | None = None) -> dict:
@@ -93,13 +127,11 @@ def run(config, workdir: str, stop_at_step: int | None = None, source: init_from
     {"stopped_at": step} / {"preempted_at": step} when it stopped before the end.
 
     source: the encoder, when the caller holds it already (a pre-training run's current params, for its
-    downstream probe); otherwise config.init_from is read."""
+    downstream probe); otherwise config.init_from is read. `config` is checked (config_validation.check_config)."""
     t_cfg = config.train
-    validate_config(config)
     task = get_task(config.task.kind)
     root = Workdir(workdir)
-    lease = harness.check_storage(config, workdir, {f"config.data.{split}": config.data.get(split, "")
-                                            for split in ("train", "validation", "test")})
+    lease = harness.check_storage(config, workdir)
     source = source or init_from.resolve(config.init_from, config.model)
     tokenizer_dir = str(root.tokenizer)
 
@@ -129,23 +161,10 @@ def run(config, workdir: str, stop_at_step: int | None = None, source: init_from
     cadence = make_cadence(t_cfg, config.checkpoint, num_steps, steps_per_epoch)
     last_step = num_steps if stop_at_step is None else min(stop_at_step, num_steps)
 
-    has_pooler = "pooler" in source.params
-    model = task.build_model(source.family, source.model_cfg, config.task, task.num_outputs(names), has_pooler)
-    objective = task.objective(config.task)
-    tx, schedule = make_optimizer(t_cfg, num_steps, source.model_cfg.num_layers, source.family)
-    mesh = make_mesh(config.mesh)
-    _check_batch(batch_size, mesh)
-    rules = logical_axis_rules(config.mesh)
     example = {k: v[:1] for k, v in data.eval_batches(features["train"], 1)[0].items()}
-    init = make_init_fn(model, tx, None, config.seed, example=example)
-    abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
-    data_sharding = batch_sharding(mesh, rules)
-    train_step = jax.jit(make_train_step(model, objective, tx, t_cfg.grad_accum_steps),
-                         in_shardings=(shardings, data_sharding), out_shardings=(shardings, None), donate_argnums=0)
-    predict = jax.jit(lambda params, batch: model.apply({"params": params}, batch, deterministic=True),
-                      in_shardings=(shardings.params, data_sharding))
+    program = build_program(config, task, source, names, example, num_steps)
 
-    rows_multiple = packed_rows_multiple(config, mesh, task)
+    rows_multiple = packed_rows_multiple(config, program.mesh, task)
     min_rows = data.typical_rows(features["train"], batch_size, rows_multiple) if rows_multiple else 0
     share = (jax.process_index(), jax.process_count())
     train_iter = data.train_iterator(features["train"], batch_size, math.ceil(t_cfg.epochs), config.seed,
@@ -155,23 +174,17 @@ def run(config, workdir: str, stop_at_step: int | None = None, source: init_from
     def scores_of(params, split: str) -> tuple[dict, dict]:
         """(outputs, loss and metrics) of `params` on a split."""
         f = features[split]
-        outputs = predict_outputs(predict, params, eval_sets[split], data_sharding, len(f["input_ids"]))
+        outputs = predict_outputs(program.predict, params, eval_sets[split], program.data_sharding,
+                                  len(f["input_ids"]))
         return outputs, task.evaluate(config.task, outputs, f, names, splits[split].rows)
 
-    def init_state():
-        state = create_sharded_state(init, shardings)
-        return state.replace(params=jax.device_put(_pretrained(state.params, source, config), shardings.params))
-
-    program = harness.Program(mesh=mesh, rules=rules, abstract_state=abstract_state, init_state=init_state,
-                              train_step=train_step, data_sharding=data_sharding, train_iter=train_iter,
-                              nan_policy=t_cfg.nan_policy)
     logging.info("fine-tuning %s from %s (%s, family %s): %d train / %d validation examples, %d labels, "
                  "%d steps (%d per epoch)", task.name, config.init_from, source.kind, source.family.name, n_train,
                  len(features["validation"]["input_ids"]), len(names), num_steps, steps_per_epoch)
-    hooks = _FinetuneHooks(config, root, cadence, schedule, objective, lambda state: scores_of(state.params,
-                                                                                                 "validation")[1],
-                           task.headline_metric(config.task), steps_per_epoch)
-    outcome = harness.run(program, hooks, workdir, config, last_step, lease)
+    hooks = _FinetuneHooks(config, root, cadence, program.schedule, program.objective,
+                           lambda state: scores_of(state.params, "validation")[1], task.headline_metric(config.task),
+                           steps_per_epoch)
+    outcome = harness.run(program, harness.Batches(train_iter), hooks, workdir, config, last_step, lease)
     if outcome.preempted:
         return {"preempted_at": outcome.step}
     if stop_at_step is not None and last_step < num_steps and not outcome.stopped_early:
@@ -180,7 +193,7 @@ def run(config, workdir: str, stop_at_step: int | None = None, source: init_from
     params = outcome.state.params
     best_metric = config.early_stopping.metric
     if best_metric and "step" in hooks.best:
-        params = _restore_best(root, abstract_state.params)
+        params = _restore_best(root, program.abstract_state.params)
         logging.info("using the best params: %s %.4f at step %d", best_metric, hooks.best["value"],
                      hooks.best["step"])
         hooks.last_eval.clear()
@@ -311,8 +324,10 @@ def _diagnose(config, workdir: str, metric: str) -> dict:
 
 
 def finetune(config, workdir: str, stop_at_step: int | None = None) -> dict:
-    """One run, or (config.seeds = "0,1,2") one per seed in DIR/seed_<s> and their mean ± std."""
-    seeds = [int(s) for s in str(config.seeds).split(",") if s.strip()]
+    """One run, or (config.seeds = "0,1,2") one per seed in DIR/seed_<s> and their mean ± std; `config` is checked
+    first (config_validation.check_config), before anything is created."""
+    config = config_validation.check_config(config)
+    seeds = config_validation.seeds(config)
     if not seeds:
         return run(config, workdir, stop_at_step)
     per_seed = {}

@@ -15,6 +15,8 @@ import math
 import os
 import re
 
+from bert_jax import UserError
+
 TPU_INSTALL_HINT = 'pip install -e ".[tpu]"'
 
 
@@ -88,14 +90,14 @@ def parse_slice(name: str, num_slices: int = 1) -> TpuSlice:
     match = re.fullmatch(r"(v\d+[a-z]*|v5litepod)-(\d+)", name.strip().lower())
     gen = ALIASES.get(match.group(1), match.group(1)) if match else None
     if gen not in CHIPS:
-        raise ValueError(f"--tpu={name!r} is not a TPU slice this planner knows. Known: {known_slice_names()}")
+        raise UserError(f"--tpu={name!r} is not a TPU slice this planner knows. Known: {known_slice_names()}")
     chip = CHIPS[gen]
     count = int(match.group(2))
     chips, rest = divmod(count, chip.cores_per_chip_in_name)
     if rest or chips not in _sizes(chip):
-        raise ValueError(f"--tpu={name!r}: {gen} slices come as {', '.join(f'{gen}-{n * chip.cores_per_chip_in_name}' for n in _sizes(chip))}")
+        raise UserError(f"--tpu={name!r}: {gen} slices come as {', '.join(f'{gen}-{n * chip.cores_per_chip_in_name}' for n in _sizes(chip))}")
     if num_slices < 1:
-        raise ValueError(f"--num_slices={num_slices} must be >= 1")
+        raise UserError(f"--num_slices={num_slices} must be >= 1")
     topology = f"{gen}:{'x'.join(str(d) for d in _grid(chips, chip.dims))}"
     return TpuSlice(name, chip, chips, topology, num_slices)
 

@@ -450,8 +450,9 @@ def fits(plan: Plan, hbm_gib: float = 0.0) -> tuple[bool, float]:
     return plan.peak_bytes <= usable, usable
 
 
-def format_plan(plan: Plan, target: str = "", hbm_gib: float = 0.0, max_rows: int = 0) -> str:
-    """The Markdown report `bert_jax.plan` prints; a fit verdict when a TPU slice, a target or hbm_gib is given."""
+def format_plan(plan: Plan, target: str = "", hbm_gib: float = 0.0, max_rows: int = 0, param_table: bool = True) -> str:
+    """The Markdown report of one compiled step; a fit verdict when a TPU slice, a target or hbm_gib is given; the
+    parameter table (at most max_rows rows, 0 = all) unless param_table is False (`format_params`)."""
     gib = lambda b: f"{b / GIB:.3f}"  # noqa: E731
     mesh = ", ".join(f"{k}={v}" for k, v in plan.mesh_shape.items())
     unit = "chip" if plan.tpu_slice else "device"
@@ -503,8 +504,15 @@ def format_plan(plan: Plan, target: str = "", hbm_gib: float = 0.0, max_rows: in
                 device += (f" ({hbm_gib or kind.hbm_gib:g} GiB, of which JAX lets a program use "
                            f"{memory_fit.gpu_memory_fraction():.0%}, XLA_PYTHON_CLIENT_MEM_FRACTION)")
             lines.append(f"\n**{fit.verdict}** on {device} (an estimate): {fit.explanation}")
+    if param_table:
+        lines += ["", format_params(plan, max_rows)]
+    return "\n".join(lines)
+
+
+def format_params(plan: Plan, max_rows: int = 0) -> str:
+    """The Markdown table of the step's parameters: shapes, partition specs, per-device shapes (max_rows: 0 = all)."""
     rows = plan.params if max_rows <= 0 else plan.params[:max_rows]
-    lines += ["", "| parameter | global shape | partition spec | per-device shape | dtype |", "|---|---|---|---|---|"]
+    lines = ["| parameter | global shape | partition spec | per-device shape | dtype |", "|---|---|---|---|---|"]
     lines += [f"| {r.path} | {r.global_shape} | {r.spec} | {r.shard_shape} | {r.dtype} |" for r in rows]
     if len(rows) < len(plan.params):
         lines.append(f"| ... {len(plan.params) - len(rows)} more (--max_param_rows=0 for all) | | | | |")

@@ -1,49 +1,95 @@
-"""Running a command whose config comes from `--config=FILE` and `--config.a.b=value` overrides.
+"""How every command starts and how it refuses: its help, and a user's mistake as at most three lines and status 2.
 
-ml_collections reports a mistyped override key from deep inside flag parsing: a long traceback
-that ends, usefully, in "Did you mean". A command run through `run` says the same in one line,
-naming the flag, and exits non-zero, before anything is built. So do a config file that does not
-load and an override whose value does not parse.
+A user's mistake (docs/design.md, "Fail loudly, early, clearly") is a `bert_jax.UserError` raised anywhere below a
+command (the path layer's StorageError, a changed experiment or data, a held lease and an incompatible checkpoint are
+ones too), a flag absl refuses (unknown, missing, of the wrong type), a config file that does not load or an override
+whose key or value does not parse. `run` turns each into `bert-jax <command>: <what, the value, what is accepted>` on
+stderr and exit status 2, without the traceback: that names our code, not the user's input. `--verbose` (every
+command has it) or BERT_JAX_VERBOSE=1 prints the traceback too. Anything else is a bug, and keeps its traceback.
+
+ml_collections reports a mistyped override key from deep inside flag parsing: a long traceback that ends, usefully,
+in "Did you mean"; here it is the one line naming the flag.
+
+absl prints `--help` to stdout but exits 1, heads the flags with the command's install path and leaves the rest to
+the module docstring; here `--help` exits 0 and the flags are listed under "flags:".
 """
+import os
 import pathlib
 import re
 import sys
+import traceback
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from absl import app, flags
+
+from bert_jax import UserError
+from bert_jax.run import backend_choice
+from bert_jax.run import mixture_overrides
 
 # The --config flag's help: where its keys are listed.
 CONFIG_HELP = ("ml_collections config file (configs/*.py); `bert-jax show-config --config=FILE` prints its keys, each "
                "overridable here as --config.a.b=value")
+USER_ERROR_STATUS = 2  # what argparse and absl's flag errors exit with: the command was called wrongly
+MAX_LINES = 3
+VERBOSE_ENV = "BERT_JAX_VERBOSE"
+HELP_FLAGS = ("help", "helpshort", "?")
+HELPFULL_FLAG = "helpfull"
+
+_VERBOSE = flags.DEFINE_bool("verbose", False, f"On a mistake in the input, print the traceback under the message "
+                             f"(or set {VERBOSE_ENV}=1).")
+
 # KeyError / AttributeError from ConfigDict: "'mask_rat'\nDid you mean "mask_rate" instead of "mask_rat"?"
 _SUGGESTION = re.compile(r'Did you mean "([^"]+)" instead of "([^"]+)"')
 _KEY = re.compile(r"""['"\\]*([A-Za-z_][\w]*)['"\\]*""")
 
 
-def run(main: Callable[[Sequence[str]], None]) -> None:
-    """absl's app.run(main), with config-file and override errors as one line."""
-    app.run(main, flags_parser=parse_flags)
+def run(main: Callable[[Sequence[str]], None], known_only: bool = False) -> None:
+    """absl's app.run(main) with the help and the refusals above. `known_only`: flags this program does not define
+    are left in argv for main (prepare-beam hands them to Beam)."""
+    backend_choice.cpu_without_a_tpu()
+    app.run(lambda argv: _call(main, argv), flags_parser=lambda argv: parse_flags(argv, known_only))
 
 
-def parse_flags(argv: Sequence[str]) -> list[str]:
+def _call(main: Callable[[Sequence[str]], None], argv: Sequence[str]) -> None:
     try:
-        rest = flags.FLAGS(argv)
+        return main(argv)
+    except (UserError, app.UsageError, flags.Error) as error:
+        refuse(argv, error, with_help=not isinstance(error, UserError))
+
+
+def parse_flags(argv: Sequence[str], known_only: bool = False) -> list[str]:
+    """absl's flag parsing, answering --help itself, and refusing a bad flag, config file or override in one line."""
+    asked = _help_asked(argv)
+    if asked:
+        print_help(argv, full=asked == HELPFULL_FLAG)
+        sys.exit(0)
+    try:
+        argv, mixture = mixture_overrides.take(argv)  # keys the config file may not hold (run/mixture_overrides.py)
+        if mixture:
+            sys.argv = list(argv)  # ml_collections reads the overrides from sys.argv itself
+        rest = flags.FLAGS(argv, known_only=known_only)
         if "config" in flags.FLAGS:  # a config file that did not load fails only when read
             getattr(flags.FLAGS["config"].value, "keys")
+            mixture_overrides.apply(flags.FLAGS["config"].value, mixture)
+        elif mixture:
+            raise UserError(f"{mixture[0].flag}: this command takes no --config")
         return rest
-    except flags.IllegalFlagValueError as error:  # an override's value: absl's message is one line already
-        _exit(argv, str(error))
-    except flags.Error:
-        raise  # absl prints its own short message (an unknown flag, a missing required one)
+    except UserError as error:
+        refuse(argv, error)
+    except flags.IllegalFlagValueError as error:  # an override's value, a missing flag: absl's message is one line
+        refuse(argv, error)
+    except flags.Error as error:  # an unknown flag
+        refuse(argv, error, with_help=True)
     except (AttributeError, KeyError) as error:
         message = config_key_error(argv, error)
         if message is None:
             raise  # not an override's key: an error inside the config file's own code, whose traceback says where
-        _exit(argv, message)
+        refuse(argv, UserError(message))
     except (OSError, ValueError, TypeError, SyntaxError) as error:  # a config file that does not load
         cause = [line.strip() for line in str(error).splitlines() if line.strip()][-1:]  # the root cause is last
         given = next((a for a in argv[1:] if a.startswith("--config=")), "--config")
-        _exit(argv, f"{given}: {' '.join(cause)}")
+        refuse(argv, UserError(f"{given}: {' '.join(cause)}"))
 
 
 def config_key_error(argv: Sequence[str], error: BaseException) -> str | None:
@@ -60,5 +106,60 @@ def config_key_error(argv: Sequence[str], error: BaseException) -> str | None:
     return line + (f"; did you mean {suggestion.group(1)!r}?" if suggestion else "")
 
 
-def _exit(argv: Sequence[str], message: str) -> None:
-    sys.exit(f"{pathlib.PurePath(argv[0]).name}: {message}")  # the program's name, never a user path
+def command_name(argv: Sequence[str]) -> str:
+    """`bert-jax pretrain` for bert_jax/commands/pretrain.py (the program's name, never a user's install path)."""
+    return f"bert-jax {pathlib.PurePath(argv[0]).stem.replace('_', '-')}"
+
+
+def refuse(argv: Sequence[str], error: BaseException, with_help: bool = False) -> NoReturn:
+    """Ends the command with status 2 and at most MAX_LINES lines naming the mistake (the traceback above them
+    under --verbose)."""
+    if _verbose(argv):
+        traceback.print_exception(error)
+    lines = [line for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+    if len(lines) > MAX_LINES:
+        lines = lines[:MAX_LINES - 1] + [f"... and {len(lines) - MAX_LINES + 1} more lines (--verbose shows them)"]
+    name = command_name(argv)
+    lines[0] = f"{name}: {lines[0]}"
+    if with_help and len(lines) < MAX_LINES:
+        lines.append(f"`{name} --help` lists its flags")
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.exit(USER_ERROR_STATUS)
+
+
+def _verbose(argv: Sequence[str]) -> bool:
+    if os.environ.get(VERBOSE_ENV, "") not in ("", "0"):
+        return True
+    if flags.FLAGS.is_parsed():
+        return flags.FLAGS["verbose"].value
+    return any(arg in ("--verbose", "-verbose", "--verbose=true", "--verbose=1") for arg in _flag_args(argv))
+
+
+def _flag_args(argv: Sequence[str]) -> list[str]:
+    """The arguments before a `--` (after it, they are the program's, not flags)."""
+    args = list(argv[1:])
+    return args[:args.index("--")] if "--" in args else args
+
+
+def _help_asked(argv: Sequence[str]) -> str:
+    for arg in _flag_args(argv):
+        name = arg.lstrip("-").split("=")[0]
+        if arg.startswith("-") and name in (*HELP_FLAGS, HELPFULL_FLAG) and arg.partition("=")[2] in ("", "true", "1"):
+            return name
+    return ""
+
+
+def print_help(argv: Sequence[str], full: bool = False) -> None:
+    """The command's docstring as written, then its flags (all flags of every loaded module with --helpfull)."""
+    main_module = argv[0]  # absl files the flags a `__main__` module defines under sys.argv[0]
+    name = command_name(argv)
+    flag_values = flags.FLAGS
+    flag_values.register_key_flag_for_module(main_module, flag_values["verbose"])
+    text = flag_values.get_help() if full else flag_values.module_help(main_module)
+    text = text.replace(f"\n{main_module}:\n", f"\n{name}:\n")
+    if not full:  # one module: its heading says nothing the docstring did not
+        text = "\n".join(line[2:] if line.startswith("  ") else line for line in text.splitlines()[2:])
+    doc = (sys.modules["__main__"].__doc__ or f"{name} [flags]").strip("\n")
+    sys.stdout.write(f"{doc}\n\nflags:\n{text.rstrip()}\n")
+    if not full:
+        sys.stdout.write(f"\n`{name} --helpfull` lists the flags of every library it loads too.\n")

@@ -26,6 +26,7 @@ import time
 
 from absl import logging
 
+from bert_jax import UserError
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 
@@ -43,7 +44,7 @@ PASSING = (
 )
 
 
-class ExperimentChangedError(ValueError):
+class ExperimentChangedError(UserError):
     pass
 
 

@@ -1,13 +1,13 @@
-"""The one harness of every run: pre-training and fine-tuning are programs handed to it.
+"""The one harness of every run: pre-training and fine-tuning are `Program`s handed to it with their `Batches`.
 
 It owns what a run does whatever it trains: setting the process up (XLA and libtpu flags,
 joining a multi-host run, the compilation cache), checking storage before anything is built,
 the barriers where process 0 writes what the others read, restoring the newest checkpoint
 (train state and data iterator) or initialising, the step / log / evaluate / checkpoint loop,
 the preemption save (SIGTERM: save at the next step boundary, exit 0, the same command
-resumes), the end of the data (a program's iterator that may end: its last full batch is the
+resumes), the end of the data (batches that may end: its last full batch is the
 run's last step, evaluated and saved as a last step is), and cleanup on any exit. What differs,
-a run gives as `Hooks`: when it evaluates and saves, what its evaluation writes, what its
+a run gives as `Hooks`, complete when built: when it evaluates and saves, what its evaluation writes, what its
 progress line says, and whether it stops early.
 """
 import dataclasses
@@ -45,15 +45,12 @@ def setup_process(config) -> None:
         jax.config.update("jax_compilation_cache_dir", str(paths.path(cache).expanduser()))
 
 
-def check_storage(config, workdir: str, inputs: dict[str, str]) -> lease_lib.Lease | lease_lib.Joined:
+def check_storage(config, workdir: str) -> lease_lib.Lease | lease_lib.Joined:
     """Before anything is built: the workdir's store exists and is writable (a missing bucket fails naming its
-    URL and is never created), and each bucket input {config key: url} is readable; then a local workdir is
-    made, and the run takes its lease (train/lease.py: a second live run there stops here). `run` releases it."""
+    URL and is never created; the inputs were checked with the config); then a local workdir is made, and the run
+    takes its lease (run/lease.py: a second live run there stops here). `run` releases it."""
     determinism.check_xla_flags(config)
     preflight.check_writable(workdir, jax.process_index())
-    for key, url in inputs.items():
-        if url and paths.is_remote(url):
-            preflight.check_readable(url, key)
     if not paths.is_remote(workdir):  # (a bucket has no folders to make)
         paths.path(workdir).mkdir(parents=True, exist_ok=True)
     lease = lease_lib.acquire(workdir, config.get("lease") or lease_lib.default_config(), jax.process_index(),
@@ -118,28 +115,41 @@ class Hooks(Protocol):
         """On any exit, before the metrics are closed (a last plot)."""
 
     def data_ended(self, step: int) -> dict:
-        """The data ended after `step` (asked only of a program with data_may_end): says why, and returns
+        """The data ended after `step` (asked only of batches that may end): says why, and returns
         metrics for that step's last row."""
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Program:
-    """The compiled pieces of a run: a jitted step over a mesh, and the data that feeds it."""
+    """What the harness runs: a jitted step over a mesh and the state a fresh run starts from, built complete from
+    the config by one function (pre-training's bert_jax/train/program.py, fine-tuning's bert_jax/finetune/run.py).
+
+    The batches come apart (`Batches`): the program the planner compiles is exactly the one that trains.
+    """
 
     mesh: Any
     rules: Any
-    abstract_state: Any
-    init_state: Callable[[], Any]  # a fresh sharded state (pre-trained weights loaded), when nothing resumes
-    train_step: Callable[[Any, dict], tuple[Any, dict]]  # (state, global batch) -> (state, device metrics)
+    abstract_state: Any  # ShapeDtypeStructs carrying their shardings
+    state_shardings: Any
     data_sharding: Any
-    train_iter: Iterator[dict]  # this host's batches; checkpointed with the state, so a resume replays none
-    nan_policy: str = "stop"
-    # train_iter is restored only from a checkpoint after this step: a stage's iterator is new at its start
+    train_step: Callable  # jitted (state, global batch, frozen) -> (state, device metrics); state is donated
+    init: Callable[[], Any]  # the state a fresh run starts from (pre-trained weights in), initialised on its shards
+    # The steps' `frozen` input, params they read and never train (a distillation teacher's), on their shards:
+    # read on the first call, the same arrays after; {} without. Never part of the state, so never checkpointed.
+    load_frozen: Callable[[], Any] = dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Batches:
+    """This host's training batches: checkpointed with the state, so a resume replays none."""
+
+    iterator: Iterator[dict]
+    # Restored only from a checkpoint after this step: a stage's iterator is new at its start
     # (bert_jax/train/stages.py), and the checkpoint there holds the stage before's.
-    iterator_from_step: int = 0
-    # train_iter may end before the last step (a mixture source with on_exhausted="stop"): on several
+    restored_after: int = 0
+    # The iterator may end before the last step (a mixture source with on_exhausted="stop"): on several
     # hosts, whose shares end at different batches, they then agree at every step whether one ended.
-    data_may_end: bool = False
+    may_end: bool = False
 
 
 @dataclasses.dataclass
@@ -152,22 +162,22 @@ class Outcome:
     data_ended: bool = False  # the iterator ended: `step` is the last full batch's (a finished run)
 
 
-def restore_or_init(program: Program, manager):
+def restore_or_init(program: Program, batches: Batches, manager):
     """The newest checkpoint's state (and the iterator's position), or a fresh one."""
     latest = manager.latest_step()
-    iterator = program.train_iter if latest is None or latest > program.iterator_from_step else None
+    iterator = batches.iterator if latest is None or latest > batches.restored_after else None
     with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
         state = ckpt.restore_latest(manager, program.abstract_state, iterator)
-        return program.init_state() if state is None else state
+        return program.init() if state is None else state
 
 
-def next_batch(program: Program) -> dict | None:
-    """This host's next batch, or None once the data ended on any host (program.data_may_end; otherwise the
+def next_batch(batches: Batches) -> dict | None:
+    """This host's next batch, or None once the data ended on any host (batches.may_end; otherwise the
     iterator's end is an error)."""
-    if not program.data_may_end:
-        return next(program.train_iter)
+    if not batches.may_end:
+        return next(batches.iterator)
     try:
-        batch, ended = next(program.train_iter), False
+        batch, ended = next(batches.iterator), False
     except StopIteration:
         batch, ended = None, True
     if jax.process_count() > 1:
@@ -175,20 +185,23 @@ def next_batch(program: Program) -> dict | None:
     return None if ended else batch
 
 
-def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int, lease=None) -> Outcome:
-    """Restores or initialises, then trains to `last_step` (or a preemption, or the hooks' stop), saving
-    per the hooks, at the last step and at a stop. The saves already started complete on any exit, and
-    then the workdir's `lease` (from check_storage) is released; a lease taken over stops the run."""
+def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, last_step: int,
+        lease=None) -> Outcome:
+    """Restores or initialises, then trains `program` on `batches` to `last_step` (or a preemption, or the hooks'
+    stop), saving per the hooks, at the last step and at a stop. The saves already started complete on any exit,
+    and then the workdir's `lease` (from check_storage) is released; a lease taken over stops the run."""
     manager = ckpt.make_manager(paths.absolute(Workdir(workdir).checkpoints), config.checkpoint)
     writer = None
     try:
-        state = restore_or_init(program, manager)
+        state = restore_or_init(program, batches, manager)
         start = int(state.step)
         outcome = Outcome(state, start, start)
         writer = MetricsWriter(workdir, config, start if start else -1)  # a fresh start rewrites its step-0 rows
         if start >= last_step:
             logging.info("the checkpoint is already at step %d: nothing to train", start)
+        nan_policy = config.train.nan_policy
         with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules), PreemptionWatch() as watch:
+            frozen = program.load_frozen()
             hooks.started(start, state, writer)
             pending = []
             evaluated = saved = start  # the last steps evaluated and saved (the start needs neither)
@@ -197,7 +210,7 @@ def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int, le
                 """Logs, evaluates and saves what `step` is due (everything for a last step); (stop, preempted)."""
                 nonlocal pending, evaluated, saved
                 if pending and (hooks.logs_at(step) or is_last):
-                    row = host_metrics(pending, program.nan_policy)
+                    row = host_metrics(pending, nan_policy)
                     pending = []
                     hooks.logged(step, row)
                     writer.write(step, {**row, **extra})
@@ -208,8 +221,8 @@ def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int, le
                     stop, evaluated = hooks.evaluate(step, state, writer), step
                 preempted = watch.should_stop(step)
                 if saved < step and (hooks.saves_at(step) or is_last or preempted or stop):
-                    nonfinite_steps(pending, program.nan_policy)  # a NaN step stops the run before it is saved
-                    ckpt.save(manager, step, state, program.train_iter)
+                    nonfinite_steps(pending, nan_policy)  # a NaN step stops the run before it is saved
+                    ckpt.save(manager, step, state, batches.iterator)
                     writer.sync()  # a bucket gets the metrics up to this step (see metrics_writer.py)
                     hooks.saved(step, writer)
                     saved = step
@@ -218,7 +231,7 @@ def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int, le
             for step in range(start + 1, last_step + 1):
                 if lease is not None:
                     lease.check()
-                batch = next_batch(program)
+                batch = next_batch(batches)
                 if batch is None:  # the data ended: the step before is the run's last
                     logging.warning("the training data ended before step %d: the run ends at step %d",
                                     step, step - 1)
@@ -227,7 +240,7 @@ def run(program: Program, hooks: Hooks, workdir: str, config, last_step: int, le
                         finish_step(step - 1, True, extra)
                     outcome = Outcome(state, start, step - 1, data_ended=True)
                     break
-                state, metrics = program.train_step(state, global_batch(batch, program.data_sharding))
+                state, metrics = program.train_step(state, global_batch(batch, program.data_sharding), frozen)
                 pending.append((step, metrics))
                 stop, preempted = finish_step(step, step == last_step, {})
                 outcome = Outcome(state, start, step, stopped_early=stop, preempted=preempted)

@@ -33,11 +33,12 @@ import uuid
 import ml_collections
 from absl import logging
 
+from bert_jax import UserError
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 
 
-class LeaseHeldError(RuntimeError):
+class LeaseHeldError(UserError, RuntimeError):
     """Another live run holds the workdir."""
 
 

@@ -17,28 +17,23 @@ another commit are logged, not stopped for: resuming on upgraded code is normal.
 """
 from __future__ import annotations
 
-import concurrent.futures
-import hashlib
 import importlib.metadata
 import json
 import pathlib
-import platform
 import subprocess
 
 from absl import logging
 
-from bert_jax.storage import paths
+from bert_jax import UserError
 from bert_jax.storage.workdir import Workdir
-from data_pipelines.sources import corpus, documents as sources, mixture
+from data_pipelines.sources import documents as sources, mixture
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 IDENTITY_KEY = "run_identity"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "grain", "numpy", "tokenizers", "sentencepiece")
-# Listing or statting a bucket's objects is one request each: issue them side by side.
-_STAT_THREADS = 16
 
 
-class DataChangedError(RuntimeError):
+class DataChangedError(UserError, RuntimeError):
     pass
 
 
@@ -60,44 +55,7 @@ def data_fingerprint(data_cfg) -> dict:
     """
     if mixture.has_mixture(data_cfg):  # each source's own, by name
         return {"mixture": {name: data_fingerprint(cfg) for name, cfg in mixture.source_configs(data_cfg).items()}}
-    source = data_cfg.source
-    fingerprint = {"source": source}
-    if source in sources.FILE_SOURCES:
-        fingerprint["path"] = data_cfg.path
-        files = sources.resolve_files(data_cfg)
-        with concurrent.futures.ThreadPoolExecutor(_STAT_THREADS) as pool:
-            fingerprint["files"] = list(pool.map(_file_fingerprint, files))
-    elif source == "prepared":
-        from data_pipelines.shards import records  # noqa: PLC0415 (imports array_record)
-
-        records.read_manifest(data_cfg.path)  # names config.data.path if it is not prepared
-        manifest = paths.path(data_cfg.path) / records.MANIFEST_FILE
-        fingerprint.update(path=data_cfg.path, manifest=str(manifest),
-                           manifest_sha256=hashlib.sha256(manifest.read_bytes()).hexdigest())
-    elif source == "embedded":
-        digest = hashlib.sha256()
-        for document in corpus.embedded_documents():
-            digest.update(json.dumps(document).encode())
-        fingerprint.update(python=platform.python_version(), sha256=digest.hexdigest())
-    else:  # tfds: the dataset's name, split and folder (its version is part of the name).
-        fingerprint.update({k: data_cfg.get(k, "") for k in ("tfds_name", "tfds_split", "tfds_data_dir")})
-    return fingerprint
-
-
-def _file_fingerprint(path: str) -> dict:
-    stat = paths.path(path).stat()
-    entry = {"path": path, "size": stat.length, "mtime": stat.mtime}
-    if paths.is_remote(path):
-        # An object's generation (GCS) or ETag (S3) changes with every write, even one that
-        # keeps its size within the same second.
-        import fsspec  # noqa: PLC0415 (only buckets need it)
-
-        filesystem, _ = fsspec.core.url_to_fs(path)
-        info = filesystem.info(path)
-        version = info.get("generation") or info.get("ETag") or info.get("etag")
-        if version:
-            entry["generation"] = str(version)
-    return entry
+    return sources.source_of(data_cfg).fingerprint()
 
 
 def package_versions() -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 
+from bert_jax import UserError
 from bert_jax.storage import paths
 
 DEADLINE_S = 15.0
@@ -28,7 +29,7 @@ _HINTS = {
 }
 
 
-class StorageError(RuntimeError):
+class StorageError(UserError, RuntimeError):
     """A workdir or input cannot be used; the message says which URL, what failed and what to do."""
 
 

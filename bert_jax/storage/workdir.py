@@ -20,6 +20,7 @@ import ml_collections
 import orbax.checkpoint as ocp
 from etils import epath
 
+from bert_jax import UserError
 from bert_jax.storage import paths
 
 CONFIG_FILE = "config.json"
@@ -155,7 +156,7 @@ class Workdir:
     def config(self) -> ml_collections.ConfigDict:
         """The run's config, rebuilt from config.json (ml_collections' `to_json_best_effort` output)."""
         if not self.config_json.exists():
-            raise ValueError(f"{self.config_json} does not exist: {self.root} is not a run's directory")
+            raise UserError(f"{self.config_json} does not exist: {self.root} is not a run's directory")
         return config_from_json(self.config_json.read_text())
 
     def checkpoint_steps(self) -> list[int]:

@@ -1,25 +1,53 @@
-"""Checks that fail before any compilation, naming the config key at fault.
+"""The one check of a pre-training config: resolved and validated where a command starts, before anything exists.
+
+`check_config` is what `pretrain` runs before it creates the workdir and what `bert-jax show-config` prints, so
+show-config exits 0 exactly when the run would start. The layers below read their own section of the config it
+returns and check nothing again.
 
 A key another key would cap, override or disable resolves visibly or is refused here, naming both
 (docs/reference/configs.md, "Coupled keys", lists every such coupling and its test):
 `resolve_config` turns `config.data.max_predictions_per_seq=auto` (and `config.data.worker_count=auto`) into
-its number and logs it, and
-`validate_config` refuses a set cap that would bind below the mask rate asked for.
+its number and logs it, and `validate_config` refuses a set cap that would bind below the mask rate asked for.
+A refusal is a `bert_jax.UserError` naming the key the user set.
 """
+import json
+
 import jax
 from absl import logging
 
+import bert_jax
 from bert_jax.families import get_family
-from bert_jax.train import stages
-from data_pipelines.sources import mixture
+from bert_jax.hf import folder as hf_folder
+from bert_jax.storage import paths, preflight
+from bert_jax.storage.workdir import Workdir
+from bert_jax.train import optimizer, stages, teacher
 from data_pipelines.loader import masking, pipeline, workers
+from data_pipelines.sources import documents, mixture
 
 
-def resolve_config(config):
+def check_config(config, workdir: str | None = None, num_processes: int = 1):
+    """`config` resolved (`resolve_config`) and checked as a whole: every key, every stage, and every input it
+    names (corpus, mixture sources, tokenizer, init_from_hf, distillation teacher; buckets through
+    storage/preflight.py). Returns the config the run records and runs; raises `bert_jax.UserError` naming the key.
+
+    workdir: the run's directory, where a resume keeps the worker count it started with; None for show-config.
+    """
+    try:
+        config = resolve_config(config, workdir)
+        validate_config(config, num_processes)
+        check_inputs(config)
+    except (ValueError, FileNotFoundError) as error:  # every failure here is about what the user asked for
+        raise (error if isinstance(error, bert_jax.UserError) else bert_jax.UserError(str(error))) from None
+    return config
+
+
+def resolve_config(config, workdir: str | None = None):
     """A copy of `config` with every `auto` resolved to its value, each logged as `key=auto -> value`.
 
     What a run records in DIR/config.json and compares on resume is this resolved config, so a
-    changed mask_rate under `auto` shows up as a changed max_predictions_per_seq too.
+    changed mask_rate under `auto` shows up as a changed max_predictions_per_seq too. On a resume
+    (`workdir` holding checkpoints), worker_count=auto is the number the run started with: the batches
+    depend on it (data_pipelines/loader/workers.py), so a run relaunched on a host of other cores keeps its own.
     """
     resolved = config.copy_and_resolve_references()
     with resolved.unlocked():
@@ -30,18 +58,92 @@ def resolve_config(config):
             del resolved.data["max_predictions_per_seq"]  # a str field once copied: it takes no int in place
             resolved.data.max_predictions_per_seq = value
         if resolved.data.worker_count == workers.AUTO:
-            value = workers.worker_count(workers.AUTO)
-            logging.info("config.data.worker_count=auto -> %d (%d cores; data_pipelines/loader/workers.py)",
-                         value, workers.host_cores())
+            recorded = _recorded_worker_count(workdir) if workdir else None
+            value = workers.worker_count(workers.AUTO) if recorded is None else recorded
+            if recorded is None:
+                logging.info("config.data.worker_count=auto -> %d (%d cores; data_pipelines/loader/workers.py)",
+                             value, workers.host_cores())
+            else:
+                logging.info("config.data.worker_count=auto -> %d, as the run started with (this host would "
+                             "resolve %d)", value, workers.auto_worker_count())
             with resolved.data.ignore_type():  # a str field once copied
                 resolved.data.worker_count = value
         workers.worker_count(resolved.data.worker_count)  # anything else fails now, naming the key
     return resolved
 
 
+def _recorded_worker_count(workdir: str) -> int | None:
+    """The worker count DIR/config.json recorded, when DIR holds checkpoints; None for a fresh run."""
+    run = Workdir(workdir)
+    if not run.checkpoint_steps():
+        return None
+    config_json = paths.fresh(run.config_json)
+    if not config_json.exists():
+        return None
+    recorded = json.loads(config_json.read_text()).get("data", {}).get("worker_count")
+    return recorded if isinstance(recorded, int) else None
+
+
+def validate_config(config, num_processes: int = 1) -> None:
+    """The checks that need the config alone (and the sources a mixture names): names, ranges, coupled keys and
+    every stage. Raises ValueError naming the key."""
+    m, t = config.model, config.train
+    family = get_family(m.family)  # unknown family: lists the known ones
+    if family.validate_config is not None:
+        family.validate_config(config)
+    family.kernel_choice(m)  # an attention kernel this platform cannot run, or that cannot apply the dropout
+    if m.hidden_size % m.num_heads:
+        raise ValueError(
+            f"config.model.num_heads={m.num_heads} does not divide config.model.hidden_size={m.hidden_size}"
+        )
+    optimizer.make_optimizer(t)  # config.train.optimizer and its keys
+    optimizer.learning_rate_schedule(t)  # config.train.schedule and its keys
+    if not 0 <= t.warmup_steps <= t.num_steps:
+        raise ValueError(f"config.train.warmup_steps={t.warmup_steps} must be in [0, num_steps={t.num_steps}]")
+    if t.nan_policy not in ("stop", "skip"):
+        raise ValueError(f"config.train.nan_policy={t.nan_policy!r}; expected 'stop' or 'skip'")
+    for key in ("log_every_steps", "eval_every_steps"):
+        if t[key] < 1:
+            raise ValueError(f"config.train.{key}={t[key]} must be >= 1")
+    if config.checkpoint.every_steps < 1:
+        raise ValueError(f"config.checkpoint.every_steps={config.checkpoint.every_steps} must be >= 1")
+    _check_stage_keys(config, num_processes)
+    for stage in stages.plan(config)[1:]:  # plan() refuses a bad declaration, naming the stage and key
+        try:
+            _check_stage_keys(stage.config, num_processes)
+        except ValueError as error:
+            raise ValueError(f"config.train.stages[{stage.index - 1}] (from step {stage.start}): {error}") from None
+    mixture.check_mixture(config.data)  # data.mixture's names, weights, schedule and sources (sources/mixture.py)
+
+
+def _check_stage_keys(config, num_processes: int) -> None:
+    """What a stage may change (bert_jax/train/stages.py STAGE_KEYS) and what depends on it: the sequence length,
+    the masking and its budget, the batch split, the batch keys the objective trains on."""
+    m, d, t = config.model, config.data, config.train
+    if d.max_seq_length > m.max_position_embeddings:
+        raise ValueError(
+            f"config.data.max_seq_length={d.max_seq_length} exceeds "
+            f"config.model.max_position_embeddings={m.max_position_embeddings}"
+        )
+    masking.MaskingSpec.from_config(d).validate()  # the masking mode and mask_rate, before the budget they derive
+    check_mask_budget(d)
+    if t.grad_accum_steps < 1 or t.global_batch_size % t.grad_accum_steps:
+        raise ValueError(
+            f"config.train.grad_accum_steps={t.grad_accum_steps} must divide "
+            f"config.train.global_batch_size={t.global_batch_size}"
+        )
+    if t.global_batch_size % num_processes:
+        raise ValueError(
+            f"config.train.global_batch_size={t.global_batch_size} does not split over {num_processes} processes"
+        )
+    _check_objective_fits_batches(config)
+
+
 def check_mask_budget(data_cfg, prefix: str = "config.data") -> None:
     """A set max_predictions_per_seq below ceil(mask_rate x max_seq_length) would silently lower the mask rate
     of full rows (80 at seq 512 trains a 40 % sweep arm at 15.6 %): refused, naming both keys and what fits."""
+    if not 0 < data_cfg.mask_rate < 1:  # the key the user set, not the cap derived from it
+        raise ValueError(f"{prefix}.mask_rate={data_cfg.mask_rate} must be in (0, 1)")
     cap = masking.max_predictions(data_cfg)
     length = data_cfg.max_seq_length
     if not 0 < cap <= length:
@@ -53,57 +155,6 @@ def check_mask_budget(data_cfg, prefix: str = "config.data") -> None:
             f"{prefix}.max_seq_length={length} would be masked at most {cap / length:.1%}, not "
             f"{data_cfg.mask_rate:.1%}. Set {prefix}.max_predictions_per_seq={needed} (or auto, which derives it)"
         )
-
-
-def validate_config(config, num_processes: int = 1) -> None:
-    m, d, t = config.model, config.data, config.train
-    family = get_family(m.family)  # unknown family: lists the known ones
-    if family.validate_config is not None:
-        family.validate_config(config)
-    family.kernel_choice(m)  # an attention kernel this platform cannot run, or that cannot apply the dropout
-    if m.hidden_size % m.num_heads:
-        raise ValueError(
-            f"config.model.num_heads={m.num_heads} does not divide config.model.hidden_size={m.hidden_size}"
-        )
-    if d.max_seq_length > m.max_position_embeddings:
-        raise ValueError(
-            f"config.data.max_seq_length={d.max_seq_length} exceeds "
-            f"config.model.max_position_embeddings={m.max_position_embeddings}"
-        )
-    check_mask_budget(d)
-    if t.grad_accum_steps < 1 or t.global_batch_size % t.grad_accum_steps:
-        raise ValueError(
-            f"config.train.grad_accum_steps={t.grad_accum_steps} must divide "
-            f"config.train.global_batch_size={t.global_batch_size}"
-        )
-    if t.global_batch_size % num_processes:
-        raise ValueError(
-            f"config.train.global_batch_size={t.global_batch_size} does not split over {num_processes} processes"
-        )
-    if not 0 <= t.warmup_steps <= t.num_steps:
-        raise ValueError(f"config.train.warmup_steps={t.warmup_steps} must be in [0, num_steps={t.num_steps}]")
-    if t.nan_policy not in ("stop", "skip"):
-        raise ValueError(f"config.train.nan_policy={t.nan_policy!r}; expected 'stop' or 'skip'")
-    for key in ("log_every_steps", "eval_every_steps"):
-        if t[key] < 1:
-            raise ValueError(f"config.train.{key}={t[key]} must be >= 1")
-    if config.checkpoint.every_steps < 1:
-        raise ValueError(f"config.checkpoint.every_steps={config.checkpoint.every_steps} must be >= 1")
-    _check_objective_fits_batches(config)
-    _check_stages(config, num_processes)
-    mixture.check_mixture(d)  # data.mixture's names, weights, schedule and sources (sources/mixture.py)
-
-
-def _check_stages(config, num_processes: int) -> None:
-    """Each stage of config.train.stages is a valid config too (its own mask budget, batch split...)."""
-    for stage in stages.plan(config)[1:]:  # plan() refuses a bad declaration, naming the stage and key
-        staged = resolve_config(stage.config)
-        with staged.unlocked():
-            staged.train.stages = ()
-        try:
-            validate_config(staged, num_processes)
-        except ValueError as error:
-            raise ValueError(f"config.train.stages[{stage.index - 1}] (from step {stage.start}): {error}") from None
 
 
 def _check_objective_fits_batches(config) -> None:
@@ -118,6 +169,29 @@ def _check_objective_fits_batches(config) -> None:
             f"config.data.example_builder={config.data.example_builder!r} does not produce "
             f"(its batches hold {sorted(spec)}); choose a builder that does"
         ) from None
+
+
+def check_inputs(config) -> None:
+    """Every input the config names can be read: buckets through storage/preflight.py (a missing one fails naming
+    its URL and the key), then the corpus (or each mixture source), the tokenizer, init_from_hf and the teacher."""
+    tokenizer_path, init_from_hf = config.data.tokenizer.path, config.init_from_hf
+    inputs = {"config.data.path": config.data.path, "config.data.tokenizer.path": tokenizer_path,
+              "config.init_from_hf": init_from_hf, "config.distill.teacher": config.distill.teacher,
+              **mixture.storage_paths(config.data)}
+    for key, url in inputs.items():
+        if url and paths.is_remote(url):
+            preflight.check_readable(url, key)
+    if not mixture.has_mixture(config.data):  # a mixture's sources were read by check_mixture
+        documents.check_source(config.data)
+    if tokenizer_path and not paths.path(tokenizer_path).exists():
+        raise bert_jax.UserError(f"config.data.tokenizer.path={tokenizer_path!r} does not exist; name a vocab.txt, "
+                                 f"tokenizer.json or .model file, or a folder holding one ('' trains one)")
+    if init_from_hf:
+        try:
+            hf_folder.read_hf_config(init_from_hf)
+        except ValueError as error:
+            raise bert_jax.UserError(f"config.init_from_hf={init_from_hf!r}: {error}") from None
+    teacher.resolve_teacher(config)  # config.distill.teacher exists, holds weights, fits the student
 
 
 def validate_mesh_fit(config, mesh) -> None:

@@ -1,18 +1,25 @@
-"""Everything compiled for training, built from the config alone (no data, no workdir).
+"""Pre-training's program, built complete from the config alone (no data, no workdir): the step, the state a fresh
+run starts from (random, or config.init_from_hf's weights, or the teacher's layers) and a distillation teacher's
+frozen params, read when first needed.
 
-The loop, the benchmarks and (later) the ahead-of-time planner share this, so what is
-measured or planned is exactly what trains.
+The loop hands it to the harness as it is; the benchmarks and the ahead-of-time planner build the same one, so
+what is measured or planned is exactly what trains (the planner never calls `init` or `load_frozen`: nothing is
+read).
 """
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import flax.linen as nn
 import jax
 import numpy as np
 from absl import logging
-from jax.sharding import Mesh, NamedSharding
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh
 
+from bert_jax.hf import folder as hf_folder
 from bert_jax.run.compiler_options import compiler_options
+from bert_jax.run.harness import Program
 from bert_jax.train.config_validation import validate_mesh_fit
 from bert_jax.models.attention import building_for, devices_platform
 from bert_jax.families import Family, get_family
@@ -22,6 +29,7 @@ from bert_jax.parallel.mesh import batch_sharding, check_divisible, logical_axis
 from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
 from bert_jax.train.state import TrainState, abstract_state_and_shardings, create_sharded_state, make_init_fn
 from bert_jax.train.step import make_eval_step, make_train_step
+from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.teacher import Teacher, resolve_teacher
 
 
@@ -32,37 +40,25 @@ _DIVISIBILITY_HINT = (
 )
 
 
-@dataclasses.dataclass
-class TrainProgram:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainProgram(Program):
+    """The harness's Program (mesh, shardings, train_step(state, batch, frozen), init, load_frozen), and what
+    pre-training's hooks, the planner and the benchmarks read besides."""
+
     family: Family
     # the family's for this config (family.objective_for(config.model)), or distillation's with a teacher
     objective: Objective
     model: nn.Module
-    mesh: Mesh
-    rules: tuple
-    abstract_state: TrainState  # ShapeDtypeStructs carrying their shardings
-    state_shardings: TrainState
-    data_sharding: NamedSharding
     schedule: Callable[[int], Any]
-    train_step: Callable  # jitted (state, batch, frozen) -> (state, metrics); state is donated
     eval_step: Callable  # jitted (params, batch, eval batch index, frozen) -> (sums, weights)
-    init: Callable[[], TrainState]  # a fresh state, initialised directly on its shards
-    # The steps' `frozen` argument: a distillation teacher's params (ShapeDtypeStructs here; the loop loads
-    # them with `teacher.load_params`), or {} without one.
     teacher: Teacher | None = None
+    # The steps' `frozen` argument as ShapeDtypeStructs carrying their shardings ({} without a teacher): what
+    # the planner lowers with; `load_frozen()` gives the arrays.
     abstract_frozen: Any = dataclasses.field(default_factory=dict)
     frozen_shardings: Any = None
     # The attention kernel the built model runs: `auto` resolved for the mesh's platform, or the family's own
     # kernel for that choice (DeBERTa-v3's fused disentangled kernel for splash).
     attention_kernel: str = "xla"
-
-    def load_frozen(self, data_cfg) -> tuple[Any, Any]:
-        """(numpy params, the steps' `frozen` argument on its shards): the teacher's, read once; (None, {}) without."""
-        if self.teacher is None:
-            return None, {}
-        host = self.teacher.load_params(data_cfg)
-        typed = jax.tree.map(lambda p, a: np.asarray(p, a.dtype), host, self.abstract_frozen)
-        return host, jax.device_put(typed, self.frozen_shardings)
 
 
 def cosine_applies(config, teacher_hidden_size: int) -> bool:
@@ -118,10 +114,48 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
     eval_step = jax.jit(make_eval_step(model, objective, config.seed, frozen_model),
                         in_shardings=(shardings.params, data_sharding, None, frozen_shardings),
                         compiler_options=options)
+    load_frozen, teacher_params = dict, None
+    if teacher is not None:
+        teacher_params = functools.cache(lambda: teacher.load_params(config.data))  # numpy; read once, when needed
+
+        @functools.cache
+        def load_frozen():
+            typed = jax.tree.map(lambda p, a: np.asarray(p, a.dtype), teacher_params(), abstract_frozen)
+            return jax.device_put(typed, frozen_shardings)
+
     return TrainProgram(
-        family=family, objective=objective, model=model, mesh=mesh, rules=rules, abstract_state=abstract_state,
-        state_shardings=shardings, data_sharding=data_sharding, schedule=learning_rate_schedule(config.train),
-        train_step=train_step, eval_step=eval_step,
-        init=lambda: create_sharded_state(init, shardings),
-        teacher=teacher, abstract_frozen=abstract_frozen, frozen_shardings=frozen_shardings, attention_kernel=runs,
+        mesh=mesh, rules=rules, abstract_state=abstract_state, state_shardings=shardings, data_sharding=data_sharding,
+        train_step=train_step, init=_starting_state(config, family, teacher, teacher_params, init, shardings),
+        load_frozen=load_frozen, family=family, objective=objective, model=model,
+        schedule=learning_rate_schedule(config.train), eval_step=eval_step, teacher=teacher,
+        abstract_frozen=abstract_frozen, frozen_shardings=frozen_shardings, attention_kernel=runs,
     )
+
+
+def _starting_state(config, family, teacher, teacher_params, init, shardings) -> Callable[[], TrainState]:
+    """init() of the state a fresh run starts from: a random one, initialised directly on its shards, with
+    config.init_from_hf's weights or the teacher's layers (config.distill.init_student_from_teacher) in."""
+
+    def starting_state() -> TrainState:
+        state = create_sharded_state(init, shardings)
+        if config.init_from_hf:
+            state = _with_new_params(state, shardings, lambda fresh: hf_folder.import_params(
+                family, config.model, config.init_from_hf, fresh))
+        if teacher is not None and config.distill.init_student_from_teacher:
+            state = _with_new_params(state, shardings, lambda fresh: teacher_lib.student_from_teacher(
+                fresh, teacher_params(), config.model.num_layers, teacher.model_cfg.num_layers, teacher.path))
+        return state
+
+    return starting_state
+
+
+def _with_new_params(state, shardings, make_params):
+    """The fresh state with its params replaced by make_params(fresh numpy params), on the same shards.
+
+    The optimizer state is kept: it is the initial one (zero moments, step 0) either way.
+    """
+    # Gathered, not device_get: under FSDP on several hosts no host holds every shard.
+    fresh = multihost_utils.process_allgather(state.params, tiled=True)
+    params = make_params(fresh)
+    params = jax.tree.map(lambda new, old: np.asarray(new, old.dtype), params, fresh)
+    return state.replace(params=jax.device_put(params, shardings.params))

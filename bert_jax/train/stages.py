@@ -24,6 +24,8 @@ import dataclasses
 
 import ml_collections
 
+from data_pipelines.loader import masking
+
 # The keys a stage may change, as config paths.
 STAGE_KEYS = ("data.max_seq_length", "data.max_predictions_per_seq", "data.masking", "data.mask_rate",
               "train.global_batch_size", "train.grad_accum_steps")
@@ -41,11 +43,12 @@ class Stage:
     changes: dict  # {config path: value}, every stage's up to this one
 
 
-def _flat(tree, prefix="") -> dict:
+def flat(tree, prefix="") -> dict:
+    """{"a.b": value} of a nested config or dict."""
     out = {}
     for key, value in (tree.items() if hasattr(tree, "items") else ()):
         if hasattr(value, "items"):
-            out.update(_flat(value, f"{prefix}{key}."))
+            out.update(flat(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
     return out
@@ -56,7 +59,7 @@ def declared(config) -> list[tuple[int, dict]]:
     stages = config.train.get("stages", ()) or ()
     out, previous = [], 0
     for i, stage in enumerate(stages):
-        changes = _flat(stage)
+        changes = flat(stage)
         if "start" not in changes:
             raise ValueError(f"config.train.stages[{i}] has no `start` (the step it begins after)")
         start = changes.pop("start")
@@ -89,7 +92,8 @@ def plan(config) -> list[Stage]:
 
 
 def stage_config(config, changes: dict) -> ml_collections.ConfigDict:
-    """A copy of `config` with `changes` ({config path: value}) applied."""
+    """A copy of `config` with `changes` ({config path: value}) applied, its max_predictions_per_seq=auto the
+    number it derives for the stage's length and rate: the config that stage trains with."""
     staged = config.copy_and_resolve_references()
     with staged.unlocked():
         for key, value in changes.items():
@@ -100,6 +104,10 @@ def stage_config(config, changes: dict) -> ml_collections.ConfigDict:
             if leaf in node and type(node[leaf]) is not type(value):  # auto <-> a number: a str field once copied
                 del node[leaf]
             node[leaf] = value
+        if staged.data.max_predictions_per_seq == masking.AUTO:
+            value = masking.max_predictions(staged.data)
+            del staged.data["max_predictions_per_seq"]  # a str field once copied
+            staged.data.max_predictions_per_seq = value
     return staged
 
 

@@ -13,6 +13,7 @@ import tempfile
 import ml_collections
 from absl import logging
 
+from bert_jax import UserError
 from bert_jax.train import export
 from bert_jax.hf import folder as hf_folder
 from bert_jax.vocab import rows as vocab_rows
@@ -46,7 +47,7 @@ def corpus_config(corpus: str, source: str = "", field: str = "text") -> ml_coll
     if not source:
         source = ("embedded" if corpus == "embedded" else "jsonl" if corpus.endswith((".jsonl", ".jsonl.gz"))
                   else "parquet" if corpus.endswith(".parquet") else "text")
-    return ml_collections.ConfigDict(dict(source=source, path="" if source == "embedded" else corpus, field=field,
+    return ml_collections.ConfigDict(dict(source=source, path=corpus, field=field,
                                           segmenter="line", max_line_bytes=1_000_000))
 
 
@@ -60,7 +61,7 @@ def _check_out(out: str, overwrite: bool) -> None:
     taken = any(target.iterdir()) if target.is_dir() else target.exists()  # an empty folder is free
     if taken:
         if not overwrite:
-            raise ValueError(f"--out={out} already exists; pass --overwrite to replace it")
+            raise UserError(f"--out={out} already exists; pass --overwrite to replace it")
         target.rmtree() if target.is_dir() else target.unlink()
 
 
@@ -68,14 +69,28 @@ def _is_workdir(source: str) -> bool:
     return (paths.path(source) / "checkpoints").is_dir()
 
 
+def _check_from(source: str) -> None:
+    if not (paths.path(source) / "config.json").exists():  # a workdir's and an HF folder's alike
+        raise UserError(f"--from={source} is neither a pre-training workdir (config.json, checkpoints/) nor a "
+                        f"Hugging Face folder (config.json, model.safetensors)")
+
+
+def _check_corpus(corpus: str, data_cfg) -> None:
+    try:
+        sources.check_source(data_cfg)
+    except (ValueError, FileNotFoundError) as error:  # named by its config key; here the user gave a flag
+        raise UserError(f"--corpus={corpus}: {error}") from error
+
+
 def extend_vocab(request: ExtendRequest) -> dict:
     """Writes the extended HF folder to request.out, with its report (REPORT_FILE, REPORT_TABLE); returns the report."""
     if request.init not in vocab_rows.INITS:
-        raise ValueError(f"--init={request.init!r}; expected one of {vocab_rows.INITS}")
-    vocab_mining.check_choice(request.add, request.min_saving)  # before any work
-    _check_out(request.out, request.overwrite)
+        raise UserError(f"--init={request.init!r}; expected one of {vocab_rows.INITS}")
+    vocab_mining.check_choice(request.add, request.min_saving)  # every input checked before --out is touched
     data_cfg = corpus_config(request.corpus, request.corpus_source, request.field)
-    sources.check_source(data_cfg)
+    _check_corpus(request.corpus, data_cfg)
+    _check_from(request.source)
+    _check_out(request.out, request.overwrite)
     with tempfile.TemporaryDirectory() as scratch:
         hf_dir = request.source
         if _is_workdir(request.source):
@@ -97,7 +112,7 @@ def _extend_folder(request: ExtendRequest, hf_dir: str, data_cfg, scratch: str) 
     chosen = vocab_mining.choose(vocab_mining.rank_candidates(tokenizer, before.word_counts), request.add,
                                  request.min_saving)
     if not chosen:
-        raise ValueError(f"--corpus={request.corpus}: no word of two or more pieces to add (it holds "
+        raise UserError(f"--corpus={request.corpus}: no word of two or more pieces to add (it holds "
                          f"{len(before.word_counts)} distinct words)")
     words = [c.word for c in chosen]
     extended = tokenizer_extension.extend_tokenizer(tokenizer, words)

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from absl import logging
 
+from bert_jax import UserError
 from data_pipelines.tokenizers import extension as tokenizer_extension
 from data_pipelines.tokenizers.kinds import Tokenizer
 
@@ -82,13 +83,13 @@ def rank_candidates(tokenizer: Tokenizer, word_counts: collections.Counter) -> l
 
 
 def check_choice(add: int | None, min_saving: int | None) -> None:
-    """ValueError naming the flag if --add / --min_saving cannot choose words."""
+    """UserError naming the flag if --add / --min_saving cannot choose words."""
     if add is None and min_saving is None:
-        raise ValueError("give --add=N (how many words) or --min_saving=S (tokens a word must save), or both")
+        raise UserError("give --add=N (how many words) or --min_saving=S (tokens a word must save), or both")
     if add is not None and add < 1:
-        raise ValueError(f"--add={add} must be at least 1")
+        raise UserError(f"--add={add} must be at least 1")
     if min_saving is not None and min_saving < 1:
-        raise ValueError(f"--min_saving={min_saving} must be at least 1")
+        raise UserError(f"--min_saving={min_saving} must be at least 1")
 
 
 def choose(candidates: list[Candidate], add: int | None, min_saving: int | None) -> list[Candidate]:

@@ -1,1 +1,1 @@
-"""Fine-tuning configs, one per task kind; pass them by path to `python -m bert_jax.finetune --config`."""
+"""Fine-tuning configs, one per task kind; pass them by path to `bert-jax finetune --config`."""

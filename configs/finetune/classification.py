@@ -1,6 +1,6 @@
 """Sentence (or sentence-pair) classification from a CSV with `sentence` and `label` columns.
 
-    python -m bert_jax.finetune --config=configs/finetune/classification.py --workdir=runs/cls \
+    bert-jax finetune --config=configs/finetune/classification.py --workdir=runs/cls \
         --config.init_from=runs/tiny --config.data.train=train.csv --config.data.test=test.csv
 
 Pairs: --config.task.text_fields=sentence1,sentence2. From a Hugging Face folder:
@@ -8,7 +8,7 @@ Pairs: --config.task.text_fields=sentence1,sentence2. From a Hugging Face folder
 correlation at each validation (before training, then 10 times: `train.evals_per_run`), the diagnosis
 of the learning curves, and writes DIR/predictions.jsonl.
 """
-from configs.finetune import common
+from bert_jax.configs.finetune import common
 
 
 def get_config():

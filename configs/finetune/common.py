@@ -16,7 +16,7 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.seeds = ""
     # A pre-training workdir (its newest checkpoint, or DIR:STEP) or a Hugging Face folder of a registered family.
     c.init_from = ""
-    # `python -m bert_jax.finetune` keeps XLA's compiled programs here (JAX's persistent compilation cache), so
+    # `bert-jax finetune` keeps XLA's compiled programs here (JAX's persistent compilation cache), so
     # the next run of the same shapes (another seed, another learning rate) skips compiling. "" = off.
     c.compilation_cache_dir = "~/.cache/bert_jax/xla"
 

@@ -1,12 +1,12 @@
 """Sentence-pair regression (STS-B style) from a CSV with `sentence1`, `sentence2` and a numeric `score`.
 
-    python -m bert_jax.finetune --config=configs/finetune/regression.py --workdir=runs/sts \
+    bert-jax finetune --config=configs/finetune/regression.py --workdir=runs/sts \
         --config.init_from=runs/tiny --config.data.train=sts_train.csv --config.data.validation=sts_dev.csv
 
 Prints Pearson and Spearman correlations at each validation (before training, then 10 times:
 `train.evals_per_run`).
 """
-from configs.finetune import common
+from bert_jax.configs.finetune import common
 
 
 def get_config():

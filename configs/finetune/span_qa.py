@@ -1,12 +1,12 @@
 """Extractive question answering (SQuAD v1.1 / v2.0 JSON): the best span over doc-stride windows.
 
-    python -m bert_jax.finetune --config=configs/finetune/span_qa.py --workdir=runs/qa \
+    bert-jax finetune --config=configs/finetune/span_qa.py --workdir=runs/qa \
         --config.init_from=runs/tiny --config.data.train=train-v2.0.json --config.data.validation=dev-v2.0.json
 
 Contexts longer than max_seq_length are cut into windows sharing data.doc_stride tokens;
 unanswerable questions (SQuAD 2.0) predict "". Prints exact match and F1 as the official script.
 """
-from configs.finetune import common
+from bert_jax.configs.finetune import common
 
 
 def get_config():

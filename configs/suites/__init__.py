@@ -1,7 +1,7 @@
 """Evaluation suites: batteries of fine-tuning tasks that `bert-jax evaluate` runs over seeds.
 
 A suite file has `get_config()` returning a ConfigDict: `name`, `seeds` (how many per task),
-`start_from_mnli` and `tasks`, one entry per task made by `configs.suites.recipe.task(...)`. Each task entry
+`start_from_mnli` and `tasks`, one entry per task made by `bert_jax.configs.suites.recipe.task(...)`. Each task entry
 holds where its files are, what its columns mean, its metric, its learning-rate grid and
 `finetune`: the whole fine-tuning config of the task (configs/finetune/common.py) with the
 suite's recipe, so any key can be changed for one task (`tasks.rte.finetune.train.epochs=10`).
@@ -10,7 +10,7 @@ import importlib.util
 
 import ml_collections
 
-from configs.suites import glue, smoke
+from bert_jax.configs.suites import glue, smoke
 
 NAMED = {"glue": glue, "smoke": smoke}
 

@@ -1,7 +1,7 @@
 """One run of a battery as a config file: its task's fine-tuning config as OUT/battery.json records it
 (bert_jax/finetune/battery.py), for a run started as a command on another host (`evaluate --executor=ray`).
 
-    python -m bert_jax.finetune --config=configs/suites/battery_run.py:OUT,sst2 --workdir=OUT/runs/sst2/lr=2e-05/seed=0 \
+    bert-jax finetune --config=configs/suites/battery_run.py:OUT,sst2 --workdir=OUT/runs/sst2/lr=2e-05/seed=0 \
         --config.seed=0 --config.init_from=runs/bert_base ...
 
 The argument is `OUT,TASK` (OUT may be gs:// or s3://); the run's own keys come as overrides

@@ -1,6 +1,6 @@
 """GLUE's dev sets, as the papers report them: 8 tasks, 5 seeds, the median per task.
 
-    bert-jax evaluate --checkpoint=runs/bert_base --suite=glue --glue_dir=/data/glue --out=runs/bert_base/glue
+    bert-jax evaluate --checkpoint=runs/bert_base --suite=glue --glue_dir=data/glue --out=runs/bert_base/glue
 
 --glue_dir holds the official layout (download_glue_data.py): CoLA/, SST-2/, MRPC/, STS-B/, QQP/, MNLI/,
 QNLI/, RTE/, each with train.tsv and dev.tsv (MNLI: dev_matched.tsv). With --tfds_data_dir instead, the
@@ -10,7 +10,7 @@ wins); RTE, MRPC and STS-B, small and unstable, take 10 epochs (as RoBERTa, Liu 
 `start_from_mnli=True` starts them from the MNLI fine-tuned encoder (RoBERTa's and ELECTRA's practice).
 Expect hours per seed on one accelerator for the whole battery (MNLI and QQP dominate); --tasks picks some.
 """
-from configs.suites.recipe import suite, task
+from bert_jax.configs.suites.recipe import suite, task
 
 NLI = "contradiction,entailment,neutral"
 

@@ -2,7 +2,7 @@
 learning-rate grid, and the whole fine-tuning config that runs it."""
 import ml_collections
 
-from configs.finetune import common
+from bert_jax.configs.finetune import common
 
 
 def suite(name: str, seeds: int, start_from_mnli: bool = False) -> ml_collections.ConfigDict:

@@ -3,9 +3,9 @@ learning rate, a micro recipe, at most 1,000 train and 500 dev rows per task (th
 GLUE's 67k SST-2 rows stay short). It checks the pipeline end to end in minutes and suits the pre-training probe
 (`--config.eval.downstream_suite=smoke`); its scores say little about a model.
 
-    bert-jax evaluate --checkpoint=runs/tiny --suite=smoke --glue_dir=/data/glue --out=runs/tiny/smoke
+    bert-jax evaluate --checkpoint=runs/tiny --suite=smoke --glue_dir=data/glue --out=runs/tiny/smoke
 """
-from configs.suites.recipe import suite, task
+from bert_jax.configs.suites.recipe import suite, task
 
 
 def get_config():

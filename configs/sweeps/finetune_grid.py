@@ -1,8 +1,8 @@
 """A fine-tuning grid: learning rate x epochs x seed over configs/finetune/classification.py (12 runs).
 
-    python -m launch.sweep run --sweep=configs/sweeps/finetune_grid.py --sweep_dir=runs/ft_grid \
+    bert-jax sweep run --sweep=configs/sweeps/finetune_grid.py --sweep_dir=runs/ft_grid \
         --config... (set data and init_from in `overrides` below, or edit them here)
-    python -m launch.sweep summary --sweep_dir=runs/ft_grid
+    bert-jax sweep summary --sweep_dir=runs/ft_grid
 
 summary.md lists every run's final validation loss and accuracy, then their mean ± std over
 the seeds of each (learning rate, epochs) point.

@@ -1,7 +1,7 @@
 """A learning-rate sweep over configs/tiny.py: three runs of 300 steps.
 
-    python -m launch.sweep run --sweep=configs/sweeps/tiny_lr.py --sweep_dir=runs/tiny_lr
-    python -m launch.sweep summary --sweep_dir=runs/tiny_lr
+    bert-jax sweep run --sweep=configs/sweeps/tiny_lr.py --sweep_dir=runs/tiny_lr
+    bert-jax sweep summary --sweep_dir=runs/tiny_lr
 
 About 2 minutes per run on 2 CPU cores; summary.md then lists each run's final
 train and eval loss, and curves.png overlays their learning curves.

@@ -1,4 +1,5 @@
-"""Documents -> training examples, one document at a time, for each `config.data.example_builder`.
+"""Documents -> training examples, one document at a time, for each `config.data.example_builder`: a class
+registered by that name (example_types.EXAMPLE_BUILDERS; the pair builders here, the packing ones in packing.py).
 
 A builder consumes tokenized documents (a document is a sequence of int32 arrays, one per
 segment) and returns the finished examples each one completes; its `stack` turns a list
@@ -18,7 +19,7 @@ Rows (numpy, after `stack`): input_ids, token_type_ids [n, L] int32 (padding =
 special_ids.pad), plus next_sentence_label / sentence_order_label [n] int32, or
 segment_ids, position_ids [n, L] int32 for "packed". Pair builders hand out PairExamples
 (A and B, not yet rows: a batch of rows is built at once); packing builders hand out
-finished rows. `EXAMPLE_KEYS` lists each builder's extra keys; pipeline.batch_spec turns
+finished rows. Each builder's `example_keys` lists its extra keys; pipeline.batch_spec turns
 them into the batch layout.
 
 Exact resume: a builder's `carry()` (what it holds between documents: a partial row, a
@@ -32,25 +33,19 @@ from __future__ import annotations
 import bisect
 import collections
 import functools
+import itertools
 from typing import NamedTuple
 
 import numpy as np
 
-from data_pipelines.examples import packing
-from data_pipelines.examples.example_types import BuildStats, Document, flat_nonempty
+from bert_jax.registry import registered_as
+from data_pipelines.examples import packing  # noqa: F401 (registers the packing builders)
+from data_pipelines.examples.example_types import EXAMPLE_BUILDERS, BuildStats, Document, flat_nonempty
 from data_pipelines.tokenizers.tokenizer import SpecialIds
 
-BUILDERS = ("nsp", "sop", "full_sentences", "doc_sentences", "packed")
 # Labels follow Hugging Face: 0 = B follows A / in order, 1 = random B / swapped.
 IS_NEXT, RANDOM_NEXT = 0, 1
 IN_ORDER, SWAPPED = 0, 1
-EXAMPLE_KEYS = {
-    "nsp": ("next_sentence_label",),
-    "sop": ("sentence_order_label",),
-    "full_sentences": (),
-    "doc_sentences": (),
-    "packed": ("segment_ids", "position_ids"),
-}
 
 def _run_end(offsets: list[int], first: int, tokens: int) -> int:
     """The last segment of the run from segment `first` that holds `tokens` (or the document's last)."""
@@ -105,23 +100,38 @@ class PairBuilder:
     (Lan et al. 2020 §4.1).
 
     A one-segment run takes B from the segments after it; if it is the document's last
-    segment it has none and is dropped (counted). Documents of one segment are skipped
-    (counted): they hold no pair.
+    segment it has none and is dropped (counted). A document of one segment (a JSONL record
+    with no line break under segmenter="line") is cut at a random token among its first
+    target tokens into two pieces that are then paired like two segments: B is its true
+    continuation, or (NSP, with nsp_random_prob) a random document's segment as in BERT's
+    create_pretraining_data.py: one pair per such document, so such a corpus still trains both
+    labels at their rates. One of a single token holds no pair and is counted as too short.
     """
 
-    def __init__(self, kind: str, data_cfg, special_ids: SpecialIds):
+    example_keys: tuple[str, ...]  # (the batch key of the pair's label,)
+
+    def __init__(self, data_cfg, special_ids: SpecialIds, random_prob: float = 0.0, lookback: int = 0):
         if data_cfg.max_seq_length < 5:
             raise ValueError(
                 f"config.data.max_seq_length={data_cfg.max_seq_length} leaves no room for A and B"
             )
-        self.kind = kind
         self.special_ids = special_ids
         self.max_seq_length = data_cfg.max_seq_length
         self.short_seq_prob = data_cfg.short_seq_prob
-        self.random_prob = data_cfg.nsp_random_prob if kind == "nsp" else 0.0
-        self.lookback = data_cfg.nsp_reservoir_docs if kind == "nsp" else 0
+        self.random_prob = random_prob
+        self.lookback = lookback
         self._ring: collections.deque = collections.deque(maxlen=max(1, self.lookback))
         self.stats = BuildStats()
+
+    @classmethod
+    def stacker(cls, data_cfg, special_ids: SpecialIds):
+        """The function that stacks this builder's examples into rows; it pickles into grain's workers."""
+        return functools.partial(stack_pairs, special_ids=special_ids, max_seq_length=data_cfg.max_seq_length,
+                                 label_key=cls.example_keys[0])
+
+    def _label(self, a: np.ndarray, b: np.ndarray, random_next: bool, rng: np.random.Generator):
+        """(A, B, label) of a pair whose B followed A (or, random_next, came from another document)."""
+        raise NotImplementedError
 
     def carry(self) -> dict:
         return {}
@@ -169,9 +179,16 @@ class PairBuilder:
             return []
         if len(offsets) == 2:
             self.stats.single_segment_documents += 1
-            self._remember(position, ids, offsets)
-            return []
-        examples = list(self._pairs(ids, offsets, rng))
+            if len(ids) < 2:
+                self.stats.too_short_documents += 1
+                self._remember(position, ids, offsets)
+                return []
+            # A random cut within the first target tokens: A is its head, B what follows (or a random B). One
+            # pair: a second from the head's leftover would be a random B only, skewing the labels.
+            offsets = [0, int(rng.integers(1, min(len(ids), self.max_seq_length - 3))), len(ids)]
+            examples = list(itertools.islice(self._pairs(ids, offsets, rng), 1))
+        else:
+            examples = list(self._pairs(ids, offsets, rng))
         self._remember(position, ids, offsets)
         self.stats.examples += len(examples)
         return examples
@@ -207,19 +224,37 @@ class PairBuilder:
             if b is not None:
                 a, b, removed = _truncate_pair(a, b, max_tokens, rng)
                 self.stats.truncated_tokens += removed
-                if self.kind == "sop":
-                    label = SWAPPED if rng.random() < 0.5 else IN_ORDER
-                    if label == SWAPPED:
-                        a, b = b, a
-                else:
-                    label = RANDOM_NEXT if random_next else IS_NEXT
-                yield PairExample(a, b, label)
+                yield PairExample(*self._label(a, b, random_next, rng))
             target = self._target(rng)
             i = end + 1
 
     def stack(self, examples: list[PairExample]) -> dict[str, np.ndarray]:
         return stack_pairs(examples, special_ids=self.special_ids, max_seq_length=self.max_seq_length,
-                           label_key=EXAMPLE_KEYS[self.kind][0])
+                           label_key=self.example_keys[0])
+
+
+@registered_as(EXAMPLE_BUILDERS, "nsp")
+class NextSentenceBuilder(PairBuilder):
+    """BERT's next-sentence pairs: B random (label 1) or the true continuation (0)."""
+
+    example_keys = ("next_sentence_label",)
+
+    def __init__(self, data_cfg, special_ids: SpecialIds):
+        super().__init__(data_cfg, special_ids, data_cfg.nsp_random_prob, data_cfg.nsp_reservoir_docs)
+
+    def _label(self, a, b, random_next, rng):
+        return a, b, RANDOM_NEXT if random_next else IS_NEXT
+
+
+@registered_as(EXAMPLE_BUILDERS, "sop")
+class SentenceOrderBuilder(PairBuilder):
+    """ALBERT's sentence-order pairs from one document: swapped (label 1) or in order (0)."""
+
+    example_keys = ("sentence_order_label",)
+
+    def _label(self, a, b, random_next, rng):
+        del random_next  # SOP never draws a random B.
+        return (b, a, SWAPPED) if rng.random() < 0.5 else (a, b, IN_ORDER)
 
 
 def stack_pairs(examples: list[PairExample], special_ids: SpecialIds, max_seq_length: int,
@@ -253,19 +288,21 @@ def stack_pairs(examples: list[PairExample], special_ids: SpecialIds, max_seq_le
     return {"input_ids": input_ids, "token_type_ids": token_type_ids, label_key: labels}
 
 
+def builder_class(data_cfg) -> type:
+    """The class `config.data.example_builder` names; `bert_jax.UserError` naming the key otherwise."""
+    return EXAMPLE_BUILDERS.get(data_cfg.example_builder)
+
+
+def example_keys(data_cfg) -> tuple[str, ...]:
+    """The keys this builder's rows add to input_ids and token_type_ids (pipeline.batch_spec lays them out)."""
+    return builder_class(data_cfg).example_keys
+
+
 def make_stacker(data_cfg, special_ids: SpecialIds):
     """The function that stacks this builder's examples into rows; it pickles into grain's workers."""
-    if data_cfg.example_builder in ("nsp", "sop"):
-        return functools.partial(stack_pairs, special_ids=special_ids, max_seq_length=data_cfg.max_seq_length,
-                                 label_key=EXAMPLE_KEYS[data_cfg.example_builder][0])
-    return packing.stack_rows
+    return builder_class(data_cfg).stacker(data_cfg, special_ids)
 
 
 def make_builder(data_cfg, special_ids: SpecialIds):
-    """The builder `config.data.example_builder` names; ValueError naming the key otherwise."""
-    kind = data_cfg.example_builder
-    if kind in ("nsp", "sop"):
-        return PairBuilder(kind, data_cfg, special_ids)
-    if kind in ("full_sentences", "doc_sentences", "packed"):
-        return packing.PackingBuilder(kind, data_cfg, special_ids)
-    raise ValueError(f"config.data.example_builder={kind!r} is not one of {BUILDERS}")
+    """The builder `config.data.example_builder` names, over config.data."""
+    return builder_class(data_cfg)(data_cfg, special_ids)

@@ -1,4 +1,5 @@
-"""What example building takes, gives and counts, shared by builders.py (pairs) and packing.py (rows).
+"""What example building takes, gives and counts, shared by builders.py (pairs) and packing.py (rows), and the
+registry of builders (`config.data.example_builder`) both register into.
 
 A document is a sequence of int32 arrays, one per segment (a list, or a FlatDocument);
 an example is one row's arrays by key (builders.py's docstring lists them).
@@ -12,8 +13,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bert_jax.registry import Registry
+from data_pipelines.sources.prepared import FlatDocument
+
 Document = Sequence[np.ndarray]
 Example = dict[str, np.ndarray]
+
+# A builder is a class: Cls(data_cfg, special_ids); `example_keys`, the keys its rows add; `stacker(data_cfg,
+# special_ids)`, the function that stacks its examples into a batch (it pickles into grain's workers).
+EXAMPLE_BUILDERS: Registry[type] = Registry("config.data.example_builder", "example builders")
 
 
 @dataclasses.dataclass
@@ -23,7 +31,8 @@ class BuildStats:
     documents: int = 0
     examples: int = 0
     empty_documents: int = 0  # No non-empty segment: nothing to build from.
-    single_segment_documents: int = 0  # Pair builders: no boundary between A and B.
+    single_segment_documents: int = 0  # Pair builders: no boundary between A and B (cut at a token instead).
+    too_short_documents: int = 0  # Pair builders: one segment of one token, no pair in it.
     unpaired_segments: int = 0  # A run of one last segment drew a true next it lacks.
     random_next_without_reservoir: int = 0  # NSP: label forced to 0, no other document yet.
     truncated_tokens: int = 0  # Pair builders cut these to fit max_seq_length.
@@ -32,36 +41,16 @@ class BuildStats:
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
 
-
-class FlatDocument:
-    """A document's segments as one int32 array and the offsets between them: a sequence of
-    segments (views) like a list, but built without an array per segment.
-
-    It is what a prepared record holds (records.decode_document), and pair building slices
-    a run of segments out of it instead of joining them again (`flat_nonempty`).
-    """
-
-    __slots__ = ("ids", "offsets")
-
-    def __init__(self, ids: np.ndarray, offsets: list[int]):
-        self.ids = ids
-        self.offsets = offsets  # [0, end of segment 0, end of segment 1, ...]
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, index: int) -> np.ndarray:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"segment {index} of {len(self)}")
-        return self.ids[self.offsets[index] : self.offsets[index + 1]]
-
-    def __iter__(self):
-        offsets = self.offsets
-        return (self.ids[start:stop] for start, stop in zip(offsets[:-1], offsets[1:]))
+    def why_no_examples(self, builder: str) -> str:
+        """The line a run ends with when `builder` built nothing from all the documents it saw: the documents by
+        reason, and the keys that change the outcome."""
+        reasons = {"empty": self.empty_documents, "too short (one token)": self.too_short_documents,
+                   "one segment": self.single_segment_documents - self.too_short_documents}
+        seen = ", ".join(f"{count} {reason}" for reason, count in reasons.items() if count) or "none unusable"
+        return (f"config.data.example_builder={builder!r} built no example from {self.documents} document(s) "
+                f"({seen}): split documents into more segments with config.data.segmenter "
+                "(sentence, blank_line), or pick a packing builder with config.data.example_builder "
+                "(full_sentences, doc_sentences, packed)")
 
 
 def nonempty_segments(document: Document) -> list[np.ndarray]:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from data_pipelines.examples.example_types import BuildStats, Document, Example, nonempty_segments
+from bert_jax.registry import registered_as
+from data_pipelines.examples.example_types import EXAMPLE_BUILDERS, BuildStats, Document, Example, nonempty_segments
 from data_pipelines.tokenizers.tokenizer import SpecialIds
 
 
@@ -34,24 +35,27 @@ def stack_rows(examples: list[Example]) -> dict[str, np.ndarray]:
 
 
 class PackingBuilder:
-    """full_sentences / doc_sentences / packed rows of config.data.max_seq_length tokens."""
+    """Rows of config.data.max_seq_length tokens filled with contiguous text; subclasses say how a document fills
+    them (`_add`) and what a finished row holds (`_emit`)."""
 
     lookback = 0  # Nothing to replay on resume: the partial row is the carry.
+    example_keys: tuple[str, ...] = ()
 
-    def __init__(self, kind: str, data_cfg, special_ids: SpecialIds):
+    def __init__(self, data_cfg, special_ids: SpecialIds):
         if data_cfg.max_seq_length < 3:
             raise ValueError(f"config.data.max_seq_length={data_cfg.max_seq_length} holds no text")
-        self.kind = kind
         self.special_ids = special_ids
         self.max_seq_length = data_cfg.max_seq_length
         self.capacity = data_cfg.max_seq_length - 2  # Room for text between [CLS] and [SEP].
         self.stats = BuildStats()
-        # full/doc_sentences: the row's text so far; packed: its sequences, each a list of ids.
         self._row: list = []
 
+    @classmethod
+    def stacker(cls, data_cfg, special_ids: SpecialIds):
+        del data_cfg, special_ids  # Rows are finished already.
+        return stack_rows
+
     def carry(self) -> dict:
-        if self.kind == "packed":
-            return {"row": [[int(t) for t in sequence] for sequence in self._row]}
         return {"row": [int(t) for t in self._row]}
 
     def set_carry(self, carry: dict) -> None:
@@ -73,10 +77,7 @@ class PackingBuilder:
         if not segments:
             self.stats.empty_documents += 1
             return []
-        if self.kind == "packed":
-            examples = self._add_packed(np.concatenate(segments))
-        else:
-            examples = self._add_sentences(segments)
+        examples = self._add(segments)
         self.stats.examples += len(examples)
         return examples
 
@@ -89,7 +90,20 @@ class PackingBuilder:
         self.stats.examples += len(examples)
         return examples
 
-    def _add_sentences(self, segments: list[np.ndarray]) -> list[Example]:
+    def _add(self, segments: list[np.ndarray]) -> list[Example]:
+        raise NotImplementedError
+
+    def _emit(self) -> Example:
+        raise NotImplementedError
+
+
+@registered_as(EXAMPLE_BUILDERS, "full_sentences")
+class FullSentencesBuilder(PackingBuilder):
+    """RoBERTa FULL-SENTENCES: whole segments in order across documents, an extra [SEP] at a document's end."""
+
+    ends_row_with_document = False
+
+    def _add(self, segments: list[np.ndarray]) -> list[Example]:
         examples = []
         for segment in segments:
             pieces = _pieces(segment, self.capacity)
@@ -98,15 +112,40 @@ class PackingBuilder:
                 if len(self._row) + len(piece) > self.capacity:
                     examples.append(self._emit())
                 self._row.extend(piece.tolist())
-        if self.kind == "doc_sentences":
+        if self.ends_row_with_document:
             examples.append(self._emit())
         elif self._row and len(self._row) < self.capacity:
             self._row.append(self.special_ids.sep)  # The extra separator between documents.
         return examples
 
-    def _add_packed(self, tokens: np.ndarray) -> list[Example]:
+    def _emit(self) -> Example:
+        sp, length = self.special_ids, self.max_seq_length
+        input_ids = np.full(length, sp.pad, np.int32)
+        input_ids[: len(self._row) + 2] = [sp.cls, *self._row, sp.sep]
+        self._row = []
+        return {"input_ids": input_ids, "token_type_ids": np.zeros(length, np.int32)}
+
+
+@registered_as(EXAMPLE_BUILDERS, "doc_sentences")
+class DocSentencesBuilder(FullSentencesBuilder):
+    """RoBERTa DOC-SENTENCES: the same, but a row ends with its document."""
+
+    ends_row_with_document = True
+
+
+@registered_as(EXAMPLE_BUILDERS, "packed")
+class PackedBuilder(PackingBuilder):
+    """Whole documents (or row-sized pieces of one) as sequences [CLS] doc [SEP], packed into a row while they fit,
+    with segment_ids 1, 2, ... and position_ids restarting per sequence. The row is a list of sequences."""
+
+    example_keys = ("segment_ids", "position_ids")
+
+    def carry(self) -> dict:
+        return {"row": [[int(t) for t in sequence] for sequence in self._row]}
+
+    def _add(self, segments: list[np.ndarray]) -> list[Example]:
         examples = []
-        pieces = _pieces(tokens, self.capacity)
+        pieces = _pieces(np.concatenate(segments), self.capacity)
         self.stats.split_segments += len(pieces) - 1
         for piece in pieces:
             used = sum(len(p) + 2 for p in self._row)
@@ -118,19 +157,15 @@ class PackingBuilder:
     def _emit(self) -> Example:
         sp, length = self.special_ids, self.max_seq_length
         input_ids = np.full(length, sp.pad, np.int32)
-        example = {"input_ids": input_ids, "token_type_ids": np.zeros(length, np.int32)}
-        if self.kind == "packed":
-            segment_ids = np.zeros(length, np.int32)
-            position_ids = np.zeros(length, np.int32)
-            start = 0
-            for number, sequence in enumerate(self._row, start=1):
-                end = start + len(sequence) + 2
-                input_ids[start:end] = [sp.cls, *sequence, sp.sep]
-                segment_ids[start:end] = number
-                position_ids[start:end] = np.arange(end - start)
-                start = end
-            example.update(segment_ids=segment_ids, position_ids=position_ids)
-        else:
-            input_ids[: len(self._row) + 2] = [sp.cls, *self._row, sp.sep]
+        segment_ids = np.zeros(length, np.int32)
+        position_ids = np.zeros(length, np.int32)
+        start = 0
+        for number, sequence in enumerate(self._row, start=1):
+            end = start + len(sequence) + 2
+            input_ids[start:end] = [sp.cls, *sequence, sp.sep]
+            segment_ids[start:end] = number
+            position_ids[start:end] = np.arange(end - start)
+            start = end
         self._row = []
-        return example
+        return {"input_ids": input_ids, "token_type_ids": np.zeros(length, np.int32),
+                "segment_ids": segment_ids, "position_ids": position_ids}

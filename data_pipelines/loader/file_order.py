@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from data_pipelines.loader import index_shuffle
+from data_pipelines import index_shuffle
 from data_pipelines.loader.stream import Document, Tokenize, _tokenized
 from data_pipelines.sources import corpus
 

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from bert_jax.registry import Registry
 from data_pipelines.tokenizers.tokenizer import SpecialIds
 
-MASKING_MODES = ("token", "whole_word", "span", "ngram")
 MASK_TOKEN_SHARE = 0.8
 RANDOM_TOKEN_SHARE = 0.1
 # config.data.max_predictions_per_seq's default: derived from mask_rate and max_seq_length.
@@ -90,6 +90,42 @@ def random_non_special_ids(
 
 
 @dataclasses.dataclass(frozen=True)
+class MaskingMode:
+    """What a value of config.data.masking makes a unit (the module docstring): tokens or words, words cut into
+    runs of drawn lengths, and whether the 80/10/10 choice is made per token or per unit."""
+
+    by_word: bool  # units are whole words: needs the tokenizer's word_start_flags()
+    # spec -> (lengths, probabilities) of a unit's run of words; None: a unit is one word (or token).
+    run_lengths: Callable[[MaskingSpec], tuple[np.ndarray, np.ndarray]] | None = None
+    decide_per_unit: bool = False  # one 80/10/10 draw per unit (SpanBERT) rather than per token
+    # spec -> None, or ValueError naming the config.data key of the mode's own settings that is out of range.
+    validate: Callable[[MaskingSpec], None] = lambda spec: None
+
+
+def _check_span(spec: MaskingSpec) -> None:
+    if not (0.0 < spec.span_p <= 1.0 and spec.max_span_length >= 1):
+        raise ValueError(
+            f"config.data.span_p={spec.span_p} must be in (0, 1] and "
+            f"config.data.max_span_length={spec.max_span_length} >= 1"
+        )
+
+
+def _check_ngram(spec: MaskingSpec) -> None:
+    if spec.max_ngram < 1:
+        raise ValueError(f"config.data.max_ngram={spec.max_ngram} must be >= 1")
+
+
+MASKING_MODES: Registry[MaskingMode] = Registry("config.data.masking", "masking modes")
+MASKING_MODES.register("token", MaskingMode(by_word=False))
+MASKING_MODES.register("whole_word", MaskingMode(by_word=True))
+MASKING_MODES.register("span", MaskingMode(
+    by_word=True, run_lengths=lambda spec: span_length_distribution(spec.span_p, spec.max_span_length),
+    decide_per_unit=True, validate=_check_span))
+MASKING_MODES.register("ngram", MaskingMode(
+    by_word=True, run_lengths=lambda spec: ngram_length_distribution(spec.max_ngram), validate=_check_ngram))
+
+
+@dataclasses.dataclass(frozen=True)
 class MaskingSpec:
     """What to mask; built from `config.data` by `from_config`."""
 
@@ -113,23 +149,21 @@ class MaskingSpec:
             max_ngram=data_cfg.max_ngram,
         )
 
+    @property
+    def kind(self) -> MaskingMode:
+        """The registered mode `mode` names; `bert_jax.UserError` naming config.data.masking otherwise."""
+        return MASKING_MODES.get(self.mode)
+
     def validate(self) -> None:
         """ValueError naming the config.data key that is out of range."""
-        if self.mode not in MASKING_MODES:
-            raise ValueError(f"config.data.masking={self.mode!r} is not one of {MASKING_MODES}")
+        kind = self.kind
         if not 0.0 < self.mask_rate < 1.0:
             raise ValueError(f"config.data.mask_rate={self.mask_rate} must be in (0, 1)")
         if self.max_predictions_per_seq < 1:
             raise ValueError(
                 f"config.data.max_predictions_per_seq={self.max_predictions_per_seq} must be >= 1"
             )
-        if self.mode == "span" and not (0.0 < self.span_p <= 1.0 and self.max_span_length >= 1):
-            raise ValueError(
-                f"config.data.span_p={self.span_p} must be in (0, 1] and "
-                f"config.data.max_span_length={self.max_span_length} >= 1"
-            )
-        if self.mode == "ngram" and self.max_ngram < 1:
-            raise ValueError(f"config.data.max_ngram={self.max_ngram} must be >= 1")
+        kind.validate(self)
 
 
 class Masker:
@@ -139,7 +173,7 @@ class Masker:
       spec: the mode and its rates.
       special_ids: never selected, never drawn as random replacements.
       word_starts: [vocab] bool, True where a token begins a word (the tokenizer's
-        `word_start_flags()`); needed by every mode but "token".
+        `word_start_flags()`); needed by every mode whose units are words (`MaskingMode.by_word`).
     """
 
     def __init__(self, spec: MaskingSpec, special_ids: SpecialIds, word_starts=None):
@@ -151,7 +185,7 @@ class Masker:
             table_size = max(table_size, len(word_starts))
         self._is_special = np.zeros(table_size, bool)
         self._is_special[list(special_ids.all())] = True
-        if spec.mode == "token":
+        if not spec.kind.by_word:
             self._starts_word = None
         else:
             if word_starts is None:
@@ -161,12 +195,7 @@ class Masker:
             self._starts_word = np.ones(table_size, bool)
             self._starts_word[: len(word_starts)] = np.asarray(word_starts, bool)
         self._replacements = np.flatnonzero(~self._is_special[: spec.vocab_size])
-        if spec.mode == "span":
-            self._lengths = span_length_distribution(spec.span_p, spec.max_span_length)
-        elif spec.mode == "ngram":
-            self._lengths = ngram_length_distribution(spec.max_ngram)
-        else:
-            self._lengths = None
+        self._lengths = spec.kind.run_lengths(spec) if spec.kind.run_lengths else None
 
     def _units(self, ids: np.ndarray, special: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """[B, L] int: index within its row of the unit each token belongs to."""
@@ -281,7 +310,7 @@ class Masker:
         slots = np.arange(len(rows)) - (np.cumsum(per_row) - per_row)[rows]
         originals = ids[rows, cols]
 
-        if spec.mode == "span":
+        if spec.kind.decide_per_unit:
             decision = rng.random((batch, length))[rows, unit[rows, cols]]  # One draw per span.
         else:
             decision = rng.random(len(rows))

@@ -36,6 +36,7 @@ import ml_collections
 import numpy as np
 from absl import flags, logging
 
+import bert_jax
 from data_pipelines.examples import builders
 from data_pipelines.sources import corpus, documents as sources, mixture, readers
 from data_pipelines.loader import file_order, masking, mixing, stream, window_shuffle, workers
@@ -64,10 +65,7 @@ def batch_spec(data_cfg: ml_collections.ConfigDict, batch_size: int) -> dict[str
     per row, for the realised mask rate); P = masking.max_predictions(data_cfg); by builder next_sentence_label or
     sentence_order_label [B] int32, or segment_ids and position_ids [B, L] int32.
     """
-    if data_cfg.example_builder not in builders.EXAMPLE_KEYS:
-        raise ValueError(
-            f"config.data.example_builder={data_cfg.example_builder!r} is not one of {builders.BUILDERS}"
-        )
+    extra_keys = builders.example_keys(data_cfg)  # fails now, naming the key, on an unknown builder
     rows, preds = (batch_size, data_cfg.max_seq_length), (batch_size, masking.max_predictions(data_cfg))
     spec = {
         "input_ids": (rows, np.int32),
@@ -78,7 +76,7 @@ def batch_spec(data_cfg: ml_collections.ConfigDict, batch_size: int) -> dict[str
         "masked_weights": (preds, np.float32),
         "maskable_tokens": ((batch_size,), np.int32),
     }
-    for key in builders.EXAMPLE_KEYS[data_cfg.example_builder]:
+    for key in extra_keys:
         spec[key] = (rows if key in ("segment_ids", "position_ids") else (batch_size,), np.int32)
     return spec
 
@@ -109,7 +107,7 @@ def _whole_shards(documents, indices: np.ndarray, host: int, hosts: int) -> tupl
 
 
 def _read_file(cfg, stats, path: str, counted: bool):
-    return readers.file_documents(cfg, [path], stats if counted else readers.DiscardStats())
+    return sources.source_of(cfg).file_documents([path], stats if counted else readers.DiscardStats())
 
 
 def document_feed(cfg, tokenizer, *, split: str, shuffle_seed: int | None, shard_index: int,
@@ -117,11 +115,12 @@ def document_feed(cfg, tokenizer, *, split: str, shuffle_seed: int | None, shard
     """This share's documents of one split, as a stream.RandomAccessFeed or file_order.FileOrderFeed."""
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not one of {SPLITS}")
-    if sources.is_random_access(cfg):
+    source = sources.source_of(cfg)
+    if isinstance(source, sources.TableSource):
         documents = sources.open_random_access(cfg, stats)
-        tokenize = None if cfg.source == "prepared" else tokenizer.encode_ids
+        tokenize = None if source.tokenized else tokenizer.encode_ids
         indices = _split_indices(len(documents), split, cfg.eval_fraction)
-        if shard_count > 1 and cfg.source == "prepared":
+        if shard_count > 1 and source.sharded:
             indices, shard_index, shard_count = _whole_shards(documents, indices, shard_index, shard_count)
         return stream.RandomAccessFeed(
             documents, indices, tokenize,
@@ -191,9 +190,9 @@ class UnpackBatch(grain.transforms.Map):
 
 def make_mask_batch(cfg, tokenizer, extra_keys: tuple[str, ...] = ()) -> MaskBatch:
     spec = masking.MaskingSpec.from_config(cfg)
-    word_starts = None if spec.mode == "token" else tokenizer.word_start_flags()
+    word_starts = tokenizer.word_start_flags() if spec.kind.by_word else None
     masker = masking.Masker(spec, tokenizer_lib.special_ids(tokenizer), word_starts)
-    return MaskBatch(masker, builders.EXAMPLE_KEYS[cfg.example_builder] + extra_keys)
+    return MaskBatch(masker, builders.example_keys(cfg) + extra_keys)
 
 
 def _example_stream(cfg, tokenizer, special, *, seed: int, process_index: int, process_count: int,
@@ -335,6 +334,8 @@ def build_eval_batches(cfg, tokenizer, *, seed: int, per_host_batch_size: int, p
         num_batches = min(cfg.num_eval_batches, len(examples) // per_host_batch_size)
         if process_count > 1 and num_batches < cfg.num_eval_batches:
             num_batches = 0
+    if builder.stats.documents and not builder.stats.examples:
+        raise bert_jax.UserError(builder.stats.why_no_examples(cfg.example_builder))
     if num_batches == 0:
         raise ValueError(
             f"the eval split gave {len(examples)} examples on host {process_index}, too few for "

@@ -30,7 +30,8 @@ import grain
 import numpy as np
 from absl import logging
 
-from data_pipelines.loader import index_shuffle
+import bert_jax
+from data_pipelines import index_shuffle
 
 Document = list[np.ndarray]
 Tokenize = Callable[[list[str]], list[np.ndarray]]
@@ -180,6 +181,7 @@ class ExampleIterator(grain.DatasetIterator):
         self._epoch = epoch
         self._documents = self._feed.open(epoch, 0)
         self._documents_this_epoch = 0
+        self._examples_this_epoch = 0
         self.builder.reset()
         self._pending: list = []
         self._emitted = 0
@@ -199,6 +201,7 @@ class ExampleIterator(grain.DatasetIterator):
             self._documents.forget_before(self._replay_from)
         self._carry_before = self.builder.carry()
         self._pending = self.builder.add_document(document, self._rng(position), position)
+        self._examples_this_epoch += len(self._pending)
         self._position = position
         self._emitted = 0
 
@@ -212,6 +215,8 @@ class ExampleIterator(grain.DatasetIterator):
                         "the source yielded no documents for this host's share of the split; "
                         "check config.data.source/path and the number of hosts"
                     ) from None
+                if self._examples_this_epoch == 0:  # another epoch would build nothing either
+                    raise bert_jax.UserError(self.builder.stats.why_no_examples(self.builder.name)) from None
                 self._report(f"epoch {self._epoch} done ({self._documents_this_epoch} documents)")
                 self._start_epoch(self._epoch + 1)
                 continue

@@ -9,7 +9,7 @@ from __future__ import annotations
 import grain
 from grain._src.python.dataset.transformations import shuffle as grain_shuffle
 
-from data_pipelines.loader import index_shuffle
+from data_pipelines import index_shuffle
 
 
 class _WindowShuffleIterator(grain_shuffle._WindowShuffleDatasetIterator):  # noqa: SLF001

@@ -1,7 +1,7 @@
-"""Raw documents -> prepared records (records.py's format), a batch at a time, fast.
+"""Raw documents -> prepared records (sources/prepared.py's format), a batch at a time, fast.
 
 `prepare` and `prepare_beam` both tokenize through `DocumentTokenizer`. Its records are
-byte-identical to `records.encode_document(tokenizer.encode_ids(document))`, document by
+byte-identical to `prepared.encode_document(tokenizer.encode_ids(document))`, document by
 document; only the cost differs. Profiling `prepare` (cProfile, wordpiece) showed 3/4 of
 the time inside the Rust encoder and the rest in per-segment Python; two levers:
 

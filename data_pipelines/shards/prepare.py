@@ -12,7 +12,7 @@ How it works. The source is cut into `--num_parts` parts with `sources.iter_docu
 (part p of P: whole files p, p + P, ... when there are at least P files, else every P-th
 document). Worker processes (`--num_workers`) each take whole parts and stream them:
 read, tokenize in batches (document_records.py), write shards of `--docs_per_shard` documents
-(`part-PPPPP-shard-SSSSS.array_record`, one record per document, see records.py). Each
+(`part-PPPPP-shard-SSSSS.array_record`, one record per document, see sources/prepared.py). Each
 worker holds one batch of documents and one open shard, so memory does not grow with the
 corpus.
 
@@ -40,9 +40,10 @@ import uuid
 import ml_collections
 from absl import logging
 
+import bert_jax
 from bert_jax.storage import paths
-from data_pipelines.shards import document_records, records
-from data_pipelines.sources import documents as sources, mixture
+from data_pipelines.shards import document_records
+from data_pipelines.sources import documents as sources, mixture, prepared
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 PLAN_FILE = "prepare_plan.json"
@@ -196,7 +197,7 @@ def _check_plan(out: str, plan: dict) -> None:
         existing = read_json(path)
         if existing != plan:
             changed = sorted(k for k in set(plan) | set(existing) if plan.get(k) != existing.get(k))
-            raise ValueError(
+            raise bert_jax.UserError(
                 f"{out} was prepared with other settings ({', '.join(changed)}: "
                 f"{[existing.get(k) for k in changed]} there, {[plan.get(k) for k in changed]} now); "
                 "resume with the same --num_parts/--docs_per_shard/config.data, or use a new --out"
@@ -208,11 +209,11 @@ def _check_plan(out: str, plan: dict) -> None:
 def check_raw_source(data_cfg: ml_collections.ConfigDict) -> None:
     """prepare and prepare_beam tokenize one raw source: not prepared shards, not a mixture."""
     if mixture.has_mixture(data_cfg):
-        raise ValueError("config.data.mixture is set: prepare each of its sources on its own (its source and "
+        raise bert_jax.UserError("config.data.mixture is set: prepare each of its sources on its own (its source and "
                          "path as config.data.source and config.data.path, one --out each, the same "
                          "--config.data.tokenizer.path for all), then name the outputs as prepared sources")
-    if data_cfg.source == "prepared":
-        raise ValueError("config.data.source='prepared' is already prepared; name the raw source")
+    if sources.source_of(data_cfg).tokenized:
+        raise bert_jax.UserError(f"config.data.source={data_cfg.source!r} is already prepared; name the raw source")
 
 
 def prepare(
@@ -230,21 +231,21 @@ def prepare(
     """
     check_raw_source(data_cfg)
     if num_workers < 1 or docs_per_shard < 1 or num_parts < 0:
-        raise ValueError(
+        raise bert_jax.UserError(
             f"--num_workers={num_workers} and --docs_per_shard={docs_per_shard} must be >= 1, "
             f"--num_parts={num_parts} >= 0"
         )
     files = sources.check_source(data_cfg)  # A missing path fails here, before any work.
     if num_parts == 0:
         num_parts = max(num_workers, min(len(files), 4 * num_workers)) if files else num_workers
-    if not paths.is_remote(out):  # (a bucket has no folders; gcsfs's mkdir would create a missing bucket)
-        (paths.path(out) / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
     plan = {
         "num_parts": num_parts,
         "docs_per_shard": docs_per_shard,
         "data": {k: data_cfg.get(k) for k in SOURCE_KEYS},
     }
-    _check_plan(out, plan)
+    _check_plan(out, plan)  # an --out prepared with other settings is refused before anything is written there
+    if not paths.is_remote(out):  # (a bucket has no folders; gcsfs's mkdir would create a missing bucket)
+        (paths.path(out) / PROGRESS_DIR).mkdir(parents=True, exist_ok=True)
     tokenizer = tokenizer_lib.prepare_tokenizer(data_cfg, str(paths.path(out) / TOKENIZER_DIR))
 
     todo = [p for p in range(num_parts) if not (paths.path(out) / PROGRESS_DIR / f"part-{p:05d}.json").exists()]
@@ -264,7 +265,7 @@ def prepare(
             for progress in pool.imap_unordered(_prepare_part_task, tasks):
                 logging.info("part %d done: %d shard(s)", progress["part"], len(progress["shards"]))
     manifest = _manifest(out, num_parts, docs_per_shard, tokenizer, data_cfg)
-    write_json(paths.path(out) / records.MANIFEST_FILE, manifest)
+    write_json(paths.path(out) / prepared.MANIFEST_FILE, manifest)
     return manifest
 
 
@@ -277,7 +278,7 @@ def _manifest(out: str, num_parts: int, docs_per_shard: int, tokenizer, data_cfg
             skipped.merge(shard["skipped"])
             shards.append({k: shard[k] for k in ("path", "documents", "segments", "tokens")})
     return {
-        "format": records.FORMAT,
+        "format": prepared.FORMAT,
         "documents": sum(s["documents"] for s in shards),
         "segments": sum(s["segments"] for s in shards),
         "tokens": sum(s["tokens"] for s in shards),

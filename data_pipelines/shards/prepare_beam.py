@@ -44,9 +44,10 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+import bert_jax
 from bert_jax.storage import paths
-from data_pipelines.shards import document_records, records
-from data_pipelines.sources import documents as sources
+from data_pipelines.shards import document_records
+from data_pipelines.sources import documents as sources, prepared
 from data_pipelines.shards import prepare as prepare_lib
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
@@ -77,7 +78,7 @@ def pipeline_options(beam_args: Sequence[str]):
     known = options.get_all_options()  # Beam's argparse exits with its message on a bad value.
     unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) - set(known))
     if unknown:
-        raise ValueError(f"Beam does not know the pipeline option(s) {unknown} (from {list(beam_args)})")
+        raise bert_jax.UserError(f"Beam does not know the pipeline option(s) {unknown} (from {list(beam_args)})")
     runner = create_runner(options.view_as(StandardOptions).runner)  # Beam's ValueError names the valid runners.
     if type(runner).__name__ in ("DirectRunner", "SwitchingDirectRunner"):
         from apache_beam.portability.api import beam_provision_api_pb2  # noqa: PLC0415
@@ -103,7 +104,7 @@ def settings(data_cfg: ml_collections.ConfigDict, num_shards: int) -> dict:
 
 def check_output(out: str, wanted: dict, overwrite: bool) -> None:
     """Refuses an `out` whose manifest has other settings, unless `overwrite`, which clears it."""
-    manifest_path = paths.path(out) / records.MANIFEST_FILE
+    manifest_path = paths.path(out) / prepared.MANIFEST_FILE
     if not manifest_path.exists():
         return
     existing = prepare_lib.read_json(manifest_path)
@@ -112,7 +113,7 @@ def check_output(out: str, wanted: dict, overwrite: bool) -> None:
         manifest_path.unlink()  # Rewritten at the end: until then the output is unfinished.
         return
     if not overwrite:
-        raise ValueError(
+        raise bert_jax.UserError(
             f"--out={out} holds a manifest with other settings ({', '.join(changed)}: "
             f"{[existing.get(k) for k in changed]} there, {[wanted[k] for k in changed]} now); "
             "use a new --out, or --overwrite to delete that output first"
@@ -201,7 +202,7 @@ def write_manifest(_, out: str, base: dict, shards: list[dict], skipped: dict[st
     fingerprint = hashlib.sha256("".join(f"{s['path']}:{s['sha256']}\n" for s in shards).encode()).hexdigest()
     shards = [{k: s[k] for k in ("path", "documents", "segments", "tokens")} for s in shards]
     manifest = {
-        "format": records.FORMAT,
+        "format": prepared.FORMAT,
         "documents": sum(s["documents"] for s in shards),
         "segments": sum(s["segments"] for s in shards),
         "tokens": sum(s["tokens"] for s in shards),
@@ -211,7 +212,7 @@ def write_manifest(_, out: str, base: dict, shards: list[dict], skipped: dict[st
         "fingerprint": fingerprint,
         **base,
     }
-    prepare_lib.write_json(paths.path(out) / records.MANIFEST_FILE, manifest)
+    prepare_lib.write_json(paths.path(out) / prepared.MANIFEST_FILE, manifest)
     return manifest
 
 
@@ -278,7 +279,7 @@ def prepare_beam(
     result = pipeline.run()
     result.wait_until_finish()
     logging.info("Beam counters: %s", skip_counters(result) or "none (nothing skipped, or the runner reports no metrics)")
-    return records.read_manifest(out)
+    return prepared.read_manifest(out)
 
 
 def skip_counters(result) -> dict[str, int]:

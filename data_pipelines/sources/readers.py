@@ -4,7 +4,7 @@ A record is a line of a text file, a JSONL object, a Parquet cell or a TFDS item
 is not valid UTF-8, holds NUL or other control bytes, is longer than `max_bytes`, or
 holds no text is skipped and counted in `SkipStats` by reason; so are empty, binary and
 unreadable files. A long line is consumed in bounded pieces, never held whole, and never
-truncated: it is skipped and counted. sources.py picks the files and the shard.
+truncated: it is skipped and counted. The source classes (file_sources.py) pick the files and the shard.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging as std_logging
 import re
 import threading
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from bert_jax.storage import paths
 from data_pipelines.sources import segmenters
@@ -116,24 +116,6 @@ def document_segments(text: str, segmenter: str, stats: SkipStats) -> list[str]:
     return segments
 
 
-def file_documents(data_cfg, files: Iterable[str], stats: SkipStats) -> Iterator[list[str]]:
-    segmenter = data_cfg.get("segmenter", "line")
-    max_bytes = data_cfg.get("max_line_bytes", 1_000_000)
-    for path in files:
-        try:
-            if data_cfg.source == "text":
-                yield from _text_file_documents(path, segmenter, max_bytes, stats)
-            elif data_cfg.source == "jsonl":
-                yield from _jsonl_file_documents(path, data_cfg.field, segmenter, max_bytes, stats)
-            else:
-                yield from _parquet_file_documents(path, data_cfg.field, segmenter, max_bytes, stats)
-        except GeneratorExit:  # Closed (at exit zlib may already be gone): nothing to count.
-            raise
-        except (OSError, EOFError, zlib.error) as e:  # A truncated .gz, an unreadable file.
-            log.warning("skipping the rest of unreadable file %s: %s", path, e)
-            stats.skip("unreadable_file")
-
-
 @contextlib.contextmanager
 def _open_binary(path: str):
     """A file or bucket object, streamed (gcsfs/s3fs read ahead in blocks), gunzipped on the fly."""
@@ -203,7 +185,7 @@ def _decoded_lines_unguarded(path: str, max_bytes: int, stats: SkipStats) -> Ite
             yield line
 
 
-def _text_file_documents(path: str, segmenter: str, max_bytes: int, stats: SkipStats):
+def text_file_documents(path: str, segmenter: str, max_bytes: int, stats: SkipStats):
     segments: list[str] = []
     paragraph: list[str] = []
     blank_run = 0
@@ -233,7 +215,7 @@ def _text_file_documents(path: str, segmenter: str, max_bytes: int, stats: SkipS
         yield segments
 
 
-def _jsonl_file_documents(path: str, field: str, segmenter: str, max_bytes: int, stats: SkipStats):
+def jsonl_file_documents(path: str, field: str, segmenter: str, max_bytes: int, stats: SkipStats):
     for line in _decoded_lines(path, max_bytes, stats):
         if line is None or not line.strip():
             continue
@@ -281,13 +263,13 @@ def parquet_documents(data_cfg, row_groups: list[tuple[str, int]], stats: SkipSt
     segmenter, max_bytes = data_cfg.get("segmenter", "line"), data_cfg.get("max_line_bytes", 1_000_000)
     for path, group in row_groups:
         try:
-            yield from _parquet_file_documents(path, data_cfg.field, segmenter, max_bytes, stats, [group])
+            yield from parquet_file_documents(path, data_cfg.field, segmenter, max_bytes, stats, [group])
         except OSError as e:
             log.warning("skipping unreadable row group %d of %s: %s", group, path, e)
             stats.skip("unreadable_file")
 
 
-def _parquet_file_documents(
+def parquet_file_documents(
     path: str, field: str, segmenter: str, max_bytes: int, stats: SkipStats, row_groups=None
 ):
     import pyarrow.parquet as pq  # noqa: PLC0415

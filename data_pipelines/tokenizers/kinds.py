@@ -19,6 +19,7 @@ import numpy as np
 import tokenizers
 from tokenizers import processors
 
+from bert_jax.registry import Registry
 from bert_jax.storage import paths
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -82,25 +83,20 @@ class TokenizerKind:
     space_marker: str = ""
 
 
-_KINDS: dict[str, TokenizerKind] = {}
+KINDS: Registry[TokenizerKind] = Registry("config.data.tokenizer.kind", "kinds")
 
 
 def register_kind(kind: TokenizerKind) -> TokenizerKind:
-    if kind.name in _KINDS:
-        raise ValueError(f"tokenizer kind {kind.name!r} is registered twice")
-    _KINDS[kind.name] = kind
-    return kind
+    return KINDS.register(kind.name, kind)
 
 
 def known_kinds() -> tuple[str, ...]:
     """The registered kinds, in registration order (this package's __init__ imports each kind's file)."""
-    return tuple(_KINDS)
+    return KINDS.names()
 
 
 def get_kind(name: str) -> TokenizerKind:
-    if name not in _KINDS:
-        raise ValueError(f"config.data.tokenizer.kind={name!r} is not one of {known_kinds()}")
-    return _KINDS[name]
+    return KINDS.get(name)
 
 
 def parse_specials(kind: str, names: str | Sequence[str] = "") -> SpecialTokens:

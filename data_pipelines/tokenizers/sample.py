@@ -23,18 +23,15 @@ a mixture) gave.
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Iterator
 
 import numpy as np
 
-from bert_jax.storage import paths
-from data_pipelines.loader import index_shuffle
-from data_pipelines.sources import corpus, documents as sources, mixture, readers
+from data_pipelines import index_shuffle
+from data_pipelines.sources import corpus, documents as sources, file_listing, mixture
 
 ORDER_CHUNK = 4096  # positions of a random-access source's sample order computed at once
 MIN_FILE_BYTES = 1 << 20  # a file opened for the sample gives at least this much (or all it holds)
-_STAT_THREADS = 16  # a bucket answers one stat per request: ask side by side
 
 
 def sample_segments(data_cfg, sample_bytes: int, seed: int, stats: sources.SkipStats,
@@ -52,8 +49,9 @@ def sample_segments(data_cfg, sample_bytes: int, seed: int, stats: sources.SkipS
             if weight > 0:
                 yield from sample_segments(cfg, max(1, int(sample_bytes * weight)), seed, stats, name)
         return
-    if data_cfg.source in sources.FILE_SOURCES:
-        yield from _file_sample(data_cfg, sample_bytes, seed, stats, source)
+    reader = sources.source_of(data_cfg)
+    if isinstance(reader, sources.FileSource):
+        yield from _file_sample(reader, sample_bytes, seed, stats, source)
         return
     yield from _random_access_sample(data_cfg, sample_bytes, seed, stats, source)
 
@@ -94,15 +92,15 @@ def file_shares(sizes: list[int], sample_bytes: int, seed: int) -> list[tuple[in
     return shares
 
 
-def _file_sample(data_cfg, sample_bytes: int, seed: int, stats: sources.SkipStats, source: str):
-    files = sources.resolve_files(data_cfg)
-    with concurrent.futures.ThreadPoolExecutor(_STAT_THREADS) as pool:
-        sizes = list(pool.map(lambda f: int(paths.path(f).stat().length), files))
+def _file_sample(reader: sources.FileSource, sample_bytes: int, seed: int, stats: sources.SkipStats, source: str):
+    data_cfg = reader.cfg
+    files = reader.files()
+    sizes = file_listing.file_sizes(files)
     owed = 0.0  # what earlier files lacked of their share
     for index, share in file_shares(sizes, sample_bytes, seed):
         owed += share
         taken = 0
-        for number, document in enumerate(readers.file_documents(data_cfg, [files[index]], stats)):
+        for number, document in enumerate(reader.file_documents([files[index]], stats)):
             if taken >= owed:
                 break
             if corpus.is_eval_document(corpus.file_document_id(index, number), data_cfg.eval_fraction):

@@ -28,7 +28,7 @@ import ml_collections
 import tokenizers
 
 from bert_jax.storage import paths
-from data_pipelines.sources import mixture
+from data_pipelines.sources import documents as sources, mixture
 from data_pipelines.tokenizers.kinds import (  # noqa: F401 (the module's public names)
     CONFIG_FILE,
     TOKENIZER_FILE,
@@ -203,11 +203,7 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
         tokenizer = load_tokenizer(tokenizer_dir)
     else:
         if prepared:
-            from data_pipelines.shards import records  # noqa: PLC0415 (imports array_record)
-
-            _, path = prepared[0]
-            records.read_manifest(path)  # Names config.data.path if it is not prepared.
-            source_dir = str(paths.path(path) / "tokenizer")
+            _, _, source_dir = prepared[0]
             tokenizer = load_tokenizer(source_dir)
         elif tok_cfg.get("path", ""):
             source_dir = tok_cfg.path
@@ -227,8 +223,8 @@ def prepare_tokenizer(data_cfg: ml_collections.ConfigDict, tokenizer_dir: str) -
             # Saved files are what resumes and other hosts load: use them from the start.
             tokenizer = load_tokenizer(tokenizer_dir)
     special_ids(tokenizer)  # Fails early, naming a missing special token.
-    for key, path in prepared if mixture.has_mixture(data_cfg) else ():
-        if _pieces(load_tokenizer(str(paths.path(path) / "tokenizer"))) != _pieces(tokenizer):
+    for key, path, bundled in prepared if mixture.has_mixture(data_cfg) else ():
+        if _pieces(load_tokenizer(bundled)) != _pieces(tokenizer):
             raise ValueError(
                 f"{key}={path!r} was prepared with another tokenizer than the run's ({tokenizer_dir}): "
                 "a mixture's prepared sources share one tokenizer; prepare them all with "
@@ -240,12 +236,16 @@ def _pieces(tokenizer: Tokenizer) -> list[str]:
     return [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]
 
 
-def _prepared_sources(data_cfg) -> list[tuple[str, str]]:
-    """(config key, path) of each prepared source: config.data's own, or a mixture's (by name)."""
+def _prepared_sources(data_cfg) -> list[tuple[str, str, str]]:
+    """(config key of its path, the path, the tokenizer it was tokenized with) of each tokenized source:
+    config.data's own, or a mixture's (by name)."""
     if mixture.has_mixture(data_cfg):
-        return [(f"config.data.mixture.{name}.path", cfg.path)
-                for name, cfg in mixture.source_configs(data_cfg).items() if cfg.source == "prepared"]
-    return [("config.data.path", data_cfg.path)] if data_cfg.source == "prepared" else []
+        named = [(f"config.data.mixture.{name}", cfg) for name, cfg in mixture.source_configs(data_cfg).items()]
+    else:
+        named = [("config.data", data_cfg)]
+    bundled = [(f"{key}.path", cfg.get("path", ""), sources.source_of(cfg, f"{key}.source").bundled_tokenizer())
+               for key, cfg in named]
+    return [(key, path, folder) for key, path, folder in bundled if folder]
 
 
 def copy_tokenizer(src_dir: str, dst_dir: str) -> None:

@@ -10,24 +10,21 @@ from bert_jax.finetune.tasks.sentence_embedding import SentenceEmbedding
 from bert_jax.finetune.tasks.span_qa import SpanQA
 from bert_jax.finetune.tasks.task import Task
 from bert_jax.finetune.tasks.token_classification import TokenClassification
+from bert_jax.registry import Registry
 
-_TASKS: dict[str, Task] = {}
+TASKS: Registry[Task] = Registry("config.task.kind", "kinds")
 
 
 def register_task(task: Task) -> None:
-    if task.name in _TASKS:
-        raise ValueError(f"task kind {task.name!r} is registered twice")
-    _TASKS[task.name] = task
+    TASKS.register(task.name, task)
 
 
 def known_tasks() -> list[str]:
-    return sorted(_TASKS)
+    return sorted(TASKS.names())
 
 
 def get_task(kind: str) -> Task:
-    if kind not in _TASKS:
-        raise ValueError(f"config.task.kind={kind!r} is unknown; known kinds: {', '.join(known_tasks())}")
-    return _TASKS[kind]
+    return TASKS.get(kind)
 
 
 for _task in (Classification(), Regression(), TokenClassification(), SpanQA(), SentenceEmbedding()):

@@ -1,5 +1,8 @@
 """The prepared-corpus format: tokenized documents in ArrayRecord shards, and a manifest.
 
+`prepare` (data_pipelines/shards/) writes it; the `prepared` source reads it back, so it lives with the sources,
+below every stage that touches it.
+
 One record holds one tokenized document (its segments of int32 ids; decoded as a FlatDocument):
 
     uint32 num_segments | uint32 length of each segment | int32 ids of all segments
@@ -20,7 +23,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from bert_jax.storage import paths
-from data_pipelines.examples.example_types import FlatDocument
 
 MANIFEST_FILE = "manifest.json"
 FORMAT = "bert_jax.prepared.v1"
@@ -71,6 +73,37 @@ def read_manifest(directory: str) -> dict:
     if manifest.get("format") != FORMAT:
         raise ValueError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
     return manifest
+
+
+class FlatDocument:
+    """A document's segments as one int32 array and the offsets between them: a sequence of
+    segments (views) like a list, but built without an array per segment.
+
+    It is what a prepared record holds (decode_document), and pair building slices
+    a run of segments out of it instead of joining them again (`flat_nonempty`).
+    """
+
+    __slots__ = ("ids", "offsets")
+
+    def __init__(self, ids: np.ndarray, offsets: list[int]):
+        self.ids = ids
+        self.offsets = offsets  # [0, end of segment 0, end of segment 1, ...]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"segment {index} of {len(self)}")
+        return self.ids[self.offsets[index] : self.offsets[index + 1]]
+
+    def __iter__(self):
+        offsets = self.offsets
+        return (self.ids[start:stop] for start, stop in zip(offsets[:-1], offsets[1:]))
 
 
 class PreparedDocuments(Sequence):

@@ -1,0 +1,53 @@
+"""The one check of a fine-tuning config (one with a `task` block), where a command starts, before anything exists.
+
+`check_config` is what `finetune` runs before it creates the workdir and what `bert-jax show-config` prints, so
+show-config exits 0 exactly when the run would start: the task kind and its keys, the seeds, the data format and
+files, and the encoder `config.init_from` names (its weights are read only by the run). A refusal is a
+`bert_jax.UserError` naming the key.
+"""
+import bert_jax
+from bert_jax.finetune import data, init_from
+from bert_jax.finetune.tasks import get_task
+from bert_jax.storage import paths, preflight
+
+SPLITS = ("train", "validation", "test")
+
+
+def check_config(config):
+    """`config`, checked as its run would check it (a copy: the caller's stays as given)."""
+    config = config.copy_and_resolve_references()
+    try:
+        get_task(config.task.kind).validate(config.task)
+        seeds(config)
+        source = init_from.split_step(config.init_from)[0]
+        if source and paths.is_remote(source):
+            preflight.check_readable(source, "config.init_from")
+        init_from.check(config.init_from)
+        _check_data(config.data)
+    except (ValueError, FileNotFoundError) as error:  # every failure here is about what the user asked for
+        raise (error if isinstance(error, bert_jax.UserError) else bert_jax.UserError(str(error))) from None
+    return config
+
+
+def seeds(config) -> list[int]:
+    """config.seeds ("0,1,2") as numbers; [] for one run of config.seed."""
+    try:
+        return [int(s) for s in str(config.seeds).split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"config.seeds={config.seeds!r} is not a comma-separated list of integers") from None
+
+
+def _check_data(data_cfg) -> None:
+    """The format is known and the files its splits name exist (a tfds split is a name, read by the run)."""
+    if data_cfg.format not in data.FORMATS:
+        raise ValueError(f"config.data.format={data_cfg.format!r} is not one of {data.FORMATS}")
+    if not data_cfg.train:
+        raise ValueError("config.data.train names no file: set --config.data.train=PATH")
+    if data_cfg.format == "tfds":
+        return
+    for split in SPLITS:
+        path = data_cfg[split]
+        if path and paths.is_remote(path):
+            preflight.check_readable(path, f"config.data.{split}")
+        elif path and not paths.path(path).exists():
+            raise ValueError(f"config.data.{split}={path!r} does not exist")

@@ -1,0 +1,135 @@
+"""Pre-training's hooks for the harness (bert_jax/run/harness.py): its cadence (config.train.*_every_steps), its MLM
+evaluation (per source for a mixture, with a downstream probe when one is due), its speed line, and a mixture's
+per-source counts and end. Complete when built: the harness only calls them."""
+import jax
+import numpy as np
+from absl import logging
+from jax.experimental import multihost_utils
+
+from bert_jax.parallel.mesh import global_batch
+from bert_jax.run import harness
+from bert_jax.train import perf
+from data_pipelines.loader import mixing, pipeline
+
+
+class PretrainHooks:
+    """`eval_sets`: [(source name, or "" for the whole stream; its host batches)] from pipeline.build_eval_sets.
+    `downstream`: a probe (bert_jax/finetune/downstream_probe.py) that evaluations call when it is due, or None."""
+
+    def __init__(self, config, program, workdir: str, last_step: int, train_iter, eval_sets, downstream=None):
+        self.config, self.program, self.workdir, self.last_step = config, program, workdir, last_step
+        self.train_iter, self.downstream = train_iter, downstream
+        self.t_cfg, self.objective = config.train, program.objective
+        self.headline = ("loss",) + self.objective.headline
+        self.eval_host_batches = [batch for _, batches in eval_sets for batch in batches]
+        self.eval_sources = [(name, len(batches)) for name, batches in eval_sets if name]
+        self.baseline = pipeline.most_frequent_token_accuracy(self.eval_host_batches)
+        self.meter = _meter(config, program)
+        self.last_metrics: dict = {}
+
+    def started(self, step, state, writer):
+        logging.info("starting at step %d of %d (workdir %s)", step, self.t_cfg.num_steps, self.workdir)
+        self.eval_batches = [global_batch(b, self.program.data_sharding) for b in self.eval_host_batches]
+        self.meter.start(step)
+
+    def logs_at(self, step):
+        return step % self.t_cfg.log_every_steps == 0
+
+    def logged(self, step, row):
+        row["train/learning_rate"] = float(self.program.schedule(step - 1))
+        row.update(self.meter.measure(step))
+        row.update(_data_metrics(self.train_iter))
+        self.last_metrics.update(row)
+        logging.info(
+            "step %d/%d | %s | %.0f tok/s | MFU %.2f%% | ETA %s", step, self.t_cfg.num_steps,
+            harness.headline(row, "train", self.objective.headline),
+            row["perf/tokens_per_s"], 100 * row["perf/mfu"], perf.format_duration(row["perf/eta_s"]),
+        )
+
+    def evaluates_at(self, step):
+        return step % self.t_cfg.eval_every_steps == 0 or step == self.last_step
+
+    def evaluate(self, step, state, writer):
+        row = _evaluate(self.program, state.params, self.eval_batches, self.eval_sources)
+        row["eval/most_frequent_token_accuracy"] = self.baseline
+        if self.downstream is not None and self.downstream.due(step):  # before meter.start: not train time
+            row.update(self.downstream(step, state.params))
+        writer.write(step, row)
+        self.last_metrics.update(row)
+        logging.info("eval step %d | %s (MLM always-most-frequent-token: %.4f)",
+                     step, harness.headline(row, "eval", self.objective.headline), self.baseline)
+        for name, _ in self.eval_sources:
+            logging.info("eval step %d | source %s | %s", step, name,
+                         harness.headline(row, f"eval/{name}", self.objective.headline))
+        writer.plot(self.headline)
+        self.meter.start(step)  # eval time is not train time
+        return False
+
+    def saves_at(self, step):
+        return step % self.config.checkpoint.every_steps == 0
+
+    def saved(self, step, writer):
+        pass
+
+    def closing(self, writer):
+        writer.plot(self.headline)
+
+    def data_ended(self, step):
+        """A source that stops (config.data.mixture.<name>.on_exhausted="stop") ran out: data/<name>/exhausted = 1
+        in the last step's row. Every host is here at once; the one whose share ran out names the source."""
+        names = self.train_iter.names
+        if not self.train_iter.ended:  # another host's share ended: this one's last batch was drawn, not trained
+            self.train_iter.forget_last_batch()
+        index = names.index(self.train_iter.ended) if self.train_iter.ended else len(names)
+        if jax.process_count() > 1:
+            index = int(np.min(multihost_utils.process_allgather(np.int32(index))))
+        name = names[index]
+        logging.warning("source %r ran out after step %d (config.data.mixture.%s.on_exhausted='stop'): "
+                        "the run ends at step %d, its last full batch", name, step, name, step)
+        row = {f"data/{name}/exhausted": 1.0}
+        self.last_metrics.update(row)
+        return row
+
+
+def _meter(config, program) -> perf.PerfMeter:
+    flops = perf.step_flops(program, config)
+    peak, peak_source = perf.peak_flops_per_device(config.logging.peak_flops_per_device)
+    logging.info("%.3g FLOPs/step (formula in bert_jax/train/perf.py); peak %.3g FLOP/s/device (%s)",
+                 flops, peak, peak_source)
+    return perf.PerfMeter(flops, config.train.global_batch_size * config.data.max_seq_length,
+                          peak * jax.device_count(), config.train.num_steps)
+
+
+def _evaluate(program, params, eval_batches, eval_sources=()) -> dict:
+    """eval/<metric> over all batches; with eval_sources, (name, its number of batches) in the
+    batches' order (a mixture's), also eval/<name>/<metric> per source."""
+    def add(a, b):
+        return b if a is None else jax.tree.map(np.add, a, b)
+
+    objective, frozen = program.objective, program.load_frozen()
+    sums = weights = None
+    per_source = {}
+    ends = np.cumsum([count for _, count in eval_sources])
+    for index, batch in enumerate(eval_batches):
+        s, w = program.eval_step(params, batch, index, frozen)
+        sums, weights = add(sums, s), add(weights, w)
+        if eval_sources:
+            name = eval_sources[int(np.searchsorted(ends, index, side="right"))][0]
+            source_sums, source_weights = per_source.get(name, (None, None))
+            per_source[name] = (add(source_sums, s), add(source_weights, w))
+    row = {f"eval/{k}": float(v) for k, v in jax.device_get(objective.metrics(sums, weights)).items()}
+    for name, (s, w) in per_source.items():
+        row.update({f"eval/{name}/{k}": float(v) for k, v in jax.device_get(objective.metrics(s, w)).items()})
+    return row
+
+
+def _data_metrics(train_iter) -> dict:
+    """A mixture's data/<name>/sequences, tokens (cumulative, summed over hosts), fraction and epochs (the
+    most any host's share completed); {} otherwise."""
+    if not isinstance(train_iter, mixing.SourceCountingIterator):
+        return {}
+    counts = np.stack([train_iter.sequences, train_iter.tokens, train_iter.epochs])
+    if jax.process_count() > 1:  # every process logs the same steps, so every one joins this gather
+        gathered = np.asarray(multihost_utils.process_allgather(counts))
+        counts = np.concatenate([gathered[:, :2].sum(axis=0), gathered[:, 2:].max(axis=0)])  # epochs: the most
+    return mixing.count_metrics(train_iter.names, counts[0], counts[1], counts[2])

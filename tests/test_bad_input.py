@@ -1,0 +1,177 @@
+"""A newcomer's mistakes, on every command: each ends with exit status 2 and at most three lines on stderr that name
+the flag or key and the value, without a traceback, and leaves no file or directory behind (docs/design.md, "Fail
+loudly, early, clearly").
+
+All cases run in one subprocess, in turn, as the console script runs them (tests/test_cli.py's driver, which drops
+the flags each command defined before the next), so JAX starts once. Each runs in a scratch folder whose tree is
+compared before and after it. The library-level checks behind these messages are pinned beside their code
+(tests/test_data_bad_input.py, tests/test_cloud_bad_input.py, tests/test_workdir.py); this is the user's view.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import configs.tiny
+from test_evaluate import write_glue
+from test_workdir import write_config_as_a_run_does
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TINY = f"--config={ROOT}/configs/tiny.py"
+CLASSIFICATION = f"--config={ROOT}/configs/finetune/classification.py"
+TEXT = "--config.data.source=text"
+
+# tests/test_cli.py's driver, with the scratch folder's tree taken around each command, and an exception that escapes
+# a command (a traceback: the bug this test catches) recorded as that command's result instead of ending the rest.
+DRIVER = r"""
+import contextlib, io, json, pathlib, sys, traceback
+from absl import flags
+from bert_jax import cli
+
+def tree():
+    return {str(p) for p in pathlib.Path(".").rglob("*")}
+
+results = {}
+for args in json.loads(sys.argv[1]):
+    before, files = set(flags.FLAGS), tree()
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    sys.argv = ["bert-jax", *args]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main()
+        except SystemExit as e:  # a str code is what Python prints, with status 1
+            code = e.code if isinstance(e.code, int) or e.code is None else (print(e.code, file=sys.stderr) or 1)
+        except Exception:
+            traceback.print_exc()
+            code = 1
+    for name in set(flags.FLAGS) - before:  # the command's own flags and its config's overrides
+        module = flags.FLAGS.find_module_defining_flag(name) or ""
+        if name.startswith("config") or module.endswith(".py"):
+            delattr(flags.FLAGS, name)
+    flags.FLAGS.unparse_flags()
+    now = tree()
+    results[" ".join(args)] = {"code": code or 0, "out": out.getvalue(), "err": err.getvalue(),
+                               "created": sorted(now - files), "removed": sorted(files - now)}
+print(json.dumps(results))
+"""
+
+# (arguments after `bert-jax`, what stderr must name). Paths are relative to the scratch folder the driver runs in.
+CASES = [
+    # pretrain: the config is checked before the workdir is made (bert_jax/train/config_validation.py).
+    (["pretrain", TINY, "--workdir=w", TEXT, "--config.data.path=nope/*.txt"], ["config.data.path", "nope/*.txt"]),
+    (["pretrain", TINY, "--workdir=w", "--config.data.source=txt"], ["config.data.source", "txt"]),
+    (["pretrain", TINY, "--workdir=w", "--config.train.optimizer=adamx"], ["config.train.optimizer", "adamx"]),
+    (["pretrain", TINY, "--workdir=w", "--config.train.schedule=cosinex"], ["config.train.schedule", "cosinex"]),
+    (["pretrain", TINY, "--workdir=w", "--config.model.family=bertx"], ["config.model.family", "bertx"]),
+    (["pretrain", TINY, "--workdir=w", "--config.train.num_steps=many"], ["config.train.num_steps", "many"]),
+    (["pretrain", TINY, "--workdir=w", "--config.model.num_heads=7"], ["num_heads=7"]),
+    (["pretrain", TINY, "--workdir=w", "--config.data.mask_rate=1.5"], ["mask_rate", "1.5"]),
+    (["pretrain", TINY, "--workdir=w", "--config.data.mixture.a.source=text", "--config.data.mixture.a.path=corpus.txt",
+      "--config.data.mixture.a.weight=-1"], ["weight", "-1"]),
+    (["pretrain", TINY], ["--workdir"]),
+    (["pretrain", TINY, "--workdir=w", "--learning_rate=1e-3"], ["learning_rate"]),
+    (["pretrain", TINY, "--workdir=run_at_4", "--config.data.mask_rate=0.3"], ["mask_rate"]),
+    (["pretrain", TINY, "--workdir=gs://no-such-bucket/run"], ["gs://no-such-bucket/run", "bucket"]),
+    (["pretrain", TINY, "--workdir=w", TEXT, "--config.data.path=gs://no-such-bucket/corpus/*.txt"],
+     ["config.data.path", "gs://no-such-bucket"]),
+    # finetune
+    (["finetune", CLASSIFICATION, "--workdir=w", "--config.init_from=nope", "--config.data.train=corpus.txt"],
+     ["config.init_from", "nope"]),
+    # show-config: exits non-zero exactly where the run would refuse.
+    (["show-config", TINY, "--config.train.optimizer=adamx"], ["config.train.optimizer", "adamx"]),
+    (["show-config", TINY, "--config.data.source=txt"], ["config.data.source", "txt"]),
+    (["show-config", TINY, TEXT, "--config.data.path=nope.txt"], ["config.data.path", "nope.txt"]),
+    (["show-config", CLASSIFICATION, "--config.init_from=nope"], ["config.init_from", "nope"]),
+    # evaluate
+    (["evaluate", "--checkpoint=nope", "--suite=smoke", "--glue_dir=glue", "--out=e"], ["--checkpoint", "nope"]),
+    (["evaluate", "--checkpoint=notarun", "--suite=nosuite", "--glue_dir=glue", "--out=e"], ["--suite", "nosuite"]),
+    (["evaluate", "--checkpoint=notarun", "--suite=smoke", "--glue_dir=glue", "--tasks=nosuchtask", "--out=e"],
+     ["--tasks", "nosuchtask"]),
+    (["evaluate", "--checkpoint=notarun", "--suite=smoke", "--glue_dir=nope", "--out=e"], ["nope"]),
+    (["evaluate", "--checkpoint=notarun", "--suite=smoke", "--out=e"], ["--glue_dir"]),
+    (["evaluate", "--checkpoint=notarun", "--suite=smoke", "--glue_dir=glue", "--seeds=0", "--out=e"], ["--seeds=0"]),
+    # export
+    (["export", "--workdir=nope", "--out=o"], ["nope"]),
+    (["export", "--workdir=notarun", "--out=o"], ["notarun", "config.json"]),
+    (["export", "--workdir=unfinished", "--out=o"], ["unfinished", "no checkpoint"]),
+    (["export", "--workdir=run_at_4", "--step=99", "--out=o"], ["step 99", "[4]"]),
+    (["export", "--workdir=run_at_4", "--format=onnx", "--out=o"], ["--format", "onnx"]),
+    # finetune-export
+    (["finetune-export", "--workdir=nope", "--out=o"], ["--workdir", "nope"]),
+    (["finetune-export", "--workdir=run_at_4", "--out=o"], ["run_at_4", "pre-training run"]),
+    # inspect
+    (["inspect", "--from=nope", "--text=the [MASK] sat"], ["--from", "nope"]),
+    (["inspect", "--from=run_at_4", "--text=the [MASK] sat", "--mode=pca"], ["--mode", "pca"]),
+    # plan
+    (["plan", TINY, "--search"], ["--search", "--tpu"]),
+    (["plan", TINY, "--tpu=v9-8"], ["--tpu", "v9-8"]),
+    (["plan", TINY, "--num_devices=0"], ["--num_devices=0"]),
+    # prepare, prepare-beam, tokenizer
+    (["prepare", TINY, "--out=o", TEXT, "--config.data.path=nope.txt"], ["config.data.path", "nope.txt"]),
+    (["prepare", TINY, "--out=o", TEXT, "--config.data.path=corpus.txt", "--num_workers=0"], ["--num_workers=0"]),
+    (["prepare", TINY, "--out=prepared_other", TEXT, "--config.data.path=corpus.txt"],
+     ["prepared_other", "other settings"]),
+    (["prepare-beam", TINY, "--out=o", TEXT, "--config.data.path=nope.txt"], ["config.data.path", "nope.txt"]),
+    (["tokenizer", TINY, "--out=o", TEXT, "--config.data.path=nope.txt"], ["config.data.path", "nope.txt"]),
+    (["tokenizer", TINY, "--out=o", "--config.data.tokenizer.kind=bpex"], ["config.data.tokenizer.kind", "bpex"]),
+    # extend-vocab
+    (["extend-vocab", "--from=notarun", "--corpus=nope.txt", "--add=5", "--out=o"], ["--corpus", "nope.txt"]),
+    (["extend-vocab", "--from=nope", "--corpus=corpus.txt", "--add=5", "--out=o"], ["--from", "nope"]),
+    (["extend-vocab", "--from=notarun", "--corpus=corpus.txt", "--add=0", "--out=o"], ["--add=0"]),
+    # sweep
+    (["sweep", "summary", "--sweep_dir=nope"], ["nope"]),
+]
+VERBOSE = ["export", "--workdir=nope", "--out=o", "--verbose"]
+
+
+def scratch_folder(root: pathlib.Path) -> None:
+    """What the cases name: a corpus, folders that are no run, a run that saved nothing, a run at step 4, a GLUE
+    folder, and a prepared output with other settings."""
+    (root / "corpus.txt").write_text("The cat sat on the mat.\nIt was warm.\n\nA dog barked.\nThen it slept.\n")
+    (root / "notarun").mkdir()
+    (root / "notarun" / "notes.txt").write_text("not a run\n")
+    write_glue(root / "glue", n_train=8, n_dev=4)
+    (root / "unfinished").mkdir()
+    write_config_as_a_run_does(root / "unfinished", configs.tiny.get_config())
+    (root / "run_at_4" / "checkpoints" / "4").mkdir(parents=True)  # a committed step, as orbax lists them
+    write_config_as_a_run_does(root / "run_at_4", configs.tiny.get_config())
+    (root / "prepared_other").mkdir()
+    (root / "prepared_other" / "prepare_plan.json").write_text(json.dumps({"num_parts": 7, "docs_per_shard": 1}))
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory, gcs):  # gs:// answered by the local emulator (tests/cloud_emulators.py), which has no bucket
+    root = tmp_path_factory.mktemp("bad_input")
+    scratch_folder(root)
+    env = {k: v for k, v in os.environ.items() if k != "BERT_JAX_VERBOSE"}
+    runs = [args for args, _ in CASES] + [VERBOSE]
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs)], capture_output=True, text=True,
+                          timeout=600, cwd=root, env=dict(env, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_the_matrix_covers_every_command_a_newcomer_meets():
+    commands = {args[0] for args, _ in CASES}
+    assert len(CASES) >= 25 and len(commands) >= 10, (len(CASES), sorted(commands))
+
+
+@pytest.mark.parametrize("args, names", CASES, ids=[" ".join(a[:1] + [x for x in a[1:] if "configs/" not in x])
+                                                     for a, _ in CASES])
+def test_a_mistake_is_at_most_three_lines_naming_it_with_status_2_and_nothing_created(ran, args, names):
+    result = ran[" ".join(args)]
+    lines = result["err"].strip().splitlines()
+    shown = f"exit {result['code']}, stderr:\n{result['err']}"
+    assert result["code"] == 2, shown
+    assert 1 <= len(lines) <= 3 and "Traceback" not in result["err"], shown
+    assert all(name in result["err"] for name in names), f"{names} not named: {shown}"
+    assert result["created"] == [] and result["removed"] == [], (result["created"], result["removed"])
+
+
+def test_verbose_shows_the_traceback_too(ran):
+    result = ran[" ".join(VERBOSE)]
+    assert result["code"] == 2 and "Traceback" in result["err"]
+    assert result["err"].strip().splitlines()[-1].startswith("bert-jax export: nope/config.json does not exist")
