@@ -14,7 +14,7 @@ is the imported model before any update (one step at learning rate 0).
 
     python bench/vocab_extension_learning.py --out=/tmp/vocab_bench [--steps=300 --add=256]
 
-writes OUT/curves.json and OUT/table.md (the table of docs/guides/vocabulary.md).
+writes OUT/curves.json and OUT/table.md (the table of docs/results/guides.md).
 """
 import argparse
 import json

@@ -79,7 +79,7 @@ def run_commands(named_argvs: list[tuple[str, list[str]]], parallel: int, log_di
 
 def ray_battery(args, out: str):
     """A battery's executor (bert_jax/finetune/battery.py's `run_battery`): each job of a wave a
-    `launch.ray_tpu --command=bert_jax.finetune` job, all at once; a job that does not finish fails the battery,
+    `ray-tpu --command=bert_jax.finetune` job, all at once; a job that does not finish fails the battery,
     naming its log."""
     # A bucket's OUT keeps no logs (no append): they go beside the command, in battery_logs/<OUT's name>.
     remote = paths.is_remote(out)
@@ -136,7 +136,7 @@ class LocalExecutor(Executor):
 
 @registered_as(EXECUTORS, "ray")
 class RayExecutor(Executor):
-    """Every run a launch.ray_tpu job on a Ray cluster of TPU slices, all submitted at once."""
+    """Every run a `ray-tpu` job on a Ray cluster of TPU slices, all submitted at once."""
 
     flags = ("address", "tpu", "max_wait", "python")
 

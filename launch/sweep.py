@@ -19,10 +19,10 @@ logs to wandb (when on) as one run named for the point, grouped by the sweep (it
 Executors (`--executor`, launch/executors.py, shared with `bert-jax evaluate`):
     local  runs the points here, `--parallel` at once (default 1), each one's output in
            <sweep_dir>/logs/<name>.log when more than one runs at a time
-    ray    one `launch.ray_tpu` job per point (of pre-training or fine-tuning) on a Ray cluster of TPU
+    ray    one `bert-jax ray-tpu` job per point (of pre-training or fine-tuning) on a Ray cluster of TPU
            slices (`--address`, `--tpu`), all submitted at once: each waits for a free slice, and is
            relaunched after preemptions until its DONE, so as many run at once as the cluster has slices
-    tpu    prints one `launch.tpu_vm all` command per point (its own spot slice, the code cloned from
+    tpu    prints one `bert-jax tpu-vm all` command per point (its own spot slice, the code cloned from
            `--repo_url`, the slice deleted once the point's DONE appears); no relaunch after a preemption:
            use `ray` for that
 `summary` writes summary.md, summary.csv and curves.png (train loss and eval loss of every run)
@@ -225,7 +225,7 @@ registered_as(EXECUTORS, "tpu")(TpuVmExecutor)
 
 
 def point_argv(sweep: dict, run: dict, args) -> list[str]:
-    """A point's command: here, or as a launch.ray_tpu job (launch/executors.py) of the sweep's command."""
+    """A point's command: here, or as a `ray-tpu` job (launch/executors.py) of the sweep's command."""
     return EXECUTORS.get(args.executor)().argv(args, sweep.get("command", PRETRAIN), sweep["config"], run["workdir"],
                                                run["overrides"], run["argv"])
 

@@ -5,7 +5,7 @@ Run as a script (its own process, so the device count can be chosen before JAX s
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/parallel_steps.py \
         --meshes='1,1,1;8,1,1;1,8,1' --steps=5
 
-or once per process through `launch.local` (it appends `--config.distributed.*`). Every
+or once per process through `bert-jax local` (it appends `--config.distributed.*`). Every
 process builds the same global batches from a seed and feeds only its own rows, as
 the data pipeline does. `--checkpoint_dir` also saves the state of the last mesh
 after `--save_at` steps, restores it under the meshes between the first and the last,

@@ -12,10 +12,14 @@ import os
 import pathlib
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import pytest
 
-import configs.tiny
+import bert_jax.configs.tiny
+from bert_jax import UserError
+from bert_jax.run import command_line
 from test_evaluate import write_glue
 from test_workdir import write_config_as_a_run_does
 
@@ -135,9 +139,9 @@ def scratch_folder(root: pathlib.Path) -> None:
     (root / "notarun" / "notes.txt").write_text("not a run\n")
     write_glue(root / "glue", n_train=8, n_dev=4)
     (root / "unfinished").mkdir()
-    write_config_as_a_run_does(root / "unfinished", configs.tiny.get_config())
+    write_config_as_a_run_does(root / "unfinished", bert_jax.configs.tiny.get_config())
     (root / "run_at_4" / "checkpoints" / "4").mkdir(parents=True)  # a committed step, as orbax lists them
-    write_config_as_a_run_does(root / "run_at_4", configs.tiny.get_config())
+    write_config_as_a_run_does(root / "run_at_4", bert_jax.configs.tiny.get_config())
     (root / "prepared_other").mkdir()
     (root / "prepared_other" / "prepare_plan.json").write_text(json.dumps({"num_parts": 7, "docs_per_shard": 1}))
 
@@ -146,7 +150,7 @@ def scratch_folder(root: pathlib.Path) -> None:
 def ran(tmp_path_factory, gcs):  # gs:// answered by the local emulator (tests/cloud_emulators.py), which has no bucket
     root = tmp_path_factory.mktemp("bad_input")
     scratch_folder(root)
-    env = {k: v for k, v in os.environ.items() if k != "BERT_JAX_VERBOSE"}
+    env = {k: v for k, v in os.environ.items() if k != command_line.VERBOSE_ENV}
     runs = [args for args, _ in CASES] + [VERBOSE]
     proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs)], capture_output=True, text=True,
                           timeout=600, cwd=root, env=dict(env, PYTHONPATH=str(ROOT)))
@@ -171,7 +175,34 @@ def test_a_mistake_is_at_most_three_lines_naming_it_with_status_2_and_nothing_cr
     assert result["created"] == [] and result["removed"] == [], (result["created"], result["removed"])
 
 
+def test_a_missing_bucket_is_not_made(ran):
+    emulator = os.environ["STORAGE_EMULATOR_HOST"]
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(f"{emulator}/storage/v1/b/no-such-bucket")
+    assert answer.value.code == 404
+
+
 def test_verbose_shows_the_traceback_too(ran):
     result = ran[" ".join(VERBOSE)]
     assert result["code"] == 2 and "Traceback" in result["err"]
     assert result["err"].strip().splitlines()[-1].startswith("bert-jax export: nope/config.json does not exist")
+
+
+def test_the_environment_variable_shows_the_traceback_too(monkeypatch, capsys):
+    monkeypatch.setenv(command_line.VERBOSE_ENV, "1")
+    with pytest.raises(SystemExit) as exit_:
+        try:
+            raise UserError("--workdir=nope: not a run's directory")
+        except UserError as error:
+            command_line.refuse(["bert_jax/commands/export.py"], error)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" in err
+    assert err.splitlines()[-1] == "bert-jax export: --workdir=nope: not a run's directory"
+
+
+def test_a_long_message_is_cut_to_three_lines_saying_how_to_see_the_rest(monkeypatch, capsys):
+    monkeypatch.delenv(command_line.VERBOSE_ENV, raising=False)
+    with pytest.raises(SystemExit):
+        command_line.refuse(["bert_jax/commands/pretrain.py"], UserError("\n".join(f"key_{i} changed" for i in range(9))))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["bert-jax pretrain: key_0 changed", "key_1 changed", "... and 7 more lines (--verbose shows them)"]

@@ -9,6 +9,7 @@ Every command's help runs in one subprocess (commands define absl flags, which w
 another, and with other tests, in the pytest process): the driver runs `bert-jax <args>` in turn as the
 console script does, and drops the flags each one defined before the next.
 """
+import ast
 import glob
 import importlib.util
 import itertools
@@ -78,14 +79,26 @@ SHOW_CONFIG = [
     ["show-config", "--config=configs/roberta_base.py", "--config.data.mask_rate=many"],
     ["show-config", "--config=configs/no_such_config.py"],
     ["show-config", "--config=configs/finetune/classification.py"],
+    # What the run would refuse, show-config refuses (issue 50): the one check both run.
+    ["show-config", "--config=configs/tiny.py", "--config.train.optimizer=adamx"],
+    ["show-config", "--config=configs/tiny.py", "--config.data.source=txt"],
+    ["show-config", "--config=configs/tiny.py", "--config.data.source=text", "--config.data.path=no_such_corpus/*.txt"],
+    ["show-config", "--config=configs/finetune/classification.py", "--config.init_from=no_such_run"],
+    ["show-config", "--config=configs/tiny.py", "--config.data.mask_rate=1.5"],
+    ["show-config", "--config=configs/tiny.py", "--config.data.mixture.books.on_exhausted=stop",
+     "--config.data.mixture.books.fraction=0.5"],
+    # A mixture from overrides alone, on a config that defines none.
+    ["show-config", "--config=configs/tiny.py", "--config.data.mixture.a.source=text",
+     "--config.data.mixture.a.path=README.md", "--config.data.mixture.a.weight=0.7", "--config.data.mixture.b.source=text",
+     "--config.data.mixture.b.path=pyproject.toml", "--config.data.mixture.b.weight=0.3"],
+    ["show-config", "--config=configs/tiny.py:two_stage"],
 ]
 
 
 @pytest.fixture(scope="module")
 def ran():
     helps, configs = recipe_runs()  # the documented commands' sub-commands and configs, below
-    runs = [[name, "--help"] for name in cli.COMMANDS] + SHOW_CONFIG + helps + configs
-    runs = [list(run) for run in dict.fromkeys(map(tuple, runs))]
+    runs = unique([[name, "--help"] for name in cli.COMMANDS] + SHOW_CONFIG + helps + configs)
     proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs)], capture_output=True, text=True,
                           timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -133,8 +146,13 @@ def test_show_config_prints_the_resolved_config_with_the_override(ran):
     assert "mask_rate: 0.25" in result["out"] and "family: roberta" in result["out"]
 
 
-@pytest.mark.parametrize("run, says", [(2, "num_heads=7 does not divide"), (3, "mask_rate=many"),
-                                       (4, "no_such_config.py"), (5, "config.init_from is empty")])
+@pytest.mark.parametrize("run, says", [
+    (2, "num_heads=7 does not divide"), (3, "mask_rate=many"), (4, "no_such_config.py"),
+    (5, "config.init_from is empty"), (6, "config.train.optimizer='adamx'"), (7, "config.data.source='txt'"),
+    (8, "config.data.path='no_such_corpus/*.txt'"), (9, "config.init_from='no_such_run'"),
+    (10, "config.data.mask_rate=1.5 must be in (0, 1)"),  # the key the user set, not the cap derived from it
+    (11, "--config.data.mixture.books.fraction=0.5: a mixture source has no key 'fraction'; its keys: weight, "
+         "on_exhausted, source, path")])
 def test_show_config_refuses_a_bad_value_or_file_in_one_line(ran, run, says):
     result = ran[" ".join(SHOW_CONFIG[run])]
     assert result["code"] != 0 and result["out"] == ""
@@ -142,24 +160,48 @@ def test_show_config_refuses_a_bad_value_or_file_in_one_line(ran, run, says):
     assert len(lines) == 1 and says in lines[0], result["err"]
 
 
+def test_show_config_resolves_a_mixture_given_by_overrides_alone(ran):
+    result = ran[" ".join(SHOW_CONFIG[12])]
+    assert result["code"] == 0, result["err"]
+    mixture = result["out"].split("  mixture:\n", 1)[1].split("  mixture_schedule:", 1)[0]
+    assert mixture.split() == ["a:", "path:", "README.md", "source:", "text", "weight:", "0.7",
+                               "b:", "path:", "pyproject.toml", "source:", "text", "weight:", "0.3"]
+
+
+def test_show_config_prints_what_each_later_stage_changes(ran):
+    result = ran[" ".join(SHOW_CONFIG[13])]
+    assert result["code"] == 0, result["err"]
+    stage = result["out"].split("# stage 1, steps 241 to 300:\n", 1)[1]
+    assert stage.split() == ["data.max_predictions_per_seq:", "20", "data.max_seq_length:", "128"]
+
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# The pages whose recipes a reader copies: each command there must parse and its config must resolve.
-RECIPE_PAGES = [ROOT / "README.md", ROOT / "docs" / "quickstart.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
-ALL_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# The usage lines of the commands' and the configs' docstrings (what `--help` prints, what a config file says runs it).
+DOCSTRINGS = [*sorted((ROOT / "bert_jax" / "commands").glob("*.py")), *sorted((ROOT / "configs").rglob("*.py"))]
+# The pages whose recipes a reader copies: each command there must show its help and its config must resolve.
+RECIPE_PAGES = [ROOT / "README.md", ROOT / "docs" / "quickstart.md", *sorted((ROOT / "docs" / "guides").glob("*.md")),
+                *DOCSTRINGS]
+ALL_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *DOCSTRINGS]
 SHELL_FENCES = ("", "bash", "sh", "shell", "console")
 COMMAND_START = re.compile(r"(?<![\w./-])(?:bert-jax|python3? -m)\s")
 MODULE_FAMILIES = ("bert_jax", "data_pipelines", "launch")
-# What stands for the reader's own data: an upper-case name (BUCKET, HF_FOLDER), <...>, or an ellipsis.
-PLACEHOLDER = re.compile(r"[A-Z][A-Z_]+|<[^>]*>|\.\.\.")
+# What stands for the reader's own data: an upper-case word (X, BUCKET, HF_FOLDER), <...>, or an ellipsis.
+PLACEHOLDER = re.compile(r"\b[A-Z][A-Z0-9_]*\b|<[^>]*>|\.\.\.")
 # A line of the design's contract naming an interface an open issue will build: not a command yet.
 PLANNED = "(planned, issue"
 
 
 def command_lines(page: pathlib.Path) -> list[str]:
     """The shell lines of a page: lines of its shell code blocks (joined where they end in a backslash) and its
-    inline code spans, but for lines that say the interface is planned."""
+    inline code spans, but for lines that say the interface is planned. A Python file's page is its module
+    docstring, whose indented lines are its code block."""
+    if page.suffix == ".py":
+        text = ast.get_docstring(ast.parse(page.read_text())) or ""
+        text = re.sub(r"((?:\n(?: {4}| {2}).*)+)", lambda block: "\n```bash" + block.group(1) + "\n```", text)
+    else:
+        text = page.read_text()
     lines, fence, pending = [], None, ""
-    for line in page.read_text().splitlines():
+    for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("```"):
             fence = stripped[3:].strip() if fence is None else None
@@ -221,6 +263,8 @@ def documented_invocations(pages=ALL_PAGES) -> list[Invocation]:
             starts = [match.start() for match in COMMAND_START.finditer(line)]
             for start, end in zip(starts, [*starts[1:], len(line)]):
                 said = words(line[start:end])
+                if not said:
+                    continue
                 console_script = said[0] == "bert-jax"
                 said = said[1:] if console_script else said[2:]
                 if not said or not (re.fullmatch(r"[a-z][a-z-]*", said[0]) if console_script else is_module(said[0])):
@@ -248,8 +292,12 @@ def recipe_runs() -> tuple[list[list[str]], list[list[str]]]:
         if config is None or PLACEHOLDER.search(config[0]) or any("://" in o for o in config[1]):
             continue
         configs.append(["show-config", f"--config={config[0]}", *config[1]])
-    unique = lambda runs: [list(run) for run in dict.fromkeys(map(tuple, runs))]
     return unique(helps), unique(configs)
+
+
+def unique(runs: list[list[str]]) -> list[list[str]]:
+    """The runs without repeats, in order."""
+    return [list(run) for run in dict.fromkeys(map(tuple, runs))]
 
 
 def test_every_documented_command_exists():
@@ -321,3 +369,16 @@ def test_every_config_the_recipes_name_resolves_in_show_config(ran):
         if not any(value in result["err"] for value in own_data) or "has no key" in result["err"]:
             refused[" ".join(run)] = result["err"].strip()[-500:]
     assert not refused, f"documented configs that show-config refuses: {refused}"
+
+
+@pytest.mark.parametrize("command", list(cli.COMMANDS))
+def test_help_exits_0_with_the_docstring_as_written_and_no_install_path(ran, command):
+    result = ran[f"{command} --help"]
+    assert result["code"] == 0, result["err"]
+    assert str(ROOT) not in result["out"] and "site-packages" not in result["out"], result["out"]
+    if "\nflags:\n" in result["out"]:  # an absl command: its module docstring heads the help, line for line
+        lines = set(result["out"].splitlines())
+        module_file = cli.COMMANDS_DIR / f"{cli.COMMANDS[command][0].rsplit('.', 1)[1]}.py"
+        written = ast.get_docstring(ast.parse(module_file.read_text()), clean=False)
+        broken = [line for line in written.strip("\n").splitlines() if line.strip() and line.rstrip() not in lines]
+        assert not broken, f"bert-jax {command} --help reflows its docstring: {broken}"

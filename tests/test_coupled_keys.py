@@ -10,7 +10,8 @@ import pytest
 
 import bert_jax.configs.roberta_base
 import bert_jax.configs.tiny
-from bert_jax.train.config_validation import resolve_config, validate_config
+from bert_jax import UserError
+from bert_jax.train.config_validation import check_config, resolve_config, validate_config
 from data_pipelines.loader import masking, pipeline
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from data_pipelines.tokenizers.tokenizer import SpecialIds
@@ -76,8 +77,22 @@ def test_masked_fraction_counts_the_predicted_share_of_non_special_tokens():
 def test_warmup_beyond_num_steps_is_refused():
     config = bert_jax.configs.tiny.get_config()
     config.train.warmup_steps = config.train.num_steps + 1
-    with pytest.raises(ValueError, match=r"config.train.warmup_steps=1001 must be in \[0, num_steps=1000\]"):
+    with pytest.raises(ValueError,
+                       match=r"config.train.warmup_steps=1001 must be in \[0, config.train.num_steps=1000\]"):
         validate_config(resolve_config(config))
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_mask_rate_out_of_range_is_refused_naming_it_not_the_cap_it_derives(staged):
+    config = bert_jax.configs.tiny.get_config()
+    if staged:  # a stage's own mask rate: named with its stage
+        config.train.stages = (dict(start=500, data=dict(mask_rate=1.5)),)
+    else:
+        config.data.mask_rate = 1.5
+    with pytest.raises(UserError, match=r"config.data.mask_rate=1.5 must be in \(0, 1\)$") as refused:
+        check_config(config)
+    assert "max_predictions_per_seq" not in str(refused.value)
+    assert ("config.train.stages[0] (from step 500)" in str(refused.value)) == staged
 
 
 def test_packing_under_an_nsp_objective_is_refused_naming_the_builder():

@@ -2,11 +2,14 @@
 and the config errors, on micro corpora without training (one slow test trains)."""
 
 import json
+import re
 
 import numpy as np
 import pytest
 
+from bert_jax import UserError
 from bert_jax.configs import base
+from bert_jax.run import mixture_overrides
 from data_pipelines.loader import mixing, pipeline
 from data_pipelines.shards import prepare as prepare_lib
 from data_pipelines.sources import corpus, mixture
@@ -205,7 +208,7 @@ def test_prepare_refuses_a_mixture_naming_what_to_do(corpora, tmp_path):
     (lambda c: c.mixture.web.update(weight=-1), r"config.data.mixture.web.weight=-1(\.0)? must be >= 0"),
     (lambda c: [c.mixture[n].update(weight=0) for n in c.mixture], r"every source's weight is 0"),
     (lambda c: c.mixture.web.update(path="/no/such/*.jsonl"), r"config.data.mixture.web.path=.*matches no files"),
-    (lambda c: c.mixture.web.update(source="csv"), r"config.data.mixture.web.source='csv' is not one of"),
+    (lambda c: c.mixture.web.update(source="csv"), r"config.data.mixture.web.source='csv' is unknown; known sources:"),
     (lambda c: setattr(c, "mixture_schedule", ((10, dict(news=1.0)),)),
      r"config.data.mixture_schedule\[0\] names \['news'\]"),
     (lambda c: setattr(c, "mixture_schedule", ((10, dict(web=1.0)), (5, dict(books=1.0)))),
@@ -219,6 +222,27 @@ def test_a_bad_mixture_fails_naming_the_key(corpora, change, message):
     change(cfg)
     with pytest.raises((ValueError, FileNotFoundError), match=message):
         mixture.check_mixture(cfg)
+
+
+def test_overrides_alone_add_a_source_and_set_any_documented_key_of_the_files_sources():
+    """`--config.data.mixture.<name>.<key>=value` (bert_jax/run/mixture_overrides.py), as every command parses it."""
+    config = base.get_config()
+    config.data.mixture = dict(web=dict(source="jsonl", path="web/*.jsonl", weight=7))
+    config.lock()
+    argv, overrides = mixture_overrides.take([
+        "bert-jax", "--config.data.mixture.web.on_exhausted=stop", "--config.data.mixture.web.weight", "0.5",
+        "--config.data.mixture.books.source=text", "--config.data.mixture.books.max_line_bytes=100",
+        "--config.data.mask_rate=0.3", "--", "--config.data.mixture.x.weight=1"])
+    assert argv == ["bert-jax", "--config.data.mask_rate=0.3", "--", "--config.data.mixture.x.weight=1"]
+    mixture_overrides.apply(config, overrides)
+    assert config.data.mixture.to_dict() == {
+        "web": {"source": "jsonl", "path": "web/*.jsonl", "weight": 0.5, "on_exhausted": "stop"},
+        "books": {"source": "text", "max_line_bytes": 100}}
+    for flag, says in [("--config.data.mixture.web.fraction=0.5", "has no key 'fraction'; its keys: weight, "
+                                                                 "on_exhausted, source, path, field"),
+                       ("--config.data.mixture.web.weight=half", "weight takes a number (float), not 'half'")]:
+        with pytest.raises(UserError, match=re.escape(f"{flag}: ") + ".*" + re.escape(says)):
+            mixture_overrides.apply(config, mixture_overrides.take([flag])[1])
 
 
 

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+import bert_jax
 from bert_jax.configs import base
 from data_pipelines.examples import builders
 from data_pipelines.sources import corpus, documents as sources
@@ -251,3 +252,25 @@ def test_worker_processes_hand_over_exactly_the_batches_they_built(cfg, tokenize
     resumed = _iterator(config, tokenizer)
     resumed.set_state(state)
     assert _same(_take(resumed, 2), expected_next)
+
+
+def test_one_line_records_train_under_nsp_and_records_that_build_nothing_say_why(cfg, tokenizer, tmp_path):
+    """Issue 50: JSONL records with no line break under segmenter="line" are documents of one segment; NSP still
+    builds pairs from them. Records too short for any pair end the run with the line that names the fixing keys."""
+    path = tmp_path / "one_line.jsonl"
+    with open(path, "w") as f:
+        for _, document in zip(range(80), corpus.embedded_documents()):
+            f.write(json.dumps({"text": " ".join(document)}) + "\n")
+    config = cfg.copy_and_resolve_references()
+    config.source, config.path, config.segmenter, config.example_builder = "jsonl", str(path), "line", "nsp"
+    config.eval_fraction = 0.2
+    labels = np.concatenate([b["next_sentence_label"] for b in _take(_iterator(config, tokenizer), 4)])
+    assert 0 < labels.sum() < len(labels)  # both labels
+    assert pipeline.build_eval_batches(config, tokenizer, seed=0, per_host_batch_size=BATCH)
+    with open(path, "w") as f:
+        f.writelines(json.dumps({"text": "the"}) + "\n" for _ in range(40))
+    why = r"example_builder='nsp' built no example from \d+ document\(s\) \(\d+ too short.*config.data.segmenter"
+    with pytest.raises(bert_jax.UserError, match=why):
+        pipeline.build_eval_batches(config, tokenizer, seed=0, per_host_batch_size=BATCH)
+    with pytest.raises(bert_jax.UserError, match=why):
+        next(_iterator(config, tokenizer))

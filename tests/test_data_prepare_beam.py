@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from bert_jax.storage import paths
-from data_pipelines.shards import prepare_beam, records
+from data_pipelines.shards import prepare_beam
+from data_pipelines.sources.prepared import read_manifest
 from data_pipelines.sources import documents as sources
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 from tests.test_data_prepare import corpus_cfg, run_prepare, write_corpus
@@ -111,7 +112,7 @@ def test_an_output_with_other_settings_is_refused_unless_overwrite(prepared, cor
     root, by_prepare, _ = prepared
     with pytest.raises(ValueError, match=r"holds a manifest with other settings \(engine, num_shards, "):
         prepare_beam.prepare_beam(corpus_cfg(corpus), str(root / "prepare"), IN_MEMORY, num_shards=3)
-    assert records.read_manifest(str(root / "prepare")) == by_prepare  # untouched
+    assert read_manifest(str(root / "prepare")) == by_prepare  # untouched
 
     out = tmp_path / "out"
     tokenizer_lib.copy_tokenizer(str(root / "beam" / "tokenizer"), str(out / "tokenizer"))
@@ -152,7 +153,7 @@ def test_command_line_prepares_and_pretraining_on_the_shards_resumes_exactly(tmp
         ],
         check=True, cwd=REPO, capture_output=True,
     )
-    manifest = records.read_manifest(str(out))
+    manifest = read_manifest(str(out))
     assert manifest["documents"] > 100 and manifest["engine"] == "apache_beam"
 
     def config():

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from bert_jax.finetune.downstream_probe import DownstreamProbe, check_config
+from bert_jax.finetune.downstream_probe import DownstreamProbe
+from bert_jax.train.config_validation import check_config
 from bert_jax.commands.pretrain import downstream_probe
 from test_evaluate import micro_suite, write_glue
 from test_pretrain import micro_config

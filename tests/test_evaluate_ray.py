@@ -1,5 +1,5 @@
 """(slow) `bert-jax evaluate --executor=ray` on a local Ray cluster of two fake one-host v4-8 slices: each run of
-the battery a launch.ray_tpu job, the task that starts from another's run after it, the scoreboard the medians of
+the battery a `ray-tpu` job, the task that starts from another's run after it, the scoreboard the medians of
 the runs, and a rerun that submits nothing (every run DONE)."""
 import json
 import subprocess
@@ -64,4 +64,4 @@ def test_a_battery_runs_as_ray_jobs_wave_by_wave_and_a_rerun_submits_nothing(tmp
     again = subprocess.run([*evaluate, "--address=127.0.0.1:1"], cwd=REPO, capture_output=True, text=True, env=env,
                            timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "launch.ray_tpu" not in again.stdout and json.loads((out / "scoreboard.json").read_text()) == board
+    assert "ray_tpu" not in again.stdout and json.loads((out / "scoreboard.json").read_text()) == board

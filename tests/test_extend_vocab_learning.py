@@ -23,7 +23,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 @pytest.mark.skipif(not bench.LICENCES.is_dir(), reason="the domain corpus comes from /usr/share/common-licenses")
 def test_fvt_initialisation_beats_random_initialisation_early(tmp_path: pathlib.Path):
-    # The bench's defaults, its runs stopped at the first eval (same schedule, so the figures of docs/guides/vocabulary.md's table).
+    # The bench's defaults, its runs stopped at the first eval (same schedule, so the figures of docs/results/guides.md's table).
     result = bench.compare(tmp_path, base_steps=2000, steps=150, eval_every=25, add=256, warmup=0,
                            runs=("fvt", "random"), step0=False, stop_at=25)
     fvt, random = result["curves"]["fvt"], result["curves"]["random"]

@@ -55,7 +55,14 @@ def results(workdir) -> dict:
 
 
 def test_a_finetuning_workdir_in_a_missing_bucket_fails_before_anything_is_built_and_is_not_created(gcs, tmp_path):
-    c = micro_config("classification", str(tmp_path / "no_source_needed"), {"train.csv": "", "test.csv": ""})
+    # The config's inputs are checked first (bert_jax/finetune/config_validation.py): they exist, though the bucket
+    # refuses the run before a weight or row of them is read.
+    source, train = tmp_path / "hf", tmp_path / "train.csv"
+    source.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (source / name).write_text("{}")
+    train.write_text("sentence,label\n")
+    c = micro_config("classification", str(source), {"train.csv": str(train), "test.csv": ""})
     with pytest.raises(StorageError, match=r"gs://no-such-finetune-bucket/run"):
         finetune(c, "gs://no-such-finetune-bucket/run")
     assert not paths.path("gs://no-such-finetune-bucket").exists()

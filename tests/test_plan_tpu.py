@@ -302,7 +302,8 @@ def test_search_finds_that_only_fsdp_fits_and_suggests_it():
     # data parallelism needs, only FSDP (which splits them over the 4 chips) fits, at any remat or batch.
     result = run_script("""
 import json
-from bert_jax.plan import compiled_plan as plan, plan_search
+from bert_jax.plan import compiled_plan as plan, plan_search, stage_fixes
+from bert_jax.plan.stage_plans import Judge, StagePlanner
 from bert_jax.parallel import tpu_slices
 c = micro_config(batch=8, layers=2)
 c.model.vocab_size = 32768
@@ -310,9 +311,13 @@ s = tpu_slices.parse_slice("v5e-4")
 dp = plan.make_plan(c, s, count_every_layer=False)
 hbm = dp.peak_bytes * 0.6 / 1024**3
 tried = plan_search.search(c, s, hbm, remats=("none", "full"), meshes=("dp", "fsdp"), scans=(True,))
+planner = StagePlanner(Judge.of(s, hbm_gib=hbm))
+given = planner.stages(c)[0]
+found = stage_fixes.fixes(planner, given, later_stages=False)
 print("RESULT " + json.dumps(dict(
     tried=[(t.candidate.mesh, t.candidate.remat, t.candidate.grad_accum_steps, t.fits) for t in tried],
-    text=plan_search.format_search(tried, "v5e-4", 1, hbm), suggestion=plan_search.suggest_fit(c, s, hbm))))
+    text=plan_search.format_search(tried, "v5e-4", 1, hbm), verdict=given.step.verdict.word,
+    suggestion=[f.change for f in found.found])))
 """, timeout=1800)
     print(result["text"])
     tried = [tuple(t) for t in result["tried"]]
@@ -322,7 +327,8 @@ print("RESULT " + json.dumps(dict(
     assert tried[0] == ("fsdp", "none", 1, True)  # ranked first: no recomputation
     assert all(t[0] == "fsdp" for t in tried if t[3])
     assert "--config.mesh.shape='(1,-1,1)'" in result["text"] and "python -m bert_jax.commands.pretrain --config=CONFIG" in result["text"]
-    assert result["suggestion"].startswith("It fits with") and "(1,-1,1)" in result["suggestion"]
+    assert result["verdict"] == "does not fit"
+    assert result["suggestion"] == ["--config.mesh.shape='(1,-1,1)'"]  # the one single change that fits
 
 
 @pytest.mark.slow
@@ -395,3 +401,29 @@ print("RESULT " + json.dumps([(t.candidate.remat, t.candidate.grad_accum_steps, 
     assert tried[("none", 1)][0] is True, result  # 16 per chip with no remat: it fits
     assert tried[("none", 1)][1] < tried[("dots", 1)][1]
     assert ("none", 2) not in tried  # the walk stopped at its first fit, from the largest micro-batch down
+
+
+@pytest.mark.slow
+def test_a_stage_the_tpu_compiler_refuses_is_named_in_a_report_not_a_traceback(tmp_path):
+    """`plan --config=configs/bert_base.py --tpu=v5e-4 --config.train.global_batch_size=256` once ended in a
+    DoesNotFit traceback: phase 2 at seq 512 did not fit, and only the first stage was planned. Every stage is
+    planned; the refused one is named, with the changes that would fit, and the exit status says it."""
+    config = tmp_path / "two_stage.py"
+    config.write_text(MICRO + """
+def get_config():
+    c = micro_config(batch=8, layers=1)
+    c.train.update(num_steps=100, warmup_steps=10)
+    c.train.stages = (dict(start=90, train=dict(global_batch_size=65536)),)  # 16384 sequences per chip
+    return c
+""")
+    proc = subprocess.run([sys.executable, "-m", "bert_jax.commands.plan", f"--config={config}", "--tpu=v5e-4",
+                           "--max_param_rows=1"], cwd=REPO, capture_output=True, text=True, timeout=3600, env=ENV)
+    print(proc.stdout[proc.stdout.find("## the run"):])
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    out = proc.stdout
+    assert "| 0 | 1-90 | 128 | 8 | 2 (2 x 1) |" in out and "| fits |" in out
+    assert "| 1 | 91-100 | 128 | 65536 | 16384 (16384 x 1) |" in out and "(refused) | does not fit |" in out
+    assert "**does not fit**: stage 1 (steps 91-100, seq 128, batch 65536) does not fit v5e-4" in out
+    assert "What would make stage 1 (steps 91-100, seq 128, batch 65536) fit (each compiled):" in out
+    assert "train=dict(grad_accum_steps=" in out  # a smaller micro-batch for that stage alone

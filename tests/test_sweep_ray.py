@@ -1,5 +1,5 @@
 """(slow) A 4-point sweep on a local Ray cluster of two fake one-host v4-8 slices: two points at a time,
-each a launch.ray_tpu job, and a summary that groups the seeds."""
+each a `ray-tpu` job, and a summary that groups the seeds."""
 import json
 import os
 import subprocess
@@ -65,14 +65,14 @@ def test_a_four_point_sweep_runs_two_at_a_time_on_two_slices_and_groups_its_seed
                               f"    return dict(config='configs/tiny.py', overrides={overrides!r},\n"
                               "                grid={'train.learning_rate': [1e-3, 3e-3], 'seed': [0, 1]})\n")
         sweep_dir = tmp_path / "sweep"
-        run = subprocess.run([sys.executable, "-m", "launch.sweep", "run", f"--sweep={sweep_file}",
+        run = subprocess.run([sys.executable, "-m", "bert_jax.commands.sweep", "run", f"--sweep={sweep_file}",
                               f"--sweep_dir={sweep_dir}", "--executor=ray", f"--address={cluster.address}",
                               f"--tpu={TPU}", f"--python={sys.executable}", "--max_wait=600"],
                              cwd=REPO, capture_output=True, text=True, env=env, timeout=1200)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     finally:
         cluster.close()
-    summary = subprocess.run([sys.executable, "-m", "launch.sweep", "summary", f"--sweep_dir={sweep_dir}"],
+    summary = subprocess.run([sys.executable, "-m", "bert_jax.commands.sweep", "summary", f"--sweep_dir={sweep_dir}"],
                              cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert summary.count("| done | 4 |") == 4
     assert "| learning_rate=0.001 | 2 |" in summary and "| learning_rate=0.003 | 2 |" in summary  # seeds grouped

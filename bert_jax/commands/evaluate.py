@@ -10,8 +10,8 @@ scoreboard.png; the runs live in OUT/runs/<task>/lr=<lr>/seed=<s>. Rerun the sam
 with DONE are kept, the interrupted one resumes.
 
 --executor=local (default) fine-tunes the runs here, one after another. --executor=ray submits each as a
-`launch.ray_tpu --command=bert_jax.finetune` job on a Ray cluster of TPU slices (launch/executors.py, as
-`launch.sweep run --executor=ray` does its points), a wave at a time: the runs that start from the checkpoint,
+`ray-tpu --command=bert_jax.finetune` job on a Ray cluster of TPU slices (launch/executors.py, as
+`sweep run --executor=ray` does its points), a wave at a time: the runs that start from the checkpoint,
 then those that start from another task's run (start_from_mnli); --address, --tpu, --max_wait, --python as
 for the sweep. OUT must then be a bucket (gs://, s3://) unless each slice is one host.
 """
@@ -32,7 +32,7 @@ _TASKS = flags.DEFINE_string("tasks", "", "Comma-separated tasks of the suite to
 _SEEDS = flags.DEFINE_integer("seeds", None, "Seeds per task (0..N-1; default: the suite's).")
 _OUT = flags.DEFINE_string("out", None, "Output directory: data/, runs/, scoreboard.*.")
 _EXECUTOR = flags.DEFINE_enum("executor", "local", ["local", "ray"], "local: the runs here, one after another; "
-                              "ray: each a launch.ray_tpu job on a Ray cluster (launch/executors.py).")
+                              "ray: each a `ray-tpu` job on a Ray cluster (launch/executors.py).")
 _ADDRESS = flags.DEFINE_string("address", "", "ray: the cluster's HEAD_IP:PORT.")
 _TPU = flags.DEFINE_string("tpu", "v4-8", "ray: the slice type each run gets.")
 _MAX_WAIT = flags.DEFINE_float("max_wait", 86400.0, "ray: seconds a run waits for a free slice.")

@@ -18,6 +18,8 @@ def _main(argv) -> None:
     from bert_jax.run import harness  # as finetune above
 
     harness.setup_process(flags.FLAGS.config)  # before JAX starts its backend
+    # Its first act is the one check of the config (bert_jax/finetune/config_validation.py, what show-config prints),
+    # before anything is created.
     finetune(flags.FLAGS.config, flags.FLAGS.workdir)
 
 

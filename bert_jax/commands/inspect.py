@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from bert_jax import UserError
 from bert_jax.finetune import init_from
 from bert_jax.run import command_line
 from bert_jax.storage import paths
@@ -77,7 +78,7 @@ def encode(tokenizer, text: str, max_length: int) -> tuple[np.ndarray, list[int]
             ids.extend(tokenizer.encode_ids([piece.rstrip() if before_mask else piece])[0].tolist())
     ids.append(tokenizer.token_to_id(specials.sep))
     if len(ids) > max_length:
-        raise ValueError(f"--text is {len(ids)} tokens with [CLS] and [SEP]; the model takes at most {max_length}")
+        raise UserError(f"--text is {len(ids)} tokens with [CLS] and [SEP]; the model takes at most {max_length}")
     return np.asarray(ids, np.int32), positions
 
 
@@ -92,7 +93,7 @@ def fill_mask(inspector: Inspector, text: str, top_k: int = 5) -> list[list[tupl
     tok = inspector.tokenizer
     ids, positions = encode(tok, text, inspector.max_length)
     if not positions:
-        raise ValueError(f"--text={text!r} holds no mask: write {' or '.join(MASK_MARKERS)} where a word is hidden")
+        raise UserError(f"--text={text!r} holds no mask: write {' or '.join(MASK_MARKERS)} where a word is hidden")
     outputs = inspector.apply(_batch(ids, positions))
     if "mlm_logits" not in outputs:
         raise ValueError(f"this family's module returns {sorted(outputs)}, no mlm_logits: fill_mask needs an MLM head")

@@ -49,22 +49,25 @@ from bert_jax.plan.stage_plans import Judge, StagePlanner, step_config
 from bert_jax.run import command_line
 from bert_jax.train import stages
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, command_line.CONFIG_HELP, lock_config=True)
-_TPU = flags.DEFINE_string("tpu", "", "A TPU slice to compile for with the TPU compiler: v4-32, v5e-16, v5p-128, v6e-8, ...")
-_NUM_SLICES = flags.DEFINE_integer("num_slices", 1, "With --tpu: this many such slices (multi-slice over DCN).")
-_SEARCH = flags.DEFINE_bool("search", False, "With --tpu: try remat x mesh x per-chip batch x scan for each stage; "
-                            "rank what fits.")
-_ENOUGH_MFU = flags.DEFINE_float("search_enough_mfu", 0.98, "--search stops at the first fit with this MFU bound "
-                                  "(nothing left can be faster by more than the rest); 0 = try every configuration.")
-_NUM_DEVICES = flags.DEFINE_integer("num_devices", 8, "Without --tpu: simulated CPU devices to compile for.")
-_GPU = flags.DEFINE_string("gpu", "", "Without --tpu: a GPU kind to estimate the fit on (the CPU compiler's band): "
-                           + ", ".join(k for k, t in memory_fit.TARGETS.items() if t.compiler == "gpu") + ".")
-_CPU = flags.DEFINE_bool("cpu", False, "Plan with the XLA CPU compiler on simulated devices (the default without --tpu).")
-_TARGET = flags.DEFINE_string("target", "", "Without --tpu: a device kind to estimate the fit on: "
-                              + ", ".join(memory_fit.TARGETS) + ".")
-_HBM_GIB = flags.DEFINE_float("hbm_gib", 0.0, "Memory of one device in GiB; 0 = the target's (or no verdict).")
-_MAX_ROWS = flags.DEFINE_integer("max_param_rows", 0, "Print at most this many parameter rows; 0 = all.")
-flags.mark_flags_as_required(["config"])
+
+def _define_flags() -> None:
+    """At start, not import: a test may import check_flags beside another command's --config."""
+    config_flags.DEFINE_config_file("config", None, command_line.CONFIG_HELP, lock_config=True)
+    flags.DEFINE_string("tpu", "", "A TPU slice to compile for with the TPU compiler: v4-32, v5e-16, v5p-128, v6e-8, ...")
+    flags.DEFINE_integer("num_slices", 1, "With --tpu: this many such slices (multi-slice over DCN).")
+    flags.DEFINE_bool("search", False, "With --tpu: try remat x mesh x per-chip batch x scan for each stage; rank what "
+                      "fits.")
+    flags.DEFINE_float("search_enough_mfu", 0.98, "--search stops at the first fit with this MFU bound (nothing left "
+                       "can be faster by more than the rest); 0 = try every configuration.")
+    flags.DEFINE_integer("num_devices", 8, "Without --tpu: simulated CPU devices to compile for.")
+    flags.DEFINE_string("gpu", "", "Without --tpu: a GPU kind to estimate the fit on (the CPU compiler's band): "
+                        + ", ".join(k for k, t in memory_fit.TARGETS.items() if t.compiler == "gpu") + ".")
+    flags.DEFINE_bool("cpu", False, "Plan with the XLA CPU compiler on simulated devices (the default without --tpu).")
+    flags.DEFINE_string("target", "", "Without --tpu: a device kind to estimate the fit on: "
+                        + ", ".join(memory_fit.TARGETS) + ".")
+    flags.DEFINE_float("hbm_gib", 0.0, "Memory of one device in GiB; 0 = the target's (or no verdict).")
+    flags.DEFINE_integer("max_param_rows", 0, "Print at most this many parameter rows; 0 = all.")
+    flags.mark_flags_as_required(["config"])
 
 
 def check_flags(argv, tpu: str, gpu: str, cpu: bool, target: str, search: bool, num_slices: int, num_devices: int,
@@ -101,10 +104,11 @@ def check_flags(argv, tpu: str, gpu: str, cpu: bool, target: str, search: bool, 
 
 
 def _main(argv) -> None:
-    target = check_flags(argv, _TPU.value, _GPU.value, _CPU.value, _TARGET.value, _SEARCH.value, _NUM_SLICES.value,
-                         _NUM_DEVICES.value, _HBM_GIB.value, _ENOUGH_MFU.value)
+    f = flags.FLAGS
+    target = check_flags(argv, f.tpu, f.gpu, f.cpu, f.target, f.search, f.num_slices, f.num_devices, f.hbm_gib,
+                         f.search_enough_mfu)
     try:
-        fits = _plan(_CONFIG.value, target)
+        fits = _plan(f.config, target)
     except UserError:
         raise
     except ValueError as e:  # a config the run would refuse, named by the check that refused it
@@ -117,34 +121,37 @@ def _main(argv) -> None:
 
 def _plan(config, target: str) -> bool:
     """Prints the report; whether every stage fits."""
+    f = flags.FLAGS
     tpu_slice = None
-    if _TPU.value:
+    if f.tpu:
         try:
-            tpu_slice = tpu_slices.parse_slice(_TPU.value, _NUM_SLICES.value)
+            tpu_slice = tpu_slices.parse_slice(f.tpu, f.num_slices)
         except ValueError as e:
             raise UserError(str(e)) from None
         # The host's own backend stays the CPU: on a TPU VM the plan must not take the chips a run may hold;
         # the TPU compiler is reached through the slice's topology.
         if not os.environ.get("JAX_PLATFORMS"):
             jax.config.update("jax_platforms", "cpu")
-        if _SEARCH.value:
+        if f.search:
             return _search(config, tpu_slice)
     else:
-        use_simulated_devices(_NUM_DEVICES.value)
-    planner = StagePlanner(Judge.of(tpu_slice, target, _HBM_GIB.value))
-    text, fits = stage_report.report(planner, planner.stages(config), target, _MAX_ROWS.value)
+        use_simulated_devices(f.num_devices)
+    planner = StagePlanner(Judge.of(tpu_slice, target, f.hbm_gib))
+    text, fits = stage_report.report(planner, planner.stages(config), target, f.max_param_rows)
     print(text)
     return fits
 
 
 def _search(config, tpu_slice) -> bool:
     """--search for each stage; whether each has a configuration that fits."""
+    f = flags.FLAGS
     every_stage_fits = True
     for stage in stages.plan(config):
         print(f"## stage {stage.index} (steps {stage.start + 1:,}-{stage.end:,}, seq "
               f"{stage.config.data.max_seq_length}, batch {stage.config.train.global_batch_size})\n")
-        tried = plan_search.search(step_config(stage.config), tpu_slice, _HBM_GIB.value, enough_mfu=_ENOUGH_MFU.value, log=print)
-        print(plan_search.format_search(tried, _TPU.value, _NUM_SLICES.value, _HBM_GIB.value))
+        tried = plan_search.search(step_config(stage.config), tpu_slice, f.hbm_gib, enough_mfu=f.search_enough_mfu,
+                                   log=print)
+        print(plan_search.format_search(tried, f.tpu, f.num_slices, f.hbm_gib))
         if stage.index:
             print(f"\nThis stage's grad_accum_steps goes in config.train.stages[{stage.index - 1}] "
                   "(train=dict(grad_accum_steps=K)); scan, mesh and remat are the whole run's.")
@@ -154,6 +161,7 @@ def _search(config, tpu_slice) -> bool:
 
 
 def main() -> None:
+    _define_flags()
     command_line.run(_main)
 
 

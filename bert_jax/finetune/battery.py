@@ -13,7 +13,7 @@ that hold DONE and resumes the one that was killed from its checkpoints.
 The runs go in waves (those that start from the checkpoint, then those that start from another task's
 run, start_from_mnli), each run's config its task's recipe in battery.json plus a few overrides
 (`run_overrides`). An executor runs a wave: `local_executor` here, one after another, in this process;
-launch/executors.py's `ray_battery` as `python -m bert_jax.finetune` jobs of launch.ray_tpu on a Ray
+launch/executors.py's `ray_battery` as `python -m bert_jax.finetune` jobs of `bert-jax ray-tpu` on a Ray
 cluster, all of a wave at once (configs/suites/battery_run.py gives them the recipe).
 """
 import collections
@@ -393,7 +393,7 @@ def run_battery(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_
     finetune_fn: how the local executor fine-tunes a run, (config, workdir, source=) -> results
       (bert_jax.finetune.run.run).
     executor: (jobs) -> bool, what runs a wave's jobs (False: one was preempted); default `local_executor`, here
-      one after another. launch/executors.py's `ray_battery` submits each as a launch.ray_tpu job.
+      one after another. launch/executors.py's `ray_battery` submits each as a `ray-tpu` job.
     """
     runs, _, source = prepare(checkpoint, suite, out, glue_dir, tfds_data_dir, tasks, seeds)
     execute = executor or local_executor(suite, finetune_fn)

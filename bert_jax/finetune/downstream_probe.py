@@ -29,25 +29,11 @@ from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 
 
-def check_config(config) -> None:
-    """config.eval's probe keys (configs/base.py), as far as the config alone tells; raises ValueError naming them."""
-    e = config.eval
-    every, eval_every = e.downstream_every_steps, config.train.eval_every_steps
-    if every < 0:
-        raise ValueError(f"config.eval.downstream_every_steps={every} must be >= 0 (0: at the last step only)")
-    if every and every % eval_every:
-        raise ValueError(f"config.eval.downstream_every_steps={every} is not a multiple of "
-                         f"config.train.eval_every_steps={eval_every}: the probe runs at eval steps")
-    if not e.downstream_data_dir:
-        raise ValueError(f"config.eval.downstream_suite={e.downstream_suite!r} needs "
-                         f"config.eval.downstream_data_dir (a GLUE-layout directory)")
-
-
 class DownstreamProbe:
     """probe(step, params) -> {"downstream/<task>/<metric>": value}; `due(step)` says when the loop calls it."""
 
     def __init__(self, config, workdir: str, suite):
-        check_config(config)
+        """`config` as bert_jax/train/config_validation.py checked it (config.eval's cadence and data folder)."""
         e = config.eval
         self.config, self.workdir, self.suite = config, workdir, suite
         self.every, self.num_steps, self.seed = e.downstream_every_steps, config.train.num_steps, e.downstream_seed

@@ -313,9 +313,7 @@ def _diagnose(config, workdir: str, metric: str) -> dict:
         val_loss=[(r["step"], r["eval/loss"]) for r in rows if "eval/loss" in r],
         val_metric=[(r["step"], r[f"eval/{metric}"]) for r in rows if f"eval/{metric}" in r],
         metric_name=metric, higher_is_better=True)
-    thresholds = diagnosis.default_config()
-    thresholds.update(config.get("diagnosis") or {})
-    result = diagnosis.diagnose(curves, thresholds)
+    result = diagnosis.diagnose(curves, config.diagnosis)
     if jax.process_index() == 0:
         diagnosis.write(workdir, curves, result)
     logging.info("diagnosis: %s — %s", result.name, result.advice)

@@ -108,7 +108,7 @@ def set_libtpu_init_args(config) -> None:
     The run on a TPU VM (`pretrain`) and the plan for a TPU slice on any host both call this, so the
     plan's memory and bytes are those of the program the run compiles.
     """
-    extra = config.get("libtpu_init_args", "").split()
+    extra = config.libtpu_init_args.split()
     current = os.environ.get("LIBTPU_INIT_ARGS", "").split()
     missing = [f for f in extra if f not in current]
     if missing:

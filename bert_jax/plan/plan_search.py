@@ -298,21 +298,6 @@ def format_search(tried: list[Tried], tpu: str, num_slices: int, hbm_gib: float 
     return "\n".join(lines)
 
 
-def suggest_fit(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0) -> str:
-    """For a config that does not fit: the first single change (as --search would make it) that does."""
-    current = Candidate.of(config)
-    changes = [dataclasses.replace(current, grad_accum_steps=k)
-               for k in accumulation_steps(config, tpu_slice, current.mesh) if k > current.grad_accum_steps][:2]
-    changes += [dataclasses.replace(current, mesh="fsdp")] if current.mesh != "fsdp" else []
-    changes += [dataclasses.replace(current, remat=r) for r in ("dots", "full") if r != current.remat]
-    for candidate in changes:
-        t = _try(config, candidate, tpu_slice, hbm_gib)
-        if t.fits:
-            return (f"It fits with {candidate.flags()}: {t.plan.peak_bytes / GIB:.2f} GiB per chip "
-                    f"(run --search to rank every configuration that fits).")
-    return "No single change among the next two grad_accum_steps, fsdp, remat dots/full fits; run --search, or use a larger slice."
-
-
 def mesh_name(config) -> str:
     shape = tuple(config.mesh.shape)
     if shape[1] == 1 and shape[2] == 1:

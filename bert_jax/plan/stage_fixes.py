@@ -133,7 +133,8 @@ def describe(fixes_: Fixes, stage_plan: StagePlan) -> list[str]:
         devices = min(d for d in _divisors(batch) if batch // d <= largest)
         lines.append(f"- a smaller per-device batch: at most {largest} sequences per device per micro-batch can fit at "
                      f"these shapes (now {step.micro_batch}): the global batch {batch} over {devices} devices or more, "
-                     f"or a global batch of at most {largest * step.shards} on these {step.shards}")
+                     f"or a global batch of at most {largest * step.shards} over {step.shards} "
+                     f"device{'s' if step.shards > 1 else ''}")
     else:
         lines.append(f"- not even one sequence per device per micro-batch can fit at these shapes "
                      f"(seq {step.config.data.max_seq_length}): a device with more memory, or a shorter sequence")

@@ -24,8 +24,8 @@ class ArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)  # docstrings keep their lines
         super().__init__(*args, **kwargs)
-        self.add_argument("--verbose", action="store_true",
-                          help=f"on a mistake in the input, print the traceback too (or set {command_line.VERBOSE_ENV}=1)")
+        self.add_argument("--verbose", action="store_true", help=f"on a mistake in the input, print the traceback "
+                                                                  f"too (or set {command_line.VERBOSE_ENV}=1)")
 
     def error(self, message: str) -> NoReturn:
         raise FlagError(message)

@@ -17,13 +17,13 @@ FLAG = "--xla_gpu_deterministic_ops=true"
 def set_xla_flags(config) -> None:
     """Adds FLAG to XLA_FLAGS when config.deterministic_gpu_ops asks; call before JAX starts."""
     flags = os.environ.get("XLA_FLAGS", "")
-    if config.get("deterministic_gpu_ops", False) and FLAG not in flags.split():
+    if config.deterministic_gpu_ops and FLAG not in flags.split():
         os.environ["XLA_FLAGS"] = f"{flags} {FLAG}".strip()
 
 
 def check_xla_flags(config) -> None:
     """Fails when config.deterministic_gpu_ops is set but XLA did not get the flag."""
-    if config.get("deterministic_gpu_ops", False) and FLAG not in os.environ.get("XLA_FLAGS", "").split():
+    if config.deterministic_gpu_ops and FLAG not in os.environ.get("XLA_FLAGS", "").split():
         raise ValueError(
             f"config.deterministic_gpu_ops=True but XLA_FLAGS lacks {FLAG}: XLA reads its flags when JAX "
             "starts, so run through `python -m bert_jax.commands.pretrain` (which sets it), or export "

@@ -40,7 +40,7 @@ def setup_process(config) -> None:
     determinism.set_xla_flags(config)
     tpu_slices.set_libtpu_init_args(config)
     distributed.initialize(config.distributed)  # before anything touches a device
-    cache = config.get("compilation_cache_dir", "")
+    cache = config.compilation_cache_dir
     if cache and jax.config.jax_compilation_cache_dir is None:  # JAX_COMPILATION_CACHE_DIR, if set, wins
         jax.config.update("jax_compilation_cache_dir", str(paths.path(cache).expanduser()))
 
@@ -53,8 +53,7 @@ def check_storage(config, workdir: str) -> lease_lib.Lease | lease_lib.Joined:
     preflight.check_writable(workdir, jax.process_index())
     if not paths.is_remote(workdir):  # (a bucket has no folders to make)
         paths.path(workdir).mkdir(parents=True, exist_ok=True)
-    lease = lease_lib.acquire(workdir, config.get("lease") or lease_lib.default_config(), jax.process_index(),
-                              jax.process_count())
+    lease = lease_lib.acquire(workdir, config.lease, jax.process_index(), jax.process_count())
     distributed.sync("lease_taken")  # the other hosts write nothing before process 0 holds the workdir
     return lease
 

@@ -71,7 +71,7 @@ class MetricsWriter:
 
             self.wandb_run = wandb.init(
                 project=config.logging.wandb_project, id=wandb_run_id(workdir), resume="allow",
-                name=config.logging.wandb_run_name or self.workdir.name, group=config.logging.get("wandb_group") or None,
+                name=config.logging.wandb_run_name or self.workdir.name, group=config.logging.wandb_group or None,
                 dir=str(self.staging), mode=mode, config=config.to_dict(),
             )
 

@@ -33,11 +33,13 @@ def check_config(config, workdir: str | None = None, num_processes: int = 1):
     workdir: the run's directory, where a resume keeps the worker count it started with; None for show-config.
     """
     try:
-        config = resolve_config(config, workdir)
+        config, resolved = _resolved(config, workdir)
         validate_config(config, num_processes)
         check_inputs(config)
     except (ValueError, FileNotFoundError) as error:  # every failure here is about what the user asked for
         raise (error if isinstance(error, bert_jax.UserError) else bert_jax.UserError(str(error))) from None
+    for line in resolved:  # logged once the run will start: a refusal stays the one line naming the key
+        logging.info("%s", line)
     return config
 
 
@@ -49,27 +51,36 @@ def resolve_config(config, workdir: str | None = None):
     (`workdir` holding checkpoints), worker_count=auto is the number the run started with: the batches
     depend on it (data_pipelines/loader/workers.py), so a run relaunched on a host of other cores keeps its own.
     """
-    resolved = config.copy_and_resolve_references()
+    config, resolved = _resolved(config, workdir)
+    for line in resolved:
+        logging.info("%s", line)
+    return config
+
+
+def _resolved(config, workdir: str | None) -> tuple:
+    """(`config` with its `auto` keys resolved, a line per key saying how)."""
+    resolved, lines = config.copy_and_resolve_references(), []
     with resolved.unlocked():
         if resolved.data.max_predictions_per_seq == masking.AUTO:
             value = masking.max_predictions(resolved.data)
-            logging.info("config.data.max_predictions_per_seq=auto -> %d (ceil(mask_rate %g x max_seq_length %d))",
-                         value, resolved.data.mask_rate, resolved.data.max_seq_length)
+            lines.append(f"config.data.max_predictions_per_seq=auto -> {value} (ceil(mask_rate "
+                         f"{resolved.data.mask_rate:g} x max_seq_length {resolved.data.max_seq_length}))")
             del resolved.data["max_predictions_per_seq"]  # a str field once copied: it takes no int in place
             resolved.data.max_predictions_per_seq = value
         if resolved.data.worker_count == workers.AUTO:
             recorded = _recorded_worker_count(workdir) if workdir else None
-            value = workers.worker_count(workers.AUTO) if recorded is None else recorded
             if recorded is None:
-                logging.info("config.data.worker_count=auto -> %d (%d cores; data_pipelines/loader/workers.py)",
-                             value, workers.host_cores())
+                value = workers.worker_count(workers.AUTO)
+                lines.append(f"config.data.worker_count=auto -> {value} ({workers.host_cores()} cores; "
+                             f"data_pipelines/loader/workers.py)")
             else:
-                logging.info("config.data.worker_count=auto -> %d, as the run started with (this host would "
-                             "resolve %d)", value, workers.auto_worker_count())
+                value = recorded
+                lines.append(f"config.data.worker_count=auto -> {value}, as the run started with (this host would "
+                             f"resolve {workers.auto_worker_count()})")
             with resolved.data.ignore_type():  # a str field once copied
                 resolved.data.worker_count = value
         workers.worker_count(resolved.data.worker_count)  # anything else fails now, naming the key
-    return resolved
+    return resolved, lines
 
 
 def _recorded_worker_count(workdir: str) -> int | None:
@@ -99,7 +110,8 @@ def validate_config(config, num_processes: int = 1) -> None:
     optimizer.make_optimizer(t)  # config.train.optimizer and its keys
     optimizer.learning_rate_schedule(t)  # config.train.schedule and its keys
     if not 0 <= t.warmup_steps <= t.num_steps:
-        raise ValueError(f"config.train.warmup_steps={t.warmup_steps} must be in [0, num_steps={t.num_steps}]")
+        raise ValueError(f"config.train.warmup_steps={t.warmup_steps} must be in [0, "
+                         f"config.train.num_steps={t.num_steps}]")
     if t.nan_policy not in ("stop", "skip"):
         raise ValueError(f"config.train.nan_policy={t.nan_policy!r}; expected 'stop' or 'skip'")
     for key in ("log_every_steps", "eval_every_steps"):
@@ -107,6 +119,7 @@ def validate_config(config, num_processes: int = 1) -> None:
             raise ValueError(f"config.train.{key}={t[key]} must be >= 1")
     if config.checkpoint.every_steps < 1:
         raise ValueError(f"config.checkpoint.every_steps={config.checkpoint.every_steps} must be >= 1")
+    _check_downstream_probe(config)
     _check_stage_keys(config, num_processes)
     for stage in stages.plan(config)[1:]:  # plan() refuses a bad declaration, naming the stage and key
         try:
@@ -114,6 +127,22 @@ def validate_config(config, num_processes: int = 1) -> None:
         except ValueError as error:
             raise ValueError(f"config.train.stages[{stage.index - 1}] (from step {stage.start}): {error}") from None
     mixture.check_mixture(config.data)  # data.mixture's names, weights, schedule and sources (sources/mixture.py)
+
+
+def _check_downstream_probe(config) -> None:
+    """config.eval's probe keys (configs/base.py; the suite itself is read by bert_jax/finetune/downstream_probe.py)."""
+    e = config.eval
+    if not e.downstream_suite:
+        return
+    every, eval_every = e.downstream_every_steps, config.train.eval_every_steps
+    if every < 0:
+        raise ValueError(f"config.eval.downstream_every_steps={every} must be >= 0 (0: at the last step only)")
+    if every and every % eval_every:
+        raise ValueError(f"config.eval.downstream_every_steps={every} is not a multiple of "
+                         f"config.train.eval_every_steps={eval_every}: the probe runs at eval steps")
+    if not e.downstream_data_dir:
+        raise ValueError(f"config.eval.downstream_suite={e.downstream_suite!r} needs "
+                         f"config.eval.downstream_data_dir (a GLUE-layout directory)")
 
 
 def _check_stage_keys(config, num_processes: int) -> None:

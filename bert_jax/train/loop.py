@@ -82,7 +82,7 @@ def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=N
     previous_identity = run_identity.previous_identity(workdir)  # before process 0 rewrites it below
     tokenizer = prepare_run_tokenizer(config, workdir, program.teacher)
     identity = run_identity.run_identity(config.data, str(Workdir(workdir).tokenizer))
-    run_identity.check_resume(previous_identity, identity, workdir, config.get("allow_data_change", False))
+    run_identity.check_resume(previous_identity, identity, workdir, config.allow_data_change)
     _write_config(record or config, workdir, identity, history_entry)
 
     # ----------------------------------------------------------------------------------------------------------
@@ -129,4 +129,4 @@ def _check_experiment(config, workdir: str) -> dict | None:
     config_json = paths.fresh(Workdir(workdir).config_json)
     recorded = json.loads(config_json.read_text()) if steps and config_json.exists() else None
     return experiment.check_resume(recorded, json.loads(config.to_json_best_effort()),
-                                   config.get("accept_changes", ""), workdir, steps[-1] if steps else 0)
+                                   config.accept_changes, workdir, steps[-1] if steps else 0)

@@ -6,10 +6,16 @@ import jax
 import jax.numpy as jnp
 import optax
 
-OPTIMIZERS = ("adamw", "lamb")
+from bert_jax.registry import Registry
 
+# config.train.optimizer -> the optax optimizer it names.
+OPTIMIZERS: Registry = Registry("config.train.optimizer", "optimizers")
+OPTIMIZERS.register("adamw", optax.adamw)
+OPTIMIZERS.register("lamb", optax.lamb)
 
-SCHEDULES = ("linear", "wsd", "cosine")
+# config.train.schedule -> (train_cfg, warmup ramp) -> the schedule; each starts with a linear warmup from 0 to the
+# peak over `warmup_steps` (the ramp).
+SCHEDULES: Registry = Registry("config.train.schedule", "schedules")
 
 
 def learning_rate_schedule(train_cfg) -> optax.Schedule:
@@ -20,26 +26,40 @@ def learning_rate_schedule(train_cfg) -> optax.Schedule:
             `num_steps`, then a 1-sqrt decay to `end_learning_rate` (Hägele et al. 2024)
     cosine  then a cosine decay to `end_learning_rate` at `num_steps`
     """
-    kind = train_cfg.get("schedule", "linear")
+    schedule = SCHEDULES.get(train_cfg.schedule)
+    ramp = optax.linear_schedule(0.0, train_cfg.learning_rate, max(train_cfg.warmup_steps, 1))
+    return schedule(train_cfg, ramp)
+
+
+@SCHEDULES.register("linear")
+def _linear(train_cfg, ramp) -> optax.Schedule:
     peak, end, total, warmup = (train_cfg.learning_rate, train_cfg.end_learning_rate, train_cfg.num_steps,
                                 train_cfg.warmup_steps)
-    ramp = optax.linear_schedule(0.0, peak, max(warmup, 1))
-    if kind == "linear":
-        decay = optax.linear_schedule(peak, end, max(total - warmup, 1))
-        return optax.join_schedules([ramp, decay], [warmup])
-    if kind == "cosine":
-        return optax.warmup_cosine_decay_schedule(0.0, peak, warmup, max(total, warmup + 1), end)
-    if kind == "wsd":
-        fraction = train_cfg.get("decay_fraction", 0.1)
-        if not 0 < fraction <= 1:
-            raise ValueError(f"config.train.decay_fraction={fraction} must be in (0, 1]")
-        decay_steps = max(int(round(fraction * total)), 1)
-        stable_until = max(total - decay_steps, warmup)
-        # 1-sqrt from the peak to `end`; optax's polynomial_schedule gives (1 - t/T)^p, not 1 - (t/T)^p.
-        sqrt_decay = lambda step: end + (peak - end) * (  # noqa: E731
-            1.0 - jnp.sqrt(jnp.clip(step / decay_steps, 0.0, 1.0)))
-        return optax.join_schedules([ramp, optax.constant_schedule(peak), sqrt_decay], [warmup, stable_until])
-    raise ValueError(f"config.train.schedule={kind!r}; expected one of {SCHEDULES}")
+    decay = optax.linear_schedule(peak, end, max(total - warmup, 1))
+    return optax.join_schedules([ramp, decay], [warmup])
+
+
+@SCHEDULES.register("wsd")
+def _warmup_stable_decay(train_cfg, ramp) -> optax.Schedule:
+    peak, end, total, warmup = (train_cfg.learning_rate, train_cfg.end_learning_rate, train_cfg.num_steps,
+                                train_cfg.warmup_steps)
+    fraction = train_cfg.decay_fraction
+    if not 0 < fraction <= 1:
+        raise ValueError(f"config.train.decay_fraction={fraction} must be in (0, 1]")
+    decay_steps = max(int(round(fraction * total)), 1)
+    stable_until = max(total - decay_steps, warmup)
+    # 1-sqrt from the peak to `end`; optax's polynomial_schedule gives (1 - t/T)^p, not 1 - (t/T)^p.
+    sqrt_decay = lambda step: end + (peak - end) * (  # noqa: E731
+        1.0 - jnp.sqrt(jnp.clip(step / decay_steps, 0.0, 1.0)))
+    return optax.join_schedules([ramp, optax.constant_schedule(peak), sqrt_decay], [warmup, stable_until])
+
+
+@SCHEDULES.register("cosine")
+def _cosine(train_cfg, ramp) -> optax.Schedule:
+    del ramp  # optax's warmup_cosine_decay_schedule holds the same warmup
+    peak, end, total, warmup = (train_cfg.learning_rate, train_cfg.end_learning_rate, train_cfg.num_steps,
+                                train_cfg.warmup_steps)
+    return optax.warmup_cosine_decay_schedule(0.0, peak, warmup, max(total, warmup + 1), end)
 
 
 def decay_mask(params):
@@ -93,14 +113,12 @@ def new_rows_first(warmup_steps: int, first_new_row: int) -> optax.GradientTrans
 
 
 def make_optimizer(train_cfg) -> optax.GradientTransformation:
-    if train_cfg.optimizer not in OPTIMIZERS:
-        raise ValueError(f"config.train.optimizer={train_cfg.optimizer!r}; expected one of {OPTIMIZERS}")
-    warmup_new_rows, first_new_row = train_cfg.get("new_rows_warmup_steps", 0), train_cfg.get("new_rows_start", 0)
+    make = OPTIMIZERS.get(train_cfg.optimizer)
+    warmup_new_rows, first_new_row = train_cfg.new_rows_warmup_steps, train_cfg.new_rows_start
     if warmup_new_rows and first_new_row <= 0:
         raise ValueError(f"config.train.new_rows_warmup_steps={warmup_new_rows} needs config.train.new_rows_start: "
                          f"the first new token id (extend-vocab's report gives it)")
     schedule = learning_rate_schedule(train_cfg)
-    make = optax.adamw if train_cfg.optimizer == "adamw" else optax.lamb
     opt = make(
         schedule, b1=train_cfg.b1, b2=train_cfg.b2, eps=train_cfg.eps,
         weight_decay=train_cfg.weight_decay, mask=decay_mask,

@@ -16,7 +16,7 @@ def prepare_run_tokenizer(config, workdir: str, teacher: teacher_lib.Teacher | N
     # A fresh run starting from HF weights (or taught by a teacher) uses the tokenizer those weights knew.
     weights_key, weights_tokenizer = (("config.init_from_hf", init_from_hf) if init_from_hf else
                                       ("config.distill.teacher", teacher.tokenizer_dir) if teacher else ("", ""))
-    if teacher is not None and config.data.tokenizer.get("path", ""):
+    if teacher is not None and config.data.tokenizer.path:
         weights_tokenizer = ""  # the configured tokenizer stays; check_vocabulary below compares it
 
     def write_tokenizer():  # copied or trained

@@ -56,7 +56,7 @@ def flat(tree, prefix="") -> dict:
 
 def declared(config) -> list[tuple[int, dict]]:
     """[(start, {config path: value})] of config.train.stages, checked: ValueError naming the stage and key."""
-    stages = config.train.get("stages", ()) or ()
+    stages = config.train.stages
     out, previous = [], 0
     for i, stage in enumerate(stages):
         changes = flat(stage)

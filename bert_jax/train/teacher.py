@@ -71,7 +71,7 @@ class Teacher:
 
 
 def enabled(config) -> bool:
-    return bool(config.get("distill") and config.distill.get("teacher", ""))
+    return bool(config.distill.teacher)
 
 
 def _fail(path: str, why: str) -> ValueError:

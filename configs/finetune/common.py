@@ -102,6 +102,8 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
 
     # GPU only: XLA's --xla_gpu_deterministic_ops, as in pre-training (configs/base.py).
     c.deterministic_gpu_ops = False
+    # TPU only: flags for the TPU compiler (LIBTPU_INIT_ARGS), as in pre-training (configs/base.py).
+    c.libtpu_init_args = ""
     # Multi-host, as in pre-training: each host feeds its share of every batch (bert_jax/run/harness.py).
     c.distributed = distributed.default_config()
     # One live run per workdir (bert_jax/run/lease.py): process 0 holds WORKDIR/LEASE with a heartbeat;
@@ -112,6 +114,7 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.logging.wandb_mode = "disabled"
     c.logging.wandb_project = "bert_jax"
     c.logging.wandb_run_name = ""
+    c.logging.wandb_group = ""  # runs in one wandb group, as in pre-training
     c.logging.tensorboard = False
     c.logging.plots = True
 

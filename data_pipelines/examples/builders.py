@@ -185,11 +185,11 @@ class PairBuilder:
                 return []
             # A random cut within the first target tokens: A is its head, B what follows (or a random B). One
             # pair: a second from the head's leftover would be a random B only, skewing the labels.
-            offsets = [0, int(rng.integers(1, min(len(ids), self.max_seq_length - 3))), len(ids)]
-            examples = list(itertools.islice(self._pairs(ids, offsets, rng), 1))
+            cut = [0, int(rng.integers(1, min(len(ids), self.max_seq_length - 3))), len(ids)]
+            examples = list(itertools.islice(self._pairs(ids, cut, rng), 1))
         else:
             examples = list(self._pairs(ids, offsets, rng))
-        self._remember(position, ids, offsets)
+        self._remember(position, ids, offsets)  # uncut, as `remember` rebuilds it on resume
         self.stats.examples += len(examples)
         return examples
 

@@ -36,7 +36,7 @@ class FileOrderFeed:
 
     Args:
       files: the source's files, sorted (documents.resolve_files).
-      read_file: (path, count_skips) -> the file's raw documents (readers.file_documents).
+      read_file: (path, count_skips) -> the file's raw documents (FileSource.file_documents).
       keep: corpus.file_document_id -> whether the document belongs to this split.
       tokenize: encode_ids.
       shuffle_seed: None visits the files in sorted order, one at a time (eval).

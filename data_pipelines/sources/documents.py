@@ -97,9 +97,8 @@ def open_random_access(data_cfg: ml_collections.ConfigDict, stats: SkipStats | N
     """
     source = source_of(data_cfg)
     if not isinstance(source, TableSource):
-        raise ValueError(
-            f"config.data.source={data_cfg.source!r} is a stream, not random access; read it with "
-            f"sources.iter_documents (random access: {tuple(n for n, c in SOURCES.items() if issubclass(c, TableSource))})"
-        )
+        by_index = tuple(name for name, kind in SOURCES.items() if issubclass(kind, TableSource))
+        raise ValueError(f"config.data.source={data_cfg.source!r} is a stream, not random access; read it with "
+                         f"sources.iter_documents (random access: {by_index})")
     source.check()
     return source.table(stats)

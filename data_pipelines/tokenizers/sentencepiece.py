@@ -15,10 +15,9 @@ from tokenizers import models, normalizers, pre_tokenizers
 
 from bert_jax.storage import paths
 from data_pipelines.tokenizers.kinds import (SENTENCEPIECE_FILE, TOKENIZER_FILE, SpecialTokens, Tokenizer,
-                                             TokenizerKind, add_pair_template, register_kind)
+                                             TokenizerKind, add_pair_template, get_kind, register_kind)
 
 SENTENCEPIECE_SPECIALS = SpecialTokens("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]")
-SENTENCEPIECE_KINDS = ("unigram", "sentencepiece_bpe")
 # SentencePiece skips sentences longer than this (its own default is 4192 bytes).
 _MAX_SENTENCE_BYTES = 16_384
 # SentencePiece's result depends on its thread count (per-thread float sums), so it is fixed
@@ -73,7 +72,7 @@ class SentencePieceTokenizer(Tokenizer):
 
     def save(self, directory: str) -> None:
         paths.write_atomically(paths.path(directory) / SENTENCEPIECE_FILE, self._proto)
-        if self.kind == "unigram":
+        if not self._bpe:
             # keep_accents: SentencePiece's own normalisation (in spiece.model) decides accents.
             self._write_config(directory, {"do_lower_case": self.lowercase, "keep_accents": True})
         else:
@@ -82,7 +81,12 @@ class SentencePieceTokenizer(Tokenizer):
             self._write_config(directory, {"do_lower_case": self.lowercase})
 
     def fast_tokenizer(self) -> tokenizers.Tokenizer | None:
-        return self._hf_bpe() if self.kind == "sentencepiece_bpe" else None
+        return self._hf_bpe() if self._bpe else None
+
+    @property
+    def _bpe(self) -> bool:
+        """A SentencePiece BPE model (else unigram): transformers reads it through a tokenizer.json of its own."""
+        return get_kind(self.kind).sentencepiece_model == "BPE"
 
     def _hf_bpe(self) -> tokenizers.Tokenizer:
         """This SentencePiece BPE as a `tokenizers` BPE: merges ranked by the merged piece's id.
@@ -135,15 +139,16 @@ def train_sentencepiece(
     carries it to every loader. The vocabulary may come out smaller than vocab_size on a
     small sample (hard_vocab_limit off) rather than failing.
     """
-    if kind not in SENTENCEPIECE_KINDS:
-        raise ValueError(f"kind={kind!r} is not a SentencePiece kind {SENTENCEPIECE_KINDS}")
+    model_type = get_kind(kind).sentencepiece_model.lower()  # "unigram" or "bpe"
+    if not model_type:
+        raise ValueError(f"kind={kind!r} is not a SentencePiece kind")
     specials = specials or SENTENCEPIECE_SPECIALS
     model = io.BytesIO()
     spm.set_random_generator_seed(_SENTENCEPIECE_SEED)  # Sampling and shuffles, if any apply.
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts),
         model_writer=model,
-        model_type="bpe" if kind == "sentencepiece_bpe" else "unigram",
+        model_type=model_type,
         vocab_size=vocab_size,
         hard_vocab_limit=False,
         pad_id=0,
