@@ -103,10 +103,12 @@ def validate_config(config, num_processes: int = 1) -> None:
     if family.validate_config is not None:
         family.validate_config(config)
     family.kernel_choice(m)  # an attention kernel this platform cannot run, or that cannot apply the dropout
-    if m.hidden_size % m.num_heads:
+    if m.num_heads < 1 or m.hidden_size % m.num_heads:
         raise ValueError(
             f"config.model.num_heads={m.num_heads} does not divide config.model.hidden_size={m.hidden_size}"
         )
+    if t.num_steps < 1:
+        raise ValueError(f"config.train.num_steps={t.num_steps} must be >= 1")
     optimizer.make_optimizer(t)  # config.train.optimizer and its keys
     optimizer.learning_rate_schedule(t)  # config.train.schedule and its keys
     if not 0 <= t.warmup_steps <= t.num_steps:
@@ -149,6 +151,8 @@ def _check_stage_keys(config, num_processes: int) -> None:
     """What a stage may change (bert_jax/train/stages.py STAGE_KEYS) and what depends on it: the sequence length,
     the masking and its budget, the batch split, the batch keys the objective trains on."""
     m, d, t = config.model, config.data, config.train
+    if d.max_seq_length < 5:
+        raise ValueError(f"config.data.max_seq_length={d.max_seq_length} must be >= 5: a row holds [CLS] A [SEP] B [SEP]")
     if d.max_seq_length > m.max_position_embeddings:
         raise ValueError(
             f"config.data.max_seq_length={d.max_seq_length} exceeds "
@@ -156,6 +160,8 @@ def _check_stage_keys(config, num_processes: int) -> None:
         )
     masking.MaskingSpec.from_config(d).validate()  # the masking mode and mask_rate, before the budget they derive
     check_mask_budget(d)
+    if t.global_batch_size < 1:
+        raise ValueError(f"config.train.global_batch_size={t.global_batch_size} must be >= 1")
     if t.grad_accum_steps < 1 or t.global_batch_size % t.grad_accum_steps:
         raise ValueError(
             f"config.train.grad_accum_steps={t.grad_accum_steps} must divide "
