@@ -133,6 +133,12 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.eps = 1e-6
     c.train.weight_decay = 0.01
     c.train.max_grad_norm = 1.0
+    # Adam's moments over one flattened buffer (optax.flatten) rather than per leaf: the same numbers in a few
+    # large kernels; replicated, so for one-device runs (bert_jax/train/optimizer.py, docs/results/gpu.md).
+    c.train.flat_moments = False
+    # The PRNG dropout draws from (bert_jax/train/step.py): threefry (the default: the same masks on any
+    # sharding) | rbg | unsafe_rbg (cheaper bits on GPUs; masks of the same statistics, not the same masks).
+    c.train.dropout_prng = "threefry"
     c.train.log_every_steps = 100
     c.train.eval_every_steps = 10_000
     c.train.nan_policy = "stop"  # stop: raise with the step number

@@ -89,8 +89,9 @@ SHOW_CONFIG = [
      "--config.data.mixture.books.fraction=0.5"],
     # A mixture from overrides alone, on a config that defines none.
     ["show-config", "--config=configs/tiny.py", "--config.data.mixture.a.source=text",
-     "--config.data.mixture.a.path=README.md", "--config.data.mixture.a.weight=0.7", "--config.data.mixture.b.source=text",
-     "--config.data.mixture.b.path=pyproject.toml", "--config.data.mixture.b.weight=0.3"],
+     "--config.data.mixture.a.path=README.md", "--config.data.mixture.a.weight=0.7",
+     "--config.data.mixture.b.source=text", "--config.data.mixture.b.path=pyproject.toml",
+     "--config.data.mixture.b.weight=0.3"],
     ["show-config", "--config=configs/tiny.py:two_stage"],
 ]
 

@@ -27,7 +27,7 @@ def read_splits(data_cfg, task_cfg) -> dict[str, Split]:
     task = get_task(task_cfg.kind)
     out = {}
     for name in ("train", "validation", "test"):
-        source = data_cfg.get(name, "")
+        source = data_cfg[name]
         if source:
             rows, skipped = task.read(data_cfg, task_cfg, name, source)
             out[name] = Split(name, source, rows, skipped)

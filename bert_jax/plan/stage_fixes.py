@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
+
 from bert_jax.plan import plan_search
 from bert_jax.plan.stage_plans import GIB, StagePlan, StagePlanner, Step
 
@@ -76,12 +78,14 @@ def _accumulation(planner, stage_plan, later_stages, tried) -> tuple[Fix | None,
         if compiles == ACCUMULATION_COMPILES:
             break
         accum = step.per_device // micro
-        candidate = planner.step(_with(step.config, {"train.grad_accum_steps": accum}))
+        change = _accumulation_change(stage_plan, accum, later_stages)
+        candidate = _compiled(planner, step, {"train.grad_accum_steps": accum}, change, tried)
         compiles += 1
+        if candidate is None:
+            continue  # the compiler failed on this one (out of on-chip vmem, say): says nothing of memory
         if candidate.verdict.fits:
-            return Fix(_accumulation_change(stage_plan, accum, later_stages), f"stage {stage_plan.stage.index}",
-                       candidate), bound
-        tried.append(f"grad_accum_steps={accum} ({micro} per device): {_need(candidate)}")
+            return Fix(change, f"stage {stage_plan.stage.index}", candidate), bound
+        tried.append(f"grad_accum_steps={accum} ({micro} per {planner.judge.unit}): {_need(candidate)}")
         bound = min(bound, candidate.verdict.largest_micro_batch(micro))
     return None, bound
 
@@ -95,15 +99,24 @@ def _accumulation_change(stage_plan: StagePlan, accum: int, later_stages: bool) 
 
 
 def _confirmed(planner, step: Step, overrides: dict, change: str, scope: str, tried: list) -> list[Fix]:
-    try:
-        candidate = planner.step(_with(step.config, overrides))
-    except ValueError as e:  # a change this model or mesh cannot take (heads over a tensor axis, say): not a fix
-        tried.append(f"{change}: {str(e).splitlines()[0]}")
+    candidate = _compiled(planner, step, overrides, change, tried)
+    if candidate is None:
         return []
     if candidate.verdict.fits:
         return [Fix(change, scope, candidate)]
     tried.append(f"{change}: {_need(candidate)}")
     return []
+
+
+def _compiled(planner, step: Step, overrides: dict, change: str, tried: list) -> Step | None:
+    """step with overrides, compiled and judged; None (and why, in `tried`) where the change cannot be built or
+    compiled: a mesh the model does not split over, or the TPU compiler out of on-chip vmem, as plan_search's
+    candidates."""
+    try:
+        return planner.step(_with(step.config, overrides))
+    except (ValueError, jax.errors.JaxRuntimeError) as e:
+        tried.append(f"{change}: {str(e).strip().splitlines()[0][:200]}")
+        return None
 
 
 def _need(step: Step) -> str:
@@ -120,24 +133,25 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def describe(fixes_: Fixes, stage_plan: StagePlan) -> list[str]:
-    """Markdown bullets: each change that fits, then the per-device batch that can, and what did not fit."""
+def describe(fixes_: Fixes, stage_plan: StagePlan, unit: str = "device") -> list[str]:
+    """Markdown bullets: each change that fits, then the per-device batch that can, and what did not fit (`unit`:
+    "chip" for a TPU slice)."""
     step = stage_plan.step
     lines = []
     for fix in fixes_.found:
         s = fix.step
-        lines.append(f"- `{fix.change}` ({fix.scope}): {s.micro_batch} sequences per device per micro-batch, "
+        lines.append(f"- `{fix.change}` ({fix.scope}): {s.micro_batch} sequences per {unit} per micro-batch, "
                      f"peak {s.verdict.needed_bytes / GIB:.2f} GiB: **{s.verdict.word}**")
     largest, batch = fixes_.largest_micro_batch, step.config.train.global_batch_size
     if largest >= 1:
         devices = min(d for d in _divisors(batch) if batch // d <= largest)
-        lines.append(f"- a smaller per-device batch: at most {largest} sequences per device per micro-batch can fit at "
-                     f"these shapes (now {step.micro_batch}): the global batch {batch} over {devices} devices or more, "
+        lines.append(f"- a smaller per-{unit} batch: at most {largest} sequences per {unit} per micro-batch can fit at "
+                     f"these shapes (now {step.micro_batch}): the global batch {batch} over {devices} {unit}s or more, "
                      f"or a global batch of at most {largest * step.shards} over {step.shards} "
-                     f"device{'s' if step.shards > 1 else ''}")
+                     f"{unit}{'s' if step.shards > 1 else ''}")
     else:
-        lines.append(f"- not even one sequence per device per micro-batch can fit at these shapes "
-                     f"(seq {step.config.data.max_seq_length}): a device with more memory, or a shorter sequence")
+        lines.append(f"- not even one sequence per {unit} per micro-batch can fit at these shapes "
+                     f"(seq {step.config.data.max_seq_length}): a {unit} with more memory, or a shorter sequence")
     if fixes_.tried:
         lines.append("- compiled and did not fit: " + "; ".join(fixes_.tried))
     return lines

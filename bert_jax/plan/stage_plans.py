@@ -73,6 +73,10 @@ class Judge:
         return self.tpu_slice is not None or self.usable_gib > 0
 
     @property
+    def unit(self) -> str:
+        return "chip" if self.tpu_slice is not None else "device"
+
+    @property
     def device(self) -> str:
         if self.tpu_slice is not None:
             return self.tpu_slice.label
@@ -93,7 +97,8 @@ class Judge:
 
     @staticmethod
     def refusal(refused: compiled_plan.DoesNotFit) -> Verdict:
-        return Verdict(DOES_NOT_FIT, str(refused), refused.needed_gib * GIB, refused.available_gib * GIB)
+        explanation = str(refused).removeprefix(f"{DOES_NOT_FIT}: ")
+        return Verdict(DOES_NOT_FIT, explanation, refused.needed_gib * GIB, refused.available_gib * GIB)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,13 +154,14 @@ class StagePlanner:
 
     def __init__(self, judge: Judge, cache: dict | None = None):
         self.judge = judge
-        self.cache = {} if cache is None else cache  # config JSON -> (plan or DoesNotFit, formula FLOPs, params, shards)
+        # (compiler target, config JSON) -> (plan or DoesNotFit, formula FLOPs, parameters, shards)
+        self.cache = {} if cache is None else cache
 
     def step(self, config, count_flops: bool = False) -> Step:
         """config's step, compiled unless it was. count_flops: a fitting TPU step gets every loop's FLOPs counted
         (bert_jax/plan/compiled_plan.py, more compiles): what its roofline needs; memory does not."""
         config = step_config(config)
-        key = _key(config)
+        key = (self.judge.tpu_slice.label if self.judge.tpu_slice else "cpu", _key(config))
         if key not in self.cache:
             self.cache[key] = self._compile(config)
         plan, flops, params, shards = self.cache[key]
@@ -163,7 +169,11 @@ class StagePlanner:
             return Step(config, None, self.judge.refusal(plan), flops, params, shards)
         verdict = self.judge.verdict(plan)
         if count_flops and verdict.fits and compiled_plan.counting_needed(plan, config):
-            plan, _ = compiled_plan.count_every_layer(plan, config)
+            try:
+                plan, _ = compiled_plan.count_every_layer(plan, config)
+            except compiled_plan.DoesNotFit as e:  # the step fits; a variant compiled only to count FLOPs did not
+                plan = dataclasses.replace(plan, layers_counted=f"FLOPs count each loop's body once (too low): the "
+                                           f"compile that counts every layer was refused for memory ({e})")
             self.cache[key] = (plan, flops, params, shards)
         return Step(config, plan, verdict, flops, params, shards)
 

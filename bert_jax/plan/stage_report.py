@@ -26,7 +26,7 @@ def report(planner: StagePlanner, stage_plans: list[StagePlan], target: str = ""
     if first is not None:
         lines += ["## parameters (the model is the run's: the same in every stage)", "",
                   compiled_plan.format_params(first, max_rows), ""]
-    lines += ["## the run", "", *_table(stage_plans, judge.judges), "", FLOPS_FORMULA, ""]
+    lines += ["## the run", "", *_table(stage_plans, judge.judges, judge.unit), "", FLOPS_FORMULA, ""]
     if not judge.judges:
         devices = first.num_devices if first else "the"
         lines.append(f"No verdict: these peaks are the XLA CPU compiler's, for {devices} simulated CPU devices. "
@@ -39,7 +39,8 @@ def report(planner: StagePlanner, stage_plans: list[StagePlan], target: str = ""
     for sp in stage_plans:
         if not sp.step.verdict.fits:
             found = stage_fixes.fixes(planner, sp, later_stages=sp is not stage_plans[-1])
-            lines += ["", f"What would make {sp.label} fit (each compiled):", *stage_fixes.describe(found, sp)]
+            lines += ["", f"What would make {sp.label} fit (each compiled):",
+                      *stage_fixes.describe(found, sp, judge.unit)]
     ok = SEVERITY[decider.step.verdict.word] < SEVERITY[DOES_NOT_FIT]
     if ok and judge.tpu_slice is not None:
         lines.append(run_length.format_run_length([
@@ -57,8 +58,7 @@ def _details(sp: StagePlan, judge, target: str) -> str:
     return compiled_plan.format_plan(step.plan, target, judge.hbm_gib, param_table=False)
 
 
-def _table(stage_plans: list[StagePlan], judged: bool) -> list[str]:
-    unit = "chip" if stage_plans[0].step.plan is None or stage_plans[0].step.plan.tpu_slice else "device"
+def _table(stage_plans: list[StagePlan], judged: bool, unit: str) -> list[str]:
     lines = [f"| stage | steps | seq | global batch | per {unit} (micro-batch x grad_accum_steps) | parameters | "
              f"FLOPs per step | peak per {unit} (GiB) | verdict |", "|---|---|---|---|---|---|---|---|---|"]
     for sp in stage_plans:

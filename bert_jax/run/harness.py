@@ -135,6 +135,7 @@ class Program:
     init: Callable[[], Any]  # the state a fresh run starts from (pre-trained weights in), initialised on its shards
     # The steps' `frozen` input, params they read and never train (a distillation teacher's), on their shards:
     # read on the first call, the same arrays after; {} without. Never part of the state, so never checkpointed.
+    # The harness calls it first, outside the mesh context (a workdir's checkpoint restores outside one).
     load_frozen: Callable[[], Any] = dict
 
 
@@ -192,6 +193,8 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
     manager = ckpt.make_manager(paths.absolute(Workdir(workdir).checkpoints), config.checkpoint)
     writer = None
     try:
+        # Outside the mesh context, as the planner or a bench would read them; first, as `init` may read them too.
+        frozen = program.load_frozen()
         state = restore_or_init(program, batches, manager)
         start = int(state.step)
         outcome = Outcome(state, start, start)
@@ -200,7 +203,6 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
             logging.info("the checkpoint is already at step %d: nothing to train", start)
         nan_policy = config.train.nan_policy
         with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules), PreemptionWatch() as watch:
-            frozen = program.load_frozen()
             hooks.started(start, state, writer)
             pending = []
             evaluated = saved = start  # the last steps evaluated and saved (the start needs neither)

@@ -100,13 +100,13 @@ def validate_config(config, num_processes: int = 1) -> None:
     every stage. Raises ValueError naming the key."""
     m, t = config.model, config.train
     family = get_family(m.family)  # unknown family: lists the known ones
-    if family.validate_config is not None:
-        family.validate_config(config)
-    family.kernel_choice(m)  # an attention kernel this platform cannot run, or that cannot apply the dropout
     if m.num_heads < 1 or m.hidden_size % m.num_heads:
         raise ValueError(
             f"config.model.num_heads={m.num_heads} does not divide config.model.hidden_size={m.hidden_size}"
         )
+    if family.validate_config is not None:
+        family.validate_config(config)
+    family.kernel_choice(m)  # an attention kernel this platform cannot run, or that cannot apply the dropout
     if t.num_steps < 1:
         raise ValueError(f"config.train.num_steps={t.num_steps} must be >= 1")
     optimizer.make_optimizer(t)  # config.train.optimizer and its keys
@@ -152,7 +152,8 @@ def _check_stage_keys(config, num_processes: int) -> None:
     the masking and its budget, the batch split, the batch keys the objective trains on."""
     m, d, t = config.model, config.data, config.train
     if d.max_seq_length < 5:
-        raise ValueError(f"config.data.max_seq_length={d.max_seq_length} must be >= 5: a row holds [CLS] A [SEP] B [SEP]")
+        raise ValueError(f"config.data.max_seq_length={d.max_seq_length} must be >= 5: a row holds "
+                         f"[CLS] A [SEP] B [SEP]")
     if d.max_seq_length > m.max_position_embeddings:
         raise ValueError(
             f"config.data.max_seq_length={d.max_seq_length} exceeds "

@@ -8,10 +8,34 @@ import optax
 
 from bert_jax.registry import Registry
 
-# config.train.optimizer -> the optax optimizer it names.
+# config.train.optimizer -> (schedule, b1, b2, eps, weight_decay, mask, flat_moments) -> the optimizer it names.
 OPTIMIZERS: Registry = Registry("config.train.optimizer", "optimizers")
-OPTIMIZERS.register("adamw", optax.adamw)
-OPTIMIZERS.register("lamb", optax.lamb)
+
+
+def adam_moments(b1: float, b2: float, eps: float, flat: bool) -> optax.GradientTransformation:
+    """Adam's moment update, per parameter leaf or (`flat`, config.train.flat_moments) over one buffer.
+
+    Per leaf, the update is a few small elementwise kernels for each of ~200 leaves (BERT-base); over one
+    raveled buffer (optax.flatten) it is a few large ones, plus a concatenate and slices. Adam is
+    elementwise, so the two give the same numbers; the flat moments carry no logical axis names, so they
+    are replicated on every device: a variant for one-device GPU runs (docs/results/gpu.md).
+    """
+    moments = optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
+    return optax.flatten(moments) if flat else moments
+
+
+@OPTIMIZERS.register("adamw")
+def adamw(schedule, b1, b2, eps, weight_decay, mask, flat_moments=False) -> optax.GradientTransformation:
+    """optax.adamw's chain, with the moments per leaf or flat."""
+    return optax.chain(adam_moments(b1, b2, eps, flat_moments), optax.add_decayed_weights(weight_decay, mask),
+                       optax.scale_by_learning_rate(schedule))
+
+
+@OPTIMIZERS.register("lamb")
+def lamb(schedule, b1, b2, eps, weight_decay, mask, flat_moments=False) -> optax.GradientTransformation:
+    """optax.lamb's chain (the trust ratio stays per leaf), with the moments per leaf or flat."""
+    return optax.chain(adam_moments(b1, b2, eps, flat_moments), optax.add_decayed_weights(weight_decay, mask),
+                       optax.scale_by_trust_ratio(), optax.scale_by_learning_rate(schedule))
 
 # config.train.schedule -> (train_cfg, warmup ramp) -> the schedule; each starts with a linear warmup from 0 to the
 # peak over `warmup_steps` (the ramp).
@@ -121,7 +145,7 @@ def make_optimizer(train_cfg) -> optax.GradientTransformation:
     schedule = learning_rate_schedule(train_cfg)
     opt = make(
         schedule, b1=train_cfg.b1, b2=train_cfg.b2, eps=train_cfg.eps,
-        weight_decay=train_cfg.weight_decay, mask=decay_mask,
+        weight_decay=train_cfg.weight_decay, mask=decay_mask, flat_moments=bool(train_cfg.get("flat_moments", False)),
     )
     if warmup_new_rows:
         opt = optax.chain(opt, new_rows_first(warmup_new_rows, first_new_row))

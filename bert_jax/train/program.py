@@ -107,7 +107,8 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
         abstract_frozen, frozen_shardings = teacher.abstract_params(config.data, mesh, rules)
         check_divisible(abstract_frozen, frozen_shardings, _DIVISIBILITY_HINT)
     train_step = jax.jit(
-        make_train_step(model, objective, tx, config.train.grad_accum_steps, frozen_model),
+        make_train_step(model, objective, tx, config.train.grad_accum_steps, frozen_model,
+                        config.train.dropout_prng),
         in_shardings=(shardings, data_sharding, frozen_shardings), out_shardings=(shardings, None), donate_argnums=0,
         compiler_options=options,
     )

@@ -1,1 +1,2 @@
-"""Prepared corpora: tokenized documents in ArrayRecord shards and a manifest, written locally or on Beam."""
+"""Preparing corpora: tokenized documents written into ArrayRecord shards and a manifest (their format:
+sources/prepared.py), locally or on Beam."""

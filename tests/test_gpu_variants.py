@@ -1,0 +1,141 @@
+"""The GPU speed variants of issue 54, each a config key, pinned on the CPU at micro shapes.
+
+Every variant must train the same numbers as the default (or, for a PRNG change, draw masks of the
+same statistics), so that a faster variant measured on a GPU (bench/accelerator_throughput.py
+--jax_variants, bench/gpu_variants.sh) can become a default without changing what is learnt.
+"""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from bert_jax import UserError
+from bert_jax.families import get_family
+from bert_jax.models.attention import building_for, choose_kernel
+from bert_jax.train.optimizer import make_optimizer
+from bert_jax.train.state import make_init_fn
+from bert_jax.train.step import DROPOUT_PRNGS, make_train_step, model_rngs
+from tests.conftest import random_batch, small_model_config
+
+DATA = ml_collections.ConfigDict(dict(max_seq_length=16, max_predictions_per_seq=5, example_builder="nsp"))
+
+
+def train_config(**overrides):
+    cfg = dict(optimizer="adamw", learning_rate=1e-3, warmup_steps=2, num_steps=20, end_learning_rate=0.0,
+               b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, max_grad_norm=1.0, schedule="linear",
+               new_rows_warmup_steps=0, new_rows_start=0)
+    cfg.update(overrides)
+    return ml_collections.ConfigDict(cfg)
+
+
+def losses(model_overrides=None, steps=3, dropout_prng="threefry", **train_overrides) -> np.ndarray:
+    """The losses of `steps` train steps of a 2-layer BERT from seed 0 on fixed batches (dropout on)."""
+    family = get_family("bert")
+    model = family.build_model(small_model_config(**(model_overrides or {})))
+    tx = make_optimizer(train_config(**train_overrides))
+    state = jax.jit(make_init_fn(model, tx, DATA, seed=0))()
+    step = jax.jit(make_train_step(model, family.objective, tx, 1, dropout_prng=dropout_prng))
+    out = []
+    for i in range(steps):
+        state, metrics = step(state, random_batch(i))
+        out.append(float(metrics["loss"]))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "lamb"])
+def test_flat_moments_give_the_per_leaf_updates(optimizer):
+    """config.train.flat_moments: Adam over one raveled buffer is elementwise the same update."""
+    rng = np.random.default_rng(0)
+    params = {"dense": {"kernel": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32),
+                        "bias": jnp.asarray(rng.normal(size=(3,)), jnp.float32)},
+              "norm": {"scale": jnp.ones((3,), jnp.float32)}}
+    txs = [make_optimizer(train_config(optimizer=optimizer, flat_moments=flat)) for flat in (False, True)]
+    states = [tx.init(params) for tx in txs]
+    assert jax.tree.leaves(states[1][1][0].mu)[0].shape == (4 * 3 + 3 + 3,)  # one buffer (after the clip)
+    for i in range(3):
+        grads = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), p.dtype), params)
+        out = []
+        for k, tx in enumerate(txs):
+            updates, states[k] = tx.update(grads, states[k], params)
+            out.append(updates)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9), *out)
+
+
+def test_flat_moments_train_the_same_losses():
+    np.testing.assert_allclose(losses(flat_moments=True), losses(), rtol=1e-5)
+
+
+def test_scan_unroll_trains_the_same_losses():
+    """config.model.scan_unroll (2, or every layer) changes the compiled loop, not the dropout masks or the math."""
+    default = losses()
+    for unroll in (2, 4):
+        np.testing.assert_allclose(losses({"scan_unroll": unroll}), default, rtol=1e-5)
+
+
+def test_unrolled_stack_trains_the_same_losses_without_dropout():
+    """scan_layers=False names each layer's params (and dropout rngs) apart: without dropout, the same losses."""
+    no_dropout = {"dropout_rate": 0.0, "attention_dropout_rate": 0.0}
+    scanned = losses({**no_dropout, "scan_layers": True})
+    unrolled = losses({**no_dropout, "scan_layers": False})
+    # Same init? The unrolled params are drawn under other names; compare each against its own restart instead.
+    np.testing.assert_allclose(unrolled, losses({**no_dropout, "scan_layers": False}), rtol=0)
+    assert np.all(np.isfinite(scanned)) and abs(scanned[0] - unrolled[0]) < 0.05 * scanned[0]
+
+
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
+def test_rbg_dropout_keeps_the_rate_and_follows_from_the_key(impl):
+    """config.train.dropout_prng: other masks than threefry's, the same keep rate, the same masks for the same key."""
+    key = jax.random.key(3)
+
+    def keep_mask(k):
+        rngs = model_rngs(k, impl)
+        return nn.Dropout(0.1).apply({}, jnp.ones((256, 256)), deterministic=False, rngs=rngs) != 0
+
+    mask = keep_mask(key)
+    assert abs(float(mask.mean()) - 0.9) < 0.005  # 65,536 draws: the standard error is 0.0012
+    assert bool(jnp.all(mask == keep_mask(key)))
+    threefry = nn.Dropout(0.1).apply({}, jnp.ones((256, 256)), deterministic=False, rngs=model_rngs(key)) != 0
+    assert not bool(jnp.all(mask == threefry))
+    assert jax.random.key_impl(model_rngs(key, impl)["dropout"]) == jax.random.key_impl(jax.random.key(0, impl=impl))
+
+
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
+def test_rbg_dropout_trains_like_threefry(impl):
+    """Other masks, so other losses, but of the same size; and a run repeats bit for bit."""
+    theirs, ours = losses(dropout_prng="threefry"), losses(dropout_prng=impl)
+    np.testing.assert_array_equal(ours, losses(dropout_prng=impl))
+    np.testing.assert_allclose(ours, theirs, rtol=0.05)
+
+
+def test_unknown_dropout_prng_fails_naming_the_key_and_the_choices():
+    with pytest.raises(UserError, match=r"config.train.dropout_prng='philox' is not a PRNG; known: threefry, rbg"):
+        losses(dropout_prng="philox")
+    assert DROPOUT_PRNGS[0] == "threefry"
+
+
+def modernbert_config(**overrides):
+    from bert_jax.configs import modernbert_base
+
+    m = modernbert_base.get_config().model
+    m.update(dict(attention_dropout_rate=0.0, dtype="bfloat16"), **overrides)
+    return m
+
+
+def test_modernbert_local_layers_take_xla_attention_on_a_gpu():
+    """jax 0.10's cuDNN attention takes only a causal (left) window: ModernBERT's bidirectional local window
+    cannot go through it, so `auto` picks xla on a GPU and `cudnn` is refused naming the key."""
+    family = get_family("modernbert")
+    with building_for("gpu"):
+        choice = family.kernel_choice(modernbert_config())
+        assert choice.impl == "xla" and "window" in choice.reason
+        with pytest.raises(ValueError, match=r"attention_impl='cudnn' cannot apply this model's sliding window"):
+            family.kernel_choice(modernbert_config(attention_impl="cudnn"))
+
+
+def test_cudnn_on_the_cpu_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"attention_impl='cudnn' needs an NVIDIA GPU") as refused:
+        choose_kernel(small_model_config(attention_impl="cudnn", dtype="bfloat16", attention_dropout_rate=0.0),
+                      platform="cpu")
+    assert "\n" not in str(refused.value)
