@@ -5,6 +5,10 @@ flag gives a verdict; bad flags are one-line user errors.
 In this process (one CPU device): a 1-layer model in two stages, seq 16 then 64, compiles in seconds; the judged
 planner reuses the plain one's compiles.
 """
+import os
+import subprocess
+import sys
+
 import pytest
 
 import bert_jax.configs.tiny
@@ -129,3 +133,21 @@ def test_good_plan_flags_name_the_device_kind_to_judge_on():
     assert check_flags(**{**given, "gpu": "h100"}) == "h100"
     assert check_flags(**{**given, "target": "tpu_v4"}) == "tpu_v4"
     assert check_flags(**{**given, "tpu": "v5e-4", "search": True}) == ""
+
+
+@pytest.mark.slow
+def test_bert_base_on_one_h100_names_its_seq_512_stage_as_not_fitting():
+    """Issue 50's acceptance: the plan once said "fits with margin" (39.5 GiB, seq 128) for a run whose phase 2 at
+    seq 512 (183 GiB) runs out of memory 90 % of the way in."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-m", "bert_jax.commands.plan", "--config=configs/bert_base.py", "--gpu=h100",
+                           "--num_devices=1", "--max_param_rows=1"], cwd=repo, capture_output=True, text=True,
+                          timeout=3600, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    out = proc.stdout
+    print(out[out.find("## the run"):])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "| 0 | 1-900,000 | 128 | 256 | 256 (256 x 1) |" in out and "| fits with margin |" in out
+    assert "| 1 | 900,001-1,000,000 | 512 | 256 | 256 (256 x 1) |" in out
+    assert ("**does not fit**: stage 1 (steps 900,001-1,000,000, seq 512, batch 256) does not fit NVIDIA H100 80GB"
+            in out)
+    assert "in config.train.stages[0]` (stage 1)" in out  # its own grad_accum_steps, compiled to fit

@@ -2,6 +2,7 @@
 
     OUT/battery.json                    what was asked: the checkpoint, the suite, its tasks and seeds
     OUT/data/<task>/{train,dev}.jsonl   each task's rows as read and checked (the runs read these)
+    OUT/data/<task>/sample.json         how they were drawn: the file, its rows, the cap, the seed, the label counts
     OUT/runs/<task>/lr=<lr>/seed=<s>/   one fine-tuning run each (bert_jax/finetune/run.py), DONE when finished
     OUT/scoreboard.{json,csv,md,png}    bert_jax/finetune/scoreboard.py, once every run is done
 
@@ -24,6 +25,7 @@ import jax
 import numpy as np
 from absl import logging
 
+from bert_jax import UserError
 from bert_jax.finetune import data, init_from, scoreboard
 from bert_jax.finetune.tasks import get_task
 from bert_jax.parallel import distributed
@@ -36,7 +38,8 @@ METRICS = ("accuracy", "f1", "macro_f1", "matthews", "pearson", "spearman")
 TEXT_FIELDS = ("text_a", "text_b")  # the columns of OUT/data's JSONL, whatever the source called them
 TASK_KEYS = ("dir", "train", "dev", "columns", "text_fields", "label_field", "labels", "metric", "tfds",
              "tfds_fields", "tfds_dev", "tfds_labels", "init_from_task", "learning_rates", "max_train_rows",
-             "max_dev_rows", "finetune")
+             "max_dev_rows", "sample_seed", "finetune")
+SAMPLE_FILE = "sample.json"  # in OUT/data/<task>/
 
 
 @dataclasses.dataclass
@@ -46,6 +49,7 @@ class TaskData:
     dev: list[dict]
     sources: dict[str, str]  # split -> the file (or TFDS split) it came from
     skipped: collections.Counter
+    samples: dict[str, dict] = dataclasses.field(default_factory=dict)  # split -> how its rows were drawn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,11 +175,46 @@ def _checked(records: list[dict], spec, name: str, source: str, from_tfds: bool,
     return rows
 
 
+def sample_rows(rows: list[dict], cap: int, seed: int, stratified: bool) -> list[dict]:
+    """At most `cap` of `rows`, drawn from the whole list by `seed` (stratified: each label keeps its share, by
+    largest remainder, and at least one row), in the order the file has them.
+
+    Not the head of the file: exported datasets are often sorted by label, and their first 1,000 rows then hold
+    one class, which no model can learn from or be scored on.
+    """
+    if not cap or len(rows) <= cap:
+        return rows
+    rng = np.random.default_rng(seed)
+    if not stratified:
+        return [rows[i] for i in sorted(rng.choice(len(rows), cap, replace=False))]
+    by_label: dict[str, list[int]] = collections.defaultdict(list)
+    for i, row in enumerate(rows):
+        by_label[row["label"]].append(i)
+    labels = sorted(by_label)
+    share = np.array([len(by_label[k]) for k in labels]) * cap / len(rows)
+    take = np.minimum(np.maximum(np.floor(share).astype(int), 1), [len(by_label[k]) for k in labels])
+    for j in np.argsort(-(share - np.floor(share)), kind="stable"):  # largest remainders first, until the cap
+        if take.sum() >= cap:
+            break
+        take[j] += take[j] < len(by_label[labels[j]])
+    while take.sum() > cap:  # a cap below the number of labels: the most common labels give way
+        take[int(np.argmax(take))] -= 1
+    chosen = [i for k, n in zip(labels, take) for i in rng.choice(by_label[k], n, replace=False)]
+    return [rows[i] for i in sorted(chosen)]
+
+
+def label_counts(rows: list[dict]) -> dict[str, int]:
+    return dict(sorted(collections.Counter(str(r["label"]) for r in rows).items()))
+
+
 def read_task(suite, name: str, glue_dir: str = "", tfds_data_dir: str = "") -> TaskData:
-    """Task `name`'s train and dev rows from --glue_dir's layout (or TFDS), checked."""
+    """Task `name`'s train and dev rows from --glue_dir's layout (or TFDS), checked; a split capped by
+    tasks.<name>.max_<split>_rows is a seeded sample of the whole file (`sample_rows`). A classification split
+    whose rows hold one label fails: a run on it scores chance, whatever the model."""
     spec = suite.tasks[name]
+    stratified = get_task(spec.finetune.task.kind).has_labels(spec.finetune.task)
     skipped = collections.Counter()
-    out, sources = {}, {}
+    out, sources, samples = {}, {}, {}
     for split in ("train", "dev"):
         if glue_dir:
             folder = paths.path(glue_dir) / spec.dir
@@ -190,16 +229,26 @@ def read_task(suite, name: str, glue_dir: str = "", tfds_data_dir: str = "") -> 
             records = _tfds(spec, tfds_split, tfds_data_dir, name)
         rows = _checked(records, spec, name, source, from_tfds, skipped)
         cap = spec[f"max_{split}_rows"]
-        if cap and len(rows) > cap:  # a short task (the smoke suite, the probe): the first rows, as the file has them
-            logging.info("task %s: the first %d of %d %s rows (tasks.%s.max_%s_rows)", name, cap, len(rows), split,
+        kept = sample_rows(rows, cap, spec.sample_seed, stratified)
+        samples[split] = {"source": source, "rows": len(rows), "kept": len(kept),
+                          f"max_{split}_rows": cap, "sample_seed": spec.sample_seed if len(kept) < len(rows) else None,
+                          "stratified_by_label": stratified and len(kept) < len(rows)}
+        if stratified:
+            samples[split].update(label_counts=label_counts(kept), file_label_counts=label_counts(rows))
+            if len(samples[split]["label_counts"]) < 2:
+                capped = f"tasks.{name}.max_{split}_rows={cap}, {len(rows)} rows" if cap else "all its rows"
+                raise UserError(f"{source}: the {split} rows of task {name} hold one label "
+                                f"{samples[split]['label_counts']} ({capped}); a run on them can only score "
+                                f"chance: give a file with every label")
+        if len(kept) < len(rows):
+            logging.info("task %s: %d of %d %s rows, a sample by seed %d%s (tasks.%s.max_%s_rows)", name,
+                         len(kept), len(rows), split, spec.sample_seed, ", stratified by label" if stratified else "",
                          name, split)
-            rows = rows[:cap]
-        out[split] = rows
-        sources[split] = source
+        out[split], sources[split] = kept, source
     if skipped:
         logging.warning("task %s: skipped %d row(s): %s", name, sum(skipped.values()),
                         ", ".join(f"{k}: {v}" for k, v in skipped.most_common()))
-    return TaskData(out["train"], out["dev"], sources, skipped)
+    return TaskData(out["train"], out["dev"], sources, skipped, samples)
 
 
 # --- the runs ---------------------------------------------------------------------------------------------------
@@ -224,11 +273,13 @@ def data_files(out: str, name: str) -> dict[str, str]:
 
 
 def write_data(out: str, task_data: dict[str, TaskData]) -> None:
-    """OUT/data/<task>/{train,dev}.jsonl: each task's checked rows, which its runs read (process 0 writes them)."""
+    """OUT/data/<task>/{train,dev}.jsonl: each task's checked rows, which its runs read, and sample.json, how they
+    were drawn (process 0 writes them)."""
     for name, d in task_data.items():
         files = data_files(out, name)
         for split, rows in (("train", d.train), ("dev", d.dev)):
             paths.write_atomically(files[split], "".join(json.dumps(r) + "\n" for r in rows))
+        paths.write_atomically(paths.path(out) / "data" / name / SAMPLE_FILE, json.dumps(d.samples, indent=2))
 
 
 def finished_result(workdir: str) -> dict | None:

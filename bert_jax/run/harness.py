@@ -193,7 +193,7 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
     manager = ckpt.make_manager(paths.absolute(Workdir(workdir).checkpoints), config.checkpoint)
     writer = None
     try:
-        # Outside the mesh context, as the planner or a bench would read them; first, as `init` may read them too.
+        # First and outside the mesh context: a teacher's checkpoint restores outside one, and `init` may reuse it.
         frozen = program.load_frozen()
         state = restore_or_init(program, batches, manager)
         start = int(state.step)
