@@ -135,6 +135,9 @@ _PACKING_SIGMA = flags.DEFINE_float("packing_sigma", 1.0, "Log-space spread of d
 _VARIANTS = flags.DEFINE_list("jax_variants", [], "Extra bert_jax sides, each name:key=value+key=value[@shape|shape]; "
                                "keys are config paths (model.remat_policy) or XLA options (xla_gpu_...).")
 _OUT = flags.DEFINE_string("out", "", "Write every figure to this JSON file.")
+_JSONL = flags.DEFINE_string("jsonl", "", "Append one JSON line per shape (and one for the run) to this file.")
+_BUDGET = flags.DEFINE_float("budget_s", 0, "Start no further shape after this many seconds (0: no limit); "
+                             "the shapes left out are listed in the run's line.")
 
 
 def _value(text: str):
@@ -505,14 +508,30 @@ def main(argv):
     results = {"device": device.device_kind, "platform": jax.default_backend(), "jax": jax.__version__,
                "torch": torch_note, "peak_flops": peak, "peak_source": peak_source,
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "argv": sys.argv, "shapes": []}
-    for spec in DEFAULT_SHAPES[kind].split(",") if _SHAPES.value is None else _SHAPES.value:
+    started = time.perf_counter()
+    specs = DEFAULT_SHAPES[kind].split(",") if _SHAPES.value is None else _SHAPES.value
+    header = {key: value for key, value in results.items() if key != "shapes"}
+    for index, spec in enumerate(specs):
+        if _BUDGET.value and time.perf_counter() - started > _BUDGET.value:
+            results["shapes_left_out"] = specs[index:]
+            print(f"\n--budget_s={_BUDGET.value:g} spent: {', '.join(specs[index:])} left out", flush=True)
+            break
         results["shapes"].append(compare_shape(shape_config(_CONFIG.value, spec, "shapes", dtype), spec, peak))
         print_shape(results["shapes"][-1])
         write_figures(results)  # after every shape: a run cut short keeps what it measured
+        append_line({**header, **results["shapes"][-1]})
+    append_line({**header, "run": "done", "seconds": time.perf_counter() - started,
+                 "shapes_left_out": results.get("shapes_left_out", [])})
     packing = DEFAULT_PACKING_SHAPE[kind] if _PACKING_SHAPE.value == "auto" else _PACKING_SHAPE.value
     if packing:
         results["packing"] = packing_section(packing, dtype)
         write_figures(results)
+
+
+def append_line(row: dict) -> None:
+    if _JSONL.value:
+        with epath.Path(_JSONL.value).open("a") as f:
+            f.write(json.dumps(row, default=float) + "\n")
 
 
 def write_figures(results: dict) -> None:

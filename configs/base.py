@@ -52,6 +52,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.scan_layers = True
     c.model.scan_unroll = 1  # layers per iteration of the scanned loop (nn.scan unroll)
     c.model.remat_policy = "none"  # none | full | dots | dots_no_batch
+    # Hidden dropout's masks: per_layer (drawn in each layer) | per_step (all layers' in one draw before the stack:
+    # the same keep rate, other masks; families on models/transformer.py's stack: bert, roberta, electra, distilbert).
+    c.model.dropout_masks = "per_layer"
     # Attention kernel (bert_jax/models/attention.py): auto | xla | cudnn | splash. auto: splash on
     # TPU, cudnn on NVIDIA GPUs (bf16), xla otherwise or when attention dropout is on; the one line
     # logged at start-up names the kernel and why.

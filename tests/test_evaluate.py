@@ -308,9 +308,79 @@ def test_the_ray_executor_needs_an_address_and_a_bucket_unless_slices_are_one_ho
     executors.check_ray(Namespace(address="h:6379", tpu="v4-32"), "gs://b/out", "--out")
 
 
-def test_a_short_task_reads_the_first_rows_of_each_split(glue_dir):
+# --- row caps: a seeded sample of the whole file, stratified by label (issue 51) ----------------------------------
+
+def write_sorted_sst2(root, n_train: int, n_dev: int) -> str:
+    """SST-2 in GLUE's layout, every file sorted by label (as many exported datasets are): the head of train.tsv
+    holds one class."""
+    for split, n, seed in (("train", n_train, 0), ("dev", n_dev, 1)):
+        rows = sorted(fd.sentiment_rows(n, seed), key=lambda r: r["label"])
+        write_tsv(f"{root}/SST-2/{split}.tsv", ["sentence", "label"],
+                  [[r["sentence"], "1" if r["label"] == "pos" else "0"] for r in rows])
+    return str(root)
+
+
+def test_a_capped_task_draws_a_seeded_sample_of_the_whole_file_stratified_by_label(glue_dir, tmp_path):
+    glue = write_sorted_sst2(tmp_path / "glue", 300, 100)
     suite = micro_suite()
-    suite.tasks.sst2.max_train_rows, suite.tasks.sst2.max_dev_rows = 10, 5
-    short, whole = battery.read_task(suite, "sst2", glue_dir), battery.read_task(micro_suite(), "sst2", glue_dir)
-    assert (short.train, short.dev) == (whole.train[:10], whole.dev[:5]) and len(whole.train) > 10
+    suite.tasks.sst2.max_train_rows, suite.tasks.sst2.max_dev_rows = 90, 40
+    short = battery.read_task(suite, "sst2", glue)
+    assert (battery.label_counts(short.train), battery.label_counts(short.dev)) == ({"0": 45, "1": 45},
+                                                                                    {"0": 20, "1": 20})
+    whole = battery.read_task(micro_suite(), "sst2", glue)
+    assert [whole.train.index(r) for r in short.train] == sorted(whole.train.index(r) for r in short.train)
+    assert battery.read_task(suite, "sst2", glue).train == short.train  # the seed draws it
+    suite.tasks.sst2.sample_seed = 1
+    assert battery.read_task(suite, "sst2", glue).train != short.train
+    assert short.samples["train"] == {
+        "source": f"{glue}/SST-2/train.tsv", "rows": 300, "kept": 90, "max_train_rows": 90, "sample_seed": 0,
+        "stratified_by_label": True, "label_counts": {"0": 45, "1": 45}, "file_label_counts": {"0": 150, "1": 150}}
+    battery.write_data(str(tmp_path / "out"), {"sst2": short})  # recorded beside the rows the runs read
+    assert json.loads((tmp_path / "out" / "data" / "sst2" / "sample.json").read_text()) == short.samples
+    # A regression is a plain seeded sample, not the head either.
+    suite.tasks.stsb.max_train_rows = 20
+    stsb, all_stsb = battery.read_task(suite, "stsb", glue_dir), battery.read_task(micro_suite(), "stsb", glue_dir)
+    assert len(stsb.train) == 20 and stsb.train != all_stsb.train[:20] and stsb.samples["train"]["sample_seed"] == 0
     assert load_suite("smoke").tasks.sst2.max_train_rows == 1000  # the probe's suite stays short on real GLUE
+
+
+def test_a_stratified_sample_keeps_every_label_and_each_its_share():
+    rows = [{"label": "a"}] * 90 + [{"label": "b"}] * 9 + [{"label": "c"}]
+    assert battery.label_counts(battery.sample_rows(rows, 10, 0, stratified=True)) == {"a": 8, "b": 1, "c": 1}
+    assert battery.label_counts(battery.sample_rows(rows, 2, 0, stratified=True)) == {"b": 1, "c": 1}
+    assert battery.sample_rows(rows, 0, 0, True) == rows and battery.sample_rows(rows, 500, 0, True) == rows
+
+
+def test_a_task_whose_rows_hold_one_label_fails_naming_the_file_the_cap_and_the_counts(hf_dir, tmp_path):
+    glue = write_glue(tmp_path / "glue", 8, 4)
+    write_tsv(f"{glue}/SST-2/train.tsv", ["sentence", "label"], [[f"good {i}", "1"] for i in range(30)])
+    suite = micro_suite()
+    suite.tasks.sst2.max_train_rows = 20
+    _refused(tmp_path, f"{glue}/SST-2/train.tsv: the train rows of task sst2 hold one label {{'1': 20}} "
+                       f"(tasks.sst2.max_train_rows=20, 30 rows)", hf_dir, glue, suite=suite)
+    dev_of_one = write_glue(tmp_path / "glue2", 8, 4)
+    write_tsv(f"{dev_of_one}/SST-2/dev.tsv", ["sentence", "label"], [["bad", "0"], ["worse", "0"]])
+    _refused(tmp_path, f"{dev_of_one}/SST-2/dev.tsv: the dev rows of task sst2 hold one label {{'0': 2}} "
+                       f"(tasks.sst2.max_dev_rows=500, 2 rows)", hf_dir, dev_of_one)
+
+
+@pytest.mark.slow
+def test_evaluate_on_a_label_sorted_sst2_from_minilm_scores_well_above_chance(tmp_path):
+    """The acceptance of issue 51: `bert-jax evaluate --suite=smoke --tasks=sst2` from the packaged MiniLM on a
+    GLUE-layout SST-2 whose train.tsv is sorted by label. Its 1,000-row cap once took the head of the file (every
+    row label 0) and scored 50.0 [50.0–50.0]; a sample of the whole file learns the task."""
+    import subprocess
+    import sys
+
+    from test_finetune import minilm_dir
+
+    glue, out = write_sorted_sst2(tmp_path / "glue", 1500, 600), tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "bert_jax.cli", "evaluate", f"--checkpoint={minilm_dir()}",
+                           "--suite=smoke", "--tasks=sst2", f"--glue_dir={glue}", f"--out={out}"],
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(proc.stdout)
+    sample = json.loads((out / "data" / "sst2" / "sample.json").read_text())
+    assert sample["train"]["label_counts"] == {"0": 500, "1": 500} and sample["dev"]["kept"] == 500
+    t = scoreboard.read(str(out))["tasks"]["sst2"]
+    assert t["chance"] == 0.5 and not t["at_chance"] and t["median"] > 0.8, t

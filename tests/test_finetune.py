@@ -454,6 +454,23 @@ def test_early_stopping_results_are_the_best_points_and_frozen_layers_stay_as_lo
 # --- the diagnoser on real runs pushed into each regime (bert_jax/finetune/diagnosis.py) ---------------------
 
 
+@pytest.mark.slow  # a real run: the rule itself is pinned cheaply in test_finetune_diagnosis.py
+def test_a_real_run_on_one_class_scores_chance_and_learns_nothing(hf_dir, files, tmp_path, xla_compile_cache):
+    """Training rows of one class (the head of a file sorted by label) against a balanced validation set: the train
+    loss falls to nothing, the accuracy is the class's share, and the diagnosis says so, whatever the losses did."""
+    c = micro_config("classification", hf_dir, files)
+    c.data.train = fd.write_csv(tmp_path / "pos.csv", [r for r in fd.sentiment_rows(128, 0) if r["label"] == "pos"])
+    c.data.validation, c.data.test, c.task.labels = files["test.csv"], "", "neg,pos"
+    c.train.log_every_steps = 1
+    results = finetune(c, str(tmp_path / "run"))
+    evidence = json.load(open(tmp_path / "run" / "diagnosis.json"))["evidence"]
+    print(f"validation {results['validation']}, chance {results['chance']}, evidence {evidence}")
+    assert results["chance"] == {"validation": {"accuracy": 0.5, "macro_f1": pytest.approx(1 / 3), "matthews": 0.0,
+                                                "f1": pytest.approx(2 / 3)}, "examples": 64}
+    assert results["validation"]["accuracy"] == 0.5
+    assert results["diagnosis"]["name"] == "learns nothing" and evidence["final_metric"] == 0.5
+
+
 def minilm_dir() -> str:
     import importlib.util
 

@@ -144,3 +144,71 @@ def test_the_overlearning_gap_is_read_where_the_validation_loss_is_lowest():
     assert result.name == "overlearning", result.evidence
     assert result.evidence["best_step"] == 36
     assert result.evidence["gap_ratio"] == pytest.approx(0.251 / 0.0373, rel=0.05)  # train loss smoothed there
+
+
+# --- runs at chance (issue 51): the metric, not the loss, says whether the model learned -----------------------
+
+def _at_chance(train, val, accuracy=lambda s: 0.5, examples=500, chance=0.5, seed=0):
+    """A run's curves with the chance its validation set gives (a balanced binary task: the majority class
+    scores 0.5)."""
+    c = _curves(train, val, accuracy, seed=seed)
+    return diagnosis.Curves(c.train_loss, c.val_loss, c.val_metric, "accuracy", True, chance=chance,
+                            examples=examples)
+
+
+CHANCE_RUNS = {
+    # Training rows of one class (the head of a file sorted by label): the train loss goes to 0 at once (always say
+    # that class), the validation loss climbs as the model grows sure of it, the accuracy is the class's share.
+    "single-class training data": _at_chance(lambda s: 0.01 + 0.68 * math.exp(-s / 20),
+                                             lambda s: 0.69 + 2.5 * (1 - math.exp(-s / 200))),
+    # Shuffled labels: the training set is memorised slowly, the validation loss rises, the accuracy is a coin.
+    "shuffled labels": _at_chance(lambda s: 0.69 - 0.3 * s / 1000, lambda s: 0.69 + 0.2 * s / 1000,
+                                  lambda s: 0.5 + 0.01 * math.sin(s / 100)),
+    # A learning rate that diverges and falls back to the prior (the issue's runs: accuracy 0.5, validation loss
+    # 0.69 -> 1.26, train loss up and back down to where it started).
+    "a learning rate that diverges": _at_chance(lambda s: 0.69 + 1.6 * (s / 50) * math.exp(1 - s / 50) + 0.3 * s / 1000,
+                                                lambda s: 0.69 + 0.57 * min(s, 300) / 300),
+}
+
+
+@pytest.mark.parametrize("run", CHANCE_RUNS)
+def test_a_run_at_chance_learns_nothing_whatever_its_loss_curve(run):
+    result = diagnosis.diagnose(CHANCE_RUNS[run], diagnosis.default_config())
+    assert result.name == "learns nothing", result.evidence
+    assert result.evidence["chance"] == 0.5 and result.evidence["chance_margin"] == pytest.approx(2 * 0.5 / 500**0.5)
+
+
+@pytest.mark.parametrize("run", CHANCE_RUNS)
+def test_a_run_at_chance_is_never_just_right_even_without_its_chance(run):
+    """Without the chance (a task kind that has none), the rising validation loss still keeps it from "just right"."""
+    c = CHANCE_RUNS[run]
+    blind = diagnosis.Curves(c.train_loss, c.val_loss, c.val_metric, "accuracy", True)
+    assert diagnosis.diagnose(blind, diagnosis.default_config()).name not in ("just right", "could learn more")
+
+
+def test_a_run_above_chance_keeps_its_regime():
+    c = REGIME_CURVES["just right"]
+    above = diagnosis.Curves(c.train_loss, c.val_loss, c.val_metric, "accuracy", True, chance=0.5, examples=500)
+    result = diagnosis.diagnose(above, diagnosis.default_config())
+    assert result.name == "just right" and result.evidence["final_metric"] > 0.5 + result.evidence["chance_margin"]
+    # The margin is the validation set's: 0.88 is chance for a 90 % majority class, and a 4-example set is luck.
+    assert diagnosis.diagnose(diagnosis.Curves(c.train_loss, c.val_loss, c.val_metric, "accuracy", True,
+                                               chance=0.9, examples=500), diagnosis.default_config()).name \
+        == "learns nothing"
+    assert diagnosis.diagnose(diagnosis.Curves(c.train_loss, c.val_loss, c.val_metric, "accuracy", True,
+                                               chance=0.5, examples=4), diagnosis.default_config()).name \
+        == "learns nothing"
+
+
+def test_a_validation_loss_that_ends_above_its_start_is_never_just_right():
+    """The metric rose well above chance, the train and validation losses stayed level at the best point (no
+    overlearning by the gap), but the validation loss ended above where it started."""
+    rng = np.random.default_rng(0)
+    curves = diagnosis.Curves(
+        train_loss=[(s, 0.7 - 0.35 * (1 - math.exp(-s / 100)) + 0.01 * rng.normal()) for s in STEPS],
+        val_loss=[(s, 0.69 - 0.2 * math.sin(math.pi * s / 1200) + 0.3 * (s / 1000) ** 3) for s in VAL_STEPS],
+        val_metric=[(s, 0.5 + 0.3 * (1 - math.exp(-s / 100))) for s in VAL_STEPS],
+        metric_name="accuracy", higher_is_better=True, chance=0.5, examples=500)
+    result = diagnosis.diagnose(curves, diagnosis.default_config())
+    assert result.evidence["val_end_minus_start"] > 0 and result.evidence.get("gap_ratio", 0) < 2, result.evidence
+    assert result.name == "overlearning", result.evidence

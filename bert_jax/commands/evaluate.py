@@ -1,10 +1,14 @@
-r"""Fine-tunes a battery of tasks (GLUE, STS) over seeds from one checkpoint; writes a scoreboard of medians.
+r"""Fine-tunes a battery of tasks (GLUE, STS) over seeds, and retrieves zero-shot (BEIR); writes a scoreboard.
 
     bert-jax evaluate --checkpoint=runs/bert_base --suite=glue --glue_dir=data/glue \
         --out=runs/bert_base/glue [--tasks=sst2,cola] [--seeds=5]
+    bert-jax evaluate --checkpoint=runs/sbert --suite=retrieval --beir_dir=data/beir --out=runs/sbert/beir
 
 --checkpoint: a pre-training workdir (its newest step, or DIR:STEP), an exported Hugging Face folder, or any
-folder `transformers` loads of a registered family. --suite: glue, smoke (configs/suites/) or a suite file.
+folder `transformers` loads of a registered family (a sentence-transformers folder too). --suite: glue, smoke,
+retrieval, embeddings (configs/suites/) or a suite file. --beir_dir: BEIR-layout datasets, one per subfolder
+(corpus.jsonl, queries.jsonl, qrels/test.tsv), for a suite with a retrieval section: each subfolder is a task,
+its nDCG@10 the median (OUT/retrieval/<name>/ holds its metrics and run).
 OUT gets scoreboard.json, .csv, .md (median, min–max, n, best lr per task; the average of the medians) and
 scoreboard.png; the runs live in OUT/runs/<task>/lr=<lr>/seed=<s>. Rerun the same command after a kill: runs
 with DONE are kept, the interrupted one resumes.
@@ -25,8 +29,11 @@ from bert_jax.run import command_line
 from bert_jax.run.log_filter import log_info_quietly
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Pre-training workdir (DIR or DIR:STEP) or Hugging Face folder.")
-_SUITE = flags.DEFINE_string("suite", "glue", "A suite name (glue, smoke: configs/suites/) or a suite .py file.")
+_SUITE = flags.DEFINE_string("suite", "glue", "A suite name (glue, smoke, retrieval, embeddings: configs/suites/) "
+                             "or a suite .py file.")
 _GLUE_DIR = flags.DEFINE_string("glue_dir", "", "GLUE's directory layout: SST-2/train.tsv, SST-2/dev.tsv, ...")
+_BEIR_DIR = flags.DEFINE_string("beir_dir", "", "BEIR-layout datasets, one per subfolder: corpus.jsonl, "
+                                "queries.jsonl, qrels/test.tsv (suites with retrieval).")
 _TFDS_DATA_DIR = flags.DEFINE_string("tfds_data_dir", "", "Read TFDS's prepared glue/* here instead of --glue_dir.")
 _TASKS = flags.DEFINE_string("tasks", "", "Comma-separated tasks of the suite to run (default: all).")
 _SEEDS = flags.DEFINE_integer("seeds", None, "Seeds per task (0..N-1; default: the suite's).")
@@ -58,9 +65,9 @@ def _main(argv) -> None:
         chosen.check(args, out, "--out")
         checkpoint, out, executor = chosen.battery(args, checkpoint, out)
         suite = load_suite(_SUITE.value)
-        harness.setup_process(next(iter(suite.tasks.values())).finetune)  # before JAX starts its backend
+        harness.setup_process(battery.process_config(suite))  # before JAX starts its backend
         board = battery.evaluate(checkpoint, suite, out, _GLUE_DIR.value, _TFDS_DATA_DIR.value, _TASKS.value,
-                                 _SEEDS.value, executor=executor)
+                                 _SEEDS.value, executor=executor, beir_dir=_BEIR_DIR.value)
     except UserError:
         raise
     except ValueError as e:  # what the suite, the battery and the executor refuse: bad input, named before any

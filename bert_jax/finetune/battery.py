@@ -26,7 +26,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax import UserError
-from bert_jax.finetune import data, init_from, scoreboard
+from bert_jax.finetune import data, init_from, scoreboard, zero_shot
 from bert_jax.finetune.tasks import get_task
 from bert_jax.parallel import distributed
 from bert_jax.storage import paths
@@ -470,14 +470,42 @@ def run_battery(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_
     return results
 
 
+def process_config(suite):
+    """The config whose process keys (distributed, compilation cache, platform flags) the battery's process runs
+    with: its first fine-tuning task's, or its retrieval section's."""
+    first = next(iter(suite.tasks.values()), None)
+    return first.finetune if first is not None else suite.retrieval.finetune
+
+
 def evaluate(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_dir: str = "", tasks: str = "",
-             seeds: int | None = None, finetune_fn=None, executor=None) -> dict | None:
-    """The battery, then OUT/scoreboard.*: returns the scoreboard, or None when a run was preempted."""
-    results = run_battery(checkpoint, suite, out, glue_dir, tfds_data_dir, tasks, seeds, finetune_fn, executor)
-    if results is None:
-        return None
-    record = json.loads((paths.path(out) / "battery.json").read_text())
+             seeds: int | None = None, finetune_fn=None, executor=None, beir_dir: str = "") -> dict | None:
+    """The battery, then OUT/scoreboard.*: returns the scoreboard, or None when a run was preempted.
+
+    A suite may mix kinds: fine-tuned tasks over seeds (`tasks`) and zero-shot retrieval datasets (its `retrieval`
+    section, --beir_dir's subfolders; bert_jax/finetune/zero_shot.py), one scoreboard row each. Every input of
+    both is checked before anything is written."""
+    wanted = [t.strip() for t in tasks.split(",") if t.strip()]
+    needs_beir = "retrieval" in suite and (not wanted or any(t not in suite.tasks for t in wanted))
+    available = zero_shot.names(suite, beir_dir) if needs_beir or beir_dir else []
+    unknown = [t for t in wanted if t not in suite.tasks and t not in available]
+    if unknown:
+        raise ValueError(f"--tasks: {unknown} not in suite {suite.name!r}; its tasks are "
+                         f"{list(suite.tasks) + available}")
+    finetuned = [t for t in wanted or suite.tasks if t in suite.tasks]
+    datasets = [t for t in wanted or available if t in available]
+    plan = zero_shot.prepare(checkpoint, suite, beir_dir, datasets)
+    results = {}
+    if finetuned:
+        results = run_battery(checkpoint, suite, out, glue_dir, tfds_data_dir, ",".join(finetuned), seeds,
+                              finetune_fn, executor)
+        if results is None:
+            return None
+        record = json.loads((paths.path(out) / "battery.json").read_text())
+    else:
+        record = {"checkpoint": checkpoint, "suite": suite.name, "tasks": [], "seeds": []}
     board = scoreboard.build(record, {n: suite.tasks[n].metric for n in record["tasks"]}, results)
+    board["tasks"].update(zero_shot.board_rows(zero_shot.run(checkpoint, suite, out, plan)))
+    board["average"] = float(np.mean([t["median"] for t in board["tasks"].values()])) if board["tasks"] else None
     if jax.process_index() == 0:
         scoreboard.write(out, board)
     return board

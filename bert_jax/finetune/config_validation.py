@@ -17,7 +17,9 @@ def check_config(config):
     """`config`, checked as its run would check it (a copy: the caller's stays as given)."""
     config = config.copy_and_resolve_references()
     try:
-        get_task(config.task.kind).validate(config.task)
+        task = get_task(config.task.kind)
+        task.validate(config.task)
+        _check_packing(config.data, task)
         seeds(config)
         source = init_from.split_step(config.init_from)[0]
         if source and paths.is_remote(source):
@@ -35,6 +37,14 @@ def seeds(config) -> list[int]:
         return [int(s) for s in str(config.seeds).split(",") if s.strip()]
     except ValueError:
         raise ValueError(f"config.seeds={config.seeds!r} is not a comma-separated list of integers") from None
+
+
+def _check_packing(data_cfg, task) -> None:
+    if data_cfg.packing and not task.packs:
+        raise ValueError(f"config.data.packing=True, but {task.name} examples already fill "
+                         f"config.data.max_seq_length; set --config.data.packing=False")
+    if data_cfg.pack_rows_multiple < 1:
+        raise ValueError(f"config.data.pack_rows_multiple={data_cfg.pack_rows_multiple} must be >= 1")
 
 
 def _check_data(data_cfg) -> None:

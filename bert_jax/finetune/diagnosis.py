@@ -33,18 +33,28 @@ single odd evaluation but keeps a trend):
   accuracy 0.938 at step 24, losses 0.36 and 0.34; 0.930 at the loss's minimum, step 36).
   Validation rise: (last smoothed validation loss - its minimum) / its minimum.
 
+- chance: the validation metric of the constant predictor the training rows suggest (the
+  majority class, the mean label: Task.chance), and its margin, `chance_z` standard errors of
+  the metric on the validation set's size (metrics.chance_margin). A final metric within the
+  margin of chance (or below it) is a model that learned nothing a constant could not say,
+  whatever its losses did: a training set of one class, shuffled labels, a step so large the
+  model falls back to predicting the prior (validation loss 0.69 -> 1.26, accuracy 0.5).
+
 Rules, first match wins:
 
 1. fewer than `min_points` train or validation points: "too few points" (not one of the five
    regimes; evaluate more often);
 2. a non-finite train or validation loss: "chaotic" (the run diverged; a smaller step);
-3. not learned: "learns nothing";
-4. jumpiness >= `chaotic_min_jumpiness`: "chaotic";
-5. gap ratio >= `overlearning_min_gap_ratio` and validation rise >= `overlearning_min_val_rise`:
+3. the final validation metric at chance: "learns nothing";
+4. not learned: "learns nothing";
+5. jumpiness >= `chaotic_min_jumpiness`: "chaotic";
+6. gap ratio >= `overlearning_min_gap_ratio` and validation rise >= `overlearning_min_val_rise`:
    "overlearning" (the train curve fell faster than validation: train loss far below
    validation loss at the best point, and the validation loss turned up after its minimum);
-6. projected gain of the validation loss or metric >= `saturated_max_gain`: "could learn more";
-7. otherwise "just right".
+7. the validation loss ends above where it started: "overlearning" when the train loss fell,
+   else "chaotic" (never "just right": the model got worse on data it did not train on);
+8. projected gain of the validation loss or metric >= `saturated_max_gain`: "could learn more";
+9. otherwise "just right".
 """
 from __future__ import annotations
 
@@ -57,6 +67,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
+from bert_jax.finetune import metrics
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 
@@ -92,6 +103,7 @@ def default_config() -> ml_collections.ConfigDict:
         overlearning_min_gap_ratio=2.0,  # validation loss / train loss at the best point
         overlearning_min_val_rise=0.2,  # validation loss rise after its minimum, relative to that minimum
         saturated_max_gain=0.2,  # projected gain over another run length, as a fraction of the gain so far
+        chance_z=metrics.CHANCE_Z,  # standard errors within which a final metric is at chance
     ))
 
 
@@ -103,6 +115,8 @@ class Curves:
     val_metric: list[tuple[float, float]]
     metric_name: str
     higher_is_better: bool
+    chance: float | None = None  # the metric of the constant predictor (Task.chance); None: unknown
+    examples: int = 0  # the validation set's size, which sets the margin around chance
 
 
 @dataclasses.dataclass
@@ -179,6 +193,12 @@ def diagnose(curves: Curves, cfg: ml_collections.ConfigDict) -> Diagnosis:
     # A non-finite metric alone (an undefined correlation) says nothing about the regime.
     finite = np.isfinite(metric)
     m_steps, metric = m_steps[finite], metric[finite]
+    if curves.chance is not None and len(metric):
+        margin = metrics.chance_margin(curves.metric_name, curves.examples, cfg.chance_z)
+        evidence.update(final_metric=float(metric[-1]), chance=curves.chance, chance_margin=margin)
+        if metrics.at_chance(float(metric[-1]), curves.chance, margin, curves.higher_is_better):
+            return verdict(LEARNS_NOTHING, f"the final validation {curves.metric_name} is within chance_z standard "
+                                           f"errors of the constant predictor's")
 
     head = train[:_count(len(train), cfg.head_fraction)].mean()
     if v_steps[0] < t_steps[0]:
@@ -215,6 +235,13 @@ def diagnose(curves: Curves, cfg: ml_collections.ConfigDict) -> Diagnosis:
     if gap_ratio >= cfg.overlearning_min_gap_ratio and val_rise >= cfg.overlearning_min_val_rise:
         return verdict(OVERLEARNING, "train loss far below validation loss at the best point, and the validation "
                                      "loss rose after its minimum")
+
+    val_end_rise = float(val_smooth[-1] - val[0])
+    evidence["val_end_minus_start"] = val_end_rise
+    if val_end_rise > 0:
+        if train_drop >= cfg.learned_min_drop:
+            return verdict(OVERLEARNING, "the validation loss ended above where it started while the train loss fell")
+        return verdict(CHAOTIC, "the validation loss ended above where it started and the train loss did not fall")
 
     gain = _projected_gain(v_steps, -val, loss_gained, cfg)
     evidence["val_loss_projected_gain"] = gain

@@ -1,5 +1,6 @@
 """Task metrics on host numpy arrays, as the field computes them (sklearn's, seqeval's, SQuAD's)."""
 import collections
+import math
 
 import numpy as np
 from scipy import stats
@@ -23,6 +24,24 @@ def classification_metrics(predicted: np.ndarray, labels: np.ndarray, num_labels
     if num_labels == 2:
         out["f1"] = float(f1[1])
     return out
+
+
+# Chance: what a model that learned nothing scores (the constant predictor a task's training rows suggest), and how
+# far a score strays from it by luck on a validation set of n examples.
+CORRELATIONS = ("matthews", "pearson", "spearman")  # in [-1, 1], 0 at chance
+CHANCE_Z = 2.0  # standard errors: a score within this many of chance is not told apart from it
+
+
+def chance_margin(metric: str, n: int, z: float = CHANCE_Z) -> float:
+    """z standard errors of `metric` on n examples around chance: a correlation's is about 1 / sqrt(n) (near 0), a
+    proportion's (accuracy, F1) at most 0.5 / sqrt(n). A score within it of chance is indistinguishable from a
+    model that learned nothing: on SST-2's 872 dev sentences, accuracy 0.5 ± 0.034."""
+    return z * (1.0 if metric in CORRELATIONS else 0.5) / math.sqrt(max(n, 1))
+
+
+def at_chance(score: float, chance: float, margin: float, higher_is_better: bool = True) -> bool:
+    """Whether `score` is no better than chance by more than `margin` (a score below chance learned nothing either)."""
+    return (score - chance if higher_is_better else chance - score) <= margin
 
 
 def regression_metrics(predicted: np.ndarray, labels: np.ndarray) -> dict:

@@ -60,19 +60,14 @@ def predict_outputs(predict, params, batches, sharding, n: int) -> dict:
     return {k: np.concatenate([np.asarray(o[k]) for o in outs])[:n] for k in outs[0]}
 
 
-def packed_rows_multiple(config, mesh, task) -> int:
+def packed_rows_multiple(config, mesh) -> int:
     """What packed batches round their row count to (0: batches stay padded, one row per example).
 
     config.data.pack_rows_multiple, times what the mesh splits the batch over, so every
-    device (and so every host) gets whole rows. A task whose examples fill a row does not pack.
+    device (and so every host) gets whole rows.
     """
     if not config.data.packing:
-        return 0
-    if not task.packs:
-        raise ValueError(f"config.data.packing=True, but {task.name} examples already fill "
-                         f"config.data.max_seq_length; set --config.data.packing=False")
-    if config.data.pack_rows_multiple < 1:
-        raise ValueError(f"config.data.pack_rows_multiple={config.data.pack_rows_multiple} must be >= 1")
+        return 0  # (a task that cannot pack was refused with the config: config_validation.py)
     return math.lcm(int(config.data.pack_rows_multiple), mesh.shape["data"] * mesh.shape["fsdp"])
 
 
@@ -164,7 +159,7 @@ def run(config, workdir: str, stop_at_step: int | None = None, source: init_from
     example = {k: v[:1] for k, v in data.eval_batches(features["train"], 1)[0].items()}
     program = build_program(config, task, source, names, example, num_steps)
 
-    rows_multiple = packed_rows_multiple(config, program.mesh, task)
+    rows_multiple = packed_rows_multiple(config, program.mesh)
     min_rows = data.typical_rows(features["train"], batch_size, rows_multiple) if rows_multiple else 0
     share = (jax.process_index(), jax.process_count())
     train_iter = data.train_iterator(features["train"], batch_size, math.ceil(t_cfg.epochs), config.seed,
@@ -201,13 +196,16 @@ def run(config, workdir: str, stop_at_step: int | None = None, source: init_from
         validation = hooks.last_eval["scores"]
     else:
         validation = scores_of(params, "validation")[1]
-    results = {"validation": validation, "num_steps": num_steps, "labels": names}
+    # What a model that learned nothing scores here: the scoreboard and the diagnosis hold the run against it.
+    chance = {"validation": task.chance(config.task, splits["train"].rows, splits["validation"].rows, names),
+              "examples": len(splits["validation"].rows)}
+    results = {"validation": validation, "num_steps": num_steps, "labels": names, "chance": chance}
     if "test" in features:
         outputs, results["test"] = scores_of(params, "test")
         lines = task.predictions(config.task, outputs, features["test"], splits["test"].rows, names)
         if jax.process_index() == 0:
             paths.write_atomically(root.predictions_jsonl, "".join(json.dumps(line) + "\n" for line in lines))
-    results["diagnosis"] = _diagnose(config, workdir, task.headline_metric(config.task))
+    results["diagnosis"] = _diagnose(config, workdir, task.headline_metric(config.task), chance)
     if jax.process_index() == 0:
         paths.write_atomically(root.results_json, json.dumps(results, indent=2))
         completion.write_done(workdir, outcome.step, num_steps, "finetune")  # last: the results are in
@@ -305,14 +303,15 @@ def _restore_best(root: Workdir, abstract_params):
     return ocp.StandardCheckpointer().restore(paths.absolute(root.best_params), abstract_params)
 
 
-def _diagnose(config, workdir: str, metric: str) -> dict:
+def _diagnose(config, workdir: str, metric: str, chance: dict) -> dict:
     """The learning-curve diagnosis (bert_jax/finetune/diagnosis.py), printed and written to DIR."""
     rows = read_rows(Workdir(workdir).metrics_jsonl)
     curves = diagnosis.Curves(
         train_loss=[(r["step"], r["train/loss"]) for r in rows if "train/loss" in r],
         val_loss=[(r["step"], r["eval/loss"]) for r in rows if "eval/loss" in r],
         val_metric=[(r["step"], r[f"eval/{metric}"]) for r in rows if f"eval/{metric}" in r],
-        metric_name=metric, higher_is_better=True)
+        metric_name=metric, higher_is_better=True, chance=chance["validation"].get(metric),
+        examples=chance["examples"])
     result = diagnosis.diagnose(curves, config.diagnosis)
     if jax.process_index() == 0:
         diagnosis.write(workdir, curves, result)

@@ -4,6 +4,11 @@ of a grid, and the suite's average of the medians; as OUT/scoreboard.json, .csv,
 The median, not the mean: the small tasks (RTE, MRPC, CoLA) swing by points from seed to
 seed, and one diverged seed would drag a mean (ELECTRA's README and MosaicBERT report medians).
 A grid's learning rate is the one with the best median over seeds; its seeds are the task's row.
+
+Each row carries its task's chance: the score of the constant predictor its training rows suggest (the majority
+class, the mean; bert_jax.finetune.tasks' `chance`), as the runs record it, and the margin within which a score is
+luck (metrics.chance_margin, on the dev set's size). A median within it is marked "at chance", and the average says
+how many of its tasks are: an average over tasks a model did not learn is not a score of the model.
 """
 import csv
 import io
@@ -11,6 +16,7 @@ import json
 
 import numpy as np
 
+from bert_jax.finetune import metrics as metrics_lib
 from bert_jax.storage import paths
 
 FILES = ("scoreboard.json", "scoreboard.csv", "scoreboard.md", "scoreboard.png")
@@ -46,33 +52,60 @@ def build(record: dict, metrics: dict[str, str], results: dict) -> dict:
                        "best_lr": best if len(by_lr) > 1 else None, "learning_rate": best,
                        "scores": {str(seed): v for seed, v in scores.items()},
                        "median_by_lr": {f"{lr:g}": float(np.median(list(s.values()))) for lr, s in by_lr.items()}}
+        tasks[name].update(chance_of(metric, tasks[name]["median"], runs))
     average = float(np.mean([t["median"] for t in tasks.values()])) if tasks else None
     return {"checkpoint": record["checkpoint"], "suite": record["suite"], "seeds": record["seeds"],
-            "tasks": tasks, "average": average}
+            "tasks": tasks, "average": average, "tasks_at_chance": sum(bool(t["at_chance"]) for t in tasks.values())}
+
+
+def chance_of(metric: str, median: float, runs: dict) -> dict:
+    """A task's chance (its runs' results.json record it; None where they do not), its margin, and whether
+    `median` is within it."""
+    recorded = next((r["chance"] for r in runs.values() if metric in r.get("chance", {}).get("validation", {})), None)
+    if recorded is None:
+        return {"chance": None, "chance_margin": None, "at_chance": None}
+    chance, margin = recorded["validation"][metric], metrics_lib.chance_margin(metric, recorded["examples"])
+    return {"chance": chance, "chance_margin": margin, "at_chance": metrics_lib.at_chance(median, chance, margin)}
+
+
+def chance_mark(t: dict) -> str:
+    """"at chance" for a task row whose median is within its margin of chance, else ""."""
+    return "at chance" if t.get("at_chance") else ""
+
+
+def average_note(board: dict) -> str:
+    """What the average of the medians stands on: "" when every task learned, else how many are at chance."""
+    n = board.get("tasks_at_chance") or 0
+    return f"{n} of {len(board['tasks'])} tasks at chance" if n else ""
 
 
 def markdown(board: dict) -> str:
-    """The table: per task its metric, median, min–max and n (scores × 100), the best learning rate of a grid."""
+    """The table: per task its metric, median, min–max and n (scores × 100), the best learning rate of a grid, its
+    chance ± margin and the mark of a median at chance."""
     lines = [f"Suite `{board['suite']}` on `{board['checkpoint']}`: median over seeds (× 100) on dev.", "",
-             "| task | metric | median | min–max | n | best lr |", "|---|---|---|---|---|---|"]
+             "| task | metric | median | min–max | n | best lr | chance | |", "|---|---|---|---|---|---|---|---|"]
     for name, t in board["tasks"].items():
         lr = f"{t['best_lr']:g}" if t["best_lr"] is not None else "—"
+        chance = "—" if t.get("chance") is None else f"{100 * t['chance']:.1f} ± {100 * t['chance_margin']:.1f}"
         lines.append(f"| {name} | {t['metric']} | {100 * t['median']:.1f} | {100 * t['min']:.1f}–{100 * t['max']:.1f} "
-                     f"| {t['n']} | {lr} |")
+                     f"| {t['n']} | {lr} | {chance} | {chance_mark(t)} |")
     if board["average"] is not None:
-        lines.append(f"| **average** | of the medians | **{100 * board['average']:.1f}** | | | |")
+        lines.append(f"| **average** | of the medians | **{100 * board['average']:.1f}** | | | | | "
+                     f"{average_note(board)} |")
     return "\n".join(lines) + "\n"
 
 
 def csv_text(board: dict) -> str:
     out = io.StringIO(newline="")
     writer = csv.writer(out)
-    writer.writerow(["task", "metric", "median", "min", "max", "n", "best_lr", "scores"])
+    writer.writerow(["task", "metric", "median", "min", "max", "n", "best_lr", "scores", "chance", "chance_margin",
+                     "at_chance"])
+    blank = lambda v: "" if v is None else v  # noqa: E731
     for name, t in board["tasks"].items():
-        writer.writerow([name, t["metric"], t["median"], t["min"], t["max"], t["n"],
-                         "" if t["best_lr"] is None else t["best_lr"],
-                         " ".join(f"{v:.6g}" for v in t["scores"].values())])
-    writer.writerow(["average", "", board["average"], "", "", "", "", ""])
+        writer.writerow([name, t["metric"], t["median"], t["min"], t["max"], t["n"], blank(t["best_lr"]),
+                         " ".join(f"{v:.6g}" for v in t["scores"].values()), blank(t.get("chance")),
+                         blank(t.get("chance_margin")), blank(t.get("at_chance"))])
+    writer.writerow(["average", "", board["average"], "", "", "", "", "", "", "", board.get("tasks_at_chance", "")])
     return out.getvalue()
 
 
@@ -90,9 +123,11 @@ def plot_png(board: dict) -> bytes:
         values = [100 * v for v in t["scores"].values()]
         ax.scatter([i] * len(values), values, color="tab:blue", alpha=0.7, zorder=3)
         ax.hlines(100 * t["median"], i - 0.3, i + 0.3, color="tab:red", zorder=4)
+        if t.get("chance") is not None:
+            ax.hlines(100 * t["chance"], i - 0.4, i + 0.4, color="grey", linestyles="dashed", zorder=2)
     ax.set_xticks(range(len(names)), [f"{n}\n({board['tasks'][n]['metric']})" for n in names], fontsize=8)
     ax.set_ylabel("dev score × 100")
-    ax.set_title(f"{board['suite']}: per-seed scores (dots), median (bar)", fontsize=9)
+    ax.set_title(f"{board['suite']}: per-seed scores (dots), median (bar), chance (dashed)", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     png = io.BytesIO()

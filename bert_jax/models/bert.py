@@ -10,6 +10,7 @@ from bert_jax.models.attention import KernelChoice, attention_mask_from_batch, c
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.transformer import REMAT_POLICIES, TransformerStack
 
+DROPOUT_MASKS = ("per_layer", "per_step")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -34,6 +35,8 @@ class BertConfig:
     # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/plan/compiled_plan.py).
     scan_unroll: int = 1
     remat_policy: str = "none"
+    # Hidden dropout's masks: per_layer (drawn in each layer) | per_step (all layers' in one draw; models/transformer.py)
+    dropout_masks: str = "per_layer"
     # A kernel of models.attention: xla | cudnn | splash; from_config resolves "auto" for this platform.
     attention_impl: str = "xla"
     splash_interpret: bool = False
@@ -58,6 +61,9 @@ class BertConfig:
             raise ValueError(
                 f"config.model.remat_policy={values['remat_policy']!r}; expected one of {sorted(REMAT_POLICIES)}"
             )
+        if values.get("dropout_masks", "per_layer") not in DROPOUT_MASKS:
+            raise ValueError(f"config.model.dropout_masks={values['dropout_masks']!r}; expected one of "
+                             f"{', '.join(DROPOUT_MASKS)}")
         # Resolved here, as the model is built and before anything compiles: a kernel this platform
         # cannot run (or that cannot apply the configured dropout) fails naming the key.
         values["attention_impl"] = cls.kernel_choice(model_cfg).impl

@@ -2,12 +2,14 @@
 
 Layers run through `nn.scan` (one compiled layer, parameters stacked on a `layers`
 axis) or unrolled, by `config.scan_layers`; each layer may be rematerialised with
-the policy named by `config.remat_policy`.
+the policy named by `config.remat_policy`. Hidden dropout draws its masks in each layer, or
+(`config.dropout_masks='per_step'`) all layers' at once, before the stack.
 """
 from typing import Any
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from bert_jax.models.attention import AttentionMask, SelfAttention
 from bert_jax.models.layers import ACTIVATIONS, Dense, LayerNorm
@@ -26,12 +28,19 @@ class TransformerLayer(nn.Module):
     config: Any
 
     @nn.compact
-    def __call__(self, x: jax.Array, mask: AttentionMask, deterministic: bool):
+    def __call__(self, x: jax.Array, mask: AttentionMask, deterministic: bool, keep: jax.Array | None = None):
+        """keep: [2, batch, length, hidden] bool, this layer's two hidden-dropout masks when the stack drew them
+        (config.model.dropout_masks='per_step'), else None: drawn here, per layer."""
         cfg = self.config
-        dropout = nn.Dropout(cfg.dropout_rate)
+
+        def dropout(h, i):
+            if keep is None:
+                return nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+            return jax.lax.select(keep[i], h / jnp.asarray(1.0 - cfg.dropout_rate, h.dtype), jnp.zeros_like(h))
+
         h = SelfAttention(cfg, name="attention")(x, mask, deterministic)
         x = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, name="attention_norm")(
-            x + dropout(h, deterministic=deterministic)
+            x + dropout(h, 0)
         )
         h = Dense(
             (cfg.hidden_size,), (cfg.intermediate_size,), ("embed", "mlp"),
@@ -45,7 +54,7 @@ class TransformerLayer(nn.Module):
             kernel_init=nn.initializers.normal(cfg.initializer_range), name="mlp_output",
         )(h)
         x = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, name="mlp_norm")(
-            x + dropout(h, deterministic=deterministic)
+            x + dropout(h, 1)
         )
         return nn.with_logical_constraint(x, ("batch", "length", "embed")), None
 
@@ -60,6 +69,13 @@ class TransformerStack(nn.Module):
         cfg = self.config
         layer = TransformerLayer
         policy = REMAT_POLICIES[cfg.remat_policy]
+        keep = None
+        if cfg.dropout_masks == "per_step" and not deterministic and cfg.dropout_rate > 0:
+            # Every layer's hidden-dropout masks in one draw, before the layers: a few large RNG kernels per step
+            # instead of two small draws (and their key splits) inside each layer. Other masks than per_layer's,
+            # of the same keep rate; held until the backward, as the per-layer masks are.
+            keep = jax.random.bernoulli(self.make_rng("dropout"), 1.0 - cfg.dropout_rate,
+                                        (cfg.num_layers, 2) + x.shape)
         if cfg.remat_policy != "none":
             # deterministic (argnum 3 counting self) is a Python bool: static.
             layer = nn.remat(layer, policy=policy, prevent_cse=not cfg.scan_layers, static_argnums=(3,))
@@ -68,13 +84,13 @@ class TransformerStack(nn.Module):
                 layer,
                 variable_axes={"params": 0, "intermediates": 0},  # sown values (inspect) get a layers axis
                 split_rngs={"params": True, "dropout": True},
-                in_axes=(nn.broadcast, nn.broadcast),
+                in_axes=(nn.broadcast, nn.broadcast, nn.broadcast if keep is None else 0),
                 length=cfg.num_layers,
                 unroll=cfg.scan_unroll,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
-            x, _ = stack(cfg, name="layers")(x, mask, deterministic)
+            x, _ = stack(cfg, name="layers")(x, mask, deterministic, keep)
             return x
         for i in range(cfg.num_layers):
-            x, _ = layer(cfg, name=f"layers_{i}")(x, mask, deterministic)
+            x, _ = layer(cfg, name=f"layers_{i}")(x, mask, deterministic, None if keep is None else keep[i])
         return x

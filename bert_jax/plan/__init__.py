@@ -1,8 +1,10 @@
 """The planner: the train step compiled ahead of time for devices this host does not have.
 
-`python -m bert_jax.plan` (`__main__.py`) is the command. `compiled_plan` lowers and compiles the
-step for simulated CPU devices or a TPU slice and reads memory, FLOPs and bytes off the result;
-`hlo_traffic` splits the compiled program's bytes by memory space and counts scanned loops' trips;
-`roofline` bounds a step by FLOPs and HBM traffic; `memory_fit` judges whether it fits a device;
-`plan_search` ranks remat x mesh x batch x scan choices by what the compiler reports.
+`bert-jax plan` (bert_jax/commands/plan.py; `python -m bert_jax.plan` too) is the command. `stage_plans` plans
+every stage of a run and judges each; `stage_fixes` finds the single changes that make a stage fit; `stage_report`
+prints it all. `compiled_plan` lowers and compiles one step for simulated CPU devices or a TPU slice and reads
+memory, FLOPs and bytes off the result; `hlo_traffic` splits the compiled program's bytes by memory space and counts
+scanned loops' trips; `roofline` bounds a step by FLOPs and HBM traffic; `memory_fit` judges whether it fits a
+device; `plan_search` ranks remat x mesh x batch x scan choices by what the compiler reports; `run_length` turns
+each stage's step time into hours and chip-hours.
 """

@@ -2,8 +2,9 @@
 
 `make_plan` lowers the exact step `bert_jax.train.program.build_program` makes from abstract shapes
 and compiles it: with the TPU compiler for a TPU slice (`tpu_slices`), or with the XLA CPU compiler
-for simulated CPU devices. `format_plan` is the report `python -m bert_jax.plan` prints; the
-module docstring of bert_jax/commands/plan.py says what each figure means and where it comes from.
+for simulated CPU devices. `format_plan` is the part of `bert-jax plan`'s report about one stage's step
+(bert_jax/plan/stage_report.py); the module docstring of bert_jax/commands/plan.py says what each figure means and
+where it comes from.
 """
 import dataclasses
 import importlib.metadata

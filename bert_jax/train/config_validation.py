@@ -107,6 +107,10 @@ def validate_config(config, num_processes: int = 1) -> None:
     if family.validate_config is not None:
         family.validate_config(config)
     family.kernel_choice(m)  # an attention kernel this platform cannot run, or that cannot apply the dropout
+    built = getattr(family.build_model(m), "config", None)  # a model's frozen config: the keys it takes
+    if m.get("dropout_masks", "per_layer") != getattr(built, "dropout_masks", "per_layer"):
+        raise bert_jax.UserError(f"config.model.dropout_masks={m.dropout_masks!r}: family {m.family!r} draws its "
+                                 "dropout masks per layer; per_step applies to bert, roberta, electra, distilbert")
     if t.num_steps < 1:
         raise ValueError(f"config.train.num_steps={t.num_steps} must be >= 1")
     optimizer.make_optimizer(t)  # config.train.optimizer and its keys

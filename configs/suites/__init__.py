@@ -1,8 +1,9 @@
 """Evaluation suites: batteries of fine-tuning tasks that `bert-jax evaluate` runs over seeds.
 
 A suite file has `get_config()` returning a ConfigDict: `name`, `seeds` (how many per task),
-`start_from_mnli` and `tasks`, one entry per task made by `bert_jax.configs.suites.recipe.task(...)`. Each task entry
-holds where its files are, what its columns mean, its metric, its learning-rate grid and
+`start_from_mnli` and `tasks`, one entry per task made by `bert_jax.configs.suites.recipe.task(...)`, and
+optionally `retrieval` (`recipe.retrieval(...)`): zero-shot retrieval over --beir_dir's BEIR-layout datasets.
+Each task entry holds where its files are, what its columns mean, its metric, its learning-rate grid and
 `finetune`: the whole fine-tuning config of the task (configs/finetune/common.py) with the
 suite's recipe, so any key can be changed for one task (`tasks.rte.finetune.train.epochs=10`).
 """
@@ -10,9 +11,9 @@ import importlib.util
 
 import ml_collections
 
-from bert_jax.configs.suites import glue, smoke
+from bert_jax.configs.suites import embeddings, glue, retrieval, smoke
 
-NAMED = {"glue": glue, "smoke": smoke}
+NAMED = {"glue": glue, "smoke": smoke, "retrieval": retrieval, "embeddings": embeddings}
 
 
 def load_suite(name_or_path: str) -> ml_collections.ConfigDict:

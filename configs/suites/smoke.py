@@ -1,7 +1,7 @@
 """A smoke battery: two short GLUE-layout tasks (SST-2 classification, STS-B regression), 2 seeds, one
-learning rate, a micro recipe, at most 1,000 train and 500 dev rows per task (the first of each file, so real
-GLUE's 67k SST-2 rows stay short). It checks the pipeline end to end in minutes and suits the pre-training probe
-(`--config.eval.downstream_suite=smoke`); its scores say little about a model.
+learning rate, a micro recipe, at most 1,000 train and 500 dev rows per task (a seeded sample of each file,
+stratified by label, so real GLUE's 67k SST-2 rows stay short). It checks the pipeline end to end in minutes and
+suits the pre-training probe (`--config.eval.downstream_suite=smoke`); its scores say little about a model.
 
     bert-jax evaluate --checkpoint=runs/tiny --suite=smoke --glue_dir=data/glue --out=runs/tiny/smoke
 """

@@ -45,6 +45,10 @@ class Classification(SequenceTask):
     def headline_metric(self, task_cfg):
         return "accuracy"
 
+    def chance(self, task_cfg, train_rows, rows, names):
+        majority = int(np.bincount(self.labels(train_rows, names), minlength=len(names)).argmax())
+        return metrics.classification_metrics(np.full(len(rows), majority), self.labels(rows, names), len(names))
+
     def predictions(self, task_cfg, outputs, features, rows, names):
         probs = np.asarray(jax.nn.softmax(outputs["logits"], -1))
         return [{"index": i, "label": names[int(p.argmax())], "probabilities": {n: float(x) for n, x in zip(names, p)}}

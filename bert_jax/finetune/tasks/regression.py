@@ -47,6 +47,10 @@ class Regression(SequenceTask):
     def headline_metric(self, task_cfg):
         return "spearman"
 
+    def chance(self, task_cfg, train_rows, rows, names):
+        mean = float(np.mean(self.labels(train_rows, names)))
+        return metrics.regression_metrics(np.full(len(rows), mean), self.labels(rows, names))
+
     def predictions(self, task_cfg, outputs, features, rows, names):
         return [{"index": i, "prediction": float(v)} for i, v in enumerate(outputs["logits"][:, 0])]
 

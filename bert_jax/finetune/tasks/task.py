@@ -108,6 +108,12 @@ class Task:
     def headline_metric(self, task_cfg) -> str:
         raise NotImplementedError
 
+    def chance(self, task_cfg, train_rows: list[dict], rows: list[dict], names: list[str]) -> dict:
+        """The metrics on `rows` of the constant predictor that `train_rows` suggest (the majority class, the mean):
+        what a model that learned nothing scores, which the diagnosis and the scoreboard compare a run with. {}
+        where a kind has no such predictor."""
+        return {}
+
     def predictions(self, task_cfg, outputs: dict, features: dict, rows: list[dict], names: list[str]) -> list:
         """One JSON-able line per test row (DIR/predictions.jsonl)."""
         raise NotImplementedError

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue 54 in one call of at most 9 minutes on a lent GPU: bert_jax's default and each speed variant beside
+# HF eager and torch.compile, the sides interleaved round by round (bench/accelerator_throughput.py), one
+# JSON line per shape in $OUT/gpu_variants.jsonl (and the step anatomy of the GPU compile in $OUT/anatomy.json).
+#
+#   bash bench/gpu_variants.sh                                      # on the GPU, from the project's root
+#   SHAPES=mini:32:4 VARIANT_SHAPES='mini:32:4' SIDES=bert_jax,hf_eager STEPS=1 ROUNDS=1 WARMUP=1 \
+#     BUDGET_S=0 ANATOMY=0 OUT=/tmp/v bash bench/gpu_variants.sh    # end to end on a CPU (tests/test_gpu_variants.py)
+#
+# The variants are config keys (docs/results/gpu.md): the dropout PRNG (train.dropout_prng), Adam over one
+# flat buffer (train.flat_moments), the layer scan unrolled by 2, 4 or fully (model.scan_unroll). They run at
+# the two shapes of the acceptance bar; the other shapes run the default and the HF sides only. Shapes start
+# while BUDGET_S seconds are not spent, in the order below (the acceptance shapes first).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_variants}
+mkdir -p "$OUT"
+if [ -d .whl ] && ! python3 -c "import grain, ml_collections" 2>/dev/null; then  # the GPU image's missing wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+SHAPES=${SHAPES:-base:128:256,large:512:32,modernbert_base:1024:32,large:128:256,deberta_v3_base:512:32}
+VARIANT_SHAPES=${VARIANT_SHAPES:-base:128:256|large:512:32}
+UNROLL_ALL_SHAPES=${UNROLL_ALL_SHAPES:-base:128:256}  # a fully unrolled BERT-large did not compile in 240 s
+VARIANTS="rbg:train.dropout_prng=rbg@$VARIANT_SHAPES"
+VARIANTS+=",unsafe_rbg:train.dropout_prng=unsafe_rbg@$VARIANT_SHAPES"
+VARIANTS+=",flat_adam:train.flat_moments=true@$VARIANT_SHAPES"
+VARIANTS+=",unroll2:model.scan_unroll=2@$VARIANT_SHAPES"
+VARIANTS+=",unroll4:model.scan_unroll=4@$VARIANT_SHAPES"
+VARIANTS+=",unroll_all:model.scan_unroll=12@$UNROLL_ALL_SHAPES"
+VARIANTS+=",all:train.dropout_prng=unsafe_rbg+train.flat_moments=true+model.scan_unroll=2@$VARIANT_SHAPES"
+python3 bench/accelerator_throughput.py --shapes="$SHAPES" --jax_variants="$VARIANTS" \
+  --sides="${SIDES:-bert_jax,hf_eager,hf_compile}" --steps="${STEPS:-3}" --rounds="${ROUNDS:-3}" \
+  --warmup="${WARMUP:-2}" --packing_shape= --budget_s="${BUDGET_S:-330}" \
+  --jsonl="$OUT/gpu_variants.jsonl" --out="$OUT/gpu_variants.json"
+if [ "${ANATOMY:-1}" = 1 ]; then  # kernels and bytes by part, as the GPU compiler emits them (no run)
+  python3 bench/step_anatomy.py --shape=128:256 --hlo_dir="$OUT/hlo" --json="$OUT/anatomy.json"
+fi
