@@ -118,7 +118,7 @@ def classification_run(hf_dir, files, tmp_path_factory, xla_compile_cache):
 
 
 def our_logits(workdir: str, enc: dict) -> np.ndarray:
-    from bert_jax.commands.finetune_export import load_finetuned
+    from bert_jax.finetune.hf_export import load_finetuned
 
     model, params, _, _ = load_finetuned(workdir)
     batch = {k: np.asarray(v) for k, v in enc.items()}
@@ -127,7 +127,7 @@ def our_logits(workdir: str, enc: dict) -> np.ndarray:
 
 def check_export(workdir: str, out: str, kind: str, texts) -> float:
     """Exports, loads with transformers' Auto class and id2label, and returns the relative logit error."""
-    from bert_jax.commands.finetune_export import export
+    from bert_jax.finetune.hf_export import export
 
     export(workdir, out)
     auto = {"token_classification": transformers.AutoModelForTokenClassification,
@@ -150,7 +150,7 @@ def check_export(workdir: str, out: str, kind: str, texts) -> float:
 
 def check_sentence_transformers_export(workdir: str, out: str) -> float:
     """Exports, encodes with sentence_transformers.SentenceTransformer(out), returns the relative error to ours."""
-    from bert_jax.commands.finetune_export import export, load_finetuned
+    from bert_jax.finetune.hf_export import export, load_finetuned
 
     st = pytest.importorskip("sentence_transformers")
     export(workdir, out)
@@ -170,7 +170,7 @@ def check_sentence_transformers_export(workdir: str, out: str) -> float:
 def test_a_task_model_on_an_hf_encoder_exports_with_transformers_logits(kind, hf_dir, tmp_path):
     """Without training (that is the slow tests'): the encoder read from an HF folder, a fresh head, the export."""
     from bert_jax.hf import folder as hf_folder
-    from bert_jax.commands import finetune_export as hf_export
+    from bert_jax.finetune import hf_export
     from bert_jax.finetune.run import _pretrained
     from bert_jax.finetune.tasks import get_task
 
@@ -408,7 +408,7 @@ def test_a_killed_finetuning_run_resumes_with_identical_losses(kind, pretrain_wo
 
 @pytest.mark.slow
 def test_frozen_embeddings_stay_exactly_as_loaded_and_seeds_report_mean_and_std(hf_dir, files, tmp_path):
-    from bert_jax.commands.finetune_export import load_finetuned
+    from bert_jax.finetune.hf_export import load_finetuned
 
     c = micro_config("classification", hf_dir, files)
     c.train.freeze_embeddings = True
@@ -428,7 +428,7 @@ def test_frozen_embeddings_stay_exactly_as_loaded_and_seeds_report_mean_and_std(
 
 @pytest.mark.slow
 def test_early_stopping_results_are_the_best_points_and_frozen_layers_stay_as_loaded(hf_dir, files, tmp_path):
-    from bert_jax.commands.finetune_export import load_finetuned
+    from bert_jax.finetune.hf_export import load_finetuned
 
     c = micro_config("classification", hf_dir, files)
     c.train.learning_rate = 3e-2  # large enough that validation loss does not only fall

@@ -22,7 +22,7 @@ from bert_jax.hf import (deberta_v3 as hf_deberta_v3, distilbert as hf_distilber
                          folder as hf_folder, modernbert as hf_modernbert)
 from bert_jax.families import get_family
 from bert_jax.finetune import hf_heads, init_from
-from bert_jax.commands import finetune_export as hf_export
+from bert_jax.finetune import hf_export
 from bert_jax.finetune.tasks import get_task
 from bert_jax.finetune.run import _pretrained, finetune
 from bert_jax.train import teacher as teacher_lib

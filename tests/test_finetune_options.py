@@ -8,7 +8,7 @@ import pytest
 
 import finetune_data as fd
 from bert_jax.finetune import init_from
-from bert_jax.commands.finetune_export import load_finetuned
+from bert_jax.finetune.hf_export import load_finetuned
 from bert_jax.finetune.run import finetune
 from test_finetune import micro_config
 

@@ -150,3 +150,20 @@ def test_a_roberta_model_checkpoint_imports_its_encoder_and_reports_the_unused_p
     assert report.unused == ["roberta.pooler.dense.bias", "roberta.pooler.dense.weight"]
     np.testing.assert_array_equal(params["encoder"]["embeddings"]["position"]["embedding"],
                                   state["embeddings.position_embeddings.weight"])
+
+
+def test_a_roberta_exported_with_a_wordpiece_vocabulary_carries_its_special_ids(tmp_path):
+    """RoBERTa's usual ids (<s>=0, </s>=2) are [PAD] and [CLS] in a WordPiece vocabulary: the folder's config.json
+    names the vocabulary's own [CLS], [SEP] and [PAD], which transformers reads as bos, eos and pad."""
+    import finetune_data as fd
+
+    from data_pipelines.tokenizers import tokenizer as tokenizer_lib
+
+    vocab = fd.write_tiny_hf_bert(str(tmp_path / "bert"))  # its WordPiece tokenizer: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3
+    ids = tokenizer_lib.special_ids(tokenizer_lib.load_tokenizer(vocab))
+    model_cfg = roberta_config(pad_token_id=ids.pad, max_position_embeddings=16 + ids.pad + 1)
+    exported = get_family("roberta").hf.to_hf(random_params(get_family("roberta").build_model(model_cfg),
+                                                            roberta_batch(0)), model_cfg)
+    hf_folder.write_hf_folder(str(tmp_path / "out"), exported.state, exported.config, tokenizer_dir=vocab)
+    config = transformers.AutoConfig.from_pretrained(str(tmp_path / "out"))
+    assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (ids.cls, ids.sep, ids.pad) == (2, 3, 0)

@@ -38,7 +38,7 @@ LAYERS = (
     ("run infrastructure", ("bert_jax.run",)),
     ("training", ("bert_jax.train",)),
     ("fine-tuning and vocabulary extension", ("bert_jax.finetune", "bert_jax.vocab")),
-    ("planning", ("bert_jax.plan",)),
+    ("planning and inspection", ("bert_jax.plan", "bert_jax.inspect")),
     ("configs", ("bert_jax.configs",)),
     # Launchers start runs as commands (they import no command): a command that starts runs elsewhere (`evaluate
     # --executor=ray`) goes through them.

@@ -1,4 +1,4 @@
-"""bert_jax.commands.inspect: fill-mask candidates and attention maps, from a tiny run and from HF folders.
+"""bert_jax.inspect (`bert-jax inspect`): fill-mask candidates and attention maps, from a tiny run and from HF folders.
 
 The attention maps are the model's own probabilities: equal to transformers' `output_attentions`
 for the same weights, and equal whether the layers ran scanned or unrolled.
@@ -17,7 +17,7 @@ from numerics import REORDERED, TRANSFORMERS, assert_close
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_jax.commands import inspect  # noqa: E402
+from bert_jax.inspect import views  # noqa: E402
 from bert_jax.hf import bert as hf_bert  # noqa: E402
 from bert_jax.train.loop import train_and_evaluate  # noqa: E402
 from data_pipelines.sources import corpus  # noqa: E402
@@ -61,7 +61,7 @@ def hf_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hf_inspector(hf_dir):
-    return inspect.load(hf_dir)
+    return views.load(hf_dir)
 
 
 def _transformers_outputs(folder: str, ids: np.ndarray):
@@ -72,20 +72,20 @@ def _transformers_outputs(folder: str, ids: np.ndarray):
 
 def test_attention_maps_of_an_hf_folder_are_transformers_attentions(hf_dir, hf_inspector, tmp_path):
     inspector = hf_inspector
-    tokens, probs = inspect.attention_maps(inspector, TEXT)
-    ids, _ = inspect.encode(inspector.tokenizer, TEXT, inspector.max_length)
+    tokens, probs = views.attention_maps(inspector, TEXT)
+    ids, _ = views.encode(inspector.tokenizer, TEXT, inspector.max_length)
     theirs = np.stack([a[0].numpy() for a in _transformers_outputs(hf_dir, ids).attentions])
     assert probs.shape == theirs.shape == (2, 2, len(ids), len(ids))
     assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and tokens.count("[MASK]") == 2
     assert_close(probs, theirs, TRANSFORMERS)
-    inspect.plot_attention(tokens, probs, str(tmp_path / "attention.png"))
+    views.plot_attention(tokens, probs, str(tmp_path / "attention.png"))
     assert (tmp_path / "attention.png").read_bytes()[:8] == PNG_MAGIC
 
 
 def test_fill_mask_of_an_hf_folder_ranks_as_transformers(hf_dir, hf_inspector):
     inspector = hf_inspector
-    candidates = inspect.fill_mask(inspector, TEXT, top_k=5)
-    ids, positions = inspect.encode(inspector.tokenizer, TEXT, inspector.max_length)
+    candidates = views.fill_mask(inspector, TEXT, top_k=5)
+    ids, positions = views.encode(inspector.tokenizer, TEXT, inspector.max_length)
     logits = _transformers_outputs(hf_dir, ids).logits[0].numpy()
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
     assert len(candidates) == 2
@@ -97,8 +97,8 @@ def test_fill_mask_of_an_hf_folder_ranks_as_transformers(hf_dir, hf_inspector):
 
 
 def test_scanned_and_unrolled_layers_give_the_same_maps(hf_dir, hf_inspector):
-    scanned = inspect.attention_maps(inspect.load(hf_dir, scan_layers=True), TEXT)
-    unrolled = inspect.attention_maps(hf_inspector, TEXT)
+    scanned = views.attention_maps(views.load(hf_dir, scan_layers=True), TEXT)
+    unrolled = views.attention_maps(hf_inspector, TEXT)
     assert scanned[0] == unrolled[0]
     assert scanned[1].shape[:2] == (2, 2)
     assert_close(scanned[1], unrolled[1], REORDERED)
@@ -125,12 +125,12 @@ def test_command_prints_fill_mask_candidates_and_writes_the_attention_png(tiny_r
 
 def test_bad_input_fails_naming_it(hf_inspector, tmp_path):
     with pytest.raises(ValueError, match="neither a pre-training workdir"):
-        inspect.load(str(tmp_path))
+        views.load(str(tmp_path))
     inspector = hf_inspector
     with pytest.raises(ValueError, match=r"holds no mask: write \[MASK\] or <mask>"):
-        inspect.fill_mask(inspector, "no mask here")
+        views.fill_mask(inspector, "no mask here")
     with pytest.raises(ValueError, match="the model takes at most 64"):
-        inspect.encode(inspector.tokenizer, "word " * 100, inspector.max_length)
+        views.encode(inspector.tokenizer, "word " * 100, inspector.max_length)
 
 
 def _minilm_dir() -> str:
@@ -143,18 +143,18 @@ def _minilm_dir() -> str:
 @pytest.mark.slow
 def test_minilm_attention_png_and_fill_mask(tmp_path, capsys):
     folder = _minilm_dir()
-    inspector = inspect.load(folder)
+    inspector = views.load(folder)
     text = "The cat sat on the mat because it was [MASK]."
-    tokens, probs = inspect.attention_maps(inspector, text)
+    tokens, probs = views.attention_maps(inspector, text)
     assert tokens[:3] == ["[CLS]", "the", "cat"] and probs.shape[:2] == (6, 12)
-    ids, _ = inspect.encode(inspector.tokenizer, text, inspector.max_length)
+    ids, _ = views.encode(inspector.tokenizer, text, inspector.max_length)
     model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
     with torch.no_grad():
         theirs = model(torch.tensor(ids[None], dtype=torch.long), output_attentions=True).attentions
     assert_close(probs, np.stack([a[0].numpy() for a in theirs]), TRANSFORMERS)
-    inspect.plot_attention(tokens, probs, str(tmp_path / "minilm.png"))
+    views.plot_attention(tokens, probs, str(tmp_path / "minilm.png"))
     assert (tmp_path / "minilm.png").read_bytes()[:8] == PNG_MAGIC
     # all-MiniLM-L6-v2 is a sentence-embedding BertModel: no MLM head ships, and inspect says so.
-    candidates = inspect.fill_mask(inspector, text, top_k=5)
+    candidates = views.fill_mask(inspector, text, top_k=5)
     assert len(candidates) == 1 and len(candidates[0]) == 5
     assert "no trained MLM head" in capsys.readouterr().out

@@ -11,158 +11,16 @@ reference (`xla`) kernel, which sows its probabilities into the `intermediates` 
 only this tool makes that collection mutable, so training never pays for it ("What does BERT
 look at?", Clark et al. 2019, reads the same maps).
 """
-import dataclasses
-import io
-import re
-from typing import Any
-
-import jax
-import jax.numpy as jnp
-import numpy as np
 from absl import app, flags
 
-from bert_jax import UserError
-from bert_jax.finetune import init_from
+from bert_jax.inspect import views
 from bert_jax.run import command_line
-from bert_jax.storage import paths
-from data_pipelines.tokenizers.tokenizer import load_tokenizer
-
-MODES = ("fill_mask", "attention")
-MASK_MARKERS = ("[MASK]", "<mask>")
-# How the model runs here: the reference kernel (the only one that exposes its probabilities), in float32.
-RUNTIME = {"attention_impl": "xla", "dtype": "float32", "param_dtype": "float32", "remat_policy": "none",
-           "dropout_rate": 0.0, "attention_dropout_rate": 0.0}
-
-
-@dataclasses.dataclass
-class Inspector:
-    """A family module with its parameters and tokenizer, ready to apply to one sentence."""
-    module: Any
-    params: dict
-    tokenizer: Any
-    max_length: int
-    # One jitted apply per collection list, so a second sentence of the same length does not recompile.
-    _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
-
-    def apply(self, batch: dict, mutable: tuple[str, ...] = ()):
-        if mutable not in self._compiled:
-            self._compiled[mutable] = jax.jit(lambda p, b: self.module.apply(
-                {"params": p}, b, deterministic=True, mutable=list(mutable) or False))
-        return self._compiled[mutable](self.params, batch)
-
-
-def load(source: str, scan_layers: bool = False) -> Inspector:
-    """The model `source` names (a workdir, `DIR:STEP`, or an HF folder); fails naming the path otherwise."""
-    resolved = init_from.resolve(source, dict(RUNTIME, scan_layers=scan_layers), key="--from")
-    module = resolved.family.build_model(resolved.model_cfg)
-    return Inspector(module, resolved.params, load_tokenizer(resolved.tokenizer_dir),
-                     int(resolved.model_cfg.max_position_embeddings))
-
-
-def encode(tokenizer, text: str, max_length: int) -> tuple[np.ndarray, list[int]]:
-    """[CLS] text [SEP] as ids [length] int32, and the positions of the masks written in `text`.
-
-    The text is split at the mask markers and each piece tokenized on its own, so the mask
-    becomes the tokenizer's one mask id whatever the tokenizer does with "[MASK]" as text.
-    """
-    specials = tokenizer.specials
-    ids, positions = [tokenizer.token_to_id(specials.cls)], []
-    pieces = re.split("(" + "|".join(map(re.escape, MASK_MARKERS)) + ")", text)
-    for i, piece in enumerate(pieces):
-        if piece in MASK_MARKERS:
-            positions.append(len(ids))
-            ids.append(tokenizer.token_to_id(specials.mask))
-        elif piece.strip():
-            # A space before a mask belongs to the masked word (byte-level BPE marks it on the word).
-            before_mask = i + 1 < len(pieces) and pieces[i + 1] in MASK_MARKERS
-            ids.extend(tokenizer.encode_ids([piece.rstrip() if before_mask else piece])[0].tolist())
-    ids.append(tokenizer.token_to_id(specials.sep))
-    if len(ids) > max_length:
-        raise UserError(f"--text is {len(ids)} tokens with [CLS] and [SEP]; the model takes at most {max_length}")
-    return np.asarray(ids, np.int32), positions
-
-
-def _batch(ids: np.ndarray, positions: list[int]) -> dict:
-    ids = jnp.asarray(ids)[None]
-    return {"input_ids": ids, "attention_mask": jnp.ones_like(ids), "token_type_ids": jnp.zeros_like(ids),
-            "masked_positions": jnp.asarray([positions or [0]], jnp.int32)}
-
-
-def fill_mask(inspector: Inspector, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
-    """For each mask in `text`, in order, the `top_k` (token, probability) pairs of the model's MLM head."""
-    tok = inspector.tokenizer
-    ids, positions = encode(tok, text, inspector.max_length)
-    if not positions:
-        raise UserError(f"--text={text!r} holds no mask: write {' or '.join(MASK_MARKERS)} where a word is hidden")
-    outputs = inspector.apply(_batch(ids, positions))
-    if "mlm_logits" not in outputs:
-        raise ValueError(f"this family's module returns {sorted(outputs)}, no mlm_logits: fill_mask needs an MLM head")
-    # The model's vocabulary may be padded past the tokenizer's; those ids are no tokens.
-    logits = np.asarray(outputs["mlm_logits"][0, :, :tok.get_vocab_size()], np.float64)
-    if np.all(logits.std(axis=-1) == 0):
-        print("note: the MLM head scores every token alike: this checkpoint has no trained MLM head "
-              "(e.g. a sentence-embedding BertModel); the candidates below mean nothing")
-    probs = np.exp(logits - logits.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
-    best = np.argsort(-probs, axis=-1, kind="stable")[:, :top_k]
-    return [[(tok.id_to_token(int(i)), float(p[i])) for i in row] for p, row in zip(probs, best)]
-
-
-def _collect_probs(tree) -> list[np.ndarray]:
-    """Every sown attention_probs, in call order, as [batch, heads, q, k] arrays (scanned ones unstacked)."""
-    found = []
-    for name, value in tree.items():  # insertion order is call order (layers_10 after layers_9)
-        if name == "attention_probs":
-            for array in value:
-                array = np.asarray(array)
-                found.extend(array if array.ndim == 5 else [array])
-        elif isinstance(value, dict) or hasattr(value, "items"):
-            found.extend(_collect_probs(value))
-    return found
-
-
-def attention_maps(inspector: Inspector, text: str) -> tuple[list[str], np.ndarray]:
-    """The tokens of `text` and its attention probabilities [layers, heads, length, length] (query, key)."""
-    ids, positions = encode(inspector.tokenizer, text, inspector.max_length)
-    _, state = inspector.apply(_batch(ids, positions), mutable=("intermediates",))
-    layers = _collect_probs(state.get("intermediates", {}))
-    if not layers:
-        raise ValueError("the model sowed no attention probabilities: its attention does not run through "
-                         "bert_jax.models.attention.Attend's xla kernel")
-    tokens = [inspector.tokenizer.id_to_token(int(i)) for i in ids]
-    return tokens, np.stack([layer[0] for layer in layers])
-
-
-def plot_attention(tokens: list[str], probs: np.ndarray, out: str) -> None:
-    """A PNG grid, a row per layer and a column per head; queries down, keys across, tokens on both axes."""
-    # matplotlib costs about half a second to load, and only plots need it.
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after use("Agg"), so no display is needed
-
-    num_layers, num_heads, length, _ = probs.shape
-    cell = max(1.6, 0.16 * length)
-    fig, axes = plt.subplots(num_layers, num_heads, figsize=(cell * num_heads, cell * num_layers), squeeze=False)
-    fontsize = max(3, min(8, 160 // max(length, 1)))
-    for layer in range(num_layers):
-        for head in range(num_heads):
-            ax = axes[layer, head]
-            ax.imshow(probs[layer, head], cmap="viridis", vmin=0.0, vmax=1.0)
-            ax.set_xticks(range(length), tokens, rotation=90, fontsize=fontsize)
-            ax.set_yticks(range(length), tokens, fontsize=fontsize)
-            ax.set_title(f"layer {layer} head {head}", fontsize=fontsize + 2)
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=80)
-    plt.close(fig)
-    paths.write_atomically(out, png.getvalue())
 
 
 def _define_flags():
     flags.DEFINE_string("from", None, "A pre-training workdir (DIR or DIR:STEP) or a Hugging Face model folder.")
     flags.DEFINE_string("text", None, "The sentence; fill_mask: with [MASK] or <mask> where words are hidden.")
-    flags.DEFINE_enum("mode", "fill_mask", list(MODES), "fill_mask: top-k tokens per mask; attention: a PNG grid.")
+    flags.DEFINE_enum("mode", "fill_mask", list(views.MODES), "fill_mask: top-k tokens per mask; attention: a PNG grid.")
     flags.DEFINE_integer("top_k", 5, "fill_mask: candidates per mask.")
     flags.DEFINE_string("out", "attention.png", "attention: where to write the PNG (local or a bucket).")
     flags.mark_flags_as_required(["from", "text"])
@@ -172,13 +30,13 @@ def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     f = flags.FLAGS
-    inspector = load(f["from"].value)
+    inspector = views.load(f["from"].value)
     if f.mode == "fill_mask":
-        for i, candidates in enumerate(fill_mask(inspector, f.text, f.top_k)):
+        for i, candidates in enumerate(views.fill_mask(inspector, f.text, f.top_k)):
             print(f"mask {i + 1}: " + ", ".join(f"{token} {p:.3f}" for token, p in candidates))
         return
-    tokens, probs = attention_maps(inspector, f.text)
-    plot_attention(tokens, probs, f.out)
+    tokens, probs = views.attention_maps(inspector, f.text)
+    views.plot_attention(tokens, probs, f.out)
     print(f"attention of {probs.shape[0]} layers x {probs.shape[1]} heads over {len(tokens)} tokens: {f.out}")
 
 

@@ -455,7 +455,9 @@ def run_battery(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_
             finished = finished_result(run.workdir)
             if finished is not None:
                 results[run] = finished
-                logging.info("battery: %s lr=%g seed=%d is DONE: kept", run.task, run.learning_rate, run.seed)
+                metric = suite.tasks[run.task].metric
+                print(f"[evaluate] kept {run.task} lr={run.learning_rate:g} seed={run.seed}: done before, "
+                      f"{metric} {finished['validation'].get(metric, float('nan')):.4f} ({run.workdir})", flush=True)
                 continue
             init = starting_point(suite, run, results, checkpoint)
             jobs.append(Job(run, out, run_overrides(suite, run, data_files(out, run.task), init),

@@ -14,6 +14,7 @@ from absl import logging
 from safetensors.numpy import load, save
 
 from bert_jax.storage import paths
+from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 SAFETENSORS_FILE = "model.safetensors"
 TORCH_FILE = "pytorch_model.bin"
@@ -27,6 +28,17 @@ TOKENIZER_CONFIG = "tokenizer_config.json"
 # T5's spiece.model (what data_pipelines saves), DeBERTa-v2/v3's spm.model.
 SENTENCEPIECE_FILE, SENTENCEPIECE_ALIASES = "spiece.model", ("spm.model",)
 SPECIAL_TOKEN_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "bos_token", "eos_token")
+# config.json's special-token ids, and the tokenizer's token each one is. A family's converter writes its usual
+# vocabulary's ids (RoBERTa's byte-level BPE: <s>=0, <pad>=1, </s>=2); a run trained with another vocabulary (a
+# RoBERTa on WordPiece, where 0 and 2 are [PAD] and [CLS]) must carry that vocabulary's own.
+SPECIAL_ID_KEYS = {"pad_token_id": "pad", "bos_token_id": "cls", "eos_token_id": "sep"}
+
+
+def with_tokenizer_ids(hf_cfg: dict, tokenizer_dir: str) -> dict:
+    """`hf_cfg` with each special-token id it names (SPECIAL_ID_KEYS, where not None) taken from the tokenizer."""
+    ids = tokenizer_lib.special_ids(tokenizer_lib.load_tokenizer(tokenizer_dir))
+    return {**hf_cfg, **{key: getattr(ids, token) for key, token in SPECIAL_ID_KEYS.items()
+                         if hf_cfg.get(key) is not None}}
 
 
 def _wordpiece_tokenizer_config() -> dict:
@@ -42,7 +54,8 @@ def _wordpiece_tokenizer_config() -> dict:
 
 def write_hf_folder(out_dir: str, state: dict[str, np.ndarray], hf_cfg: dict, tokenizer_dir: str | None,
                     model_max_length: int | None = None) -> None:
-    """Writes config.json, model.safetensors (float32) and, from `tokenizer_dir`, the tokenizer files.
+    """Writes config.json (its special-token ids the tokenizer's), model.safetensors (float32) and, from
+    `tokenizer_dir`, the tokenizer files.
 
     The tokenizer's own tokenizer_config.json (its transformers class and special tokens)
     goes along, with `model_max_length` (default: the model's max_position_embeddings). A family
@@ -51,6 +64,8 @@ def write_hf_folder(out_dir: str, state: dict[str, np.ndarray], hf_cfg: dict, to
     the model is written under every name such classes read.
     """
     out = paths.path(out_dir)
+    if tokenizer_dir is not None:
+        hf_cfg = with_tokenizer_ids(hf_cfg, tokenizer_dir)
     paths.write_atomically(out / "config.json", json.dumps(hf_cfg, indent=2, sort_keys=True))
     tensors = {name: np.ascontiguousarray(array, dtype=np.float32) for name, array in state.items()}
     paths.write_atomically(out / SAFETENSORS_FILE, save(tensors, metadata={"format": "pt"}))

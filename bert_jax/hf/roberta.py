@@ -46,7 +46,8 @@ def hf_to_params(state, model_cfg, fallback_params: dict | None = None) -> tuple
 
 def hf_config(model_cfg) -> dict[str, Any]:
     """A Hugging Face RoBERTa config.json for `config.model` (exact GELU, absolute positions offset by the pad id)."""
-    # Byte-level BPE's specials: <s>=0 <pad>=1 </s>=2 (bert_jax.commands.tokenizer); only pad matters here.
+    # Byte-level BPE's specials: <s>=0 <pad>=1 </s>=2 (bert_jax.commands.tokenizer); a folder written with another
+    # vocabulary gets that vocabulary's ids (bert_jax/hf/folder.py's with_tokenizer_ids).
     return hf_bert.config_json(model_cfg, CONFIG_KEYS, model_type="roberta", architectures=["RobertaForMaskedLM"],
                                hidden_act="gelu", bos_token_id=0, eos_token_id=2)
 

@@ -176,7 +176,7 @@ class Attend(nn.Module):
             dropout = None
             if cfg.attention_dropout_rate > 0 and not deterministic:
                 dropout = lambda p: nn.Dropout(cfg.attention_dropout_rate)(p, deterministic=False)  # noqa: E731
-            # bert_jax.commands.inspect reads the probabilities: applied with mutable=["intermediates"] only; training
+            # bert_jax.inspect.views reads the probabilities: applied with mutable=["intermediates"] only; training
             # does not make that collection mutable, so the sow is a no-op there.
             sow = lambda p: self.sow("intermediates", "attention_probs", p)  # noqa: E731
             return kernels.xla_attention(q, k, v, mask.segments, self.window, dropout, score_bias, sow)
