@@ -48,6 +48,9 @@ def get_config() -> ml_collections.ConfigDict:
     # --config.model.attention_dropout_rate=0.1 reproduces them exactly, and `auto` then picks xla.
     c.model.attention_dropout_rate = 0.0
     c.model.layer_norm_eps = 1e-12
+    # The feed-forward activation, a key of bert_jax/models/layers.py's ACTIVATIONS (Hugging Face's names: "gelu" is
+    # the exact GELU, "gelu_new" the tanh approximation).
+    c.model.hidden_act = "gelu"
     c.model.initializer_range = 0.02
     c.model.scan_layers = True
     c.model.scan_unroll = 1  # layers per iteration of the scanned loop (nn.scan unroll)

@@ -5,6 +5,9 @@ same statistics), so that a faster variant measured on a GPU (bench/accelerator_
 --jax_variants, bench/gpu_variants.sh) can become a default without changing what is learnt.
 """
 import functools
+import json
+import os
+import subprocess
 
 import flax.linen as nn
 import jax
@@ -21,6 +24,7 @@ from bert_jax.train.state import make_init_fn
 from bert_jax.train.step import DROPOUT_PRNGS, make_train_step, model_rngs
 from tests.conftest import random_batch, small_model_config
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = ml_collections.ConfigDict(dict(max_seq_length=16, max_predictions_per_seq=5, example_builder="nsp"))
 
 
@@ -76,19 +80,11 @@ def test_flat_moments_train_the_same_losses():
 
 
 def test_scan_unroll_trains_the_same_losses():
-    """config.model.scan_unroll (2, or every layer) changes the compiled loop, not the dropout masks or the math."""
+    """config.model.scan_unroll (2, or all 2 layers and more) changes the compiled loop, not the dropout masks or the
+    math. (scan_layers=False computes the same function too: tests/test_model.py.)"""
     default = losses()
     for unroll in (2, 4):
         np.testing.assert_allclose(losses({"scan_unroll": unroll}), default, rtol=1e-5)
-
-
-def test_unrolled_stack_trains_the_same_losses_without_dropout():
-    """scan_layers=False names each layer's params (and dropout rngs) apart: without dropout, the same losses."""
-    no_dropout = {"dropout_rate": 0.0, "attention_dropout_rate": 0.0}
-    scanned = losses({**no_dropout, "scan_layers": True})
-    unrolled = losses({**no_dropout, "scan_layers": False})
-    # The unrolled params are drawn under other names, so the first losses agree only in size.
-    assert np.all(np.isfinite(scanned)) and abs(scanned[0] - unrolled[0]) < 0.05 * scanned[0]
 
 
 @pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
@@ -177,3 +173,36 @@ def test_per_step_masks_refused_for_a_family_that_draws_per_layer():
 def test_unknown_dropout_masks_fail_naming_the_key():
     with pytest.raises(ValueError, match=r"config.model.dropout_masks='per_batch'; expected one of per_layer, per_step"):
         get_family("bert").build_model(small_model_config(dropout_masks="per_batch"))
+
+
+def test_step_anatomy_counts_the_backward_rng_and_update_apart():
+    """bench/step_anatomy.py on a micro BERT: the parts docs/results/gpu.md reports, each found in the HLO."""
+    from bench import step_anatomy
+
+    micro = ["model.num_layers=2", "model.hidden_size=64", "model.num_heads=2", "model.intermediate_size=128",
+             "model.dtype=float32"]
+    texts = step_anatomy.compile_hlo("32:4", micro)
+    train, forward = step_anatomy.anatomy(texts["train"]), step_anatomy.anatomy(texts["forward"])
+    assert {"forward", "backward", "dropout RNG", "norms", "update"} <= set(train["parts"])
+    assert "dropout RNG" not in forward["parts"] and "update" not in forward["parts"]
+    assert train["kernels"] > 2 * forward["kernels"] and train["bytes"] > 2 * forward["bytes"]
+    rbg = step_anatomy.anatomy(step_anatomy.compile_hlo("32:4", micro + ["train.dropout_prng=rbg"])["train"])
+    assert rbg["parts"]["dropout RNG"]["kernels"] < train["parts"]["dropout RNG"]["kernels"]
+
+
+@pytest.mark.slow
+def test_gpu_variants_script_runs_end_to_end_on_the_cpu(tmp_path):
+    """bench/gpu_variants.sh, the one call a lent GPU runs, with a micro shape: every variant and HF eager run
+    in the same rounds and land as JSON lines."""
+    micro = "mini:32:4"
+    env = {**os.environ, "SHAPES": micro, "VARIANT_SHAPES": micro, "UNROLL_ALL_SHAPES": micro,
+           "SIDES": "bert_jax,hf_eager", "STEPS": "1", "ROUNDS": "2", "WARMUP": "1", "BUDGET_S": "0", "ANATOMY": "0",
+           "OUT": str(tmp_path), "JAX_PLATFORMS": "cpu"}
+    subprocess.run(["bash", "bench/gpu_variants.sh"], cwd=REPO, env=env, check=True, timeout=3000)
+    shape, done = [json.loads(line) for line in (tmp_path / "gpu_variants.jsonl").read_text().splitlines()]
+    variants = ("rbg", "unsafe_rbg", "flat_adam", "unroll2", "unroll4", "unroll_all", "all")
+    expected = {"bert_jax", "hf_eager", *(f"bert_jax[{v}]" for v in variants)}
+    assert set(shape["sides"]) == expected
+    assert all(side["tokens_per_s"] > 0 for side in shape["sides"].values()), shape["sides"]
+    assert {f"bert_jax[{v}]/bert_jax" for v in variants} <= set(shape["ratios"])
+    assert done["run"] == "done" and done["shapes_left_out"] == []

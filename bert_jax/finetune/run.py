@@ -30,7 +30,6 @@ from bert_jax.storage.workdir import Workdir
 from bert_jax.run import completion, harness
 from bert_jax.run.metrics_file import read_rows
 from bert_jax.train.state import abstract_state_and_shardings, create_sharded_state, make_init_fn
-from bert_jax.train.step import make_train_step
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 LOWER_IS_BETTER = ("loss",)
@@ -102,7 +101,7 @@ def build_program(config, task, source: init_from.Source, names: list[str], exam
     init = make_init_fn(model, tx, None, config.seed, example=example)
     abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
     data_sharding = batch_sharding(mesh, rules)
-    train_step = jax.jit(make_train_step(model, objective, tx, t_cfg.grad_accum_steps),
+    train_step = jax.jit(task.make_train_step(model, objective, tx, config),
                          in_shardings=(shardings, data_sharding, None), out_shardings=(shardings, None),
                          donate_argnums=0)
     predict = jax.jit(lambda params, batch: model.apply({"params": params}, batch, deterministic=True),

@@ -73,9 +73,11 @@ def masked_fraction(batch: dict) -> jax.Array:
 
 
 def make_train_step(model, objective: Objective, tx: optax.GradientTransformation, grad_accum_steps: int,
-                    frozen_model=None, dropout_prng: str = "threefry"):
+                    frozen_model=None, dropout_prng: str = "threefry", grads_fn=None):
     """Returns train_step(state, batch, frozen) -> (state, metrics); `frozen`: `frozen_model`'s params, or None.
-    `dropout_prng`: config.train.dropout_prng (see `model_rngs`).
+    `dropout_prng`: config.train.dropout_prng (see `model_rngs`). `grads_fn`: (params, batch, step key, weights)
+    -> (grads, sums) in place of the accumulation below, for a loss that couples the examples of a batch
+    (contrastive in-batch negatives: bert_jax/finetune/contrastive.py's GradCache).
 
     Gradient accumulation scans over micro-batches inside the step. optax.MultiSteps
     averages per-micro-step means, which weights micro-batches with few masked
@@ -96,7 +98,9 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
     def train_step(state: TrainState, batch: dict, frozen=None):
         weights = objective.weights(batch)
         step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-        if grad_accum_steps == 1:
+        if grads_fn is not None:
+            grads, sums = grads_fn(state.params, batch, step_key, weights)
+        elif grad_accum_steps == 1:
             # No scan and no zero-filled gradient buffer: the gradients are the step's own.
             grads, sums = grad_fn(state.params, batch, jax.random.fold_in(step_key, 0), weights, frozen)
         else:

@@ -34,6 +34,16 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     # softmax (a classifier over (u, v, |u-v|) on labelled pairs, NLI-style); evaluation: Spearman on score_field.
     c.task.embedding_loss = "ranking"
     c.task.score_field = "score"
+    # ranking: the negatives are every other pair of the global batch (all devices and hosts); with
+    # train.grad_accum_steps > 1 the batch goes through the encoder in that many chunks by GradCache, the gradient
+    # still the whole batch's. temperature: of the cosine similarities (0.05 = SBERT's scale 20), learnt from that
+    # start with learn_temperature (CLIP's logit scale). negative_field: a column of hard negatives (a text, or a
+    # JSON list of num_negatives texts). matryoshka_dims: "256,64": the loss summed over the first d dimensions too.
+    c.task.temperature = 0.05
+    c.task.learn_temperature = False
+    c.task.negative_field = ""
+    c.task.num_negatives = 1
+    c.task.matryoshka_dims = ""
 
     c.data = ml_collections.ConfigDict()
     c.data.format = "csv"  # csv | tsv | jsonl | conll | squad | tfds

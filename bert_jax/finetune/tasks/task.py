@@ -16,6 +16,7 @@ from bert_jax.hf import folder as hf_folder
 from bert_jax.finetune import data, hf_heads
 from bert_jax.finetune.model import POOLINGS, FinetuneModel
 from bert_jax.objectives.objective import Objective
+from bert_jax.train.step import make_train_step
 
 
 class Task:
@@ -99,6 +100,11 @@ class Task:
 
     def objective(self, task_cfg) -> Objective:
         raise NotImplementedError
+
+    def make_train_step(self, model, objective: Objective, tx, config):
+        """The step's function, (state, batch) -> (state, metrics): bert_jax/train/step.py's, micro-batches
+        accumulated; a kind whose loss couples a batch's examples builds its own (sentence_embedding's GradCache)."""
+        return make_train_step(model, objective, tx, config.train.grad_accum_steps)
 
     # --- scores -----------------------------------------------------------------------------------------------
     def evaluate(self, task_cfg, outputs: dict, features: dict, names: list[str], rows: list[dict]) -> dict:
