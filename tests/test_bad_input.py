@@ -97,6 +97,9 @@ CASES = [
     (["evaluate", "--checkpoint=notarun", "--suite=smoke", "--glue_dir=nope", "--out=e"], ["nope"]),
     (["evaluate", "--checkpoint=notarun", "--suite=smoke", "--out=e"], ["--glue_dir"]),
     (["evaluate", "--checkpoint=notarun", "--suite=smoke", "--glue_dir=glue", "--seeds=0", "--out=e"], ["--seeds=0"]),
+    (["evaluate", "--checkpoint=notarun", "--suite=retrieval", "--out=e"], ["--beir_dir"]),
+    (["evaluate", "--checkpoint=notarun", "--suite=retrieval", "--beir_dir=beir", "--out=e"],
+     ["beir/docs/qrels/test.tsv", "row 3", "'d9'", "corpus.jsonl"]),
     # export
     (["export", "--workdir=nope", "--out=o"], ["nope"]),
     (["export", "--workdir=notarun", "--out=o"], ["notarun", "config.json"]),
@@ -133,11 +136,15 @@ VERBOSE = ["export", "--workdir=nope", "--out=o", "--verbose"]
 
 def scratch_folder(root: pathlib.Path) -> None:
     """What the cases name: a corpus, folders that are no run, a run that saved nothing, a run at step 4, a GLUE
-    folder, and a prepared output with other settings."""
+    folder, a broken BEIR folder, and a prepared output with other settings."""
     (root / "corpus.txt").write_text("The cat sat on the mat.\nIt was warm.\n\nA dog barked.\nThen it slept.\n")
     (root / "notarun").mkdir()
     (root / "notarun" / "notes.txt").write_text("not a run\n")
     write_glue(root / "glue", n_train=8, n_dev=4)
+    (root / "beir" / "docs" / "qrels").mkdir(parents=True)  # a BEIR folder whose qrels name a document it lacks
+    (root / "beir" / "docs" / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "a cat"}\n')
+    (root / "beir" / "docs" / "queries.jsonl").write_text('{"_id": "q1", "text": "cat"}\n')
+    (root / "beir" / "docs" / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td9\t1\n")
     (root / "unfinished").mkdir()
     write_config_as_a_run_does(root / "unfinished", bert_jax.configs.tiny.get_config())
     (root / "run_at_4" / "checkpoints" / "4").mkdir(parents=True)  # a committed step, as orbax lists them

@@ -23,19 +23,19 @@ from bert_jax.finetune.tasks import get_task
 from bert_jax.train.state import TrainState
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BATCH, LENGTH, VOCAB, NEGATIVES = 32, 12, 97, 2
+BATCH, LENGTH, VOCAB, NEGATIVES = 16, 8, 64, 1
 
 
 def setup(num_negatives: int = NEGATIVES, grad_accum_steps: int = 1):
-    """A 2-layer BERT (hidden 32) under the ranking head with hard negatives, a learnt temperature and Matryoshka
+    """A 1-layer BERT (hidden 16) under the ranking head with hard negatives, a learnt temperature and Matryoshka
     dims; its random params; a batch of BATCH random pairs, the last 3 rows padding."""
     config = bert_jax.configs.finetune.sentence_embedding.get_config()
     config.task.update(negative_field="negative", num_negatives=num_negatives, learn_temperature=True,
-                       matryoshka_dims="16,8")
+                       matryoshka_dims="8,4")
     config.train.grad_accum_steps = grad_accum_steps
     config.data.packing = False
     model_cfg = ml_collections.ConfigDict(dict(
-        family="bert", vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+        family="bert", vocab_size=VOCAB, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
         max_position_embeddings=LENGTH, type_vocab_size=2, dropout_rate=0.0, attention_dropout_rate=0.0,
         layer_norm_eps=1e-12, initializer_range=0.02, scan_layers=True, remat_policy="none", dtype="float32",
         param_dtype="float32"))

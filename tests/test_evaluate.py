@@ -99,7 +99,7 @@ def check_board(board: dict, out, tasks: dict, seeds: int) -> None:
 
 
 def test_battery_scores_medians_of_its_runs_and_resumes_without_redoing_them(hf_dir, glue_dir, tmp_path,
-                                                                               xla_compile_cache):
+                                                                               xla_compile_cache, capsys):
     """One task, 2 seeds (the default suite's budget: one compile, shared by the second seed)."""
     out, suite, calls = tmp_path / "out", micro_suite(), []
     with pytest.raises(Killed):
@@ -110,8 +110,11 @@ def test_battery_scores_medians_of_its_runs_and_resumes_without_redoing_them(hf_
                              finetune_fn=killed_after(99, calls))
     again = calls[len(first):]
     assert len(first) == 1 and len(again) == 1 and not set(first) & set(again)  # the finished run was kept
+    assert f"[evaluate] kept sst2 lr=0.003 seed=0: done before, accuracy " in capsys.readouterr().out  # and said so
     check_board(board, out, {"sst2": "accuracy"}, 2)
     assert board["tasks"]["sst2"]["median"] > 0.75  # the made task is learnable: it beats chance (0.5)
+    assert (board["tasks"]["sst2"]["chance"], board["tasks"]["sst2"]["at_chance"], board["tasks_at_chance"]) == (
+        0.5, False, 0)  # the runs recorded their chance (the majority class of the balanced made task)
     # Everything DONE: a third run trains nothing and gives the same board.
     assert battery.evaluate(hf_dir, suite, str(out), glue_dir=glue_dir, tasks="sst2",
                             finetune_fn=killed_after(0, [])) == board
@@ -187,6 +190,32 @@ def test_best_learning_rate_is_the_best_median_and_its_seeds_are_the_row():
                              {"t": "accuracy"}, runs)
     row = board["tasks"]["t"]
     assert (row["median"], row["min"], row["max"], row["n"], row["best_lr"]) == (0.75, 0.5, 0.8, 3, 3e-5)
+
+
+def test_a_median_within_noise_of_chance_is_marked_and_the_average_counts_it():
+    """The runs record their task's chance (the majority class: 0.5 here; a constant's correlation: 0) and the dev
+    set's size (400: a margin of 2 x 0.5 / 20 = 0.05 for accuracy, 2 / 20 = 0.1 for a correlation)."""
+    chance = {"accuracy": {"validation": {"accuracy": 0.5}, "examples": 400},
+              "spearman": {"validation": {"spearman": 0.0}, "examples": 400}}
+    scores = {"sst2": ("accuracy", (0.52, 0.54, 0.49)), "stsb": ("spearman", (0.62, 0.7, 0.66)),
+              "cola": ("accuracy", (0.56, 0.57, 0.58))}
+    runs = {battery.Run(t, 1e-4, s, ""): {"validation": {metric: v}, "chance": chance[metric]}
+            for t, (metric, values) in scores.items() for s, v in enumerate(values)}
+    board = scoreboard.build({"checkpoint": "c", "suite": "s", "seeds": [0, 1, 2], "tasks": list(scores)},
+                             {t: metric for t, (metric, _) in scores.items()}, runs)
+    assert [(board["tasks"][t]["chance"], board["tasks"][t]["at_chance"]) for t in scores] == [
+        (0.5, True), (0.0, False), (0.5, False)]
+    assert board["tasks"]["sst2"]["chance_margin"] == pytest.approx(0.05) and board["tasks_at_chance"] == 1
+    table = scoreboard.markdown(board)
+    assert "| sst2 | accuracy | 52.0 | 49.0–54.0 | 3 | — | 50.0 ± 5.0 | at chance |" in table
+    assert "1 of 3 tasks at chance" in table
+    header, *rows = scoreboard.csv_text(board).splitlines()
+    assert header.endswith(",chance,chance_margin,at_chance") and rows[0].endswith(",0.5,0.05,True")
+    # Runs that recorded no chance (older ones, a kind without a constant predictor) are not marked.
+    bare = {r: {"validation": v["validation"]} for r, v in runs.items()}
+    board = scoreboard.build({"checkpoint": "c", "suite": "s", "seeds": [0, 1, 2], "tasks": ["sst2"]},
+                             {"sst2": "accuracy"}, bare)
+    assert board["tasks"]["sst2"]["at_chance"] is None and board["tasks_at_chance"] == 0
 
 
 def test_tasks_that_start_from_another_run_after_it():

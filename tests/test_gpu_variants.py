@@ -80,11 +80,10 @@ def test_flat_moments_train_the_same_losses():
 
 
 def test_scan_unroll_trains_the_same_losses():
-    """config.model.scan_unroll (2, or all 2 layers and more) changes the compiled loop, not the dropout masks or the
-    math. (scan_layers=False computes the same function too: tests/test_model.py.)"""
-    default = losses()
-    for unroll in (2, 4):
-        np.testing.assert_allclose(losses({"scan_unroll": unroll}), default, rtol=1e-5)
+    """config.model.scan_unroll changes the compiled loop, not the dropout masks or the math. With the test
+    model's 2 layers, unroll 2 is the whole stack unrolled (scan_layers=False computes the same function too:
+    tests/test_model.py)."""
+    np.testing.assert_allclose(losses({"scan_unroll": 2}), losses(), rtol=1e-5)
 
 
 @pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
@@ -104,18 +103,16 @@ def test_rbg_dropout_keeps_the_rate_and_follows_from_the_key(impl):
     assert jax.random.key_impl(model_rngs(key, impl)["dropout"]) == jax.random.key_impl(jax.random.key(0, impl=impl))
 
 
-@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
-def test_rbg_dropout_trains_like_threefry(impl):
-    """Other masks, so other losses, but of the same size; and a run repeats bit for bit."""
-    theirs, ours = losses(dropout_prng="threefry"), losses(dropout_prng=impl)
-    jax.clear_caches()  # compiled afresh, drawn afresh
-    np.testing.assert_array_equal(ours, _losses.__wrapped__((), 2, impl, ()))
+def test_rbg_dropout_trains_like_threefry():
+    """Other masks, so other losses, but of the same size."""
+    theirs, ours = losses(dropout_prng="threefry"), losses(dropout_prng="unsafe_rbg")
+    assert not np.array_equal(ours, theirs)
     np.testing.assert_allclose(ours, theirs, rtol=0.05)
 
 
 def test_unknown_dropout_prng_fails_naming_the_key_and_the_choices():
     with pytest.raises(UserError, match=r"config.train.dropout_prng='philox' is not a PRNG; known: threefry, rbg"):
-        losses(dropout_prng="philox")
+        make_train_step(None, None, None, 1, dropout_prng="philox")
     assert DROPOUT_PRNGS[0] == "threefry"
 
 
@@ -148,16 +145,17 @@ def test_cudnn_on_the_cpu_is_refused_in_one_line():
 def test_per_step_dropout_masks_train_like_per_layer_ones():
     """config.model.dropout_masks='per_step': every layer's masks in one draw; other masks, the same statistics."""
     per_layer, per_step = losses(), losses({"dropout_masks": "per_step"})
-    np.testing.assert_array_equal(per_step, _losses.__wrapped__((("dropout_masks", "per_step"),), 2, "threefry", ()))
     assert not np.array_equal(per_step, per_layer)
     np.testing.assert_allclose(per_step, per_layer, rtol=0.05)
-    unrolled = losses({"dropout_masks": "per_step", "scan_layers": False})
-    assert np.all(np.isfinite(unrolled))
 
 
-def test_per_step_masks_change_nothing_without_dropout():
+@pytest.mark.slow
+def test_per_step_masks_change_nothing_without_dropout_scanned_or_not():
     no_dropout = {"dropout_rate": 0.0, "attention_dropout_rate": 0.0}
-    np.testing.assert_array_equal(losses({**no_dropout, "dropout_masks": "per_step"}), losses(no_dropout))
+    for scan in (True, False):
+        plain = {**no_dropout, "scan_layers": scan}
+        np.testing.assert_array_equal(losses({**plain, "dropout_masks": "per_step"}), losses(plain))
+    assert np.all(np.isfinite(losses({"dropout_masks": "per_step", "scan_layers": False})))
 
 
 def test_per_step_masks_refused_for_a_family_that_draws_per_layer():
@@ -175,6 +173,7 @@ def test_unknown_dropout_masks_fail_naming_the_key():
         get_family("bert").build_model(small_model_config(dropout_masks="per_batch"))
 
 
+@pytest.mark.slow
 def test_step_anatomy_counts_the_backward_rng_and_update_apart():
     """bench/step_anatomy.py on a micro BERT: the parts docs/results/gpu.md reports, each found in the HLO."""
     from bench import step_anatomy

@@ -29,11 +29,33 @@ def _with(**changes):
 
 
 def test_a_changed_experiment_key_is_refused_naming_it_and_the_flag():
-    with pytest.raises(experiment.ExperimentChangedError,
-                       match=r'config.data.masking: "whole_word" -> "token".*--config.accept_changes=data.masking'):
+    with pytest.raises(experiment.ExperimentChangedError) as refused:
         experiment.check_resume(RECORDED, _with(data__masking="token"), "", "DIR", 40)
-    with pytest.raises(experiment.ExperimentChangedError, match=r"config.train.num_steps: 10 -> 20.*config.train.stages"):
+    first, *keys = str(refused.value).splitlines()
+    assert "--config.accept_changes=data.masking" in first and "step 40" in first
+    assert keys == ['config.data.masking: "whole_word" -> "token"']  # one line per key
+    with pytest.raises(experiment.ExperimentChangedError, match=r"(?s)config.train.num_steps: 10 -> 20.*config.train.stages"):
         experiment.check_resume(RECORDED, _with(train__num_steps=20, train__stages=[[5, {"a": 1}]]), "", "DIR", 4)
+
+
+def test_a_derived_key_follows_the_key_the_user_changed_and_values_are_the_resumed_stages():
+    """mask_rate 0.15 -> 0.3 under max_predictions_per_seq=auto changes the cap too (20 -> 39 at seq 128): the
+    user is asked for mask_rate alone, the cap rides on its line, and accepting mask_rate accepts both."""
+    recorded = _with(data__mask_rate=0.15, data__max_seq_length=64, data__max_predictions_per_seq=10)
+    current = _with(data__mask_rate=0.3, data__max_seq_length=64, data__max_predictions_per_seq=20)
+    stage_1 = (_with(data__mask_rate=0.15, data__max_seq_length=128, data__max_predictions_per_seq=20),
+               _with(data__mask_rate=0.3, data__max_seq_length=128, data__max_predictions_per_seq=39))
+    with pytest.raises(experiment.ExperimentChangedError) as refused:
+        experiment.check_resume(recorded, current, "", "DIR", 300, quoted=stage_1, where="stage 2 of 2")
+    first, *keys = str(refused.value).splitlines()
+    assert first.endswith("--config.accept_changes=data.mask_rate") and "stage 2 of 2" in first
+    assert keys == ["config.data.mask_rate: 0.15 -> 0.3 (data.max_predictions_per_seq: 20 -> 39: follows it)"]
+    entry = experiment.check_resume(recorded, current, "data.mask_rate", "DIR", 300)
+    assert entry["accepted"] == {"data.mask_rate": [0.15, 0.3], "data.max_predictions_per_seq": [10, 20]}
+    # Set alone, the cap is the user's change, and asked for.
+    with pytest.raises(experiment.ExperimentChangedError, match="accept_changes=data.max_predictions_per_seq"):
+        experiment.check_resume(recorded, _with(data__mask_rate=0.15, data__max_seq_length=64,
+                                                data__max_predictions_per_seq=12), "", "DIR", 300)
 
 
 def test_cadence_paths_and_logging_pass_and_are_recorded_as_passed():

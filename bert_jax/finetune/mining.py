@@ -6,11 +6,13 @@ A document is a list of sentences (data_pipelines' segments); a passage is `sent
 Which documents go to the pairs and which to the retrieval set is decided by a hash of the document's index
 (data_pipelines.sources.corpus.is_eval_document), so the two never share a document.
 """
+import json
 from collections.abc import Iterable, Iterator
 
 from data_pipelines.sources.corpus import is_eval_document
 
 from bert_jax.finetune import beir
+from bert_jax.storage import paths
 
 
 def passages(document: list[str], sentences: int) -> list[str]:
@@ -53,3 +55,26 @@ def write_beir(documents: Iterable[list[str]], folder: str, sentences: int = 3, 
                 corpus.append({"_id": doc_id, "title": "", "text": passage})
     beir.write(folder, corpus, queries, qrels)
     return len(queries)
+
+
+def write_sts(documents: list[list[str]], folder: str, seed: int = 0, sentences: int = 3) -> int:
+    """A stand-in for STS-B in GLUE's layout (folder/STS-B/{train,dev}.tsv: sentence1, sentence2, score 0–5): each
+    neighbour pair scores 5, the same passage beside one of another document 0. It tells a model that learnt the
+    corpus's topics from one that did not; for figures to compare with papers, use STS-B itself. Returns the rows."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    every = [p for d in documents for p in passages(d, sentences)]
+    rows = []
+    for pair in neighbour_pairs(documents, sentences):
+        rows.append((pair["sentence1"], pair["sentence2"], "5.0"))
+        rows.append((pair["sentence1"], rng.choice(every), "0.0"))
+    rng.shuffle(rows)
+    cut = max(1, len(rows) // 5)
+    for split, part in (("dev", rows[:cut]), ("train", rows[cut:])):
+        text = "sentence1\tsentence2\tscore\n" + "".join("\t".join(r) + "\n" for r in part)
+        paths.write_atomically(paths.path(folder) / "STS-B" / f"{split}.tsv", text)
+    # The dev rows as JSONL too: the validation file of a contrastive run on pairs.jsonl (one data.format).
+    paths.write_atomically(paths.path(folder) / "STS-B" / "dev.jsonl", "".join(
+        json.dumps({"sentence1": a, "sentence2": b, "score": float(s)}) + "\n" for a, b, s in rows[:cut]))
+    return len(rows)

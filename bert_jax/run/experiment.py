@@ -17,6 +17,12 @@ config.json says what runs now, the history says what ran before and from which 
 
 A key the recorded config lacks (the code gained it since the run started) is not a change: it
 is logged. So is one the new code no longer has.
+
+A refusal is one line saying what to do (the `--config.accept_changes=` that names every key), then one line per
+key, old and new value as the stage the run resumes into has them (a staged run's sequence length and the
+prediction cap it derives differ by stage). A key the run derives from another (DERIVED: the prediction cap under
+`auto`) follows the key the user changed, on that key's line, and is never asked for on its own: accepting the
+user's key accepts it, and the history records both.
 """
 from __future__ import annotations
 
@@ -42,6 +48,11 @@ PASSING = (
     # Paths: what they hold is checked by the data fingerprint and the tokenizer's hash (run_identity.py).
     "data.path", "data.tokenizer.path", "data.tfds_data_dir", "data.mixture.*.path",
 )
+
+
+# Keys a run derives from others (`auto`, resolved by bert_jax/train/config_validation.py and per stage by
+# bert_jax/train/stages.py): a change of one that comes with a change of a key it derives from is that key's.
+DERIVED = {"data.max_predictions_per_seq": ("data.mask_rate", "data.max_seq_length")}
 
 
 class ExperimentChangedError(UserError):
@@ -83,22 +94,48 @@ def differences(recorded: dict, current: dict) -> tuple[dict, dict]:
     return changed, passed
 
 
-def check_resume(recorded: dict | None, current: dict, accept_changes: str, workdir: str, step: int) -> dict | None:
+def followers(changed: dict) -> dict[str, list[str]]:
+    """{changed key: the changed keys derived from it} (DERIVED); a derived key follows the first source that
+    changed."""
+    out: dict[str, list[str]] = {k: [] for k in changed if not _follows(k, changed)}
+    for key in changed:
+        source = _follows(key, changed)
+        if source:
+            out[source].append(key)
+    return out
+
+
+def _follows(key: str, changed: dict) -> str | None:
+    return next((source for source in DERIVED.get(key, ()) if source in changed), None)
+
+
+def check_resume(recorded: dict | None, current: dict, accept_changes: str, workdir: str, step: int,
+                 quoted: tuple[dict, dict] | None = None, where: str = "") -> dict | None:
     """The history line of this resume ({} -> nothing to record), or None for a fresh start.
 
-    Raises ExperimentChangedError when a key that changes the experiment differs and is not accepted.
+    Raises ExperimentChangedError when a key that changes the experiment differs and is not accepted (nor derived
+    from one that is). quoted: (recorded, current) configs of the stage the run resumes into, whose values the
+    refusal quotes (default: the configs compared); where: that stage, for the message ("stage 2 of 2").
     """
     if recorded is None:
         return None
     changed, passed = differences(recorded, current)
     accepted = accepted_keys(accept_changes)
-    refused = {k: v for k, v in changed.items() if k not in accepted}
+    refused = {k: derived for k, derived in followers(changed).items() if k not in accepted}
     if refused:
-        what = "; ".join(f"config.{k}: {json.dumps(old)} -> {json.dumps(new)}" for k, (old, new) in refused.items())
-        raise ExperimentChangedError(
-            f"{workdir} holds a run (checkpoint at step {step}) of another experiment: {what}. Resume with the "
-            f"config it started with (DIR/config.json), start a new workdir, or accept the change, recorded in "
-            f"{Workdir(workdir).config_history}: --config.accept_changes={','.join(refused)}")
+        before, after = (flatten(q) for q in quoted) if quoted else (flatten(recorded), flatten(current))
+
+        def change(key: str) -> str:
+            old, new = before.get(key, changed[key][0]), after.get(key, changed[key][1])
+            return f"{key}: {json.dumps(old)} -> {json.dumps(new)}"
+
+        lines = [f"{workdir} holds a run of another experiment (checkpoint at step {step}{where and ', ' + where}): "
+                 f"resume with the config it started with ({Workdir(workdir).config_json}), use a new workdir, or "
+                 f"accept, recorded in {Workdir(workdir).config_history.name}: "
+                 f"--config.accept_changes={','.join(refused)}"]
+        lines += [f"config.{change(k)}" + (f" ({'; '.join(change(d) for d in derived)}: follows it)" if derived else "")
+                  for k, derived in refused.items()]
+        raise ExperimentChangedError("\n".join(lines))
     for key in sorted(accepted - changed.keys()):
         logging.info("config.accept_changes names %s, which did not change", key)
     for key, (old, new) in changed.items():
