@@ -110,7 +110,7 @@ def test_battery_scores_medians_of_its_runs_and_resumes_without_redoing_them(hf_
                              finetune_fn=killed_after(99, calls))
     again = calls[len(first):]
     assert len(first) == 1 and len(again) == 1 and not set(first) & set(again)  # the finished run was kept
-    assert f"[evaluate] kept sst2 lr=0.003 seed=0: done before, accuracy " in capsys.readouterr().out  # and said so
+    assert "[evaluate] kept sst2 lr=0.003 seed=0: done before, accuracy " in capsys.readouterr().out  # and said so
     check_board(board, out, {"sst2": "accuracy"}, 2)
     assert board["tasks"]["sst2"]["median"] > 0.75  # the made task is learnable: it beats chance (0.5)
     assert (board["tasks"]["sst2"]["chance"], board["tasks"]["sst2"]["at_chance"], board["tasks_at_chance"]) == (

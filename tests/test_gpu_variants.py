@@ -75,15 +75,11 @@ def test_flat_moments_give_the_per_leaf_updates(optimizer):
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9), *out)
 
 
-def test_flat_moments_train_the_same_losses():
-    np.testing.assert_allclose(losses(flat_moments=True), losses(), rtol=1e-5)
-
-
-def test_scan_unroll_trains_the_same_losses():
-    """config.model.scan_unroll changes the compiled loop, not the dropout masks or the math. With the test
-    model's 2 layers, unroll 2 is the whole stack unrolled (scan_layers=False computes the same function too:
-    tests/test_model.py)."""
-    np.testing.assert_allclose(losses({"scan_unroll": 2}), losses(), rtol=1e-5)
+def test_flat_moments_and_unrolled_scan_train_the_same_losses():
+    """config.train.flat_moments and config.model.scan_unroll change the compiled program, not the dropout masks
+    or the math (one compile for both: each is exact, so together they are). With the test model's 2 layers,
+    unroll 2 is the whole stack unrolled; scan_layers=False computes the same function too (tests/test_model.py)."""
+    np.testing.assert_allclose(losses({"scan_unroll": 2}, flat_moments=True), losses(), rtol=1e-5)
 
 
 @pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])

@@ -5,6 +5,7 @@ import numpy as np
 from conftest import random_batch, small_model_config
 from numerics import REORDERED, assert_close
 
+from bert_jax.configs import base
 from bert_jax.families import get_family
 from bert_jax.train.optimizer import decay_mask, learning_rate_schedule, make_optimizer
 from bert_jax.train.state import make_init_fn
@@ -12,7 +13,9 @@ from bert_jax.train.step import make_train_step
 
 
 def train_config(**overrides):
-    cfg = dict(optimizer="adamw", learning_rate=1e-3, warmup_steps=10, num_steps=200, end_learning_rate=0.0,
+    """configs/base.py's train block (every key a layer reads is declared there), with these values."""
+    cfg = base.get_config().train.to_dict()
+    cfg.update(optimizer="adamw", learning_rate=1e-3, warmup_steps=10, num_steps=200, end_learning_rate=0.0,
                b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, max_grad_norm=1.0)
     cfg.update(overrides)
     return ml_collections.ConfigDict(cfg)

@@ -43,7 +43,7 @@ PASSING = (
     "compilation_cache_dir", "libtpu_init_args", "deterministic_gpu_ops", "allow_data_change", "accept_changes",
     "init_from_hf",  # read only by a fresh start
     "run_identity", "run_identity.*",  # checked by bert_jax/run/run_identity.py
-    "train.log_every_steps", "train.eval_every_steps", "train.nan_policy",
+    "train.log_every_steps", "train.eval_every_steps", "train.nan_policy", "train.max_steps_ahead",
     "data.num_eval_batches", "data.prefetch_buffer_size", "data.shard_cache_bytes",
     # Paths: what they hold is checked by the data fingerprint and the tokenizer's hash (run_identity.py).
     "data.path", "data.tokenizer.path", "data.tfds_data_dir", "data.mixture.*.path",
