@@ -21,6 +21,10 @@ optionally only at some shapes (`@` then shapes joined by `|`):
 
     --jax_variants='triton_off:xla_gpu_enable_triton_gemm=false,unrolled:model.scan_layers=false@base:128:256'
 
+Issue 54's variants (train.dropout_prng, model.dropout_masks, train.flat_moments, model.scan_unroll) run
+this way from bench/gpu_variants.sh, in one call on a lent GPU: --jsonl appends one JSON line per shape,
+--budget_s starts no shape after that many seconds (docs/results/gpu.md).
+
 A distillation step: `--config=configs/distilbert_base.py --config.distill.teacher=PATH` (a
 workdir or HF folder whose vocabulary is the config's): the teacher runs inside bert_jax's step
 and its forward is counted in the FLOPs (bert_jax/train/perf.py); the HF sides stay plain MLM.

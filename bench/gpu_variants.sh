@@ -7,8 +7,8 @@
 #   SHAPES=mini:32:4 VARIANT_SHAPES='mini:32:4' SIDES=bert_jax,hf_eager STEPS=1 ROUNDS=1 WARMUP=1 \
 #     BUDGET_S=0 ANATOMY=0 OUT=/tmp/v bash bench/gpu_variants.sh    # end to end on a CPU (tests/test_gpu_variants.py)
 #
-# The variants are config keys (docs/results/gpu.md): the dropout PRNG (train.dropout_prng), Adam over one
-# flat buffer (train.flat_moments), the layer scan unrolled by 2, 4 or fully (model.scan_unroll). They run at
+# The variants are config keys (docs/results/gpu.md): the dropout PRNG (train.dropout_prng), every layer's
+# dropout masks in one draw (model.dropout_masks), Adam over one flat buffer (train.flat_moments), the layer scan unrolled by 2, 4 or fully (model.scan_unroll). They run at
 # the two shapes of the acceptance bar; the other shapes run the default and the HF sides only. Shapes start
 # while BUDGET_S seconds are not spent, in the order below (the acceptance shapes first).
 set -euo pipefail
@@ -24,6 +24,7 @@ VARIANT_SHAPES=${VARIANT_SHAPES:-base:128:256|large:512:32}
 UNROLL_ALL_SHAPES=${UNROLL_ALL_SHAPES:-base:128:256}  # a fully unrolled BERT-large did not compile in 240 s
 VARIANTS="rbg:train.dropout_prng=rbg@$VARIANT_SHAPES"
 VARIANTS+=",unsafe_rbg:train.dropout_prng=unsafe_rbg@$VARIANT_SHAPES"
+VARIANTS+=",masks_per_step:model.dropout_masks=per_step@$VARIANT_SHAPES"
 VARIANTS+=",flat_adam:train.flat_moments=true@$VARIANT_SHAPES"
 VARIANTS+=",unroll2:model.scan_unroll=2@$VARIANT_SHAPES"
 VARIANTS+=",unroll4:model.scan_unroll=4@$VARIANT_SHAPES"

@@ -165,7 +165,7 @@ def test_per_step_masks_refused_for_a_family_that_draws_per_layer():
 
 
 def test_unknown_dropout_masks_fail_naming_the_key():
-    with pytest.raises(ValueError, match=r"config.model.dropout_masks='per_batch'; expected one of per_layer, per_step"):
+    with pytest.raises(ValueError, match=r"dropout_masks='per_batch'; expected one of per_layer, per_step"):
         get_family("bert").build_model(small_model_config(dropout_masks="per_batch"))
 
 
@@ -195,7 +195,7 @@ def test_gpu_variants_script_runs_end_to_end_on_the_cpu(tmp_path):
            "OUT": str(tmp_path), "JAX_PLATFORMS": "cpu"}
     subprocess.run(["bash", "bench/gpu_variants.sh"], cwd=REPO, env=env, check=True, timeout=3000)
     shape, done = [json.loads(line) for line in (tmp_path / "gpu_variants.jsonl").read_text().splitlines()]
-    variants = ("rbg", "unsafe_rbg", "flat_adam", "unroll2", "unroll4", "unroll_all", "all")
+    variants = ("rbg", "unsafe_rbg", "masks_per_step", "flat_adam", "unroll2", "unroll4", "unroll_all", "all")
     expected = {"bert_jax", "hf_eager", *(f"bert_jax[{v}]" for v in variants)}
     assert set(shape["sides"]) == expected
     assert all(side["tokens_per_s"] > 0 for side in shape["sides"].values()), shape["sides"]

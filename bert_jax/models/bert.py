@@ -35,7 +35,7 @@ class BertConfig:
     # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/plan/compiled_plan.py).
     scan_unroll: int = 1
     remat_policy: str = "none"
-    # Hidden dropout's masks: per_layer (drawn in each layer) | per_step (all layers' in one draw; models/transformer.py)
+    # Hidden dropout's masks: per_layer (drawn in each layer) | per_step (all layers' at once; models/transformer.py)
     dropout_masks: str = "per_layer"
     # A kernel of models.attention: xla | cudnn | splash; from_config resolves "auto" for this platform.
     attention_impl: str = "xla"

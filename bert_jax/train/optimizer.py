@@ -145,7 +145,8 @@ def make_optimizer(train_cfg) -> optax.GradientTransformation:
     schedule = learning_rate_schedule(train_cfg)
     opt = make(
         schedule, b1=train_cfg.b1, b2=train_cfg.b2, eps=train_cfg.eps,
-        weight_decay=train_cfg.weight_decay, mask=decay_mask, flat_moments=bool(train_cfg.get("flat_moments", False)),
+        weight_decay=train_cfg.weight_decay, mask=decay_mask,
+        flat_moments=bool(train_cfg.get("flat_moments", False)),  # hand-built train configs (tests) may lack it
     )
     if warmup_new_rows:
         opt = optax.chain(opt, new_rows_first(warmup_new_rows, first_new_row))
