@@ -8,9 +8,10 @@
 #     BUDGET_S=0 ANATOMY=0 OUT=/tmp/v bash bench/gpu_variants.sh    # end to end on a CPU (tests/test_gpu_variants.py)
 #
 # The variants are config keys (docs/results/gpu.md): the dropout PRNG (train.dropout_prng), every layer's
-# dropout masks in one draw (model.dropout_masks), Adam over one flat buffer (train.flat_moments), the layer scan unrolled by 2, 4 or fully (model.scan_unroll). They run at
-# the two shapes of the acceptance bar; the other shapes run the default and the HF sides only. Shapes start
-# while BUDGET_S seconds are not spent, in the order below (the acceptance shapes first).
+# dropout masks in one draw (model.dropout_masks), Adam over one flat buffer (train.flat_moments), the layer
+# scan unrolled by 2, 4 or fully (model.scan_unroll). They run at the two shapes of the acceptance bar; the
+# other shapes run the default and the HF sides only. Shapes start while BUDGET_S seconds are not spent, in
+# the order below (the acceptance shapes first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_variants}

@@ -132,6 +132,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # ten minutes on 2 busy cores: 8 simulated devices compile the plain step and GradCache's
 def test_on_8_devices_the_negatives_are_the_global_batch():
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES], capture_output=True, text=True, env=env, cwd=ROOT,

@@ -53,6 +53,25 @@ def sentence_transformers_figure(model_dir: str, dataset: beir.Dataset) -> dict:
     return retrieval.score(dataset.qrels, results)
 
 
+def test_a_retrieval_battery_writes_its_scoreboard_row_and_a_rerun_keeps_it(beir_dir, tmp_path):
+    """The command's path on a tiny random encoder (an HF folder): the row, the files, the rerun."""
+    pytest.importorskip("torch")
+    import finetune_data
+
+    model_dir = finetune_data.write_tiny_hf_bert(str(tmp_path / "tiny_hf"))
+    out = tmp_path / "out"
+    board = battery.evaluate(model_dir, load_suite("retrieval"), str(out), beir_dir=beir_dir)
+    row = json.loads((out / "scoreboard.json").read_text())["tasks"]["pydoc"]
+    results = json.loads((out / "retrieval" / "pydoc" / "results.json").read_text())
+    assert row == board["tasks"]["pydoc"] and row["median"] == results["ndcg@10"] and row["zero_shot"]
+    assert results["queries"] == 60 and results["pooling"] == "mean" and 0 <= results["recall@100"] <= 1
+    assert "| pydoc | ndcg@10 |" in (out / "scoreboard.md").read_text()
+    (out / "retrieval" / "pydoc" / "run.trec").unlink()  # a rerun reads results.json, and searches nothing
+    assert battery.evaluate(model_dir, load_suite("retrieval"), str(out), beir_dir=beir_dir)["tasks"]["pydoc"] == row
+    assert not (out / "retrieval" / "pydoc" / "run.trec").exists()
+
+
+@pytest.mark.slow  # MiniLM and sentence-transformers each encode the set: minutes on 2 busy cores
 def test_minilm_ndcg_at_10_equals_sentence_transformers_figure(beir_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model_dir = minilm_dir()
