@@ -16,7 +16,7 @@ the JAX op that made them (the HLO's `op_name`):
   forward     jvp(...) outside the parts below          backward  transpose(jvp(...)) likewise
   dropout RNG the bits and masks (threefry, bernoulli)  norms     LayerNorm, forward and backward
   attention   softmax, scores and context               layout    copies, transposes, (dynamic) slices
-  update      clip, AdamW, the NaN guard (no jvp in its name)
+  update      clip, AdamW, the NaN guard (no jvp in its name; also the few top-level copies without a name)
 
 On a CPU, JAX's threefry is a 5-trip loop over [batch, length, hidden] u32 arrays per draw;
 on a GPU it is one custom-call kernel (jax_threefry_gpu_kernel), so RNG counts from a CPU
