@@ -148,6 +148,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.log_every_steps = 100
     c.train.eval_every_steps = 10_000
     c.train.nan_policy = "stop"  # stop: raise with the step number
+    # Dispatched steps the host may run ahead of the device (bert_jax/run/harness.py's StepsAhead): a SIGTERM's save
+    # waits for at most this many. 0: every step waits for its own result.
+    c.train.max_steps_ahead = 2
     # Stages of the run (bert_jax/train/stages.py): ((dict(start=STEP, data=dict(max_seq_length=512)), ...):
     # from each start on, the keys it changes (sequence length, batch size, masking); one schedule spans them.
     c.train.stages = ()

@@ -29,8 +29,13 @@ Executors (`--executor`, launch/executors.py, shared with `bert-jax evaluate`):
 into the sweep directory: each run's final and best value of every summary key (best: the lowest
 loss, the highest of anything else) and its state (done, running, pending); when the grid varies
 `seed`, each metric's median [min–max] and n over the seeds of every other point (small-data
-fine-tuning is unstable: the spread is the result). Columns come from `run_row` and the callables
-in ROW_COLUMNS (workdir, run -> {column: value}), so a tool can add its own (downstream scores).
+fine-tuning is unstable: the spread is the result). A pre-training sweep's rows also name each arm's
+objective, and where arms differ in objective, mask rate, masking, vocabulary or sequence length
+(LOSS_DEPENDS_ON) the loss and MLM-accuracy columns are marked † with the reason: those do not compare,
+a battery downstream does (`sweep evaluate`). Columns come from `run_row` and the callables
+in ROW_COLUMNS (workdir, run -> {column: value}), so a tool can add its own (downstream scores); a
+value that is a launch/summary_cell.py Cell shows its text in summary.md and its numbers, each in its
+own column, in summary.csv.
 
 Points share their tokenizer. Points whose data and tokenizer settings are equal
 (tokenizer_training.training_settings) get one, trained once into
@@ -63,10 +68,16 @@ from bert_jax.storage.workdir import Workdir
 from bert_jax.run.completion import read_done
 from bert_jax.run.metrics_file import read_rows
 from bert_jax.launch import executors
-from bert_jax.launch import sweep_downstream
+from bert_jax.launch import summary_cell, sweep_downstream
 from bert_jax.launch.executors import format_value, override_flags
 
-SUMMARY_KEYS = ("train/loss", "train/mlm_accuracy", "eval/loss", "eval/mlm_accuracy", "perf/tokens_per_s")
+SUMMARY_KEYS = ("train/loss", "train/mlm_accuracy", "train/masked_fraction", "eval/loss", "eval/mlm_accuracy",
+                "perf/tokens_per_s")
+# What a pre-training loss (and MLM accuracy) depends on besides the model: arms that differ in one do not compare
+# by them (docs/design.md, "Arms are judged downstream"). {what, as the summary names it: its config.json path;
+# "vocabulary" is the tokenizer's sha256 and "objective" run_row's column}.
+LOSS_DEPENDS_ON = {"objective": "objective", "mask rate": "data.mask_rate", "masking": "data.masking",
+                   "vocabulary": "tokenizer", "sequence length": "data.max_seq_length"}
 PRETRAIN = "bert_jax.commands.pretrain"
 COMMANDS = (PRETRAIN, "bert_jax.finetune")
 # Extra summary columns: each callable gets (a run's workdir, its sweep.json entry) and returns {column: value}.
@@ -232,7 +243,8 @@ def point_argv(sweep: dict, run: dict, args) -> list[str]:
 
 def sweep_record(sweep: dict, runs: list[dict]) -> dict:
     """sweep.json: the base config, the summary keys, and each point's name, overrides and tokenizer."""
-    return {"config": sweep["config"], "summary_keys": list(sweep.get("summary_keys", SUMMARY_KEYS)),
+    return {"config": sweep["config"], "command": sweep.get("command", PRETRAIN),
+            "summary_keys": list(sweep.get("summary_keys", SUMMARY_KEYS)),
             "runs": [{k: r[k] for k in ("name", "overrides", "point", "tokenizer")} for r in runs]}
 
 
@@ -293,6 +305,23 @@ def best_of(key: str, values: list[float]) -> float:
     return min(values) if "loss" in key or "perplexity" in key else max(values)
 
 
+def objective(config: dict) -> str | None:
+    """What a pre-training run's loss is made of ("mlm+nsp", "generator_mlm+discriminator", "+ distillation"), from
+    its config.json: the family's objective (bert_jax/families.py) and a distillation teacher."""
+    model = config.get("model") or {}
+    if "family" not in model:
+        return None
+    from bert_jax.families import get_family  # noqa: PLC0415 (the registry loads every family's model)
+    from bert_jax.storage.workdir import config_from_json  # noqa: PLC0415
+
+    try:
+        terms = get_family(model["family"]).objective_for(config_from_json(json.dumps(model))).loss_terms
+    except (ValueError, KeyError, TypeError):  # a family this code no longer builds: named as it is
+        return model["family"]
+    teacher = (config.get("distill") or {}).get("teacher")
+    return "+".join(t.removesuffix("_loss") for t in terms) + (" + distillation" if teacher else "")
+
+
 def run_row(workdir, run: dict, keys, rows: list[dict]) -> dict:
     """A run's summary row: its state, last step, each key's final and best value, and its tokenizer."""
     state = "done" if read_done(workdir) is not None else "running" if rows else "pending"
@@ -308,18 +337,50 @@ def run_row(workdir, run: dict, keys, rows: list[dict]) -> dict:
 
 
 def arm_rows(sweep_dir, record: dict) -> tuple[list[dict], dict]:
-    """One row per run of sweep.json (run_row plus every ROW_COLUMNS callable's columns), and their curves."""
+    """One row per run of sweep.json (run_row, a pre-training run's objective, every ROW_COLUMNS callable's
+    columns), and their curves."""
     keys = tuple(record.get("summary_keys", SUMMARY_KEYS))
     table, curves = [], {}
     for run in record["runs"]:
         workdir = paths.path(sweep_dir) / run["name"]
         rows = read_rows(Workdir(workdir).metrics_jsonl)
         row = run_row(workdir, run, keys, rows)
+        config_json = Workdir(workdir).config_json
+        row["objective"] = (objective(json.loads(config_json.read_text()))  # a pre-training run's loss
+                            if config_json.exists() and record.get("command", PRETRAIN) == PRETRAIN else None)
         for columns in ROW_COLUMNS:
             row.update(columns(workdir, run))
         table.append(row)
         curves[run["name"]] = rows
     return table, curves
+
+
+def loss_differences(sweep_dir, table: list[dict]) -> list[str]:
+    """Why the arms' losses and MLM accuracies do not compare ([] when they do): each of LOSS_DEPENDS_ON they
+    differ in, with the arms of each value ("mask rate 0.15: a, b; 0.3: c")."""
+    values: dict[str, dict[str, list[str]]] = {}
+    for row in table:
+        config_json = Workdir(paths.path(sweep_dir) / row["run"]).config_json
+        if not config_json.exists():
+            continue
+        flat = {**_flat(json.loads(config_json.read_text())), "objective": row.get("objective"),
+                "tokenizer": row.get("tokenizer")}
+        for what, key in LOSS_DEPENDS_ON.items():
+            values.setdefault(what, {}).setdefault(json.dumps(flat.get(key)), []).append(row["run"])
+    return [f"{what} " + "; ".join(f"{json.loads(v)}: {', '.join(arms)}" for v, arms in by_value.items())
+            for what, by_value in values.items() if len(by_value) > 1]
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
+def by_loss(key: str) -> bool:
+    """Whether a summary key is a pre-training loss or MLM accuracy (what LOSS_DEPENDS_ON changes)."""
+    return "loss" in key or "mlm_accuracy" in key or "perplexity" in key
 
 
 def summarize(sweep_dir: str) -> list[dict]:
@@ -334,20 +395,32 @@ def summarize(sweep_dir: str) -> list[dict]:
         sha256, kind = row.pop("_tokenizer")
         if sha256:
             tokenizers.setdefault((sha256, kind), []).append(row["run"])
-    extra = [c for c in table[0] if c not in {"run", "state", "step", "tokenizer", *keys, *(f"best {k}" for k in keys)}]
-    columns = ["run", "state", "step", *(c for k in keys for c in (k, f"best {k}")), *extra, "tokenizer"]
+    differ = loss_differences(sweep_dir, table) if record.get("command", PRETRAIN) == PRETRAIN else []
+    for row in table:  # the same for every arm: whether its losses stand beside the others'
+        row["loss_comparable"], row["loss_differs_in"] = not differ, "; ".join(differ) or None
+    extra = [c for c in table[0] if c not in {"run", "state", "step", "objective", "tokenizer", "loss_comparable",
+                                              "loss_differs_in", *keys, *(f"best {k}" for k in keys)}]
+    objective_column = ["objective"] if any(row["objective"] for row in table) else []
+    columns = ["run", "state", "step", *objective_column, *(c for k in keys for c in (k, f"best {k}")), *extra,
+               "tokenizer", *(["loss_comparable", "loss_differs_in"] if differ else [])]
+    csv_columns, csv_rows = summary_cell.csv_columns(table, columns)  # numbers, each in its own column
     csv_text = io.StringIO(newline="")
-    writer = csv.DictWriter(csv_text, columns)
+    writer = csv.DictWriter(csv_text, csv_columns)
     writer.writeheader()
-    writer.writerows(table)
+    writer.writerows(csv_rows)
     paths.write_atomically(sweep_dir / "summary.csv", csv_text.getvalue())
-    shown = ["run", "state", "step", *(f"{k} (best)" for k in keys), *extra, "tokenizer"]
+    mark = " †" if differ else ""
+    shown = ["run", "state", "step", *objective_column, *(f"{k} (best){mark if by_loss(k) else ''}" for k in keys),
+             *extra, "tokenizer"]
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     for row in table:
-        cells = [row["run"], row["state"], str(row["step"])]
+        cells = [row["run"], row["state"], str(row["step"]), *(_cell(row[c]) for c in objective_column)]
         cells += [_cell(row[k]) + ("" if row[k] is None else f" ({_cell(row[f'best {k}'])})") for k in keys]
         cells += [_cell(row[c]) for c in extra] + [_cell(row["tokenizer"])]
         lines.append("| " + " | ".join(cells) + " |")
+    if differ:
+        lines += ["", f"† not comparable across these arms, which differ in {'; and in '.join(differ)}: judge them "
+                      f"downstream (`bert-jax sweep evaluate`)."]
     kinds = sorted({kind for _, kind in tokenizers})
     per_kind = f", one per kind ({', '.join(kinds)})" if len(tokenizers) == len(kinds) > 1 else ""
     lines += ["", f"{len(tokenizers)} tokenizer(s){per_kind} (sha256 of tokenizer/):"]

@@ -8,7 +8,9 @@
 one of launch/sweep.py's ROW_COLUMNS). Pre-training losses do not compare across objectives, mask rates or
 vocabularies; these do. Where two arms' seed ranges overlap on a task, the cell says so (≈, and
 `<suite>/overlaps` names the arms) instead of ranking them; ★ marks an arm only where its worst
-seed beats every other arm's best.
+seed beats every other arm's best; "at chance" where its median is within noise of the task's chance (the
+scoreboard's mark, bert_jax/finetune/scoreboard.py), and `<suite>/tasks_at_chance` counts them. summary.csv holds
+each cell's numbers in their own columns (`<suite>/<task>/median`, `/min`, `/max`, `/n`, `/chance`, `/mark`).
 """
 import json
 import shlex
@@ -16,10 +18,12 @@ import subprocess
 import sys
 
 from bert_jax import UserError
+from bert_jax.finetune import scoreboard
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.run.metrics_file import read_rows
 from bert_jax.launch import executors
+from bert_jax.launch.summary_cell import Cell
 
 
 def arms(sweep_dir: str) -> list[str]:
@@ -56,7 +60,7 @@ def evaluate_commands(sweep_dir: str, suite: str, flags: list[str]) -> list[list
 
 
 def evaluate_sweep(args) -> int:
-    passed = ["glue_dir", "tfds_data_dir", "tasks", "seeds", "executor"]
+    passed = ["glue_dir", "beir_dir", "tfds_data_dir", "tasks", "seeds", "executor"]
     passed += list(executors.EXECUTORS.get(args.executor).flags)
     flags = [f"--{name}={getattr(args, name)}" for name in passed if getattr(args, name)]
     commands = evaluate_commands(args.sweep_dir, args.suite, flags)
@@ -138,11 +142,17 @@ def row_columns(workdir, run: dict) -> dict:
                 out[f"{suite}/{t}"] = None
                 continue
             others = sorted({b for pair in overlaps(rows) if arm in pair for b in pair if b != arm})
-            mark = " ★" if clear_best(rows) == arm else " ≈" if others else ""
-            out[f"{suite}/{t}"] = f"{100 * row['median']:.1f} [{100 * row['min']:.1f}–{100 * row['max']:.1f}]{mark}"
+            marks = ["★" if clear_best(rows) == arm else "≈" if others else "", scoreboard.chance_mark(row)]
+            mark = " ".join(m for m in marks if m)
+            spread = "zero-shot" if row.get("zero_shot") else f"[{100 * row['min']:.1f}–{100 * row['max']:.1f}]"
+            text = f"{100 * row['median']:.1f} {spread}"  # a zero-shot retrieval dataset has one run, no seeds
+            out[f"{suite}/{t}"] = Cell(text + (f" {mark}" if mark else ""), {
+                "median": row["median"], "min": row["min"], "max": row["max"], "n": row["n"],
+                "chance": row.get("chance"), "mark": mark or None})
             if others:
-                notes.append(f"{t} ~ {', '.join(others)}")
+                notes.append(f"{t} ≈ {', '.join(others)}")
         average = None if mine is None else mine.get("average")
         out[f"{suite}/average"] = None if average is None else round(100 * average, 2)
+        out[f"{suite}/tasks_at_chance"] = None if mine is None else mine.get("tasks_at_chance")
         out[f"{suite}/overlaps"] = "; ".join(notes) if notes else None
     return out

@@ -63,7 +63,7 @@ def reference(config, task, model, params, batch):
         outputs = model.apply({"params": p}, batch, deterministic=True)
         return objective.loss(objective.sums(outputs, batch), objective.weights(batch))
 
-    device = jax.devices()[0]
+    device = jax.local_devices()[0]
     value, grads = jax.jit(jax.value_and_grad(loss))(jax.device_put(params, device))
     return float(value), jax.tree.map(np.asarray, grads)
 
@@ -76,7 +76,8 @@ KEEP_GRADIENT = optax.GradientTransformation(lambda p: jax.tree.map(jnp.zeros_li
 
 def step(config, task, model, params, batch, mesh=None):
     """(loss, grads) of the fine-tuning run's train step (task.make_train_step), the batch split over `mesh`'s
-    data axis."""
+    data axis (every process passes the whole batch; the step's outputs are replicated: read here from this
+    process's first device)."""
     objective = task.objective(config.task)
     train_step = task.make_train_step(model, objective, KEEP_GRADIENT, config)
     state = TrainState(step=jnp.int32(0), params=params, opt_state=KEEP_GRADIENT.init(params),
@@ -86,7 +87,8 @@ def step(config, task, model, params, batch, mesh=None):
         split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
         state, batch = jax.device_put(state, replicated), jax.device_put(batch, split)
     new_state, metrics = jax.jit(train_step)(state, batch)
-    return float(metrics["loss"]), jax.tree.map(np.asarray, new_state.opt_state)
+    local = lambda x: np.asarray(x.addressable_data(0))  # noqa: E731
+    return float(local(metrics["loss"])), jax.tree.map(local, new_state.opt_state)
 
 
 def largest_difference(a, b) -> float:
@@ -95,6 +97,46 @@ def largest_difference(a, b) -> float:
     return max(float(np.abs(x - y).max()) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))) / scale
 
 
+class ToyEncoder(nn.Module):
+    """Embeddings from a dense layer over given vectors, and a learnt scale: GradCache's contract in a second."""
+
+    @nn.compact
+    def __call__(self, batch, deterministic=True):
+        dense = nn.Dense(6)
+        u, v = dense(batch["x"]), jnp.tanh(dense(batch["y"]))
+        scale = jnp.exp(self.param("log_scale", nn.initializers.constant(3.0), ()))
+        return {"u": u, "v": v, "scale": jnp.broadcast_to(scale, u.shape[:1])}
+
+
+def test_grad_cache_gives_the_whole_batch_gradient_of_a_toy_encoder():
+    from bert_jax.finetune import contrastive
+    from bert_jax.train.step import make_train_step
+
+    config = bert_jax.configs.finetune.sentence_embedding.get_config()
+    config.task.matryoshka_dims = "3"
+    objective = get_task("sentence_embedding").objective(config.task)
+    rng = np.random.default_rng(0)
+    batch = {"x": rng.normal(size=(16, 5)).astype(np.float32), "y": rng.normal(size=(16, 5)).astype(np.float32),
+             "label_weights": np.r_[np.ones(14), np.zeros(2)].astype(np.float32)}
+    model = ToyEncoder()
+    params = model.init(jax.random.key(0), batch)["params"]
+
+    def loss(p):
+        return objective.loss(objective.sums(model.apply({"params": p}, batch), batch), objective.weights(batch))
+
+    want_loss, want = jax.value_and_grad(loss)(params)
+    state = TrainState(step=jnp.int32(0), params=params, opt_state=KEEP_GRADIENT.init(params),
+                       rng=jax.random.key_data(jax.random.key(0)))
+    grads_fn = contrastive.grad_cache(model, objective, chunks=4)
+    new_state, metrics = jax.jit(make_train_step(model, objective, KEEP_GRADIENT, 1, grads_fn=grads_fn))(state, batch)
+    assert float(metrics["loss"]) == pytest.approx(float(want_loss), rel=1e-6)
+    assert largest_difference(new_state.opt_state, want) < 1e-5
+    # Accumulating each chunk's own loss instead (its negatives only its chunk's) is another gradient.
+    new_state, _ = jax.jit(make_train_step(model, objective, KEEP_GRADIENT, 4))(state, batch)
+    assert largest_difference(new_state.opt_state, want) > 1e-2
+
+
+@pytest.mark.slow  # a minute on 2 cores: the BERT step with GradCache compiles slowly
 def test_grad_cache_chunks_of_a_quarter_give_the_whole_batch_gradient():
     config, task, model, params, batch = setup(grad_accum_steps=4)
     loss, grads = step(config, task, model, params, batch)
@@ -163,3 +205,50 @@ def test_hard_negatives_are_read_from_their_column_and_counted_when_short():
     config.task.embedding_loss = "cosine"
     with pytest.raises(UserError, match="negative_field"):
         task.validate(config.task)
+
+
+TWO_HOSTS = """
+import argparse, json, sys
+import jax
+jax.config.update("jax_num_cpu_devices", 4)
+sys.path.insert(0, "tests")
+import ml_collections
+from bert_jax.configs.finetune import common
+from bert_jax.parallel import distributed
+from bert_jax.parallel.mesh import make_mesh
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--config.distributed.coordinator_address", dest="coordinator", default="")
+parser.add_argument("--config.distributed.num_processes", dest="num_processes", type=int, default=1)
+parser.add_argument("--config.distributed.process_id", dest="process_id", type=int, default=0)
+args, _ = parser.parse_known_args()
+dist = common.get_config("sentence_embedding").distributed
+dist.update(coordinator_address=args.coordinator, num_processes=args.num_processes, process_id=args.process_id)
+distributed.initialize(dist)
+import test_contrastive as t
+
+mesh = make_mesh(ml_collections.ConfigDict({"shape": (8, 1, 1), "dcn_shape": (1, 1, 1)}))
+config, task, model, params, batch = t.setup(grad_accum_steps=4)
+want_loss, want = t.reference(config, task, model, params, batch)
+loss, grads = t.step(config, task, model, params, batch, mesh)
+print("RESULT " + json.dumps({"processes": jax.process_count(), "devices": jax.device_count(), "loss": loss,
+                              "want_loss": want_loss, "grads": t.largest_difference(grads, want)}))
+"""
+
+
+@pytest.mark.slow  # two processes of 4 devices each compile GradCache's step
+def test_on_two_hosts_the_negatives_are_the_global_batch(tmp_path):
+    import io
+
+    from bert_jax.launch.local import run_local
+
+    out = io.StringIO()
+    status = run_local([sys.executable, "-c", TWO_HOSTS], num_processes=2, devices_per_process=4, out=out,
+                       timeout_s=1200)
+    log = out.getvalue()
+    assert status == 0, log[-3000:]
+    for p in ("[p0] RESULT ", "[p1] RESULT "):
+        got = json.loads(next(line for line in log.splitlines() if line.startswith(p))[len(p):])
+        assert (got["processes"], got["devices"]) == (2, 8)
+        assert got["loss"] == pytest.approx(got["want_loss"], rel=1e-5)  # gloo sums in another order
+        assert got["grads"] < 1e-5

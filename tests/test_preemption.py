@@ -115,3 +115,65 @@ def test_sigkill_at_random_points_then_resume_gives_bit_identical_losses(tmp_pat
     assert kills >= 3, "the runs finished before most kills: raise num_steps"
     subprocess.run(command(workdir), cwd=REPO, check=True, capture_output=True, timeout=600)
     assert train_losses(workdir) == expected  # bit for bit
+
+
+# --- the save comes at the next step (issue 51) -------------------------------------------------------------------
+
+def test_the_host_waits_for_the_step_max_steps_ahead_before_it():
+    """Real asynchronous dispatch: a chain of slow steps, each dispatched at once; after each, every step but the
+    last `limit` has been computed."""
+    import jax
+    import jax.numpy as jnp
+
+    from bert_jax.run.harness import StepsAhead
+
+    step = jax.jit(lambda x: jnp.tanh(x @ x) / 2 + x)  # ~ tens of ms on a CPU core at 512 x 512
+    x = jnp.ones((512, 512)) / 512
+    ahead, outputs = StepsAhead(2), []
+    for _ in range(8):
+        x = step(x)
+        outputs.append(x)
+        ahead.dispatched(x)
+        assert all(o.is_ready() for o in outputs[:-2])
+    assert len(ahead.in_flight) == 2
+
+
+class _SignalAt:
+    """The run's training iterator, sending this process SIGTERM as it hands over the batch of step `step` (a
+    fresh run: the n-th batch is step n's); checkpointed as the iterator it wraps."""
+
+    def __init__(self, iterator, step: int):
+        self.iterator, self.step, self.handed = iterator, step, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = next(self.iterator)
+        self.handed += 1
+        if self.handed == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return batch
+
+    def get_state(self):
+        return self.iterator.get_state()
+
+    def set_state(self, state):
+        self.iterator.set_state(state)
+
+
+def test_a_sigterm_at_a_known_step_saves_that_steps_checkpoint_and_says_its_number(tmp_path, monkeypatch, caplog,
+                                                                                   xla_compile_cache):
+    from data_pipelines.loader import pipeline
+
+    build = pipeline.build_train_iterator
+    monkeypatch.setattr(pipeline, "build_train_iterator", lambda *a, **k: _SignalAt(build(*a, **k), 5))
+    c = micro_config()
+    c.train.num_steps, c.train.log_every_steps, c.train.eval_every_steps = 40, 100, 100
+    c.checkpoint.every_steps = 100
+    workdir = str(tmp_path / "run")
+    with caplog.at_level("WARNING"):
+        train_and_evaluate(c, workdir)
+    assert sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit()) == [5]
+    assert "preempted: saving the checkpoint of step 5" in caplog.text
+    assert not os.path.exists(os.path.join(workdir, "DONE"))

@@ -47,8 +47,11 @@ def parser() -> argparse_command.ArgumentParser:
     evaluate.add_argument("--sweep_dir", default="", help="a directory `bert-jax sweep run` made")
     evaluate.add_argument("sweep_dir_given", nargs="?", default="", metavar="SWEEP_DIR",
                           help="the same as --sweep_dir (the older form)")
-    evaluate.add_argument("--suite", default="glue", help="glue, smoke (configs/suites/) or a suite .py file")
+    evaluate.add_argument("--suite", default="glue", help="glue, smoke, retrieval, embeddings (configs/suites/) or a "
+                          "suite .py file")
     evaluate.add_argument("--glue_dir", default="", help="GLUE's directory layout: SST-2/train.tsv, ...")
+    evaluate.add_argument("--beir_dir", default="", help="BEIR-layout datasets, one per subfolder (suites with "
+                          "retrieval)")
     evaluate.add_argument("--tfds_data_dir", default="", help="TFDS's prepared glue/*, instead of --glue_dir")
     evaluate.add_argument("--tasks", default="", help="comma-separated tasks of the suite (default: all)")
     evaluate.add_argument("--seeds", default="", help="seeds per task (default: the suite's)")

@@ -108,5 +108,6 @@ def board_rows(results: dict[str, dict]) -> dict[str, dict]:
         value = r[retrieval.HEADLINE]
         rows[name] = {"metric": retrieval.HEADLINE, "median": value, "min": value, "max": value, "n": 1,
                       "best_lr": None, "learning_rate": None, "scores": {}, "median_by_lr": {}, "zero_shot": True,
-                      "kind": "retrieval", "chance": None, "chance_margin": None, "at_chance": None, "recall@100": r["recall@100"], "mrr@10": r["mrr@10"]}
+                      "kind": "retrieval", "chance": None, "chance_margin": None, "at_chance": None,
+                      "recall@100": r["recall@100"], "mrr@10": r["mrr@10"]}
     return rows

@@ -10,6 +10,7 @@ run's last step, evaluated and saved as a last step is), and cleanup on any exit
 a run gives as `Hooks`, complete when built: when it evaluates and saves, what its evaluation writes, what its
 progress line says, and whether it stops early.
 """
+import collections
 import dataclasses
 from typing import Any, Callable, Iterator, Protocol
 
@@ -185,6 +186,28 @@ def next_batch(batches: Batches) -> dict | None:
     return None if ended else batch
 
 
+class StepsAhead:
+    """How far the host may run ahead of the device: at most `limit` dispatched steps not yet computed.
+
+    JAX dispatches a step and returns at once, so the host loop runs ahead of the computation
+    until something reads a result: by about 30 steps between two logs on a loaded CPU. A
+    SIGTERM is noticed at the host's next step, and its save waits for every step dispatched
+    before it: a spot TPU's 30 s of notice would go to steps, not to the save. Blocking on the
+    result of the step `limit` back keeps the device fed (the next steps are queued) and the
+    save at most `limit` steps away.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.in_flight: collections.deque = collections.deque()
+
+    def dispatched(self, metrics) -> None:
+        """After a step is dispatched: waits for the one `limit` steps before it."""
+        self.in_flight.append(metrics)
+        while len(self.in_flight) > self.limit:
+            jax.block_until_ready(self.in_flight.popleft())
+
+
 def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, last_step: int,
         lease=None) -> Outcome:
     """Restores or initialises, then trains `program` on `batches` to `last_step` (or a preemption, or the hooks'
@@ -205,6 +228,7 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
         with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules), PreemptionWatch() as watch:
             hooks.started(start, state, writer)
             pending = []
+            ahead = StepsAhead(config.train.max_steps_ahead)
             evaluated = saved = start  # the last steps evaluated and saved (the start needs neither)
 
             def finish_step(step: int, is_last: bool, extra: dict) -> tuple[bool, bool]:
@@ -221,6 +245,9 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                 if evaluated < step and (hooks.evaluates_at(step) or is_last):
                     stop, evaluated = hooks.evaluate(step, state, writer), step
                 preempted = watch.should_stop(step)
+                if preempted:
+                    logging.warning("preempted: saving the checkpoint of step %d (the device was at most %d steps "
+                                    "behind)", step, ahead.limit)
                 if saved < step and (hooks.saves_at(step) or is_last or preempted or stop):
                     nonfinite_steps(pending, nan_policy)  # a NaN step stops the run before it is saved
                     ckpt.save(manager, step, state, batches.iterator)
@@ -243,6 +270,7 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                     break
                 state, metrics = program.train_step(state, global_batch(batch, program.data_sharding), frozen)
                 pending.append((step, metrics))
+                ahead.dispatched(metrics)
                 stop, preempted = finish_step(step, step == last_step, {})
                 outcome = Outcome(state, start, step, stopped_early=stop, preempted=preempted)
                 if preempted:

@@ -20,7 +20,7 @@ from bert_jax.families import get_family
 from bert_jax.hf import folder as hf_folder
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import optimizer, stages, teacher
+from bert_jax.train import optimizer, resume, stages, teacher
 from data_pipelines.loader import masking, pipeline, workers
 from data_pipelines.sources import documents, mixture
 
@@ -36,6 +36,8 @@ def check_config(config, workdir: str | None = None, num_processes: int = 1):
         config, resolved = _resolved(config, workdir)
         validate_config(config, num_processes)
         check_inputs(config)
+        if workdir:  # a resume of another experiment (a finished run's too) stops here, naming the keys
+            resume.check_experiment(config, workdir)
     except (ValueError, FileNotFoundError) as error:  # every failure here is about what the user asked for
         raise (error if isinstance(error, bert_jax.UserError) else bert_jax.UserError(str(error))) from None
     for line in resolved:  # logged once the run will start: a refusal stays the one line naming the key

@@ -15,6 +15,7 @@ from bert_jax.train import stages as stages_lib
 from bert_jax.train.config_validation import check_config
 from bert_jax.train.hooks import PretrainHooks
 from bert_jax.train.program import build_program
+from bert_jax.train.resume import check_experiment
 from bert_jax.train.run_tokenizer import prepare_run_tokenizer
 from data_pipelines.loader import pipeline
 from data_pipelines.sources import mixture
@@ -36,9 +37,19 @@ def train(config, workdir: str, stop_at_step: int | None = None, downstream=None
     each resumed from the checkpoint the stage before ended with; DONE follows the last.
     """
     stages = stages_lib.plan(config)
+    last = config.train.num_steps if stop_at_step is None else min(stop_at_step, config.train.num_steps)
+    # A finished run is a resume like any other: a changed experiment stops here, before anything is created.
+    check_experiment(config, workdir)
+    run = Workdir(workdir)
+    reached = (run.checkpoint_steps() or [0])[-1]
+    if completion.read_done(workdir) is not None:
+        if reached >= last:
+            print(f"done at step {reached}; nothing to train (DONE in {workdir})", flush=True)
+            return {}
+        if jax.process_index() == 0:  # trains on (num_steps raised, accepted): not finished until it is again
+            paths.fresh(run.done).unlink()
     if len(stages) == 1:
         return _train_stage(config, workdir, stop_at_step, downstream=downstream)
-    last = config.train.num_steps if stop_at_step is None else min(stop_at_step, config.train.num_steps)
     metrics = {}
     for stage in stages:
         reached = (Workdir(workdir).checkpoint_steps() or [0])[-1]
@@ -46,8 +57,8 @@ def train(config, workdir: str, stop_at_step: int | None = None, downstream=None
             continue  # trained before this start
         if stage.start >= last:
             break
-        logging.info("stage %d of %d: steps %d to %d%s", stage.index, len(stages) - 1, stage.start + 1, stage.end,
-                     "".join(f", {k}={v}" for k, v in stage.changes.items()))
+        logging.info("stage %d of %d: steps %d to %d%s", stage.index + 1, len(stages), stage.start + 1, stage.end,
+                     "".join(f", {k}={_value(stage.config, k)}" for k in stage.changes))
         metrics = _train_stage(stage.config, workdir, min(stage.end, last), record=config, stage=stage,
                                downstream=downstream)
         if (Workdir(workdir).checkpoint_steps() or [0])[-1] < min(stage.end, last):
@@ -61,15 +72,11 @@ def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=N
     last_step = config.train.num_steps if stop_at_step is None else min(stop_at_step, config.train.num_steps)
 
     # ----------------------------------------------------------------------------------------------------------
-    # Storage and experiment: the workdir writable (the inputs were checked with the config), the lease taken,
-    # and a resume of another experiment refused, before anything is built.
+    # Experiment and storage: a resume of another experiment refused (before the lease: a refusal leaves the workdir
+    # as it was found), the workdir writable (the inputs were checked with the config), the lease taken.
     # ----------------------------------------------------------------------------------------------------------
+    history_entry = check_experiment(record or config, workdir)  # before the lease: a refusal leaves no trace
     lease = harness.check_storage(config, workdir)
-    try:
-        history_entry = _check_experiment(record or config, workdir)
-    except experiment.ExperimentChangedError:
-        lease.release()  # refused before anything was built: the workdir is left as it was found
-        raise
 
     # ----------------------------------------------------------------------------------------------------------
     # The program: the step compiled for the mesh, the state a fresh run starts from, a distillation teacher.
@@ -121,12 +128,9 @@ def _write_config(config, workdir: str, identity: dict, history_entry: dict | No
         paths.write_atomically(Workdir(workdir).config_json, json.dumps(resolved, indent=2, sort_keys=True))
 
 
-def _check_experiment(config, workdir: str) -> dict | None:
-    """Before anything is built: a resume of another experiment stops, naming the keys (bert_jax/run/experiment.py).
-
-    Returns the history entry of this start: None for a fresh one, {} for a resume that changed nothing."""
-    steps = Workdir(workdir).checkpoint_steps()
-    config_json = paths.fresh(Workdir(workdir).config_json)
-    recorded = json.loads(config_json.read_text()) if steps and config_json.exists() else None
-    return experiment.check_resume(recorded, json.loads(config.to_json_best_effort()),
-                                   config.accept_changes, workdir, steps[-1] if steps else 0)
+def _value(config, key: str):
+    """config's value at a dotted path ("data.max_seq_length")."""
+    node = config
+    for part in key.split("."):
+        node = node[part]
+    return node

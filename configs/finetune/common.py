@@ -93,6 +93,7 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.train.eval_every_steps = 0
     c.train.evals_per_run = 10
     c.train.nan_policy = "stop"
+    c.train.max_steps_ahead = 2  # dispatched steps the host may run ahead of the device (bert_jax/run/harness.py)
     c.train.grad_accum_steps = 1
 
     # Early stopping on a validation metric ("" = off; the last step's params are the result).

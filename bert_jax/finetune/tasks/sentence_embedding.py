@@ -2,8 +2,8 @@
 
 `config.task.embedding_loss` picks the training signal: ranking (in-batch negatives on
 pairs, MultipleNegativesRankingLoss, over the global batch, with optional hard negatives, a learnable
-temperature, Matryoshka dimensions and GradCache: bert_jax/finetune/contrastive.py), cosine (regression of cos(u, v) on scored pairs,
-CosineSimilarityLoss) or softmax (a classifier over (u, v, |u - v|) on labelled pairs, NLI-style,
+temperature, Matryoshka dimensions and GradCache: bert_jax/finetune/contrastive.py), cosine (regression of
+cos(u, v) on scored pairs, CosineSimilarityLoss) or softmax (a classifier over (u, v, |u - v|) on labelled pairs, NLI-style,
 SoftmaxLoss). Evaluation is Spearman of cos(u, v) with `score_field` (STS). The export is a
 sentence-transformers folder.
 """
