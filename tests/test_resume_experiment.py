@@ -34,7 +34,8 @@ def test_a_changed_experiment_key_is_refused_naming_it_and_the_flag():
     first, *keys = str(refused.value).splitlines()
     assert "--config.accept_changes=data.masking" in first and "step 40" in first
     assert keys == ['config.data.masking: "whole_word" -> "token"']  # one line per key
-    with pytest.raises(experiment.ExperimentChangedError, match=r"(?s)config.train.num_steps: 10 -> 20.*config.train.stages"):
+    with pytest.raises(experiment.ExperimentChangedError,
+                       match=r"(?s)config.train.num_steps: 10 -> 20.*config.train.stages"):
         experiment.check_resume(RECORDED, _with(train__num_steps=20, train__stages=[[5, {"a": 1}]]), "", "DIR", 4)
 
 

@@ -73,7 +73,8 @@ def test_a_task_at_chance_is_marked_in_the_summary_and_counted(tmp_path):
                                        {"sst2": "accuracy"}, runs)
     made_sweep(tmp_path, boards)
     table = {row["run"]: row for row in sweep.summarize(str(tmp_path))}
-    assert (table["a"]["smoke/sst2"], table["b"]["smoke/sst2"]) == ("51.0 [50.0–52.0] at chance", "82.0 [80.0–84.0] ★")
+    assert (table["a"]["smoke/sst2"], table["b"]["smoke/sst2"]) == ("51.0 [50.0–52.0] at chance",
+                                                                    "82.0 [80.0–84.0] ★")
     assert (table["a"]["smoke/tasks_at_chance"], table["b"]["smoke/tasks_at_chance"]) == (1, 0)
 
 
@@ -88,12 +89,14 @@ def test_losses_of_arms_that_differ_in_mask_rate_are_marked_not_comparable_with_
         (False, "mask rate 0.15: mask_rate=0.15; 0.3: mask_rate=0.3")] * 2
     md = (tmp_path / "summary.md").read_text()
     assert "train/loss (best) †" in md and "perf/tokens_per_s (best) |" in md  # throughput still compares
-    assert "† not comparable across these arms, which differ in mask rate 0.15: mask_rate=0.15; 0.3: mask_rate=0.3" in md
+    assert ("† not comparable across these arms, which differ in mask rate 0.15: mask_rate=0.15; "
+            "0.3: mask_rate=0.3") in md
     assert "train/masked_fraction (best)" in md
     same = tmp_path / "same"
     same.mkdir()
     made_sweep(same, {"lr=1": made_board("a", {}), "lr=2": made_board("b", {})})
-    assert all(r["loss_comparable"] for r in sweep.summarize(str(same))) and "†" not in (same / "summary.md").read_text()
+    assert all(r["loss_comparable"] for r in sweep.summarize(str(same)))
+    assert "†" not in (same / "summary.md").read_text()
 
 
 def test_a_sweep_never_evaluated_gets_no_downstream_columns(tmp_path):

@@ -9,9 +9,11 @@ folder `transformers` loads of a registered family (a sentence-transformers fold
 retrieval, embeddings (configs/suites/) or a suite file. --beir_dir: BEIR-layout datasets, one per subfolder
 (corpus.jsonl, queries.jsonl, qrels/test.tsv), for a suite with a retrieval section: each subfolder is a task,
 its nDCG@10 the median (OUT/retrieval/<name>/ holds its metrics and run).
-OUT gets scoreboard.json, .csv, .md (median, min–max, n, best lr per task; the average of the medians) and
-scoreboard.png; the runs live in OUT/runs/<task>/lr=<lr>/seed=<s>. Rerun the same command after a kill: runs
-with DONE are kept, the interrupted one resumes.
+OUT gets scoreboard.json, .csv, .md (median, min–max, n, best lr per task, its chance and an "at chance" mark; the
+average of the medians and how many tasks are at chance) and scoreboard.png; the runs live in
+OUT/runs/<task>/lr=<lr>/seed=<s>, each task's rows in OUT/data/<task>/ (a capped task's a seeded sample,
+stratified by label: sample.json). Rerun the same command after a kill: runs with DONE are kept (each named), the
+interrupted one resumes.
 
 --executor=local (default) fine-tunes the runs here, one after another. --executor=ray submits each as a
 `ray-tpu --command=bert_jax.finetune` job on a Ray cluster of TPU slices (launch/executors.py, as
