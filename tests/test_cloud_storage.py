@@ -20,7 +20,8 @@ LOCAL_ONLY_CALLS = {"open", "gzip.open", "glob.glob", "glob.iglob", "shutil.copy
 # Files whose paths are never a user's: the embedded corpus reads Python's own library;
 # a SLURM script and its logs live on the cluster's shared disk, which sbatch reads; the package looks for
 # this host's TPU device files (/dev/accel*); the loader's worker watch reads /proc for its child processes.
-NOT_USER_PATHS = {"data_pipelines/sources/corpus.py", "launch/slurm.py", "bert_jax/__init__.py",
+NOT_USER_PATHS = {"data_pipelines/sources/corpus.py", "launch/slurm.py", "bert_jax/commands/slurm.py",
+                  "bert_jax/run/backend_choice.py",
                   "data_pipelines/loader/workers.py"}
 
 

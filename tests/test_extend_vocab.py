@@ -26,6 +26,7 @@ import jax.numpy as jnp  # noqa: E402
 import ml_collections  # noqa: E402
 import tokenizers  # noqa: E402
 
+from bert_jax.configs import base  # noqa: E402
 from bert_jax.hf import folder as hf_folder  # noqa: E402
 from bert_jax.vocab import rows as vocab_rows
 from bert_jax.families import get_family  # noqa: E402
@@ -199,10 +200,10 @@ def test_bad_sources_and_outputs_fail_naming_the_culprit(folders, workspace):
 
 def test_new_rows_warmup_changes_only_the_new_rows_then_everything():
     """config.train.new_rows_warmup_steps: the token-indexed params' rows from new_rows_start on, alone, first."""
-    train_cfg = ml_collections.ConfigDict(dict(optimizer="adamw", learning_rate=0.1, end_learning_rate=0.1,
-                                               num_steps=10, warmup_steps=0, b1=0.9, b2=0.999, eps=1e-6,
-                                               weight_decay=0.01, max_grad_norm=1.0, new_rows_warmup_steps=2,
-                                               new_rows_start=3))
+    train_cfg = ml_collections.ConfigDict({  # configs/base.py's train block, with these values
+        **base.get_config().train.to_dict(), **dict(
+            optimizer="adamw", learning_rate=0.1, end_learning_rate=0.1, num_steps=10, warmup_steps=0, b1=0.9,
+            b2=0.999, eps=1e-6, weight_decay=0.01, max_grad_norm=1.0, new_rows_warmup_steps=2, new_rows_start=3)})
     boxed = {"word": nn.LogicallyPartitioned(jnp.ones((5, 2)), ("vocab", "embed")),
              "bias": nn.LogicallyPartitioned(jnp.ones((5,)), ("vocab",)),
              "dense": nn.LogicallyPartitioned(jnp.ones((5, 2)), ("embed", "mlp"))}

@@ -17,19 +17,22 @@ import numpy as np
 import pytest
 
 from bert_jax import UserError
+from bert_jax.configs import base
 from bert_jax.families import get_family
 from bert_jax.models.attention import building_for, choose_kernel
 from bert_jax.train.optimizer import make_optimizer
 from bert_jax.train.state import make_init_fn
 from bert_jax.train.step import DROPOUT_PRNGS, make_train_step, model_rngs
-from tests.conftest import random_batch, small_model_config
+from conftest import random_batch, small_model_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = ml_collections.ConfigDict(dict(max_seq_length=16, max_predictions_per_seq=5, example_builder="nsp"))
 
 
 def train_config(**overrides):
-    cfg = dict(optimizer="adamw", learning_rate=1e-3, warmup_steps=2, num_steps=20, end_learning_rate=0.0,
+    """configs/base.py's train block (every key a layer reads is declared there), with these values."""
+    cfg = base.get_config().train.to_dict()
+    cfg.update(optimizer="adamw", learning_rate=1e-3, warmup_steps=2, num_steps=20, end_learning_rate=0.0,
                b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, max_grad_norm=1.0, schedule="linear",
                new_rows_warmup_steps=0, new_rows_start=0)
     cfg.update(overrides)

@@ -32,7 +32,6 @@ from bert_jax.finetune.beir import Dataset
 from bert_jax.finetune.model import POOLINGS, pool
 from bert_jax.parallel.mesh import batch_sharding, global_batch, host_share, logical_shardings
 from bert_jax.storage import paths
-from bert_jax.storage.workdir import Workdir
 
 HEADLINE = "ndcg@10"
 TOP_K = 100  # results kept per query: what Recall@100 reads
@@ -57,16 +56,16 @@ def settings(spec, source: init_from.Source) -> Settings:
     sets (a non-empty pooling or prefix, a non-zero max_seq_length) taking precedence."""
     pooling, length, prompts = "mean", 0, {}
     root = paths.path(source.path)
-    if source.kind == "hf" and (root / "modules.json").exists():  # a sentence-transformers folder
+    run = _json(root / "config.json")  # a fine-tuned workdir's config holds its task; an HF folder's does not
+    if (root / "modules.json").exists():  # a sentence-transformers folder
         for module in json.loads((root / "modules.json").read_text()):
             if module["type"].endswith("Pooling"):
                 p = _json(root / module["path"] / "config.json")
                 pooling = "cls" if p.get("pooling_mode_cls_token") else "mean"
         length = int(_json(root / "sentence_bert_config.json").get("max_seq_length", 0))
         prompts = _json(root / "config_sentence_transformers.json").get("prompts") or {}
-    elif source.kind == "finetuned":
-        run = Workdir(source.path).config()
-        pooling, length = run.task.pooling, int(run.data.max_seq_length)
+    elif "pooling" in run.get("task", {}):  # a fine-tuned sentence-embedding run
+        pooling, length = run["task"]["pooling"], int(run["data"]["max_seq_length"])
     if spec.pooling:
         pooling = spec.pooling
     if pooling not in POOLINGS:

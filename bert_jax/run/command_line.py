@@ -69,7 +69,7 @@ def parse_flags(argv: Sequence[str], known_only: bool = False) -> list[str]:
         if mixture:
             sys.argv = list(argv)  # ml_collections reads the overrides from sys.argv itself
         rest = flags.FLAGS(argv, known_only=known_only)
-        if "config" in flags.FLAGS:  # a config file that did not load fails only when read
+        if "config" in flags.FLAGS and flags.FLAGS["config"].present:  # a file that did not load fails when read
             getattr(flags.FLAGS["config"].value, "keys")
             mixture_overrides.apply(flags.FLAGS["config"].value, mixture)
         elif mixture:

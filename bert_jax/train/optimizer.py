@@ -146,7 +146,7 @@ def make_optimizer(train_cfg) -> optax.GradientTransformation:
     opt = make(
         schedule, b1=train_cfg.b1, b2=train_cfg.b2, eps=train_cfg.eps,
         weight_decay=train_cfg.weight_decay, mask=decay_mask,
-        flat_moments=bool(train_cfg.get("flat_moments", False)),  # hand-built train configs (tests) may lack it
+        flat_moments=train_cfg.flat_moments,
     )
     if warmup_new_rows:
         opt = optax.chain(opt, new_rows_first(warmup_new_rows, first_new_row))
