@@ -11,6 +11,7 @@ from bert_jax.checkpoint.manager import CheckpointSaveError
 from bert_jax.train.loop import train_and_evaluate
 
 
+@pytest.mark.slow  # the default suite's time budget (2 cores): run with -m slow
 def test_disk_full_during_a_save_leaves_earlier_checkpoints_usable(straight_run, tmp_path, monkeypatch):
     workdir = str(tmp_path / "run")
     shutil.copytree(os.path.join(straight_run[0], "tokenizer"), os.path.join(workdir, "tokenizer"))

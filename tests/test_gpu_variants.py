@@ -78,6 +78,7 @@ def test_flat_moments_give_the_per_leaf_updates(optimizer):
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9), *out)
 
 
+@pytest.mark.slow  # the default suite's time budget (2 cores): run with -m slow
 def test_flat_moments_and_unrolled_scan_train_the_same_losses():
     """config.train.flat_moments and config.model.scan_unroll change the compiled program, not the dropout masks
     or the math (one compile for both: each is exact, so together they are). With the test model's 2 layers,
@@ -102,6 +103,7 @@ def test_rbg_dropout_keeps_the_rate_and_follows_from_the_key(impl):
     assert jax.random.key_impl(model_rngs(key, impl)["dropout"]) == jax.random.key_impl(jax.random.key(0, impl=impl))
 
 
+@pytest.mark.slow  # the default suite's time budget (2 cores): run with -m slow
 def test_rbg_dropout_trains_like_threefry():
     """Other masks, so other losses, but of the same size."""
     theirs, ours = losses(dropout_prng="threefry"), losses(dropout_prng="unsafe_rbg")
@@ -141,6 +143,7 @@ def test_cudnn_on_the_cpu_is_refused_in_one_line():
     assert "\n" not in str(refused.value)
 
 
+@pytest.mark.slow  # the default suite's time budget (2 cores): run with -m slow
 def test_per_step_dropout_masks_train_like_per_layer_ones():
     """config.model.dropout_masks='per_step': every layer's masks in one draw; other masks, the same statistics."""
     per_layer, per_step = losses(), losses({"dropout_masks": "per_step"})

@@ -49,6 +49,7 @@ def planned():
                 compiled_by_judge=compiled_by_judge, planner=judged)
 
 
+@pytest.mark.slow  # compiles each stage of a two-stage model: the default suite's time budget (2 cores): run with -m slow
 def test_plain_plan_prints_each_stage_and_the_flags_that_give_a_verdict(planned):
     text = planned["plain_text"]
     params = planned["plain_stages"][0].step.param_count
@@ -65,6 +66,7 @@ def test_plain_plan_prints_each_stage_and_the_flags_that_give_a_verdict(planned)
     assert planned["plain_fits"] and "**does not fit**" not in text
 
 
+@pytest.mark.slow  # compiles each stage of a two-stage model: the default suite's time budget (2 cores): run with -m slow
 def test_the_run_is_judged_by_its_worst_stage_and_the_report_names_it(planned):
     assert [sp.step.verdict.word for sp in planned["stages"]] == ["fits with margin", "does not fit"]
     assert not planned["fits"]
@@ -72,6 +74,7 @@ def test_the_run_is_judged_by_its_worst_stage_and_the_report_names_it(planned):
     assert "| 1 | 81-100 | 64 | 8 | 8 (8 x 1) |" in planned["text"]
 
 
+@pytest.mark.slow  # compiles each stage of a two-stage model: the default suite's time budget (2 cores): run with -m slow
 def test_a_stage_that_does_not_fit_gets_its_own_grad_accum_steps_compiled_to_fit(planned):
     fix = planned["fixes"].found[0]
     accum = fix.step.config.train.grad_accum_steps
@@ -82,6 +85,7 @@ def test_a_stage_that_does_not_fit_gets_its_own_grad_accum_steps_compiled_to_fit
     assert f"`{fix.change}` (stage 1)" in planned["text"] and "a smaller per-device batch: at most" in planned["text"]
 
 
+@pytest.mark.slow  # compiles each stage of a two-stage model: the default suite's time budget (2 cores): run with -m slow
 def test_a_judge_reuses_the_stages_compiles(planned):
     assert planned["compiled"] == 2 and planned["compiled_by_judge"] == 0
     cache = planned["planner"].cache
@@ -90,6 +94,7 @@ def test_a_judge_reuses_the_stages_compiles(planned):
     assert len(cache) == before  # the fixes' compiles were the report's
 
 
+@pytest.mark.slow  # compiles each stage of a two-stage model: the default suite's time budget (2 cores): run with -m slow
 def test_a_stage_the_run_would_refuse_is_named_before_it_compiles(planned):
     config = two_stage_config()
     config.train.stages = (dict(start=80, data=dict(max_seq_length=128)),)

@@ -16,6 +16,7 @@ from test_pretrain import REPO, micro_config, micro_overrides, read_metrics, tra
 from bert_jax.train.loop import train_and_evaluate
 
 
+@pytest.mark.slow  # a subprocess run; the known-step SIGTERM test stays in the default suite
 def test_sigterm_saves_a_restorable_checkpoint_and_exits_0(tmp_path):
     workdir = str(tmp_path / "run")
     proc = subprocess.Popen(
@@ -70,6 +71,7 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, ca
         rows = [r for r in f if json.loads(r)["step"] <= 4]
     with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
         f.writelines(rows)
+    os.remove(os.path.join(workdir, "DONE"))  # as if the host died while step 8 was written: the run never finished
 
     train_and_evaluate(micro_config(), workdir)
     assert any("checkpoints/8 cannot be read" in r.getMessage() for r in caplog.records)

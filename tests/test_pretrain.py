@@ -163,6 +163,7 @@ def run_pretrain(*args):
         ("--config.data.example_builder=full_sentences", "'next_sentence_label', which config.data.example_builder"),
     ],
 )
+@pytest.mark.slow  # subprocesses; tests/test_bad_input.py's matrix covers these in one
 def test_bad_override_fails_before_compiling_naming_the_key(tmp_path, override, culprit):
     result = run_pretrain(f"--workdir={tmp_path / 'w'}", override)
     assert result.returncode != 0
