@@ -65,7 +65,7 @@ def test_scanned_and_unrolled_layers_compute_the_same_function(batch):
     jax.tree.map(np.testing.assert_array_equal, stack_layers(flat), params)
 
 
-@pytest.mark.parametrize("policy, scan", [("full", True), ("dots", False)])
+@pytest.mark.parametrize("policy, scan", [pytest.param("full", True, marks=pytest.mark.slow), ("dots", False)])  # budget
 def test_remat_changes_memory_not_results(batch, policy, scan):
     plain, params = init(small_model_config(scan_layers=scan), batch)
     remat = get_family("bert").build_model(small_model_config(remat_policy=policy, scan_layers=scan))

@@ -216,6 +216,7 @@ except ValueError as e:
     assert "config.mesh.shape=(3, -1, 1)" in result and "the 8 chips of v5e-8" in result
 
 
+@pytest.mark.slow  # the default suite's time budget; test_plan_stages' slow TPU test refuses a stage too
 def test_a_step_the_compiler_refuses_for_memory_is_a_verdict_with_the_shortfall():
     """The TPU compiler does not compile a step whose temporaries alone exceed a chip's HBM: no memory analysis
     to read, only its message. The plan turns it into a verdict that says by how much; a search goes on."""
