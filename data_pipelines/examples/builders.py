@@ -130,7 +130,8 @@ class PairBuilder:
                                  label_key=cls.example_keys[0])
 
     def _label(self, a: np.ndarray, b: np.ndarray, random_next: bool, rng: np.random.Generator):
-        """(A, B, label) of a pair whose B followed A (or, random_next, came from another document)."""
+        """(A, B, label) of a pair whose B followed A (or, random_next, came from another document): NSP's and SOP's
+        own rule, defined by each registered pair builder (abstract)."""
         raise NotImplementedError
 
     def carry(self) -> dict:

@@ -91,9 +91,11 @@ class PackingBuilder:
         return examples
 
     def _add(self, segments: list[np.ndarray]) -> list[Example]:
+        """The rows one document's segments complete: each registered packing builder's own rule (abstract)."""
         raise NotImplementedError
 
     def _emit(self) -> Example:
+        """The row being filled, closed as an example: each registered packing builder's own rule (abstract)."""
         raise NotImplementedError
 
 
