@@ -20,6 +20,7 @@ import pytest
 import bert_jax.configs.tiny
 from bert_jax import UserError
 from bert_jax.run import command_line
+from test_cli import DRIVER
 from test_evaluate import write_glue
 from test_workdir import write_config_as_a_run_does
 
@@ -28,39 +29,7 @@ TINY = f"--config={ROOT}/configs/tiny.py"
 CLASSIFICATION = f"--config={ROOT}/configs/finetune/classification.py"
 TEXT = "--config.data.source=text"
 
-# tests/test_cli.py's driver, with the scratch folder's tree taken around each command, and an exception that escapes
-# a command (a traceback: the bug this test catches) recorded as that command's result instead of ending the rest.
-DRIVER = r"""
-import contextlib, io, json, pathlib, sys, traceback
-from absl import flags
-from bert_jax import cli
-
-def tree():
-    return {str(p) for p in pathlib.Path(".").rglob("*")}
-
-results = {}
-for args in json.loads(sys.argv[1]):
-    before, files = set(flags.FLAGS), tree()
-    out, err, code = io.StringIO(), io.StringIO(), 0
-    sys.argv = ["bert-jax", *args]
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            cli.main()
-        except SystemExit as e:  # a str code is what Python prints, with status 1
-            code = e.code if isinstance(e.code, int) or e.code is None else (print(e.code, file=sys.stderr) or 1)
-        except Exception:
-            traceback.print_exc()
-            code = 1
-    for name in set(flags.FLAGS) - before:  # the command's own flags and its config's overrides
-        module = flags.FLAGS.find_module_defining_flag(name) or ""
-        if name.startswith("config") or module.endswith(".py"):
-            delattr(flags.FLAGS, name)
-    flags.FLAGS.unparse_flags()
-    now = tree()
-    results[" ".join(args)] = {"code": code or 0, "out": out.getvalue(), "err": err.getvalue(),
-                               "created": sorted(now - files), "removed": sorted(files - now)}
-print(json.dumps(results))
-"""
+# tests/test_cli.py's driver (DRIVER), run with --track_files: the scratch folder's tree is taken around each command.
 
 # (arguments after `bert-jax`, what stderr must name). Paths are relative to the scratch folder the driver runs in.
 CASES = [
@@ -159,7 +128,7 @@ def ran(tmp_path_factory, gcs):  # gs:// answered by the local emulator (tests/c
     scratch_folder(root)
     env = {k: v for k, v in os.environ.items() if k != command_line.VERBOSE_ENV}
     runs = [args for args, _ in CASES] + [VERBOSE]
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs), "--track_files"], capture_output=True, text=True,
                           timeout=600, cwd=root, env=dict(env, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.splitlines()[-1])

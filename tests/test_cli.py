@@ -25,14 +25,21 @@ import pytest
 
 from bert_jax import cli
 
+# Runs `bert-jax <args>` for each args in turn, in one process; with a second argument `--track_files`, each result
+# also lists the files created and removed under the working directory (tests/test_bad_input.py runs it that way).
 DRIVER = r"""
-import contextlib, io, json, sys, traceback
+import contextlib, io, json, pathlib, sys, traceback
 from absl import flags
 from bert_jax import cli
 
+track = sys.argv[2:] == ["--track_files"]
+
+def tree():
+    return {str(p) for p in pathlib.Path(".").rglob("*")} if track else set()
+
 results = {}
 for args in json.loads(sys.argv[1]):
-    before = set(flags.FLAGS)
+    before, files = set(flags.FLAGS), tree()
     out, err, code = io.StringIO(), io.StringIO(), 0
     sys.argv = ["bert-jax", *args]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -40,7 +47,7 @@ for args in json.loads(sys.argv[1]):
             cli.main()
         except SystemExit as e:  # a str code is what Python prints, with status 1
             code = e.code if isinstance(e.code, int) or e.code is None else (print(e.code, file=sys.stderr) or 1)
-        except Exception:  # a command that crashes fails its own tests, not every test's fixture
+        except Exception:  # a traceback: recorded as this command's result, not the end of the rest
             traceback.print_exc(file=sys.stderr)
             code = 1
     for name in set(flags.FLAGS) - before:  # the command's own flags and its config's overrides
@@ -48,7 +55,9 @@ for args in json.loads(sys.argv[1]):
         if name.startswith("config") or module.endswith(".py"):
             delattr(flags.FLAGS, name)
     flags.FLAGS.unparse_flags()
-    results[" ".join(args)] = {"code": code or 0, "out": out.getvalue(), "err": err.getvalue()}
+    now = tree()
+    results[" ".join(args)] = {"code": code or 0, "out": out.getvalue(), "err": err.getvalue(),
+                               "created": sorted(now - files), "removed": sorted(files - now)}
 print(json.dumps(results))
 """
 
