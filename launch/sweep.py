@@ -30,7 +30,8 @@ into the sweep directory: each run's final and best value of every summary key (
 loss, the highest of anything else) and its state (done, running, pending); when the grid varies
 `seed`, each metric's median [min–max] and n over the seeds of every other point (small-data
 fine-tuning is unstable: the spread is the result). A pre-training sweep's rows also name each arm's
-objective, and where arms differ in objective, mask rate, masking, vocabulary or sequence length
+objective (and, when an arm is a branch, its lineage: "runs/stable@100 > decay"), and where
+arms differ in objective, mask rate, masking, vocabulary or sequence length
 (LOSS_DEPENDS_ON) the loss and MLM-accuracy columns are marked † with the reason: those do not compare,
 a battery downstream does (`sweep evaluate`). Columns come from `run_row` and the callables
 in ROW_COLUMNS (workdir, run -> {column: value}), so a tool can add its own (downstream scores); a
@@ -65,6 +66,7 @@ from bert_jax import UserError
 from bert_jax.registry import Registry, registered_as
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
+from bert_jax.run import lineage
 from bert_jax.run.completion import read_done
 from bert_jax.run.metrics_file import read_rows
 from bert_jax.launch import executors
@@ -348,6 +350,8 @@ def arm_rows(sweep_dir, record: dict) -> tuple[list[dict], dict]:
         config_json = Workdir(workdir).config_json
         row["objective"] = (objective(json.loads(config_json.read_text()))  # a pre-training run's loss
                             if config_json.exists() and record.get("command", PRETRAIN) == PRETRAIN else None)
+        ancestors = lineage.read(str(workdir))  # a branch's: where it started
+        row["lineage"] = lineage.describe(ancestors, run["name"]) if ancestors else None
         for columns in ROW_COLUMNS:
             row.update(columns(workdir, run))
         table.append(row)
@@ -398,10 +402,12 @@ def summarize(sweep_dir: str) -> list[dict]:
     differ = loss_differences(sweep_dir, table) if record.get("command", PRETRAIN) == PRETRAIN else []
     for row in table:  # the same for every arm: whether its losses stand beside the others'
         row["loss_comparable"], row["loss_differs_in"] = not differ, "; ".join(differ) or None
-    extra = [c for c in table[0] if c not in {"run", "state", "step", "objective", "tokenizer", "loss_comparable",
-                                              "loss_differs_in", *keys, *(f"best {k}" for k in keys)}]
-    objective_column = ["objective"] if any(row["objective"] for row in table) else []
-    columns = ["run", "state", "step", *objective_column, *(c for k in keys for c in (k, f"best {k}")), *extra,
+    extra = [c for c in table[0] if c not in {"run", "state", "step", "objective", "lineage", "tokenizer",
+                                              "loss_comparable", "loss_differs_in", *keys,
+                                              *(f"best {k}" for k in keys)}]
+    about = ["objective"] if any(row["objective"] for row in table) else []
+    about += ["lineage"] if any(row["lineage"] for row in table) else []  # only a sweep with branches
+    columns = ["run", "state", "step", *about, *(c for k in keys for c in (k, f"best {k}")), *extra,
                "tokenizer", *(["loss_comparable", "loss_differs_in"] if differ else [])]
     csv_columns, csv_rows = summary_cell.csv_columns(table, columns)  # numbers, each in its own column
     csv_text = io.StringIO(newline="")
@@ -410,11 +416,11 @@ def summarize(sweep_dir: str) -> list[dict]:
     writer.writerows(csv_rows)
     paths.write_atomically(sweep_dir / "summary.csv", csv_text.getvalue())
     mark = " †" if differ else ""
-    shown = ["run", "state", "step", *objective_column, *(f"{k} (best){mark if by_loss(k) else ''}" for k in keys),
+    shown = ["run", "state", "step", *about, *(f"{k} (best){mark if by_loss(k) else ''}" for k in keys),
              *extra, "tokenizer"]
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     for row in table:
-        cells = [row["run"], row["state"], str(row["step"]), *(_cell(row[c]) for c in objective_column)]
+        cells = [row["run"], row["state"], str(row["step"]), *(_cell(row[c]) for c in about)]
         cells += [_cell(row[k]) + ("" if row[k] is None else f" ({_cell(row[f'best {k}'])})") for k in keys]
         cells += [_cell(row[c]) for c in extra] + [_cell(row["tokenizer"])]
         lines.append("| " + " | ".join(cells) + " |")

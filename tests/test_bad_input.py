@@ -50,6 +50,14 @@ CASES = [
     (["pretrain", TINY, "--workdir=gs://no-such-bucket/run"], ["gs://no-such-bucket/run", "bucket"]),
     (["pretrain", TINY, "--workdir=w", TEXT, "--config.data.path=gs://no-such-bucket/corpus/*.txt"],
      ["config.data.path", "gs://no-such-bucket"]),
+    # pretrain --config.branch_from: the parent's checkpoint and what a branch may change (bert_jax/train/branch.py).
+    (["pretrain", TINY, "--workdir=w", "--config.branch_from=nope:4"], ["config.branch_from", "nope"]),
+    (["pretrain", TINY, "--workdir=w", "--config.branch_from=run_at_4:7"], ["config.branch_from", "[4]"]),
+    (["pretrain", TINY, "--workdir=w", "--config.branch_from=run_at_4:6"], ["config.branch_from", "unfinished write"]),
+    (["pretrain", TINY, "--workdir=w", "--config.branch_from=run_at_4:4", "--config.model.hidden_size=256"],
+     ["config.model.hidden_size", "shape"]),
+    (["pretrain", TINY, "--workdir=w", "--config.branch_from=run_at_4:last", "--config.model.family=roberta"],
+     ["config.model.family", "roberta"]),
     # finetune
     (["finetune", CLASSIFICATION, "--workdir=w", "--config.init_from=nope", "--config.data.train=corpus.txt"],
      ["config.init_from", "nope"]),
@@ -117,6 +125,7 @@ def scratch_folder(root: pathlib.Path) -> None:
     (root / "unfinished").mkdir()
     write_config_as_a_run_does(root / "unfinished", bert_jax.configs.tiny.get_config())
     (root / "run_at_4" / "checkpoints" / "4").mkdir(parents=True)  # a committed step, as orbax lists them
+    (root / "run_at_4" / "checkpoints" / "6.orbax-checkpoint-tmp-1").mkdir()  # a save that never committed
     write_config_as_a_run_does(root / "run_at_4", bert_jax.configs.tiny.get_config())
     (root / "prepared_other").mkdir()
     (root / "prepared_other" / "prepare_plan.json").write_text(json.dumps({"num_parts": 7, "docs_per_shard": 1}))

@@ -6,7 +6,8 @@ r"""Look inside a model: fill-mask candidates and attention maps for one sentenc
 
 `--from` is a pre-training workdir (its newest checkpoint; `DIR:STEP` for another) or a Hugging
 Face folder of any registered family, read as fine-tuning reads `config.init_from`. The mask is
-written `[MASK]` or `<mask>`, whatever the tokenizer calls it. The attention view runs the
+written `[MASK]` or `<mask>`, whatever the tokenizer calls it. A workdir that is a branch or an averaged run
+first prints where it came from (its lineage, its sources). The attention view runs the
 reference (`xla`) kernel, which sows its probabilities into the `intermediates` collection;
 only this tool makes that collection mutable, so training never pays for it ("What does BERT
 look at?", Clark et al. 2019, reads the same maps).
@@ -31,6 +32,8 @@ def _main(argv) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     f = flags.FLAGS
     inspector = views.load(f["from"].value)
+    for line in views.provenance(f["from"].value):  # a branch's ancestors, an averaged run's sources
+        print(line)
     if f.mode == "fill_mask":
         for i, candidates in enumerate(views.fill_mask(inspector, f.text, f.top_k)):
             print(f"mask {i + 1}: " + ", ".join(f"{token} {p:.3f}" for token, p in candidates))

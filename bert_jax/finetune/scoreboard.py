@@ -9,6 +9,9 @@ Each row carries its task's chance: the score of the constant predictor its trai
 class, the mean; bert_jax.finetune.tasks' `chance`), as the runs record it, and the margin within which a score is
 luck (metrics.chance_margin, on the dev set's size). A median within it is marked "at chance", and the average says
 how many of its tasks are: an average over tasks a model did not learn is not a score of the model.
+
+A checkpoint that is a branch or an averaged run (bert_jax/run/lineage.py) says where it came from, under the title:
+arms that share a stable phase are read as such.
 """
 import csv
 import io
@@ -16,7 +19,9 @@ import json
 
 import numpy as np
 
+from bert_jax.checkpoint import reference
 from bert_jax.finetune import metrics as metrics_lib
+from bert_jax.run import lineage
 from bert_jax.storage import paths
 
 FILES = ("scoreboard.json", "scoreboard.csv", "scoreboard.md", "scoreboard.png")
@@ -55,7 +60,20 @@ def build(record: dict, metrics: dict[str, str], results: dict) -> dict:
         tasks[name].update(chance_of(metric, tasks[name]["median"], runs))
     average = float(np.mean([t["median"] for t in tasks.values()])) if tasks else None
     return {"checkpoint": record["checkpoint"], "suite": record["suite"], "seeds": record["seeds"],
-            "tasks": tasks, "average": average, "tasks_at_chance": sum(bool(t["at_chance"]) for t in tasks.values())}
+            "tasks": tasks, "average": average, "tasks_at_chance": sum(bool(t["at_chance"]) for t in tasks.values()),
+            **provenance(record["checkpoint"])}
+
+
+def provenance(checkpoint: str) -> dict:
+    """{"lineage": "runs/stable@100 > runs/decay:400"} of a checkpoint that is a branch, {"averaged_from": ...} of an
+    averaged run; {} for any other (an HF folder, a run that started from scratch)."""
+    workdir = reference.split(checkpoint)[0]
+    out = {}
+    if ancestors := lineage.read(workdir):
+        out["lineage"] = lineage.describe(ancestors, checkpoint)
+    if sources := lineage.averaged_from(workdir):
+        out["averaged_from"] = lineage.describe_averaged(sources)
+    return out
 
 
 def chance_of(metric: str, median: float, runs: dict) -> dict:
@@ -84,6 +102,9 @@ def markdown(board: dict) -> str:
     chance ± margin and the mark of a median at chance."""
     lines = [f"Suite `{board['suite']}` on `{board['checkpoint']}`: median over seeds (× 100) on dev.", "",
              "| task | metric | median | min–max | n | best lr | chance | |", "|---|---|---|---|---|---|---|---|"]
+    where = [f"{what}: {board[key]}" for key, what in (("lineage", "Lineage"), ("averaged_from", "Averaged from"))
+             if board.get(key)]
+    lines[1:1] = ["", "; ".join(where)] if where else []
     for name, t in board["tasks"].items():
         lr = f"{t['best_lr']:g}" if t["best_lr"] is not None else "—"
         chance = "—" if t.get("chance") is None else f"{100 * t['chance']:.1f} ± {100 * t['chance_margin']:.1f}"

@@ -16,7 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import UserError
+from bert_jax.checkpoint import reference
 from bert_jax.finetune import init_from
+from bert_jax.run import lineage
 from bert_jax.storage import paths
 from data_pipelines.tokenizers.tokenizer import load_tokenizer
 
@@ -50,6 +52,12 @@ def load(source: str, scan_layers: bool = False) -> Inspector:
     module = resolved.family.build_model(resolved.model_cfg)
     return Inspector(module, resolved.params, load_tokenizer(resolved.tokenizer_dir),
                      int(resolved.model_cfg.max_position_embeddings))
+
+
+def provenance(source: str) -> list[str]:
+    """Where a pre-training workdir's run came from ("lineage: a@100 > b", "averaged from: ..."): what is inspected
+    may be a branch or an average, not a run trained from scratch. [] for any other source."""
+    return lineage.lines(reference.split(source)[0])
 
 
 def encode(tokenizer, text: str, max_length: int) -> tuple[np.ndarray, list[int]]:

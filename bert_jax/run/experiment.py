@@ -41,7 +41,8 @@ from bert_jax.storage.workdir import Workdir
 PASSING = (
     "logging.*", "checkpoint.*", "mesh.*", "distributed.*", "lease.*",
     "compilation_cache_dir", "libtpu_init_args", "deterministic_gpu_ops", "allow_data_change", "accept_changes",
-    "init_from_hf",  # read only by a fresh start
+    "init_from_hf", "grow_from",  # read only by a fresh start
+    "lineage", "lineage.*", "averaged_from", "averaged_from.*",  # what a run came from (bert_jax/run/lineage.py)
     "run_identity", "run_identity.*",  # checked by bert_jax/run/run_identity.py
     "train.log_every_steps", "train.eval_every_steps", "train.nan_policy", "train.max_steps_ahead",
     "data.num_eval_batches", "data.prefetch_buffer_size", "data.shard_cache_bytes",

@@ -10,7 +10,8 @@ the re-run steps are logged again. Plots are rewritten whole at each eval.
 wandb: one run per workdir. Its id is derived once from the workdir (`wandb_run_id`) and kept in
 DIR/wandb_id, and wandb.init resumes it, so every resume, relaunch and preemption of the run logs
 into the same wandb run; `logging.wandb_run_name` names it (default: the workdir's name) and
-`logging.wandb_group` groups it (a sweep sets both: group = the sweep, name = the point).
+`logging.wandb_group` groups it (a sweep sets both: group = the sweep, name = the point); a branch
+without one is grouped with its root run (`wandb_init_args`).
 """
 import hashlib
 import io
@@ -22,6 +23,7 @@ from typing import Any
 import jax
 from absl import logging
 
+from bert_jax.run import lineage
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import METRICS_FILE, TENSORBOARD_DIR, Workdir
 from bert_jax.run.metrics_file import as_text, read_rows, truncate_metrics
@@ -40,6 +42,15 @@ def wandb_run_id(workdir: str) -> str:
     run_id = f"{name}-{hashlib.sha256(root.encode()).hexdigest()[:12]}"
     paths.write_atomically(stored, run_id + "\n")
     return run_id
+
+
+def wandb_init_args(config, workdir: str, staging: str) -> dict:
+    """wandb.init's arguments. The group: `logging.wandb_group` when set (a sweep's), else a branch's root run's
+    name (bert_jax/run/lineage.py), so a run and its branches are seen together; else none."""
+    return dict(project=config.logging.wandb_project, id=wandb_run_id(workdir), resume="allow",
+                name=config.logging.wandb_run_name or paths.path(workdir).name,
+                group=config.logging.wandb_group or lineage.wandb_group(workdir), dir=staging,
+                mode=config.logging.wandb_mode, config=config.to_dict())
 
 
 class MetricsWriter:
@@ -69,11 +80,7 @@ class MetricsWriter:
         if mode != "disabled":
             import wandb  # seconds to load: only a wandb_mode other than disabled needs it
 
-            self.wandb_run = wandb.init(
-                project=config.logging.wandb_project, id=wandb_run_id(workdir), resume="allow",
-                name=config.logging.wandb_run_name or self.workdir.name, group=config.logging.wandb_group or None,
-                dir=str(self.staging), mode=mode, config=config.to_dict(),
-            )
+            self.wandb_run = wandb.init(**wandb_init_args(config, workdir, str(self.staging)))
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
         if not self.active:

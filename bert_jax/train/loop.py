@@ -8,9 +8,10 @@ import jax
 from absl import logging
 
 from bert_jax.parallel.mesh import make_mesh
-from bert_jax.run import completion, experiment, harness, run_identity
+from bert_jax.run import completion, experiment, harness, lineage, run_identity
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
+from bert_jax.train import branch
 from bert_jax.train import stages as stages_lib
 from bert_jax.train.config_validation import check_config
 from bert_jax.train.hooks import PretrainHooks
@@ -41,18 +42,18 @@ def train(config, workdir: str, stop_at_step: int | None = None, downstream=None
     # A finished run is a resume like any other: a changed experiment stops here, before anything is created.
     check_experiment(config, workdir)
     run = Workdir(workdir)
-    reached = (run.checkpoint_steps() or [0])[-1]
+    reached = branch.reached(config, workdir)
     if completion.read_done(workdir) is not None:
         if reached >= last:
             print(f"done at step {reached}; nothing to train (DONE in {workdir})", flush=True)
             return {}
         if jax.process_index() == 0:  # trains on (num_steps raised, accepted): not finished until it is again
             paths.fresh(run.done).unlink()
-    if len(stages) == 1:
+    if len(stages) == 1 and not stages[0].source:  # a stage 0 a ramp or schedule changes is a stage like any other
         return _train_stage(config, workdir, stop_at_step, downstream=downstream)
     metrics = {}
     for stage in stages:
-        reached = (Workdir(workdir).checkpoint_steps() or [0])[-1]
+        reached = branch.reached(config, workdir)
         if stage.end <= reached:
             continue  # trained before this start
         if stage.start >= last:
@@ -61,7 +62,7 @@ def train(config, workdir: str, stop_at_step: int | None = None, downstream=None
                      "".join(f", {k}={_value(stage.config, k)}" for k in stage.changes))
         metrics = _train_stage(stage.config, workdir, min(stage.end, last), record=config, stage=stage,
                                downstream=downstream)
-        if (Workdir(workdir).checkpoint_steps() or [0])[-1] < min(stage.end, last):
+        if branch.reached(config, workdir) < min(stage.end, last):
             break  # preempted: the same command resumes in this stage
     return metrics
 
@@ -93,17 +94,19 @@ def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=N
     _write_config(record or config, workdir, identity, history_entry)
 
     # ----------------------------------------------------------------------------------------------------------
-    # The data: this host's share of every batch. A stage's stream starts fresh at its start, on its own seed.
+    # The data: this host's share of every batch. A stage's stream starts fresh at its start, on its own seed; a
+    # branch's first start goes on with its parent's state and, when its data is unchanged, its parent's stream.
     # ----------------------------------------------------------------------------------------------------------
     host = dict(per_host_batch_size=config.train.global_batch_size // jax.process_count(),
                 process_index=jax.process_index(), process_count=jax.process_count())
-    first_step = stage.start if stage else 0
-    train_iter = pipeline.build_train_iterator(
-        config.data, tokenizer, seed=stages_lib.data_seed(config.seed, stage.index if stage else 0),
-        first_step=first_step, **host)
+    seed, first_step = branch.iterator_origin(config, stage)
+    train_iter = pipeline.build_train_iterator(config.data, tokenizer, seed=seed, first_step=first_step, **host)
     eval_sets = pipeline.build_eval_sets(config.data, tokenizer, seed=config.seed, **host)
     batches = harness.Batches(train_iter, restored_after=first_step,
                               may_end=bool(mixture.stopping_sources(config.data)))
+    if config.branch_from and not Workdir(workdir).checkpoint_steps():
+        program = branch.program_for_branch(
+            config, program, train_iter if branch.continues_iterator(config, stage) else None)
 
     # ----------------------------------------------------------------------------------------------------------
     # Train, evaluate, checkpoint (the harness, with pre-training's hooks); DONE once the last step is reached.
@@ -125,6 +128,9 @@ def _write_config(config, workdir: str, identity: dict, history_entry: dict | No
         elif history_entry:
             experiment.append_history(workdir, history_entry)
         resolved[run_identity.IDENTITY_KEY] = identity
+        ref = branch.parent(config)
+        if ref is not None:  # what it branched from, as recorded at its first start (the parent may be gone since)
+            resolved[lineage.KEY] = lineage.read(workdir) or lineage.of_branch(ref.workdir, ref.step)
         paths.write_atomically(Workdir(workdir).config_json, json.dumps(resolved, indent=2, sort_keys=True))
 
 

@@ -49,6 +49,9 @@ def learning_rate_schedule(train_cfg) -> optax.Schedule:
     wsd     warmup-stable-decay (ModernBERT's trapezoid): the peak until the last `decay_fraction` of
             `num_steps`, then a 1-sqrt decay to `end_learning_rate` (Hägele et al. 2024)
     cosine  then a cosine decay to `end_learning_rate` at `num_steps`
+    constant  then the peak: a stable phase whose decays are branches (bert_jax/train/branch.py)
+    decay   a decay branch: from `decay_from_learning_rate` (the parent's rate at the branch step) to
+            `end_learning_rate` over `decay_steps`, `linear` or `1-sqrt` (`decay_shape`); no warmup
     """
     schedule = SCHEDULES.get(train_cfg.schedule)
     ramp = optax.linear_schedule(0.0, train_cfg.learning_rate, max(train_cfg.warmup_steps, 1))
@@ -84,6 +87,40 @@ def _cosine(train_cfg, ramp) -> optax.Schedule:
     peak, end, total, warmup = (train_cfg.learning_rate, train_cfg.end_learning_rate, train_cfg.num_steps,
                                 train_cfg.warmup_steps)
     return optax.warmup_cosine_decay_schedule(0.0, peak, warmup, max(total, warmup + 1), end)
+
+
+@SCHEDULES.register("constant")
+def _constant(train_cfg, ramp) -> optax.Schedule:
+    return optax.join_schedules([ramp, optax.constant_schedule(train_cfg.learning_rate)], [train_cfg.warmup_steps])
+
+
+# config.train.decay_shape -> f(t), t in [0, 1]: the share of the way from the start rate to the end rate.
+DECAY_SHAPES = {"linear": lambda t: t, "1-sqrt": jnp.sqrt}
+
+
+@SCHEDULES.register("decay")
+def _decay(train_cfg, ramp) -> optax.Schedule:
+    """Step decay_from_step + 1 trains at the start rate and step decay_from_step + decay_steps at the end rate: the
+    curve goes on from the parent's at the branch point and ends exactly where asked. (optax's count is the step
+    before: step s trains at schedule(s - 1).)"""
+    del ramp
+    start, steps, shape = train_cfg.decay_from_step, train_cfg.decay_steps, train_cfg.decay_shape
+    rate, end = train_cfg.decay_from_learning_rate, train_cfg.end_learning_rate
+    if shape not in DECAY_SHAPES:
+        raise ValueError(f"config.train.decay_shape={shape!r}; expected one of {', '.join(DECAY_SHAPES)}")
+    if start < 0 or rate < 0:
+        raise ValueError("config.train.schedule='decay' needs config.train.decay_from_step and "
+                         "decay_from_learning_rate: set both, or branch (config.branch_from), which resolves them")
+    if steps < 1:
+        raise ValueError(f"config.train.decay_steps={steps} must be >= 1 (a branch resolves 0 to num_steps - "
+                         f"its step)")
+    fraction = DECAY_SHAPES[shape]
+
+    def schedule(count):
+        t = jnp.clip((count - start) / max(steps - 1, 1), 0.0, 1.0)
+        return rate + (end - rate) * fraction(t)
+
+    return schedule
 
 
 def decay_mask(params):

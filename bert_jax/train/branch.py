@@ -1,0 +1,273 @@
+"""Branches: a new run in a new workdir that starts from another run's checkpoint (`config.branch_from=DIR:STEP`).
+
+Today's recipes (ModernBERT, Ettin, mmBERT) train one long warmup-stable phase and branch off its checkpoints: a
+decay, a context extension, decays on other data that are then averaged. A branch takes the parent's parameters,
+optimizer state, step counter and data position, so that a branch that changes nothing trains the parent's next
+steps bit for bit; what it changes (schedule, data, sequence length, masking, batch, model keys that keep every
+parameter's shape) applies from the step after. The parent is only read: its checkpoint is restored into the
+branch's first state, and the branch's own checkpoints go to its own workdir.
+
+The config check resolves a branch once, before anything is created (`resolve`), and records the result in the
+branch's config.json: the step `last` named, whether the data order goes on (`config.branch.data`), a decay
+schedule's start. A resume of the branch restores its own checkpoints like any run's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import jax
+import optax
+import orbax.checkpoint as ocp
+from absl import logging
+from grain import checkpoint as grain_checkpoint
+
+import bert_jax
+from bert_jax.checkpoint import manager as ckpt
+from bert_jax.checkpoint import reference
+from bert_jax.families import get_family
+from bert_jax.models.probe import abstract_params
+from bert_jax.run import experiment
+from bert_jax.storage import paths
+from bert_jax.storage.workdir import Workdir
+from bert_jax.train import optimizer
+from bert_jax.train import stages as stages_lib
+
+KEY = "config.branch_from"
+DATA_CHOICES = ("auto", "continued", "reseeded")
+# What a branch's batches are made of: unchanged, the parent's data iterator goes on where it stopped.
+DATA_KEYS = ("seed", "data.", "train.global_batch_size", "train.stages", "train.batch_size_warmup")
+# A reseeded branch's data seed is the run's seed moved by this times its step + 1 (bert_jax/train/stages.py
+# data_seed moves it per stage).
+RESEED_OFFSET = 7_919
+
+
+def parent(config) -> reference.CheckpointRef | None:
+    """The checkpoint a branch starts from, as its config recorded it (DIR:STEP, resolved); None for no branch."""
+    if not config.branch_from:
+        return None
+    workdir, step, _ = reference.split(config.branch_from)
+    return reference.CheckpointRef(workdir, step)
+
+
+def first_step(config) -> int:
+    """The step the branch's first state is at: the parent's step, or 0 with config.branch.reset_step."""
+    ref = parent(config)
+    return 0 if ref is None or config.branch.reset_step else ref.step
+
+
+def reached(config, workdir: str) -> int:
+    """The step a start of this run resumes after: its newest checkpoint, else where a branch starts, else 0."""
+    steps = Workdir(workdir).checkpoint_steps()
+    return steps[-1] if steps else first_step(config)
+
+
+def resolve(config, workdir: str | None = None) -> tuple:
+    """(`config` with its branch resolved, a line per resolved key). Refuses, naming the key: a missing run or step,
+    an unfinished write, another family, a key that changes a parameter's shape, a step past the run's end."""
+    if not config.branch_from:
+        return config, []  # (a decay schedule's `from` keys set by hand are checked by optimizer.py)
+    recorded = _recorded_branch(workdir)
+    text = recorded if recorded and _same_run(recorded, config.branch_from) else config.branch_from
+    ref = reference.resolve(text, KEY, allow_ema=False)
+    if config.branch.data not in DATA_CHOICES:
+        raise bert_jax.UserError(f"config.branch.data={config.branch.data!r}; expected one of "
+                                 f"{', '.join(DATA_CHOICES)}")
+    before = ref.config()
+    _check_shapes(before, config, ref)
+    lines, resolved = [], config.copy_and_resolve_references()
+    with resolved.unlocked():
+        if resolved.branch_from != str(ref):
+            lines.append(f"config.branch_from={config.branch_from} -> {ref}")
+            resolved.branch_from = str(ref)
+        start = 0 if resolved.branch.reset_step else ref.step
+        same = _data_view(before) == _data_view(resolved)
+        if resolved.branch.data == "auto":
+            resolved.branch.data = "continued" if same and not resolved.branch.reset_step else "reseeded"
+            lines.append(f"config.branch.data=auto -> {resolved.branch.data} (the data config "
+                         f"{'is' if same else 'differs from'} {ref.workdir}'s"
+                         f"{', the step reset' if same and resolved.branch.reset_step else ''})")
+        elif resolved.branch.data == "continued" and not same:
+            raise bert_jax.UserError(f"config.branch.data=continued: the data config differs from {ref.workdir}'s "
+                                     f"({', '.join(_changed_data_keys(before, resolved))}); its stream cannot go on")
+        elif resolved.branch.data == "continued" and resolved.branch.reset_step:
+            raise bert_jax.UserError("config.branch.data=continued with config.branch.reset_step=True: the parent's "
+                                     "stream is at its own step; leave config.branch.data=auto (a new order)")
+        _resolve_iterator_origin(resolved, before, ref.step)
+        t = resolved.train
+        if t.schedule == "decay":
+            if t.decay_from_step < 0:
+                t.decay_from_step = start
+                lines.append(f"config.train.decay_from_step=-1 -> {start} (the branch's first state)")
+            if t.decay_from_learning_rate < 0:
+                rate = float(optimizer.learning_rate_schedule(before.train)(ref.step))
+                t.decay_from_learning_rate = rate
+                lines.append(f"config.train.decay_from_learning_rate=-1 -> {rate:g} ({ref}'s next rate)")
+            if t.decay_steps > 0 and t.num_steps != t.decay_from_step + t.decay_steps:
+                lines.append(f"config.train.num_steps={t.num_steps} -> {t.decay_from_step + t.decay_steps} "
+                             f"(decay_from_step + decay_steps)")
+                t.num_steps = t.decay_from_step + t.decay_steps
+            elif t.decay_steps <= 0:
+                t.decay_steps = t.num_steps - t.decay_from_step
+                lines.append(f"config.train.decay_steps=0 -> {t.decay_steps} (num_steps - decay_from_step)")
+        if resolved.train.num_steps <= start:
+            raise bert_jax.UserError(f"config.train.num_steps={resolved.train.num_steps} is not past the branch's "
+                                     f"step {start} ({KEY}={ref}): nothing would train")
+    return resolved, lines
+
+
+def iterator_origin(config, stage: stages_lib.Stage | None) -> tuple[int, int]:
+    """(seed, first step) of the data iterator a stage of this run builds: a stage's own seed (stages.data_seed) and
+    start, except in a branch, whose iterators come from the seed base and first step it resolved (`resolve`), so
+    that a branch that goes on with its parent's stream builds the parent's iterator and restores its position."""
+    index, start = (stage.index, stage.start) if stage else (0, 0)
+    if not config.branch_from:
+        return stages_lib.data_seed(config.seed, index), start
+    first = config.branch.first_step
+    inside = start <= first and (stage is None or first < stage.end)
+    return stages_lib.data_seed(config.branch.seed_base, index), first if inside else start
+
+
+def continues_iterator(config, stage: stages_lib.Stage | None) -> bool:
+    """Whether the branch's first stage restores the parent's iterator: the data unchanged, and the parent had
+    drawn from this stage's stream (at a stage's start the parent, too, began a new one)."""
+    return config.branch.data == "continued" and first_step(config) > (stage.start if stage else 0)
+
+
+def starting_state(config, program, iterator):
+    """program.init for the branch's first start: the parent's state at its step (the iterator, when given,
+    restored in place to the parent's position), with config.branch's resets applied. Called by the harness
+    under the mesh, so the state is restored straight onto this run's shards, whatever mesh the parent had."""
+    ref = parent(config)
+
+    def init():
+        state = _restore(ref, config, program, iterator)
+        logging.info("branched from %s%s%s%s", ref, ", optimizer state reset" if config.branch.reset_optimizer
+                     else "", ", step counted from 0" if config.branch.reset_step else "",
+                     ", the parent's data position" if iterator is not None else ", a new data order")
+        return state
+
+    return init
+
+
+def _restore(ref, config, program, iterator):
+    """The parent's state, read onto this run's shards: whole, or (reset_optimizer) all but the optimizer state,
+    which is then this run's fresh one."""
+    reset = config.branch.reset_optimizer
+    handler = ocp.PyTreeCheckpointHandler() if reset else ocp.StandardCheckpointHandler()
+    manager = ocp.CheckpointManager(
+        paths.absolute(ref.run.checkpoints), options=ocp.CheckpointManagerOptions(create=False),
+        item_handlers={ckpt.STATE_ITEM: handler, "data": grain_checkpoint.CheckpointHandler()})
+    abstract = program.abstract_state
+    try:
+        ckpt.check_compatible(manager, ref.step, abstract.params if reset else abstract,
+                              prefix="params/" if reset else "")
+        if reset:
+            target = {k: getattr(abstract, k) for k in ("params", "rng", "step")}
+            items = {ckpt.STATE_ITEM: ocp.args.PyTreeRestore(
+                item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True)}
+        else:
+            items = {ckpt.STATE_ITEM: ocp.args.StandardRestore(abstract)}
+        if iterator is not None:
+            items["data"] = grain_checkpoint.CheckpointRestore(iterator)
+        try:
+            restored = manager.restore(ref.step, args=ocp.args.Composite(**items))[ckpt.STATE_ITEM]
+        except (ValueError, KeyError, TypeError) as error:
+            raise bert_jax.UserError(
+                f"{KEY}={ref}: its optimizer state does not fit this config's (config.train.optimizer and its "
+                f"keys); set config.branch.reset_optimizer=True for fresh moments ({type(error).__name__})") from None
+    finally:
+        manager.close()
+    state = program.init().replace(**restored) if reset else restored
+    step = first_step(config)
+    if step != int(state.step):
+        state = state.replace(step=jax.numpy.asarray(step, state.step.dtype))
+    # The schedule reads its own count in the optimizer state (optax's ScaleByScheduleState): it follows the step.
+    # Adam's own count (bias correction) stays with its moments.
+    is_schedule = lambda x: isinstance(x, optax.ScaleByScheduleState)  # noqa: E731
+    opt_state = jax.tree.map(
+        lambda s: s._replace(count=jax.numpy.full_like(s.count, step)) if is_schedule(s) else s,
+        state.opt_state, is_leaf=is_schedule)
+    return state.replace(opt_state=opt_state)
+
+
+def _resolve_iterator_origin(resolved, before, step: int) -> None:
+    """config.branch.seed_base and first_step: what `iterator_origin` builds the branch's iterators from. Going on
+    with the parent's stream, they are the parent's (its own seed, or its own branch's); a new order moves the seed
+    by the branch's step and starts the stream at the branch's first step."""
+    b = resolved.branch
+    if b.data == "continued":
+        parent_is_branch = bool(before.get("branch_from"))
+        b.seed_base = before.branch.seed_base if parent_is_branch else before.seed
+        stage = next(s for s in stages_lib.plan(resolved) if s.end > step)
+        parent_first = before.branch.first_step if parent_is_branch else -1
+        b.first_step = parent_first if parent_first >= stage.start else stage.start
+    else:
+        b.seed_base = (resolved.seed + RESEED_OFFSET * (step + 1)) % 2**31
+        b.first_step = first_step(resolved)
+
+
+def _changed_data_keys(before, after) -> list[str]:
+    old, new = _data_view(before), _data_view(after)
+    return [f"config.{k}" for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
+
+
+def tokenizer_dir(config) -> str:
+    """The parent's tokenizer folder, which a branch tokenizes with ("" when config.data.tokenizer.path names
+    one, which both then read)."""
+    ref = parent(config)
+    return "" if ref is None or config.data.tokenizer.path else str(ref.run.tokenizer)
+
+
+def _recorded_branch(workdir: str | None) -> str:
+    """The branch_from a resumed branch recorded (its `last` resolved then), or ""."""
+    if not workdir or not Workdir(workdir).checkpoint_steps():
+        return ""
+    config_json = paths.fresh(Workdir(workdir).config_json)
+    return json.loads(config_json.read_text()).get("branch_from", "") if config_json.exists() else ""
+
+
+def _same_run(recorded: str, asked: str) -> bool:
+    """The recorded DIR:STEP is what `asked` names: the same, or the same DIR with `last` or no step."""
+    (dir_a, step_a, _), (dir_b, step_b, _) = reference.split(recorded), reference.split(asked)
+    return dir_a == dir_b and (step_b in (None, reference.LAST) or step_a == step_b)
+
+
+def _data_view(config) -> dict:
+    """The keys a branch's batches are made of (DATA_KEYS), as JSON values, paths and other passing keys left out
+    (the data fingerprint checks what a path holds)."""
+    flat = experiment.flatten(json.loads(config.to_json_best_effort()))
+    return {k: v for k, v in flat.items()
+            if any(k == p or k.startswith(p) for p in DATA_KEYS) and not experiment.passes(k)}
+
+
+def _check_shapes(before, config, ref) -> None:
+    """Another family, or a model key that changes a parameter's shape, is refused naming the key."""
+    old_family, new_family = before.model.family, config.model.family
+    if old_family != new_family:
+        raise bert_jax.UserError(f"config.model.family={new_family!r}: {KEY}={ref} is a {old_family!r} run; a branch "
+                                 f"keeps its parent's family")
+    old, new = before.model.to_dict(), config.model.to_dict()
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    if not changed:
+        return
+    family = get_family(new_family)
+    shapes = lambda m: jax.tree.map(lambda a: a.shape, abstract_params(family.build_model(  # noqa: E731
+        type(before.model)(dict(m, attention_impl="xla")))))
+    if shapes(old) == shapes(new):
+        return
+    reference_shapes = shapes(old)
+    for key in changed:
+        if key in new and shapes(dict(old, **{key: new[key]})) != reference_shapes:
+            raise bert_jax.UserError(
+                f"config.model.{key}={new[key]!r} changes a parameter's shape ({KEY}={ref} has {key}="
+                f"{old.get(key)!r}); a branch keeps its parent's parameters: change it in a new run (or grow one: "
+                f"config.grow_from)")
+    raise bert_jax.UserError(f"config.model.{', config.model.'.join(changed)} change the parameters' shapes together "
+                             f"({KEY}={ref}); a branch keeps its parent's parameters")
+
+
+def program_for_branch(config, program, iterator):
+    """The program with its `init` the branch's first state: what the loop hands the harness on a branch's first
+    start (a workdir with checkpoints restores its own)."""
+    return dataclasses.replace(program, init=starting_state(config, program, iterator))
