@@ -17,6 +17,10 @@ def get_config() -> ml_collections.ConfigDict:
     # MLM/NSP heads stay random), a RobertaForMaskedLM or an AlbertForPreTraining folder.
     # Used only when the workdir holds no checkpoint; its tokenizer replaces training one.
     c.init_from_hf = ""
+    # DIR:STEP[:ema] of a smaller pre-training run of the same family to grow this deeper and/or wider model
+    # from ("" = off): its weights tiled from the middle, its layers repeated (bert_jax/train/growth.py, as
+    # ModernBERT-large grew from base), its tokenizer kept. Used only when the workdir holds no checkpoint.
+    c.grow_from = ""
     # A resume whose tokenizer or data changed since the run started stops, naming what changed
     # (bert_jax/run/run_identity.py); True goes on anyway and logs it.
     c.allow_data_change = False
@@ -32,6 +36,21 @@ def get_config() -> ml_collections.ConfigDict:
     # JAX's persistent compilation cache for the run's programs ("" = off), set up by the harness as for
     # fine-tuning (bert_jax/run/harness.py): a relaunch of the same shapes skips compiling.
     c.compilation_cache_dir = ""
+    # A branch (bert_jax/train/branch.py, docs/guides/recipes.md): a new workdir that starts from another run's
+    # checkpoint DIR:STEP (STEP a number or `last`) with its parameters, optimizer state, step counter and data
+    # position, and trains on with this config (a new schedule, data, sequence length, masking, batch; model keys
+    # that keep every parameter's shape). The parent is only read. Used only when the workdir holds no checkpoint.
+    c.branch_from = ""
+    c.branch = ml_collections.ConfigDict()
+    c.branch.reset_optimizer = False  # fresh Adam moments (the schedule still goes on from the branch's step)
+    c.branch.reset_step = False  # count from 0: the schedule starts again
+    # The data order after the branch point: auto (the parent's position when the data config is unchanged, else
+    # a new seeded order) | continued | reseeded. Resolved and recorded by the config check.
+    c.branch.data = "auto"
+    # Resolved with the above (-1 until then): the seed the branch's data iterators are drawn from and the step its
+    # first one starts at (bert_jax/train/branch.py iterator_origin).
+    c.branch.seed_base = -1
+    c.branch.first_step = -1
 
     c.model = ml_collections.ConfigDict()
     c.model.family = "bert"
@@ -98,6 +117,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.vocab_size = c.model.get_ref("vocab_size")
     c.data.max_seq_length = 128
     c.data.mask_rate = 0.15  # share of non-special tokens predicted (15-40% are sensible)
+    # The mask rate by step, ((step, rate), ...), steps ascending in [0, train.num_steps): data.mask_rate from each
+    # step on (a step-0 entry sets the first stage's); stages of the run (bert_jax/train/stages.py), each
+    # re-deriving max_predictions_per_seq (auto). mmBERT: ((0, 0.3), (S1, 0.15), (S2, 0.05)). () = data.mask_rate.
+    c.data.mask_rate_schedule = ()
     # Masked positions per row, the width of the MLM head's gather. auto = ceil(mask_rate x max_seq_length),
     # so a mask-rate sweep trains at the rate it names (train/masked_fraction shows it); a set number
     # below that is refused, naming the value that fits (bert_jax/train/config_validation.py).
@@ -131,9 +154,17 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.warmup_steps = 10_000
     c.train.end_learning_rate = 0.0
     # Learning-rate schedule (bert_jax/train/optimizer.py), all after a linear warmup: linear | wsd
-    # (warmup-stable-decay, 1-sqrt decay over the last decay_fraction of num_steps) | cosine.
+    # (warmup-stable-decay, 1-sqrt decay over the last decay_fraction of num_steps) | cosine | constant (the
+    # stable phase a recipe branches its decays from) | decay (a decay branch: see decay_steps).
     c.train.schedule = "linear"
     c.train.decay_fraction = 0.1  # wsd only
+    # decay (a decay branch): from decay_from_learning_rate at step decay_from_step to end_learning_rate over
+    # decay_steps; on a branch the two `from` keys resolve to the branch step and the parent's rate there (-1 =
+    # resolve), and train.num_steps to decay_from_step + decay_steps (0 = decay to num_steps).
+    c.train.decay_steps = 0
+    c.train.decay_shape = "1-sqrt"  # 1-sqrt | linear
+    c.train.decay_from_step = -1
+    c.train.decay_from_learning_rate = -1.0
     c.train.b1 = 0.9
     c.train.b2 = 0.999
     c.train.eps = 1e-6
@@ -148,12 +179,24 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.log_every_steps = 100
     c.train.eval_every_steps = 10_000
     c.train.nan_policy = "stop"  # stop: raise with the step number
+    # An exponential moving average of the params, kept in the train state (ema = d*ema + (1-d)*params after each
+    # applied update) and read as `DIR:STEP:ema` by export, fine-tuning and evaluation; 0 = off.
+    c.train.ema_decay = 0.0
     # Dispatched steps the host may run ahead of the device (bert_jax/run/harness.py's StepsAhead): a SIGTERM's save
     # waits for at most this many. 0: every step waits for its own result.
     c.train.max_steps_ahead = 2
     # Stages of the run (bert_jax/train/stages.py): ((dict(start=STEP, data=dict(max_seq_length=512)), ...):
     # from each start on, the keys it changes (sequence length, batch size, masking); one schedule spans them.
     c.train.stages = ()
+    # Batch-size warm-up (bert_jax/train/stages.py): the global batch grows from start_batch_size (which must divide
+    # global_batch_size; 0 = off) to global_batch_size as the run's tokens (batch x max_seq_length per step) grow to
+    # `tokens`, linearly, in at most max_changes steps of change, each batch a multiple of the start batch. Expands
+    # into stages. ModernBERT: start_batch_size=768, global_batch_size=4608, tokens=50e9. A ramp the run ends
+    # before finishing stops at the batch it reached.
+    c.train.batch_size_warmup = ml_collections.ConfigDict()
+    c.train.batch_size_warmup.start_batch_size = 0
+    c.train.batch_size_warmup.tokens = 0.0  # float: 50e9 on a command line
+    c.train.batch_size_warmup.max_changes = 8
     # After extend-vocab: train only the new tokens' rows (ids from new_rows_start on) for this many steps first.
     c.train.new_rows_warmup_steps = 0
     c.train.new_rows_start = 0
@@ -171,6 +214,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every_steps = 10_000
     c.checkpoint.max_to_keep = 3
+    # Every Nth step's checkpoint is kept for good beside the rolling max_to_keep (a branch point, an
+    # average's source); 0 = off. A multiple of every_steps.
+    c.checkpoint.keep_every_steps = 0
     c.checkpoint.async_save = True
 
     c.mesh = ml_collections.ConfigDict()

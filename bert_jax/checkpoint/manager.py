@@ -35,12 +35,25 @@ class _IteratorSnapshot:
 STATE_ITEM = "state"
 
 
+def preservation_policy(checkpoint_cfg) -> ocp.checkpoint_managers.PreservationPolicy:
+    """The newest `max_to_keep` checkpoints, and every `keep_every_steps`-th step's for good (0: none).
+
+    orbax's own policies (its `keep_period` option is deprecated for them): a kept step is never deleted, so a
+    branch or an average can name it long after the rolling window moved on; a bucket deletes the same way.
+    """
+    policies = [ocp.checkpoint_managers.LatestN(n=checkpoint_cfg.max_to_keep)]
+    keep_every = checkpoint_cfg.get("keep_every_steps", 0)
+    if keep_every:
+        policies.append(ocp.checkpoint_managers.EveryNSteps(interval_steps=keep_every))
+    return ocp.checkpoint_managers.AnyPreservationPolicy(policies)
+
+
 def make_manager(directory: str, checkpoint_cfg) -> ocp.CheckpointManager:
     s3_store.check_supported(directory)
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=checkpoint_cfg.max_to_keep,
         enable_async_checkpointing=checkpoint_cfg.async_save,
         create=True,
+        preservation_policy=preservation_policy(checkpoint_cfg),
     )
     # Handlers are named up front so a fresh manager can read a checkpoint's metadata
     # (shapes, for the compatibility check) before anything is restored.
@@ -101,15 +114,17 @@ class IncompatibleCheckpointError(UserError):
     """The checkpoint is readable but holds another model: falling back to an older one would not help."""
 
 
-def _check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state) -> None:
-    """Fails with the first mismatching tensor named, instead of a shape traceback from inside orbax."""
+def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state, prefix: str = "") -> None:
+    """Fails with the first mismatching tensor named, instead of a shape traceback from inside orbax.
+
+    `prefix`: where `abstract_state` sits in the stored state ("params/" for params alone)."""
     stored = manager.item_metadata(step)["state"]
     stored_shapes = {
         _path_key(p): tuple(getattr(leaf, "shape", np.shape(leaf)))
         for p, leaf in jax.tree_util.tree_flatten_with_path(stored)[0]
     }
     for path, want in jax.tree_util.tree_flatten_with_path(abstract_state)[0]:
-        key = _path_key(path)
+        key = prefix + _path_key(path)
         have = stored_shapes.get(key, "missing")
         if have != tuple(want.shape):
             raise IncompatibleCheckpointError(
@@ -167,7 +182,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
     steps = sorted(manager.all_steps(), reverse=True)
     for step in steps:
         try:
-            _check_compatible(manager, step, abstract_state)
+            check_compatible(manager, step, abstract_state)
             items = dict(state=ocp.args.StandardRestore(abstract_state))
             if iterator is not None:
                 items["data"] = grain_checkpoint.CheckpointRestore(iterator)

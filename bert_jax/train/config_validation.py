@@ -20,7 +20,8 @@ from bert_jax.families import get_family
 from bert_jax.hf import folder as hf_folder
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import optimizer, resume, stages, teacher
+from bert_jax.checkpoint import reference
+from bert_jax.train import branch, growth, optimizer, resume, stages, teacher
 from data_pipelines.loader import masking, pipeline, workers
 from data_pipelines.sources import documents, mixture
 
@@ -34,7 +35,10 @@ def check_config(config, workdir: str | None = None, num_processes: int = 1):
     """
     try:
         config, resolved = _resolved(config, workdir)
+        config, branched = branch.resolve(config, workdir)  # DIR:last named, a decay's start, the data order
+        resolved += branched
         validate_config(config, num_processes)
+        _check_growth(config, workdir)
         check_inputs(config)
         if workdir:  # a resume of another experiment (a finished run's too) stops here, naming the keys
             resume.check_experiment(config, workdir)
@@ -127,13 +131,21 @@ def validate_config(config, num_processes: int = 1) -> None:
             raise ValueError(f"config.train.{key}={t[key]} must be >= 1")
     if config.checkpoint.every_steps < 1:
         raise ValueError(f"config.checkpoint.every_steps={config.checkpoint.every_steps} must be >= 1")
+    keep_every, every = config.checkpoint.get("keep_every_steps", 0), config.checkpoint.every_steps
+    if keep_every < 0 or keep_every % every:
+        raise bert_jax.UserError(f"config.checkpoint.keep_every_steps={keep_every} must be 0 (off) or a positive "
+                                 f"multiple of config.checkpoint.every_steps={every}: only saved steps can be kept")
+    if not 0 <= t.get("ema_decay", 0.0) < 1:
+        raise bert_jax.UserError(f"config.train.ema_decay={t.ema_decay} must be in [0, 1) (0: no EMA)")
     _check_downstream_probe(config)
     _check_stage_keys(config, num_processes)
-    for stage in stages.plan(config)[1:]:  # plan() refuses a bad declaration, naming the stage and key
+    for stage in stages.plan(config):  # plan() refuses a bad declaration, naming the stage and key
+        if not stage.source:
+            continue  # stage 0 as written: checked above
         try:
             _check_stage_keys(stage.config, num_processes)
         except ValueError as error:
-            raise ValueError(f"config.train.stages[{stage.index - 1}] (from step {stage.start}): {error}") from None
+            raise ValueError(f"{stage.source} (from step {stage.start}): {error}") from None
     mixture.check_mixture(config.data)  # data.mixture's names, weights, schedule and sources (sources/mixture.py)
 
 
@@ -234,6 +246,22 @@ def check_inputs(config) -> None:
         except ValueError as error:
             raise bert_jax.UserError(f"config.init_from_hf={init_from_hf!r}: {error}") from None
     teacher.resolve_teacher(config)  # config.distill.teacher exists, holds weights, fits the student
+
+
+def _check_growth(config, workdir: str | None) -> None:
+    """config.grow_from names a committed checkpoint of a smaller run of this family; only a fresh run reads it."""
+    grow_from = config.get("grow_from", "")
+    if not grow_from or (workdir and Workdir(workdir).checkpoint_steps()):
+        return
+    for other in ("init_from_hf", "branch_from"):
+        if config.get(other, ""):
+            raise bert_jax.UserError(f"config.grow_from and config.{other} are both set: a fresh run starts from one "
+                                     f"of them")
+    source = reference.resolve(grow_from, "config.grow_from", allow_ema=True)
+    try:
+        growth.check_source(source.config().model, config.model)
+    except ValueError as error:
+        raise bert_jax.UserError(f"config.grow_from={grow_from!r}: {error}") from None
 
 
 def validate_mesh_fit(config, mesh) -> None:
