@@ -5,43 +5,139 @@ every 3rd and a 128-token window elsewhere; 149,655,232 params (as ModernBertFor
         --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
 
 then `bert-jax export --workdir=gs://BUCKET/modernbert_base --out=modernbert_hf` writes a
-folder `transformers.AutoModelForMaskedLM` / `AutoModel` / `AutoTokenizer` load.
+folder `transformers.AutoModelForMaskedLM` / `AutoModel` / `AutoTokenizer` load. The plain config is the
+released model's shape and settings (global RoPE theta 160K) trained in one run.
 
-The paper's recipe (§2.2, Table 3), kept here: 1.7T tokens at sequence 1024 (RoPE theta 10K
-everywhere), then context extension to 8192 (global theta 160K) for 250B tokens, then 50B
-tokens of annealing; MLM only at a 30 % mask rate, no NSP; unpadded, packed rows (several
-documents per row, attention never crossing them); StableAdamW (b1 0.9, b2 0.98, eps 1e-6,
-weight decay 1e-5 decoupled), peak lr 8e-4, a warmup-stable-decay (trapezoidal) schedule with
-3B tokens of warmup and a 1-sqrt decay; batch-size warmup; an OLMo-style BPE of 50,368 tokens
-with [CLS] [SEP] [MASK] [PAD] [UNK]. Here: sequence 1024 by default, the 8192 stage with
-`--config.data.max_seq_length=8192` (and init_from_hf or a resume), WSD by
-`config.train.schedule="wsd"`, AdamW in place of StableAdamW (neither optax nor any
-well-kept JAX library provides it, see docs/guides/families.md), no batch-size warmup.
+The paper's recipe is three runs, each a variant here, the later two branches of the one before
+(bert_jax/train/branch.py; docs/guides/recipes.md runs the chain in miniature):
+
+    bert-jax pretrain --config=configs/modernbert_base.py:pretrain --workdir=gs://BUCKET/mb_stable \
+        --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
+    bert-jax pretrain --config=configs/modernbert_base.py:context_extension --workdir=gs://BUCKET/mb_ctx \
+        --config.branch_from=gs://BUCKET/mb_stable:last \
+        --config.data.source=text --config.data.path='gs://BUCKET/corpus/*.txt'
+    bert-jax pretrain --config=configs/modernbert_base.py:decay --workdir=gs://BUCKET/mb_decay \
+        --config.branch_from=gs://BUCKET/mb_ctx:last \
+        --config.data.source=text --config.data.path='gs://BUCKET/annealing/*.txt'
+
+- `pretrain`: 1.719T tokens at sequence 1024, RoPE theta 10K in every layer, 30 % masking, a batch that
+  ramps from 96 to 4,608 sequences over the first 50B tokens, peak lr 8e-4 after 3B tokens of warmup and
+  then constant (no decay: the decays are branches); a checkpoint every 4,000 steps, all kept.
+- `context_extension`: 250B more tokens at sequence 8192, global RoPE theta 160K (local stays 10K), a batch
+  of 72 sequences, lr 3e-4 constant; the step counter, the moments and the schedule go on from the parent.
+- `decay`: 50B more tokens at 8192, the learning rate from the parent's (3e-4) to 0 along a 1-sqrt curve.
+- `mask_annealing`: mmBERT's masking (30 % -> 15 % -> 5 % over its 2.3T / 0.6T / 0.1T-token phases) as
+  one run's mask-rate schedule; Ettin anneals 30 % -> 15 %.
+Variants combine with commas: `:tiny,pretrain`. Here AdamW stands in for StableAdamW (neither optax nor any
+well-kept JAX library provides it, see docs/guides/families.md); the token budgets are steps computed for
+the batches above.
 
 Tiny variant: 2 layers (one global, one local with a 16-token window), 64 wide, 400 steps on
-the embedded corpus with a 2048-token BPE trained first:
+the embedded corpus with a 2048-token BPE trained first; with a phase, the chain's miniature (200 steps
+of stable phase, 60 of context extension at sequence 256, 40 of decay):
 
     bert-jax pretrain --config=configs/modernbert_base.py:tiny --workdir=runs/modernbert_tiny
-
-Not yet timed on a quiet machine; its 40-step, 32-wide version in
-tests/test_families_pretrain.py (loss 6.93 -> 6.36, then export and reload in transformers)
-took 80 s on a 2-core CPU at load average 17.
 """
+import ml_collections
+
 from bert_jax.configs import base
 
 
+VARIANTS = ("tiny", "pretrain", "context_extension", "decay", "mask_annealing")
+
+# The paper's phases in steps of this config's batches (Warner et al. 2024, Table 3 and the released
+# yamls/modernbert/modernbert-base-pretrain.yaml): tokens / (batch x sequence), the batch ramp counted.
+PRETRAIN_STEPS = 365_000  # 1.719T tokens: 50B over the ramp, then 4,608 x 1,024 per step
+PRETRAIN_WARMUP_STEPS = 30_518  # 3B tokens at the ramp's first batch, 96 x 1,024
+CONTEXT_EXTENSION_STEPS = 423_855  # 250B tokens / (72 x 8,192)
+DECAY_STEPS = 84_771  # 50B tokens / (72 x 8,192)
+
+
 def get_config(arg: str | None = None):
+    words = [word for word in (arg or "").split(",") if word]
+    unknown = [word for word in words if word not in VARIANTS]
+    if unknown:
+        raise ValueError(f"--config=configs/modernbert_base.py:{arg}: unknown variant {unknown[0]!r}; the variants "
+                         f"are {', '.join(VARIANTS)} (combined with commas: tiny,pretrain)")
     c = base.get_config()
     set_modernbert(c)
     c.model.num_layers = 22
     c.model.hidden_size = 768
     c.model.num_heads = 12
     c.model.intermediate_size = 1152
-    if arg == "tiny":
+    tiny = "tiny" in words
+    if tiny:
         shrink_to_tiny(c)
-    elif arg:
-        raise ValueError(f"--config=configs/modernbert_base.py:{arg}: the only variant is 'tiny'")
+    for phase in ("pretrain", "context_extension", "decay", "mask_annealing"):
+        if phase in words:
+            PHASES[phase](c, tiny)
     return c
+
+
+def pretrain(c, tiny: bool) -> None:
+    """The stable phase: warmup, then the peak for good; its checkpoints are what the branches start from."""
+    c.model.global_rope_theta = 10_000.0
+    c.train.schedule = "constant"
+    if tiny:
+        c.train.num_steps, c.train.warmup_steps = 200, 20
+        c.train.batch_size_warmup.start_batch_size = 4
+        c.train.batch_size_warmup.tokens = 40 * 16 * 128  # the first ~40 steps' tokens
+        c.train.batch_size_warmup.max_changes = 3
+        c.checkpoint.every_steps, c.checkpoint.keep_every_steps = 50, 100
+        c.train.eval_every_steps = 100
+        return
+    c.train.num_steps, c.train.warmup_steps = PRETRAIN_STEPS, PRETRAIN_WARMUP_STEPS
+    c.train.batch_size_warmup.start_batch_size = 96
+    c.train.batch_size_warmup.tokens = 50e9
+    c.train.batch_size_warmup.max_changes = 8
+    c.checkpoint.every_steps, c.checkpoint.keep_every_steps = 4_000, 4_000  # the paper kept every one
+    c.seed = 17
+
+
+def context_extension(c, tiny: bool) -> None:
+    """A branch of the stable phase at 8192 tokens with global RoPE theta 160K: no parameter changes shape."""
+    c.branch_from = ml_collections.config_dict.placeholder(str)  # the user names the stable run's checkpoint
+    c.model.global_rope_theta = 160_000.0
+    c.model.local_rope_theta = 10_000.0
+    c.train.schedule = "constant"
+    c.train.warmup_steps = 0
+    if tiny:
+        c.model.max_position_embeddings = 256
+        c.data.max_seq_length = 256
+        c.train.global_batch_size = 8
+        c.train.learning_rate = 1e-3
+        c.train.num_steps = 200 + 60
+        c.checkpoint.every_steps, c.train.eval_every_steps = 30, 30
+        return
+    c.data.max_seq_length = 8192
+    c.train.global_batch_size = 72
+    c.train.learning_rate = 3e-4
+    c.train.num_steps = PRETRAIN_STEPS + CONTEXT_EXTENSION_STEPS
+    c.checkpoint.every_steps, c.checkpoint.keep_every_steps = 4_000, 20_000
+    c.seed = 17
+
+
+def decay(c, tiny: bool) -> None:
+    """A branch of the context extension: its length and theta, the rate from the parent's to 0 (1-sqrt)."""
+    context_extension(c, tiny)
+    c.train.schedule = "decay"
+    c.train.decay_shape = "1-sqrt"
+    c.train.end_learning_rate = 0.0
+    c.train.decay_steps = 40 if tiny else DECAY_STEPS
+    if tiny:
+        c.checkpoint.every_steps, c.train.eval_every_steps = 20, 20
+
+
+def mask_annealing(c, tiny: bool) -> None:
+    """mmBERT's mask rates over its phases' shares of the tokens (2.3T, 0.6T, 0.1T): 30 %, then 15 %, then 5 %."""
+    del tiny
+    steps = c.train.num_steps
+    c.data.mask_rate = 0.3
+    c.data.mask_rate_schedule = ((round(steps * 2.3 / 3.0), 0.15), (round(steps * 2.9 / 3.0), 0.05))
+
+
+PHASES = {"pretrain": pretrain, "context_extension": context_extension, "decay": decay,
+          "mask_annealing": mask_annealing}
 
 
 def set_modernbert(c) -> None:

@@ -65,6 +65,9 @@ def reached(config, workdir: str) -> int:
 def resolve(config, workdir: str | None = None) -> tuple:
     """(`config` with its branch resolved, a line per resolved key). Refuses, naming the key: a missing run or step,
     an unfinished write, another family, a key that changes a parameter's shape, a step past the run's end."""
+    if config.branch_from is None:  # a branch phase's config (configs/modernbert_base.py:decay) left it to the user
+        raise bert_jax.UserError(f"{KEY} is unset: this config is a branch; name the checkpoint it goes on from, "
+                                 f"{KEY}=DIR:STEP (STEP a number or last)")
     if not config.branch_from:
         return config, []  # (a decay schedule's `from` keys set by hand are checked by optimizer.py)
     recorded = _recorded_branch(workdir)
