@@ -21,7 +21,7 @@ The paper's recipe is three runs, each a variant here, the later two branches of
         --config.data.source=text --config.data.path='gs://BUCKET/annealing/*.txt'
 
 - `pretrain`: 1.719T tokens at sequence 1024, RoPE theta 10K in every layer, 30 % masking, a batch that
-  ramps from 96 to 4,608 sequences over the first 50B tokens, peak lr 8e-4 after 3B tokens of warmup and
+  ramps from 768 to 4,608 sequences over the first 50B tokens, peak lr 8e-4 after 3B tokens of warmup and
   then constant (no decay: the decays are branches); a checkpoint every 4,000 steps, all kept.
 - `context_extension`: 250B more tokens at sequence 8192, global RoPE theta 160K (local stays 10K), a batch
   of 72 sequences, lr 3e-4 constant; the step counter, the moments and the schedule go on from the parent.
@@ -47,8 +47,8 @@ VARIANTS = ("tiny", "pretrain", "context_extension", "decay", "mask_annealing")
 
 # The paper's phases in steps of this config's batches (Warner et al. 2024, Table 3 and the released
 # yamls/modernbert/modernbert-base-pretrain.yaml): tokens / (batch x sequence), the batch ramp counted.
-PRETRAIN_STEPS = 365_000  # 1.719T tokens: 50B over the ramp, then 4,608 x 1,024 per step
-PRETRAIN_WARMUP_STEPS = 30_518  # 3B tokens at the ramp's first batch, 96 x 1,024
+PRETRAIN_STEPS = 382_742  # 1.719T tokens: 50B over the ramp's 29,035 steps, then 4,608 x 1,024 per step
+PRETRAIN_WARMUP_STEPS = 3_815  # 3B tokens at the ramp's first batch, 768 x 1,024
 CONTEXT_EXTENSION_STEPS = 423_855  # 250B tokens / (72 x 8,192)
 DECAY_STEPS = 84_771  # 50B tokens / (72 x 8,192)
 
@@ -81,13 +81,13 @@ def pretrain(c, tiny: bool) -> None:
     if tiny:
         c.train.num_steps, c.train.warmup_steps = 200, 20
         c.train.batch_size_warmup.start_batch_size = 4
-        c.train.batch_size_warmup.tokens = 40 * 16 * 128  # the first ~40 steps' tokens
+        c.train.batch_size_warmup.tokens = 40 * 16 * 128  # 4, 8, 12, then 16 sequences from step 100
         c.train.batch_size_warmup.max_changes = 3
         c.checkpoint.every_steps, c.checkpoint.keep_every_steps = 50, 100
         c.train.eval_every_steps = 100
         return
     c.train.num_steps, c.train.warmup_steps = PRETRAIN_STEPS, PRETRAIN_WARMUP_STEPS
-    c.train.batch_size_warmup.start_batch_size = 96
+    c.train.batch_size_warmup.start_batch_size = 768  # 8 GPUs x the yaml's batch_size_warmup_min_size of 96
     c.train.batch_size_warmup.tokens = 50e9
     c.train.batch_size_warmup.max_changes = 8
     c.checkpoint.every_steps, c.checkpoint.keep_every_steps = 4_000, 4_000  # the paper kept every one

@@ -6,7 +6,8 @@
     bert-jax plan --config=configs/bert_large.py --tpu=v5p-128 --num_slices=2
     bert-jax plan --config=configs/bert_base.py --tpu=v5e-4 --search
 
-Every stage of the run (config.train.stages, bert_jax/train/stages.py: BERT's seq 512 phase, say) is planned: the
+Every stage of the run (config.train.stages and those train.batch_size_warmup and data.mask_rate_schedule expand
+into, bert_jax/train/stages.py: BERT's seq 512 phase, ModernBERT's batch ramp, say) is planned: the
 train step that `bert_jax.train.program.build_program` makes for it (the one `pretrain` runs) is lowered from
 abstract shapes (no parameter is ever allocated) and compiled (bert_jax/plan/stage_plans.py). The report ends
 with a table of the stages (sequence length, global and per-device batch, parameters, FLOPs per step, peak
@@ -152,9 +153,12 @@ def _search(config, tpu_slice) -> bool:
         tried = plan_search.search(step_config(stage.config), tpu_slice, f.hbm_gib, enough_mfu=f.search_enough_mfu,
                                    log=print)
         print(plan_search.format_search(tried, f.tpu, f.num_slices, f.hbm_gib))
-        if stage.index:
-            print(f"\nThis stage's grad_accum_steps goes in config.train.stages[{stage.index - 1}] "
+        if stage.declared is not None:
+            print(f"\nThis stage's grad_accum_steps goes in config.train.stages[{stage.declared}] "
                   "(train=dict(grad_accum_steps=K)); scan, mesh and remat are the whole run's.")
+        elif stage.index:
+            print(f"\nThis stage's grad_accum_steps goes in config.train.stages as dict(start={stage.start}, "
+                  "train=dict(grad_accum_steps=K)); scan, mesh and remat are the whole run's.")
         print()
         every_stage_fits &= any(t.fits for t in tried)
     return every_stage_fits

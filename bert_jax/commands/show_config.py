@@ -7,7 +7,8 @@ Every key printed can be overridden on any command that takes the same config fi
 (`--config.a.b=value`). What is printed is what the run's own check returns, the check `pretrain` and
 `finetune` run before they create anything: bert_jax/train/config_validation.py for a pre-training config,
 bert_jax/finetune/config_validation.py for a fine-tuning one (one with a `task` block). Each later stage of
-`config.train.stages` follows as the keys it trains with differently. The command exits 0 exactly when the run
+`config.train.stages` (and of `train.batch_size_warmup` and `data.mask_rate_schedule`, stage 0 too when they
+change it from step 0) follows as the keys it trains with differently. The command exits 0 exactly when the run
 would start; a bad key, value or path ends it with one line naming it and exit status 2.
 """
 from absl import app, flags, logging
@@ -32,10 +33,13 @@ def _main(argv) -> None:
         return
     config = pretrain_config.check_config(config)
     print(config)
-    run_stages = stages.plan(config)
-    for before, stage in zip(run_stages, run_stages[1:]):
-        print(f"# stage {stage.index}, steps {stage.start + 1} to {stage.end}:")
-        print("\n".join(f"{key}: {value}" for key, value in _changed(before.config, stage.config).items()))
+    before = config  # stage 0 trains the config as written, unless a ramp or schedule changes it from step 0
+    for stage in stages.plan(config):
+        changed = _changed(before, stage.config)
+        if stage.index or changed:
+            print(f"# stage {stage.index}, steps {stage.start + 1} to {stage.end}:")
+            print("\n".join(f"{key}: {value}" for key, value in changed.items()))
+        before = stage.config
 
 
 def _changed(before, after) -> dict:

@@ -95,7 +95,10 @@ def _accumulation_change(stage_plan: StagePlan, accum: int, later_stages: bool) 
     if index == 0:
         every = " (every stage that does not set its own)" if later_stages else ""
         return f"--config.train.grad_accum_steps={accum}{every}"
-    return f"train=dict(grad_accum_steps={accum}) in config.train.stages[{index - 1}]"
+    if stage_plan.stage.declared is not None:
+        return f"train=dict(grad_accum_steps={accum}) in config.train.stages[{stage_plan.stage.declared}]"
+    return (f"dict(start={stage_plan.stage.start}, train=dict(grad_accum_steps={accum})) in config.train.stages "
+            f"(where {stage_plan.stage.source} starts stage {index})")
 
 
 def _confirmed(planner, step: Step, overrides: dict, change: str, scope: str, tried: list) -> list[Fix]:

@@ -139,8 +139,7 @@ def step_config(config) -> ml_collections.ConfigDict:
     """A stage's config as its step sees it: every `auto` resolved, and no stages (a step is one stage's; each
     stage is checked, for the target's platform, as its own step is compiled)."""
     config = resolve_config(config)
-    with config.unlocked():
-        config.train.stages = ()
+    stages.without_stages(config)
     return config
 
 
@@ -197,9 +196,9 @@ class StagePlanner:
             try:
                 out.append(StagePlan(stage, self.step(stage.config, count_flops=True)))
             except ValueError as error:
-                if not stage.index:
+                if not stage.source:
                     raise
-                raise type(error)(f"config.train.stages[{stage.index - 1}] (from step {stage.start}): {error}") from None
+                raise type(error)(f"{stage.source} (from step {stage.start}): {error}") from None
         return out
 
 

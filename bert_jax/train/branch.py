@@ -154,23 +154,32 @@ def starting_state(config, program, iterator):
 
 
 def _restore(ref, config, program, iterator):
-    """The parent's state, read onto this run's shards: whole, or (reset_optimizer) all but the optimizer state,
-    which is then this run's fresh one."""
-    reset = config.branch.reset_optimizer
-    handler = ocp.PyTreeCheckpointHandler() if reset else ocp.StandardCheckpointHandler()
+    """The parent's state, read onto this run's shards. Whole, when the two states hold the same fields; else the
+    fields both hold (all but the optimizer state with reset_optimizer), and the rest this run's own: fresh moments,
+    and an EMA (config.train.ema_decay) the parent did not keep starting at its parameters."""
+    abstract = program.abstract_state
+    wanted = [f.name for f in dataclasses.fields(abstract)]
+    probe = ocp.CheckpointManager(paths.absolute(ref.run.checkpoints), options=ocp.CheckpointManagerOptions(
+        create=False), item_handlers={ckpt.STATE_ITEM: ocp.StandardCheckpointHandler()})
+    try:
+        stored = set(probe.item_metadata(ref.step)[ckpt.STATE_ITEM].keys())
+    finally:
+        probe.close()
+    skip = {"opt_state"} if config.branch.reset_optimizer else set()
+    whole = not skip and stored == set(wanted)
+    fields = [name for name in wanted if name in stored and name not in skip]
     manager = ocp.CheckpointManager(
         paths.absolute(ref.run.checkpoints), options=ocp.CheckpointManagerOptions(create=False),
-        item_handlers={ckpt.STATE_ITEM: handler, "data": grain_checkpoint.CheckpointHandler()})
-    abstract = program.abstract_state
+        item_handlers={ckpt.STATE_ITEM: ocp.StandardCheckpointHandler() if whole else ocp.PyTreeCheckpointHandler(),
+                       "data": grain_checkpoint.CheckpointHandler()})
     try:
-        ckpt.check_compatible(manager, ref.step, abstract.params if reset else abstract,
-                              prefix="params/" if reset else "")
-        if reset:
-            target = {k: getattr(abstract, k) for k in ("params", "rng", "step")}
+        ckpt.check_compatible(manager, ref.step, abstract.params, prefix="params/")
+        if whole:
+            items = {ckpt.STATE_ITEM: ocp.args.StandardRestore(abstract)}
+        else:
+            target = {name: getattr(abstract, name) for name in fields}
             items = {ckpt.STATE_ITEM: ocp.args.PyTreeRestore(
                 item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True)}
-        else:
-            items = {ckpt.STATE_ITEM: ocp.args.StandardRestore(abstract)}
         if iterator is not None:
             items["data"] = grain_checkpoint.CheckpointRestore(iterator)
         try:
@@ -181,7 +190,12 @@ def _restore(ref, config, program, iterator):
                 f"keys); set config.branch.reset_optimizer=True for fresh moments ({type(error).__name__})") from None
     finally:
         manager.close()
-    state = program.init().replace(**restored) if reset else restored
+    if whole:
+        state = restored
+    else:
+        state = program.init().replace(**restored)
+        if "ema" in wanted and "ema" not in stored:
+            state = state.replace(ema=jax.tree.map(jax.numpy.copy, state.params))
     step = first_step(config)
     if step != int(state.step):
         state = state.replace(step=jax.numpy.asarray(step, state.step.dtype))
@@ -192,27 +206,6 @@ def _restore(ref, config, program, iterator):
         lambda s: s._replace(count=jax.numpy.full_like(s.count, step)) if is_schedule(s) else s,
         state.opt_state, is_leaf=is_schedule)
     return state.replace(opt_state=opt_state)
-
-
-def _resolve_iterator_origin(resolved, before, step: int) -> None:
-    """config.branch.seed_base and first_step: what `iterator_origin` builds the branch's iterators from. Going on
-    with the parent's stream, they are the parent's (its own seed, or its own branch's); a new order moves the seed
-    by the branch's step and starts the stream at the branch's first step."""
-    b = resolved.branch
-    if b.data == "continued":
-        parent_is_branch = bool(before.get("branch_from"))
-        b.seed_base = before.branch.seed_base if parent_is_branch else before.seed
-        stage = next(s for s in stages_lib.plan(resolved) if s.end > step)
-        parent_first = before.branch.first_step if parent_is_branch else -1
-        b.first_step = parent_first if parent_first >= stage.start else stage.start
-    else:
-        b.seed_base = (resolved.seed + RESEED_OFFSET * (step + 1)) % 2**31
-        b.first_step = first_step(resolved)
-
-
-def _changed_data_keys(before, after) -> list[str]:
-    old, new = _data_view(before), _data_view(after)
-    return [f"config.{k}" for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
 
 
 def tokenizer_dir(config) -> str:
