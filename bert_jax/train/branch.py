@@ -96,9 +96,8 @@ def resolve(config, workdir: str | None = None) -> tuple:
         elif resolved.branch.data == "continued" and resolved.branch.reset_step:
             raise bert_jax.UserError("config.branch.data=continued with config.branch.reset_step=True: the parent's "
                                      "stream is at its own step; leave config.branch.data=auto (a new order)")
-        _resolve_iterator_origin(resolved, before, ref.step)
         t = resolved.train
-        if t.schedule == "decay":
+        if getattr(optimizer.SCHEDULES.get(t.schedule), "starts_from_a_parent", False):  # `decay`
             if t.decay_from_step < 0:
                 t.decay_from_step = start
                 lines.append(f"config.train.decay_from_step=-1 -> {start} (the branch's first state)")
@@ -116,6 +115,7 @@ def resolve(config, workdir: str | None = None) -> tuple:
         if resolved.train.num_steps <= start:
             raise bert_jax.UserError(f"config.train.num_steps={resolved.train.num_steps} is not past the branch's "
                                      f"step {start} ({KEY}={ref}): nothing would train")
+        _resolve_iterator_origin(resolved, before, ref.step)
     return resolved, lines
 
 
@@ -206,6 +206,27 @@ def _restore(ref, config, program, iterator):
         lambda s: s._replace(count=jax.numpy.full_like(s.count, step)) if is_schedule(s) else s,
         state.opt_state, is_leaf=is_schedule)
     return state.replace(opt_state=opt_state)
+
+
+def _resolve_iterator_origin(resolved, before, step: int) -> None:
+    """config.branch.seed_base and first_step: what `iterator_origin` builds the branch's iterators from. Going on
+    with the parent's stream, they are the parent's (its own seed, or its own branch's); a new order moves the seed
+    by the branch's step and starts the stream at the branch's first step."""
+    b = resolved.branch
+    if b.data == "continued":
+        parent_is_branch = bool(before.get("branch_from"))
+        b.seed_base = before.branch.seed_base if parent_is_branch else before.seed
+        stage = next(s for s in stages_lib.plan(resolved) if s.end > step)
+        parent_first = before.branch.first_step if parent_is_branch else -1
+        b.first_step = parent_first if parent_first >= stage.start else stage.start
+    else:
+        b.seed_base = (resolved.seed + RESEED_OFFSET * (step + 1)) % 2**31
+        b.first_step = first_step(resolved)
+
+
+def _changed_data_keys(before, after) -> list[str]:
+    old, new = _data_view(before), _data_view(after)
+    return [f"config.{k}" for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
 
 
 def tokenizer_dir(config) -> str:

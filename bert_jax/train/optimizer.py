@@ -123,6 +123,9 @@ def _decay(train_cfg, ramp) -> optax.Schedule:
     return schedule
 
 
+_decay.starts_from_a_parent = True  # a branch resolves decay_from_step and decay_from_learning_rate (train/branch.py)
+
+
 def decay_mask(params):
     """True for parameters that take weight decay: not LayerNorm scales, not biases (as BERT)."""
 
