@@ -83,6 +83,9 @@ CASES = [
     (["export", "--workdir=unfinished", "--out=o"], ["unfinished", "no checkpoint"]),
     (["export", "--workdir=run_at_4", "--step=99", "--out=o"], ["step 99", "[4]"]),
     (["export", "--workdir=run_at_4", "--format=onnx", "--out=o"], ["--format", "onnx"]),
+    # average
+    (["average", "--from=nope:4", "--out=o"], ["--from", "nope"]),
+    (["average", "--from=run_at_4:4,run_at_4:last", "--weights=1", "--out=o"], ["--weights", "1 weights for 2"]),
     # finetune-export
     (["finetune-export", "--workdir=nope", "--out=o"], ["--workdir", "nope"]),
     (["finetune-export", "--workdir=run_at_4", "--out=o"], ["run_at_4", "pre-training run"]),

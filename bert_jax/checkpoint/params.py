@@ -22,12 +22,30 @@ from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 
 
+# The train state's subtrees a reader may take as "the params": the trained ones, or their EMA
+# (config.train.ema_decay; `DIR:STEP:ema`, bert_jax/checkpoint/reference.py).
+PARAMS, EMA = "params", "ema"
+
+
+def state_metadata(run: Workdir, step: int) -> dict:
+    """Checkpoint `step`'s train state as orbax recorded it ({"params": ..., "opt_state": ..., "ema": ...}, leaves
+    with shape and dtype): read from the state item's folder alone, nothing restored."""
+    return dict(ocp.PyTreeCheckpointHandler().metadata(paths.path(run.checkpoints) / str(step) / STATE_ITEM))
+
+
+def check_ema(run: Workdir, step: int) -> None:
+    """A UserError, in one line, unless checkpoint `step` of `run` holds EMA weights."""
+    if EMA not in state_metadata(run, step):
+        raise UserError(f"{run}:{step}:ema: that checkpoint holds no EMA weights (the run trained with "
+                        f"config.train.ema_decay=0); name {run}:{step} for its params")
+
+
 def restore_params(run: Workdir, build_model: Callable[[ml_collections.ConfigDict], nn.Module],
-                   step: int | None = None) -> tuple[dict, int]:
+                   step: int | None = None, ema: bool = False) -> tuple[dict, int]:
     """(params as numpy arrays, their step) of checkpoint `step` (default: the newest) of `run`.
 
     Unrolled or scanned as trained. Only the params are read (orbax partial restore):
-    not the optimizer state, not the data iterator.
+    not the optimizer state, not the data iterator. `ema`: their EMA instead (`DIR:STEP:ema`), the same tree.
     """
     config = run.config()
     steps = run.checkpoint_steps()
@@ -36,6 +54,9 @@ def restore_params(run: Workdir, build_model: Callable[[ml_collections.ConfigDic
     step = steps[-1] if step is None else step
     if step not in steps:
         raise UserError(f"step {step}: {run.checkpoints} holds steps {steps}")
+    if ema:
+        check_ema(run, step)
+    subtree = EMA if ema else PARAMS
     model_cfg = ml_collections.ConfigDict(config.model.to_dict())
     # Parameter shapes do not depend on the attention kernel; the reference one builds on any host.
     model_cfg.attention_impl = "xla"
@@ -48,7 +69,7 @@ def restore_params(run: Workdir, build_model: Callable[[ml_collections.ConfigDic
         item_handlers={STATE_ITEM: ocp.PyTreeCheckpointHandler()})
     try:
         restored = manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.PyTreeRestore(
-            item={"params": target}, restore_args={"params": restore_args}, partial_restore=True)}))
+            item={subtree: target}, restore_args={subtree: restore_args}, partial_restore=True)}))
     finally:
         manager.close()
-    return jax.device_get(restored[STATE_ITEM]["params"]), step
+    return jax.device_get(restored[STATE_ITEM][subtree]), step

@@ -4,11 +4,11 @@ r"""Fine-tunes a battery of tasks (GLUE, STS) over seeds, and retrieves zero-sho
         --out=runs/bert_base/glue [--tasks=sst2,cola] [--seeds=5]
     bert-jax evaluate --checkpoint=runs/sbert --suite=retrieval --beir_dir=data/beir --out=runs/sbert/beir
 
---checkpoint: a pre-training workdir (its newest step, or DIR:STEP), an exported Hugging Face folder, or any
-folder `transformers` loads of a registered family (a sentence-transformers folder too). --suite: glue, smoke,
-retrieval, embeddings (configs/suites/) or a suite file. --beir_dir: BEIR-layout datasets, one per subfolder
-(corpus.jsonl, queries.jsonl, qrels/test.tsv), for a suite with a retrieval section: each subfolder is a task,
-its nDCG@10 the median (OUT/retrieval/<name>/ holds its metrics and run).
+--checkpoint: a pre-training workdir (its newest step, DIR:STEP, or DIR:STEP:ema for its EMA weights), an exported
+Hugging Face folder, or any folder `transformers` loads of a registered family (a sentence-transformers folder
+too). --suite: glue, smoke, retrieval, embeddings (configs/suites/) or a suite file. --beir_dir: BEIR-layout
+datasets, one per subfolder (corpus.jsonl, queries.jsonl, qrels/test.tsv), for a suite with a retrieval section:
+each subfolder is a task, its nDCG@10 the median (OUT/retrieval/<name>/ holds its metrics and run).
 OUT gets scoreboard.json, .csv, .md (median, min–max, n, best lr per task, its chance and an "at chance" mark; the
 average of the medians and how many tasks are at chance) and scoreboard.png; the runs live in
 OUT/runs/<task>/lr=<lr>/seed=<s>, each task's rows in OUT/data/<task>/ (a capped task's a seeded sample,
@@ -30,7 +30,8 @@ from bert_jax import UserError
 from bert_jax.run import command_line
 from bert_jax.run.log_filter import log_info_quietly
 
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Pre-training workdir (DIR or DIR:STEP) or Hugging Face folder.")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Pre-training workdir (DIR, DIR:STEP, DIR:STEP:ema) or Hugging "
+                                  "Face folder.")
 _SUITE = flags.DEFINE_string("suite", "glue", "A suite name (glue, smoke, retrieval, embeddings: configs/suites/) "
                              "or a suite .py file.")
 _GLUE_DIR = flags.DEFINE_string("glue_dir", "", "GLUE's directory layout: SST-2/train.tsv, SST-2/dev.tsv, ...")

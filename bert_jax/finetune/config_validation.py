@@ -6,6 +6,7 @@ files, and the encoder `config.init_from` names (its weights are read only by th
 `bert_jax.UserError` naming the key.
 """
 import bert_jax
+from bert_jax.checkpoint import reference
 from bert_jax.finetune import data, init_from
 from bert_jax.finetune.tasks import get_task
 from bert_jax.storage import paths, preflight
@@ -21,7 +22,7 @@ def check_config(config):
         task.validate(config.task)
         _check_packing(config.data, task)
         seeds(config)
-        source = init_from.split_step(config.init_from)[0]
+        source = reference.split(config.init_from)[0]
         if source and paths.is_remote(source):
             preflight.check_readable(source, "config.init_from")
         init_from.check(config.init_from)

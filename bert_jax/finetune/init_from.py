@@ -1,4 +1,5 @@
-"""Where the encoder comes from: a pre-training workdir (`DIR` or `DIR:STEP`), a Hugging Face folder, or a
+"""Where the encoder comes from: a pre-training workdir (`DIR`, `DIR:STEP`, `DIR:STEP:ema` or `DIR:ema` for its EMA
+weights; bert_jax/checkpoint/reference.py parses them), a Hugging Face folder, or a
 finished fine-tuning run (its encoder: intermediate-task transfer, as RTE, MRPC and STS-B start from MNLI's run
 in RoBERTa's and ELECTRA's GLUE recipe).
 
@@ -20,7 +21,8 @@ import orbax.checkpoint as ocp
 
 from bert_jax import UserError
 from bert_jax.hf import folder as hf_folder
-from bert_jax.checkpoint.params import restore_params
+from bert_jax.checkpoint import reference
+from bert_jax.checkpoint.params import check_ema, restore_params
 from bert_jax.families import Family, family_of_hf_config, get_family, model_for
 from bert_jax.models.probe import abstract_params
 from bert_jax.models.scan_layout import stack_layers, unstack_layers
@@ -44,13 +46,6 @@ class Source:
     params: dict  # the family module's parameters (numpy), laid out as model_cfg.scan_layers says
 
 
-def split_step(init_from: str) -> tuple[str, int | None]:
-    head, sep, tail = init_from.rpartition(":")
-    if sep and tail.isdigit() and head and not head.endswith(":/"):
-        return head, int(tail)
-    return init_from, None
-
-
 def zeros_like_family_params(family: Family, model_cfg) -> dict:
     """The family module's full parameter tree (pre-training heads included), as zeros: a fallback for
     tensors a source lacks, and the frame the family's hf_export fills."""
@@ -70,8 +65,8 @@ def _relayout(params: dict, scan_layers: bool) -> dict:
     return stack_layers(params) if scan_layers else params
 
 
-EMPTY = ("config.init_from is empty: name a pre-training workdir (DIR or DIR:STEP), a Hugging Face model folder or a "
-         "finished fine-tuning run")
+EMPTY = ("config.init_from is empty: name a pre-training workdir (DIR, DIR:STEP or DIR:STEP:ema), a Hugging Face model "
+         "folder or a finished fine-tuning run")
 
 
 def check(init_from: str, key: str = "config.init_from") -> Callable[[Any], Source]:
@@ -80,24 +75,23 @@ def check(init_from: str, key: str = "config.init_from") -> Callable[[Any], Sour
     (`--from` for inspect)."""
     if not init_from:
         raise UserError(EMPTY.replace("config.init_from", key, 1))
-    path, step = split_step(init_from)
+    path, step, ema = reference.split(init_from)
     root, run = paths.path(path), Workdir(path)
     if run.config_json.exists() and "task" in json.loads(run.config_json.read_text()):  # a fine-tuning run's
-        if step is not None:
-            raise UserError(f"{key}={init_from!r}: a fine-tuning run is read at its end, not at a step")
+        if step is not None or ema:
+            raise UserError(f"{key}={init_from!r}: a fine-tuning run is read at its end, not at a step or its EMA")
         if completion.read_done(run.root) is None:
             raise UserError(f"{key}={init_from!r} is a fine-tuning run that has not finished (no DONE)")
         return functools.partial(_finetuned, run)
     if run.holds_a_run():
-        steps = run.checkpoint_steps()
-        if not steps or (step is not None and step not in steps):
-            raise UserError(f"{key}={init_from!r}: {path} holds checkpoints at steps {steps}"
-                            + (f", not {step}" if steps else ""))
-        return functools.partial(_pretraining_run, path, step)
+        ref = reference.resolve(init_from, key)  # the step there (STEP, or the newest), or names the steps that are
+        if ref.ema:
+            check_ema(ref.run, ref.step)
+        return functools.partial(_pretraining_run, ref.workdir, ref.step, ref.ema)
     weights = any((root / name).exists() for name in (hf_folder.SAFETENSORS_FILE, hf_folder.TORCH_FILE))
     if (root / "config.json").exists() and weights:  # a Hugging Face folder's config.json
-        if step is not None:
-            raise UserError(f"{key}={init_from!r}: a Hugging Face folder has no steps")
+        if step is not None or ema:
+            raise UserError(f"{key}={init_from!r}: a Hugging Face folder has no steps and no EMA")
         return functools.partial(_hf_folder, path)
     raise UserError(f"{key}={init_from!r} is neither a pre-training workdir (config.json and "
                     f"checkpoints/) nor a Hugging Face model folder (config.json and model.safetensors)")
@@ -108,9 +102,9 @@ def resolve(init_from: str, runtime_model_cfg, key: str = "config.init_from") ->
     return check(init_from, key)(runtime_model_cfg)
 
 
-def _pretraining_run(path: str, step: int | None, runtime_model_cfg) -> Source:
+def _pretraining_run(path: str, step: int, ema: bool, runtime_model_cfg) -> Source:
     run = Workdir(path)
-    params, step = restore_params(run, model_for, step)
+    params, step = restore_params(run, model_for, step, ema=ema)
     model_cfg = _with_runtime(run.config().model.to_dict(), runtime_model_cfg)
     return Source("workdir", path, step, get_family(model_cfg.family), model_cfg, str(run.tokenizer),
                   _relayout(params, model_cfg.scan_layers))

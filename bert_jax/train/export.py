@@ -13,13 +13,14 @@ from bert_jax.storage.workdir import CONFIG_FILE, Workdir
 FORMATS = ("hf", "params")
 
 
-def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf") -> int:
-    """Writes the export to `out`; returns the step exported."""
+def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf", ema: bool = False) -> int:
+    """Writes the export to `out`; returns the step exported. `ema`: the step's EMA weights (config.train.ema_decay)
+    in place of its params, written the same way: a reader of the export cannot tell them apart."""
     if fmt not in FORMATS:
         raise ValueError(f"--format={fmt!r}; expected one of {FORMATS}")
     run = Workdir(workdir)
     config = run.config()
-    params, step = restore_params(run, model_for, step)
+    params, step = restore_params(run, model_for, step, ema=ema)
     if fmt == "params":
         checkpointer = ocp.StandardCheckpointer()
         checkpointer.save(paths.absolute(paths.path(out) / "params"), params, force=True)

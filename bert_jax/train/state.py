@@ -20,6 +20,15 @@ class TrainState:
     rng: jax.Array
 
 
+@flax.struct.dataclass
+class EmaTrainState(TrainState):
+    """A TrainState that also keeps an exponential moving average of the params (config.train.ema_decay), updated by
+    bert_jax/train/step.py. A class of its own rather than a field that is None when off: orbax records a None
+    field as a key, so checkpoints written before the EMA existed would no longer match a plain run's state."""
+
+    ema: Any
+
+
 def example_batch(data_cfg, batch_size: int) -> dict:
     """A batch of zeros with the pipeline's keys, shapes and dtypes (pipeline.batch_spec).
 
@@ -31,10 +40,12 @@ def example_batch(data_cfg, batch_size: int) -> dict:
     return batch
 
 
-def make_init_fn(model, tx: optax.GradientTransformation, data_cfg, seed: int, example: dict | None = None):
+def make_init_fn(model, tx: optax.GradientTransformation, data_cfg, seed: int, example: dict | None = None,
+                 ema: bool = False):
     """Returns init(boxed: bool) -> TrainState; boxed keeps the logical-axis metadata for shardings.
 
     `example`: a batch of the model's inputs (fine-tuning's); default: the pre-training pipeline's.
+    `ema`: keep an EMA of the params (config.train.ema_decay > 0), starting at the initial params.
     """
 
     def init(unbox: bool = True) -> TrainState:
@@ -44,12 +55,11 @@ def make_init_fn(model, tx: optax.GradientTransformation, data_cfg, seed: int, e
             example_batch(data_cfg, 1) if example is None else example, deterministic=True,
         )
         params = variables["params"]
-        # Optimizer state is built from the boxed params so Adam's moments inherit
+        # Optimizer state (and the EMA) is built from the boxed params so Adam's moments inherit
         # their logical names (and shardings) instead of ending up replicated.
-        state = TrainState(
-            step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
-            rng=jax.random.key_data(base),
-        )
+        fields = dict(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                      rng=jax.random.key_data(base))
+        state = EmaTrainState(**fields, ema=jax.tree.map(jnp.copy, params)) if ema else TrainState(**fields)
         return flax.linen.meta.unbox(state) if unbox else state
 
     return init

@@ -5,7 +5,7 @@ import optax
 
 from bert_jax import UserError
 from bert_jax.objectives.objective import Objective
-from bert_jax.train.state import TrainState
+from bert_jax.train.state import EmaTrainState, TrainState
 
 # The rng streams a model may draw from: `dropout`, and `sample` for what a model samples in its
 # forward pass (replaced-token detection's generator). The sample key is folded off the dropout key,
@@ -73,11 +73,13 @@ def masked_fraction(batch: dict) -> jax.Array:
 
 
 def make_train_step(model, objective: Objective, tx: optax.GradientTransformation, grad_accum_steps: int,
-                    frozen_model=None, dropout_prng: str = "threefry", grads_fn=None):
+                    frozen_model=None, dropout_prng: str = "threefry", grads_fn=None, ema_decay: float = 0.0):
     """Returns train_step(state, batch, frozen) -> (state, metrics); `frozen`: `frozen_model`'s params, or None.
     `dropout_prng`: config.train.dropout_prng (see `model_rngs`). `grads_fn`: (params, batch, step key, weights)
     -> (grads, sums) in place of the accumulation below, for a loss that couples the examples of a batch
-    (contrastive in-batch negatives: bert_jax/finetune/contrastive.py's GradCache).
+    (contrastive in-batch negatives: bert_jax/finetune/contrastive.py's GradCache). `ema_decay`:
+    config.train.ema_decay; a state with an `ema` moves it towards the new params (as levanter's
+    EmaModelAveraging), in the params' dtype, on the params' shards.
 
     Gradient accumulation scans over micro-batches inside the step. optax.MultiSteps
     averages per-micro-step means, which weights micro-batches with few masked
@@ -129,11 +131,17 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
         finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"])
         keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
         metrics["nonfinite"] = 1.0 - finite.astype(jnp.float32)
+        new_params = keep(params, state.params)
         new_state = state.replace(
             step=state.step + 1,
-            params=keep(params, state.params),
+            params=new_params,
             opt_state=keep(opt_state, state.opt_state),
         )
+        if isinstance(state, EmaTrainState):
+            # ema = d * ema + (1 - d) * params; a skipped step left the params as they were, so the EMA
+            # takes no step either (it would otherwise still drift towards them).
+            ema = optax.incremental_update(new_params, state.ema, step_size=1.0 - ema_decay)
+            new_state = new_state.replace(ema=keep(ema, state.ema))
         return new_state, metrics
 
     return train_step
