@@ -97,7 +97,7 @@ def test_a_branch_that_changes_nothing_trains_the_parents_steps_bit_for_bit(pare
     assert grandchild["branch_from"] == f"{tmp_path / 'b'}:8"
 
 
-@pytest.mark.slow  # two branches of the micro run: ~1.5 minutes on 2 cores
+@pytest.mark.slow  # three branches of the micro run: ~2 minutes on 2 cores
 def test_a_decay_branch_goes_on_from_the_parents_rate_to_the_end_rate(parent, tmp_path):
     recorded = _branch(parent, str(tmp_path / "d"), branch_from=f"{parent}:4", train__schedule="decay",
                        train__decay_steps=3, train__decay_shape="linear")
@@ -113,3 +113,8 @@ def test_a_decay_branch_goes_on_from_the_parents_rate_to_the_end_rate(parent, tm
                     data__max_predictions_per_seq="auto", branch__reset_optimizer=True)
     assert other["branch"]["data"] == "reseeded" and other["data"]["max_predictions_per_seq"] == 20
     assert [s for s, _ in train_losses(str(tmp_path / "o"))] == [5, 6, 7, 8]
+    # An EMA the parent did not keep starts at the branch's params; the moments still go on: the parent's losses.
+    _branch(parent, str(tmp_path / "e"), branch_from=f"{parent}:4", train__ema_decay=0.5)
+    parent_losses = dict(train_losses(parent))
+    assert [(s, pytest.approx(parent_losses[s], rel=1e-6)) for s, _ in train_losses(str(tmp_path / "e"))] == \
+        train_losses(str(tmp_path / "e"))

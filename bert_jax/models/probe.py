@@ -20,6 +20,10 @@ def probe_batch(length: int = 8) -> dict:
 
 
 def abstract_params(model: nn.Module) -> dict:
-    """The module's parameter tree as ShapeDtypeStructs (unboxed: no logical-axis metadata)."""
-    return nn.meta.unbox(jax.eval_shape(
-        lambda: model.init(jax.random.key(0), probe_batch(), deterministic=True)["params"]))
+    """The module's parameter tree as ShapeDtypeStructs (unboxed: no logical-axis metadata).
+
+    Unboxed while traced: under a run's mesh and axis rules (a grown run reads its source there), unboxing applies
+    the logical sharding constraint, which a ShapeDtypeStruct outside a trace cannot take.
+    """
+    return jax.eval_shape(
+        lambda: nn.meta.unbox(model.init(jax.random.key(0), probe_batch(), deterministic=True)["params"]))

@@ -22,13 +22,17 @@ from bert_jax.run.compiler_options import compiler_options
 from bert_jax.run.harness import Program
 from bert_jax.train.config_validation import validate_mesh_fit
 from bert_jax.models.attention import building_for, devices_platform
-from bert_jax.families import Family, get_family
+from bert_jax.checkpoint import reference
+from bert_jax.checkpoint.params import restore_params
+from bert_jax.families import Family, get_family, model_for
 from bert_jax.objectives.distillation import distillation_objective
 from bert_jax.objectives.objective import Objective
 from bert_jax.parallel.mesh import batch_sharding, check_divisible, logical_axis_rules
 from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
-from bert_jax.train.state import TrainState, abstract_state_and_shardings, create_sharded_state, make_init_fn
+from bert_jax.train.state import (EmaTrainState, TrainState, abstract_state_and_shardings, create_sharded_state,
+                                  make_init_fn)
 from bert_jax.train.step import make_eval_step, make_train_step
+from bert_jax.train import growth
 from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.teacher import Teacher, resolve_teacher
 
@@ -95,7 +99,8 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
                  f"kernel for {kernel.impl}")
     objective = family.objective_for(config.model)
     tx = make_optimizer(config.train)
-    init = make_init_fn(model, tx, config.data, config.seed)
+    ema_decay = config.train.get("ema_decay", 0.0)
+    init = make_init_fn(model, tx, config.data, config.seed, ema=ema_decay > 0)
     abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
     check_divisible(abstract_state.params, shardings.params, _DIVISIBILITY_HINT)
     data_sharding = batch_sharding(mesh, rules)
@@ -108,7 +113,7 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
         check_divisible(abstract_frozen, frozen_shardings, _DIVISIBILITY_HINT)
     train_step = jax.jit(
         make_train_step(model, objective, tx, config.train.grad_accum_steps, frozen_model,
-                        config.train.dropout_prng),
+                        config.train.dropout_prng, ema_decay=ema_decay),
         in_shardings=(shardings, data_sharding, frozen_shardings), out_shardings=(shardings, None), donate_argnums=0,
         compiler_options=options,
     )
@@ -135,13 +140,18 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
 
 def _starting_state(config, family, teacher, teacher_params, init, shardings) -> Callable[[], TrainState]:
     """init() of the state a fresh run starts from: a random one, initialised directly on its shards, with
-    config.init_from_hf's weights or the teacher's layers (config.distill.init_student_from_teacher) in."""
+    config.init_from_hf's weights, config.grow_from's grown, or the teacher's layers
+    (config.distill.init_student_from_teacher) in."""
 
     def starting_state() -> TrainState:
         state = create_sharded_state(init, shardings)
         if config.init_from_hf:
             state = _with_new_params(state, shardings, lambda fresh: hf_folder.import_params(
                 family, config.model, config.init_from_hf, fresh))
+        if config.get("grow_from", ""):  # a smaller run's weights, tiled and repeated (checked with the config)
+            source = reference.resolve(config.grow_from, "config.grow_from", allow_ema=True)
+            state = _with_new_params(state, shardings, lambda fresh: growth.grow_params(
+                restore_params(source.run, model_for, source.step, ema=source.ema)[0], fresh))
         if teacher is not None and config.distill.init_student_from_teacher:
             state = _with_new_params(state, shardings, lambda fresh: teacher_lib.student_from_teacher(
                 fresh, teacher_params(), config.model.num_layers, teacher.model_cfg.num_layers, teacher.path))
@@ -159,4 +169,7 @@ def _with_new_params(state, shardings, make_params):
     fresh = multihost_utils.process_allgather(state.params, tiled=True)
     params = make_params(fresh)
     params = jax.tree.map(lambda new, old: np.asarray(new, old.dtype), params, fresh)
-    return state.replace(params=jax.device_put(params, shardings.params))
+    state = state.replace(params=jax.device_put(params, shardings.params))
+    if isinstance(state, EmaTrainState):  # an EMA starts at the params the run starts from, these ones
+        state = state.replace(ema=jax.device_put(params, shardings.ema))
+    return state
