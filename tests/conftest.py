@@ -45,6 +45,17 @@ def random_batch(seed: int, batch: int = 4, length: int = 16, predictions: int =
     }
 
 
+def with_changes(tree, **changes):
+    """`tree` (a dict or ConfigDict) with each `a__b=value` set at tree["a"]["b"], in place; returns it."""
+    for key, value in changes.items():
+        *parents, leaf = key.split("__")
+        node = tree
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
+    return tree
+
+
 @pytest.fixture
 def batch():
     return random_batch(0)

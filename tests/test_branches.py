@@ -13,6 +13,7 @@ from bert_jax.run.completion import read_done
 from bert_jax.train.optimizer import learning_rate_schedule
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import with_changes  # noqa: E402
 from test_pretrain import micro_config, read_metrics, train_losses  # noqa: E402
 
 
@@ -67,14 +68,7 @@ def parent(tmp_path_factory, xla_compile_cache):
 def _branch(parent_dir, workdir, **changes):
     from bert_jax.train.loop import train_and_evaluate  # noqa: PLC0415
 
-    c = _parent_config()
-    for key, value in changes.items():
-        node = c
-        *parents, leaf = key.split("__")
-        for name in parents:
-            node = node[name]
-        node[leaf] = value
-    train_and_evaluate(c, workdir)
+    train_and_evaluate(with_changes(_parent_config(), **changes), workdir)
     with open(os.path.join(workdir, "config.json")) as f:
         return json.load(f)
 

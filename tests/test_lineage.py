@@ -11,6 +11,7 @@ from bert_jax.finetune import scoreboard
 from bert_jax.launch import sweep
 from bert_jax.run import lineage
 from bert_jax.run.metrics_writer import wandb_init_args
+from conftest import with_changes
 
 CONFIG = {"seed": 0, "model": {"family": "bert", "hidden_size": 32}, "data": {"mask_rate": 0.15, "path": "a"},
           "train": {"learning_rate": 1e-3, "log_every_steps": 10},
@@ -25,14 +26,7 @@ def _run(path, config=None, **top) -> str:
 
 
 def _with(**dotted) -> dict:
-    config = json.loads(json.dumps(CONFIG))
-    for key, value in dotted.items():
-        *parents, last = key.split("__")
-        node = config
-        for p in parents:
-            node = node[p]
-        node[last] = value
-    return config
+    return with_changes(json.loads(json.dumps(CONFIG)), **dotted)
 
 
 def test_the_digest_ignores_what_a_passing_resume_changes_and_follows_the_experiment(tmp_path):

@@ -11,6 +11,7 @@ from bert_jax.train.loop import train_and_evaluate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_pretrain import micro_config, read_metrics  # noqa: E402
+from conftest import with_changes
 
 RECORDED = {"seed": 0, "data": {"masking": "whole_word", "path": "a", "max_predictions_per_seq": 20},
             "train": {"num_steps": 10, "log_every_steps": 5, "stages": []}, "logging": {"wandb_mode": "disabled"},
@@ -18,14 +19,7 @@ RECORDED = {"seed": 0, "data": {"masking": "whole_word", "path": "a", "max_predi
 
 
 def _with(**changes):
-    config = json.loads(json.dumps(RECORDED))
-    for key, value in changes.items():
-        *parents, leaf = key.split("__")
-        node = config
-        for parent in parents:
-            node = node[parent]
-        node[leaf] = value
-    return config
+    return with_changes(json.loads(json.dumps(RECORDED)), **changes)
 
 
 def test_a_changed_experiment_key_is_refused_naming_it_and_the_flag():
