@@ -30,7 +30,8 @@ PARAMS, EMA = "params", "ema"
 def state_metadata(run: Workdir, step: int) -> dict:
     """Checkpoint `step`'s train state as orbax recorded it ({"params": ..., "opt_state": ..., "ema": ...}, leaves
     with shape and dtype): read from the state item's folder alone, nothing restored."""
-    return dict(ocp.PyTreeCheckpointHandler().metadata(paths.path(run.checkpoints) / str(step) / STATE_ITEM))
+    folder = paths.path(paths.absolute(run.checkpoints)) / str(step) / STATE_ITEM  # orbax takes absolute paths
+    return dict(ocp.PyTreeCheckpointHandler().metadata(folder))
 
 
 def check_ema(run: Workdir, step: int) -> None:

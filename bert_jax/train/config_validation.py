@@ -135,7 +135,7 @@ def validate_config(config, num_processes: int = 1) -> None:
     if keep_every < 0 or keep_every % every:
         raise bert_jax.UserError(f"config.checkpoint.keep_every_steps={keep_every} must be 0 (off) or a positive "
                                  f"multiple of config.checkpoint.every_steps={every}: only saved steps can be kept")
-    if not 0 <= t.get("ema_decay", 0.0) < 1:
+    if not 0 <= t.ema_decay < 1:
         raise bert_jax.UserError(f"config.train.ema_decay={t.ema_decay} must be in [0, 1) (0: no EMA)")
     _check_downstream_probe(config)
     _check_stage_keys(config, num_processes)
@@ -250,7 +250,7 @@ def check_inputs(config) -> None:
 
 def _check_growth(config, workdir: str | None) -> None:
     """config.grow_from names a committed checkpoint of a smaller run of this family; only a fresh run reads it."""
-    grow_from = config.get("grow_from", "")
+    grow_from = config.grow_from
     if not grow_from or (workdir and Workdir(workdir).checkpoint_steps()):
         return
     for other in ("init_from_hf", "branch_from"):

@@ -99,7 +99,7 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
                  f"kernel for {kernel.impl}")
     objective = family.objective_for(config.model)
     tx = make_optimizer(config.train)
-    ema_decay = config.train.get("ema_decay", 0.0)
+    ema_decay = config.train.ema_decay
     init = make_init_fn(model, tx, config.data, config.seed, ema=ema_decay > 0)
     abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
     check_divisible(abstract_state.params, shardings.params, _DIVISIBILITY_HINT)
@@ -148,7 +148,7 @@ def _starting_state(config, family, teacher, teacher_params, init, shardings) ->
         if config.init_from_hf:
             state = _with_new_params(state, shardings, lambda fresh: hf_folder.import_params(
                 family, config.model, config.init_from_hf, fresh))
-        if config.get("grow_from", ""):  # a smaller run's weights, tiled and repeated (checked with the config)
+        if config.grow_from:  # a smaller run's weights, tiled and repeated (checked with the config)
             source = reference.resolve(config.grow_from, "config.grow_from", allow_ema=True)
             state = _with_new_params(state, shardings, lambda fresh: growth.grow_params(
                 restore_params(source.run, model_for, source.step, ema=source.ema)[0], fresh))
