@@ -178,7 +178,8 @@ def run(config, workdir: str, stop_at_step: int | None = None, source: init_from
     hooks = _FinetuneHooks(config, root, cadence, program.schedule, program.objective,
                            lambda state: scores_of(state.params, "validation")[1], task.headline_metric(config.task),
                            steps_per_epoch)
-    outcome = harness.run(program, harness.Batches(train_iter), hooks, workdir, config, last_step, lease)
+    outcome = harness.run(program, harness.Batches(train_iter), hooks, workdir, config, last_step, lease,
+                          end_step=num_steps)
     if outcome.preempted:
         return {"preempted_at": outcome.step}
     if stop_at_step is not None and last_step < num_steps and not outcome.stopped_early:

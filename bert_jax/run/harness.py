@@ -209,10 +209,14 @@ class StepsAhead:
 
 
 def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, last_step: int,
-        lease=None) -> Outcome:
+        lease=None, end_step: int | None = None) -> Outcome:
     """Restores or initialises, then trains `program` on `batches` to `last_step` (or a preemption, or the hooks'
     stop), saving per the hooks, at the last step and at a stop. The saves already started complete on any exit,
-    and then the workdir's `lease` (from check_storage) is released; a lease taken over stops the run."""
+    and then the workdir's `lease` (from check_storage) is released; a lease taken over stops the run.
+
+    `end_step`: the run's own end (default `last_step`), which is evaluated whatever the hooks' cadence; a
+    `last_step` before it is a stop (a test's interruption), saved but evaluated only when due, as a kill's is."""
+    end_step = last_step if end_step is None else end_step
     manager = ckpt.make_manager(paths.absolute(Workdir(workdir).checkpoints), config.checkpoint)
     writer = None
     try:
@@ -231,7 +235,7 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
             ahead = StepsAhead(config.train.max_steps_ahead)
             evaluated = saved = start  # the last steps evaluated and saved (the start needs neither)
 
-            def finish_step(step: int, is_last: bool, extra: dict) -> tuple[bool, bool]:
+            def finish_step(step: int, is_last: bool, extra: dict, ended: bool = False) -> tuple[bool, bool]:
                 """Logs, evaluates and saves what `step` is due (everything for a last step); (stop, preempted)."""
                 nonlocal pending, evaluated, saved
                 if pending and (hooks.logs_at(step) or is_last):
@@ -242,7 +246,7 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                 elif extra:
                     writer.write(step, extra)
                 stop = False
-                if evaluated < step and (hooks.evaluates_at(step) or is_last):
+                if evaluated < step and (hooks.evaluates_at(step) or (is_last and step >= end_step) or ended):
                     stop, evaluated = hooks.evaluate(step, state, writer), step
                 preempted = watch.should_stop(step)
                 if preempted:
@@ -265,7 +269,7 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                                     step, step - 1)
                     extra = hooks.data_ended(step - 1)
                     if step - 1 > start:
-                        finish_step(step - 1, True, extra)
+                        finish_step(step - 1, True, extra, ended=True)
                     outcome = Outcome(state, start, step - 1, data_ended=True)
                     break
                 state, metrics = program.train_step(state, global_batch(batch, program.data_sharding), frozen)
