@@ -165,6 +165,7 @@ print("RESULT " + json.dumps(dict(given=searched(given, (False,)), walked=search
 """)
 
 
+@pytest.mark.slow  # the search's fixture compiles three plans (~40 s): the default suite's budget
 def test_search_stops_at_a_fit_whose_bound_is_enough(searched):
     """The config as given is compiled first, and a fit whose MFU bound reaches enough_mfu ends the search there;
     else the first such fit of the walk does (remat full here, saving most: none, next, is not compiled). The micro
@@ -177,6 +178,7 @@ def test_search_stops_at_a_fit_whose_bound_is_enough(searched):
     assert len(walked["log"]) == 3
 
 
+@pytest.mark.slow  # the search's fixture compiles three plans (~40 s): the default suite's budget
 def test_search_needs_no_count_for_a_step_memory_bound_at_its_flops_ceiling(searched, micro_plan):
     """No instruction of a scanned step runs more often than its longest loop's trips, so the compiler's count
     times those trips is a ceiling on the counted FLOPs. A step memory-bound even at that ceiling has its step time
@@ -188,6 +190,7 @@ def test_search_needs_no_count_for_a_step_memory_bound_at_its_flops_ceiling(sear
     assert micro_plan["screened_step_s"] == micro_plan["step_s"]
 
 
+@pytest.mark.slow  # the search's fixture compiles three plans (~40 s): the default suite's budget
 def test_search_does_not_count_the_flops_of_a_fit_that_cannot_beat_the_best(searched, micro_plan):
     """A scanned step's bytes are exact before its FLOPs are counted and its FLOPs only too low, so its roofline
     time is a lower bound: one no faster than the best so far is kept as a fit, uncounted, without the compile

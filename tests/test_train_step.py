@@ -34,6 +34,7 @@ def setup(model_overrides=None, **train_overrides):
     return model, family.objective, tx, state
 
 
+@pytest.mark.slow  # the default suite's budget: every pre-training test trains the same step
 def test_small_model_overfits_one_fixed_batch():
     model, objective, tx, state = setup({"dropout_rate": 0.0, "attention_dropout_rate": 0.0}, num_steps=300)
     batch = random_batch(0, batch=8)
