@@ -18,10 +18,11 @@ import math
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from grain import checkpoint as grain_checkpoint
 
 from bert_jax import UserError
 from bert_jax.checkpoint import manager as manager_lib
-from bert_jax.checkpoint.manager import STATE_ITEM
+from bert_jax.checkpoint.manager import DATA_ITEM, STATE_ITEM
 from bert_jax.checkpoint.params import EMA, PARAMS, check_ema, state_metadata
 from bert_jax.checkpoint.reference import CheckpointRef, resolve
 from bert_jax.storage import paths
@@ -45,7 +46,8 @@ class Source:
 
 def _read_only_manager(run: Workdir) -> ocp.CheckpointManager:
     return ocp.CheckpointManager(paths.absolute(run.checkpoints), options=ocp.CheckpointManagerOptions(create=False),
-                                 item_handlers={STATE_ITEM: ocp.PyTreeCheckpointHandler()})
+                                 item_handlers={STATE_ITEM: ocp.PyTreeCheckpointHandler(),
+                                                DATA_ITEM: grain_checkpoint.CheckpointHandler()})  # known, never read
 
 
 def _path_key(path) -> str:

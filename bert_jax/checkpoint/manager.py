@@ -33,6 +33,8 @@ class _IteratorSnapshot:
 
 # The checkpoint item that holds the train state (`state=` in the save and restore arguments below).
 STATE_ITEM = "state"
+# The item that holds each host's data-iterator position (grain's handler).
+DATA_ITEM = "data"
 
 
 def preservation_policy(checkpoint_cfg) -> ocp.checkpoint_managers.PreservationPolicy:
@@ -57,7 +59,7 @@ def make_manager(directory: str, checkpoint_cfg) -> ocp.CheckpointManager:
     )
     # Handlers are named up front so a fresh manager can read a checkpoint's metadata
     # (shapes, for the compatibility check) before anything is restored.
-    handlers = {STATE_ITEM: ocp.StandardCheckpointHandler(), "data": grain_checkpoint.CheckpointHandler()}
+    handlers = {STATE_ITEM: ocp.StandardCheckpointHandler(), DATA_ITEM: grain_checkpoint.CheckpointHandler()}
     return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
 
@@ -185,7 +187,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
             check_compatible(manager, step, abstract_state)
             items = dict(state=ocp.args.StandardRestore(abstract_state))
             if iterator is not None:
-                items["data"] = grain_checkpoint.CheckpointRestore(iterator)
+                items[DATA_ITEM] = grain_checkpoint.CheckpointRestore(iterator)
             restored = manager.restore(step, args=ocp.args.Composite(**items))
         except IncompatibleCheckpointError:
             raise

@@ -171,7 +171,7 @@ def _restore(ref, config, program, iterator):
     manager = ocp.CheckpointManager(
         paths.absolute(ref.run.checkpoints), options=ocp.CheckpointManagerOptions(create=False),
         item_handlers={ckpt.STATE_ITEM: ocp.StandardCheckpointHandler() if whole else ocp.PyTreeCheckpointHandler(),
-                       "data": grain_checkpoint.CheckpointHandler()})
+                       ckpt.DATA_ITEM: grain_checkpoint.CheckpointHandler()})
     try:
         ckpt.check_compatible(manager, ref.step, abstract.params, prefix="params/")
         if whole:
@@ -181,7 +181,7 @@ def _restore(ref, config, program, iterator):
             items = {ckpt.STATE_ITEM: ocp.args.PyTreeRestore(
                 item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True)}
         if iterator is not None:
-            items["data"] = grain_checkpoint.CheckpointRestore(iterator)
+            items[ckpt.DATA_ITEM] = grain_checkpoint.CheckpointRestore(iterator)
         try:
             restored = manager.restore(ref.step, args=ocp.args.Composite(**items))[ckpt.STATE_ITEM]
         except (ValueError, KeyError, TypeError) as error:
