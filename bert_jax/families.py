@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, Callable
 
 import flax.linen as nn
+import ml_collections
 
 from bert_jax.hf import albert as hf_albert
 from bert_jax.hf import bert as hf_bert
@@ -25,6 +26,7 @@ from bert_jax.models import albert, bert, deberta_v3, distilbert, electra, moder
 from bert_jax.models.attention import KernelChoice, choose_kernel
 from bert_jax.objectives import replaced_token_detection
 from bert_jax.models.param_roles import ParamRoles
+from bert_jax.models.probe import abstract_params
 from bert_jax.objectives.objective import Objective
 from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING
 
@@ -74,6 +76,12 @@ def get_family(name: str) -> Family:
 def model_for(model_cfg) -> nn.Module:
     """The family module that `model_cfg` (a config.model) describes."""
     return get_family(model_cfg.family).build_model(model_cfg)
+
+
+def abstract_params_for(model_cfg) -> dict:
+    """The parameters of the module `model_cfg` (a config.model, or its dict) describes, as ShapeDtypeStructs, nothing
+    allocated. Built with the reference kernel: shapes do not depend on it, and it builds on any host."""
+    return abstract_params(model_for(ml_collections.ConfigDict(dict(model_cfg, attention_impl="xla"))))
 
 
 def family_of_hf_config(hf_cfg: dict, where: str) -> Family:

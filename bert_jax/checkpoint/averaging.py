@@ -50,14 +50,6 @@ def _read_only_manager(run: Workdir) -> ocp.CheckpointManager:
                                                 DATA_ITEM: grain_checkpoint.CheckpointHandler()})  # known, never read
 
 
-def _path_key(path) -> str:
-    return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
-
-
-def _shapes(tree) -> dict[str, tuple]:
-    return {_path_key(p): tuple(leaf.shape) for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
 def _weights(text: str | None, count: int) -> list[float]:
     if not text:
         return [1.0 / count] * count
@@ -97,7 +89,7 @@ def check(from_text: str, weights_text: str | None, out: str) -> list[Source]:
         if other != family:
             raise UserError(f"{FROM}: {source.ref} is a {other!r} run, {first.ref} a {family!r} run: only checkpoints "
                             f"of one family average")
-        shapes = _shapes(state_metadata(source.ref.run, source.ref.step)[source.subtree])
+        shapes = manager_lib.shapes_by_path(state_metadata(source.ref.run, source.ref.step)[source.subtree])
         if want is None:
             want = shapes
             continue

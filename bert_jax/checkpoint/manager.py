@@ -112,6 +112,13 @@ def _path_key(path) -> str:
     return "/".join(str(p) for p in parts)
 
 
+def shapes_by_path(tree) -> dict[str, tuple]:
+    """{'params/encoder/...': shape} of a state, abstract state or orbax metadata tree: what two checkpoints, or a
+    checkpoint and a config, are compared by."""
+    return {_path_key(p): tuple(getattr(leaf, "shape", np.shape(leaf)))
+            for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
 class IncompatibleCheckpointError(UserError):
     """The checkpoint is readable but holds another model: falling back to an older one would not help."""
 
@@ -120,18 +127,14 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state, 
     """Fails with the first mismatching tensor named, instead of a shape traceback from inside orbax.
 
     `prefix`: where `abstract_state` sits in the stored state ("params/" for params alone)."""
-    stored = manager.item_metadata(step)["state"]
-    stored_shapes = {
-        _path_key(p): tuple(getattr(leaf, "shape", np.shape(leaf)))
-        for p, leaf in jax.tree_util.tree_flatten_with_path(stored)[0]
-    }
-    for path, want in jax.tree_util.tree_flatten_with_path(abstract_state)[0]:
-        key = prefix + _path_key(path)
+    stored_shapes = shapes_by_path(manager.item_metadata(step)[STATE_ITEM])
+    for path, want in shapes_by_path(abstract_state).items():
+        key = prefix + path
         have = stored_shapes.get(key, "missing")
-        if have != tuple(want.shape):
+        if have != want:
             raise IncompatibleCheckpointError(
                 f"the checkpoint at {manager.directory} step {step} does not fit this config: "
-                f"{key} is {have} there but the config gives {tuple(want.shape)}. "
+                f"{key} is {have} there but the config gives {want}. "
                 f"Use a fresh --workdir, or the config the checkpoint was written with."
             )
 

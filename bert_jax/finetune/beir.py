@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterator
 
 from bert_jax import MissingPathError, UserError
+from bert_jax.finetune.data import json_object
 from bert_jax.storage import paths
 
 FILES = ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
@@ -62,13 +63,7 @@ def _json_lines(path: str) -> Iterator[tuple[int, dict]]:
         for row, line in enumerate(f, start=1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}, row {row}: not a JSON object ({e.msg}, column {e.colno})") from None
-            if not isinstance(record, dict):
-                raise UserError(f"{path}, row {row}: a JSON {type(record).__name__}, not a JSON object")
-            yield row, record
+            yield row, json_object(line, path, row, unit="row")
 
 
 def _text_record(path: str, row: int, record: dict, fields: tuple[str, ...]) -> None:

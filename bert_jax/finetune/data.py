@@ -12,6 +12,7 @@ import grain
 import numpy as np
 import tokenizers
 
+from bert_jax import UserError
 from bert_jax.parallel.mesh import host_share
 from bert_jax.storage import paths
 
@@ -42,7 +43,7 @@ def read_records(data_cfg, source: str) -> list[dict]:
             records.append(record)
         return records
     if fmt == "jsonl":
-        return [_json_object(line, source, number)
+        return [json_object(line, source, number)
                 for number, line in enumerate(_read_text(source).splitlines(), start=1) if line.strip()]
     if fmt == "conll":
         return _conll_sentences(_read_text(source))
@@ -57,13 +58,15 @@ def read_records(data_cfg, source: str) -> list[dict]:
     raise ValueError(f"config.data.format={fmt!r}; expected one of {FORMATS}")
 
 
-def _json_object(line: str, source: str, number: int) -> dict:
+def json_object(line: str, source: str, number: int, unit: str = "line") -> dict:
+    """Line `number` of a JSON-lines file as the object it must hold, or a UserError naming the file and the line
+    (`unit`: what the file's readers call one, e.g. a BEIR file's "row")."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{source}, line {number}: not a JSON object ({e.msg}, column {e.colno})") from None
+        raise UserError(f"{source}, {unit} {number}: not a JSON object ({e.msg}, column {e.colno})") from None
     if not isinstance(record, dict):
-        raise ValueError(f"{source}, line {number}: a JSON {type(record).__name__}, not a JSON object")
+        raise UserError(f"{source}, {unit} {number}: a JSON {type(record).__name__}, not a JSON object")
     return record
 
 

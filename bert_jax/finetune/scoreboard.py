@@ -67,13 +67,7 @@ def build(record: dict, metrics: dict[str, str], results: dict) -> dict:
 def provenance(checkpoint: str) -> dict:
     """{"lineage": "runs/stable@100 > runs/decay:400"} of a checkpoint that is a branch, {"averaged_from": ...} of an
     averaged run; {} for any other (an HF folder, a run that started from scratch)."""
-    workdir = reference.split(checkpoint)[0]
-    out = {}
-    if ancestors := lineage.read(workdir):
-        out["lineage"] = lineage.describe(ancestors, checkpoint)
-    if sources := lineage.averaged_from(workdir):
-        out["averaged_from"] = lineage.describe_averaged(sources)
-    return out
+    return lineage.provenance(reference.split(checkpoint)[0], checkpoint)
 
 
 def chance_of(metric: str, median: float, runs: dict) -> dict:

@@ -81,14 +81,21 @@ def describe_averaged(sources: list[dict]) -> str:
                       for s in sources)
 
 
+def provenance(workdir: str, name: str | None = None) -> dict[str, str]:
+    """{"lineage": describe(...), "averaged_from": describe_averaged(...)}, each where the run has it ({} for a run
+    with neither record); `name`: how the run itself is shown last in the lineage (default: its workdir)."""
+    out = {}
+    if ancestors := read(workdir):
+        out[KEY] = describe(ancestors, name or workdir)
+    if sources := averaged_from(workdir):
+        out[AVERAGED_KEY] = describe_averaged(sources)
+    return out
+
+
 def lines(workdir: str) -> list[str]:
     """What a reader of one run prints about where it came from ([] for a run with neither record)."""
-    out = []
-    if lineage := read(workdir):
-        out.append(f"lineage: {describe(lineage, workdir)}")
-    if sources := averaged_from(workdir):
-        out.append(f"averaged from: {describe_averaged(sources)}")
-    return out
+    said = {KEY: "lineage", AVERAGED_KEY: "averaged from"}
+    return [f"{said[key]}: {text}" for key, text in provenance(workdir).items()]
 
 
 def run_name(workdir: str) -> str:

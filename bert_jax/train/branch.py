@@ -25,8 +25,8 @@ from grain import checkpoint as grain_checkpoint
 import bert_jax
 from bert_jax.checkpoint import manager as ckpt
 from bert_jax.checkpoint import reference
-from bert_jax.families import get_family
-from bert_jax.models.probe import abstract_params
+from bert_jax.checkpoint.params import state_metadata
+from bert_jax.families import abstract_params_for
 from bert_jax.run import experiment
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
@@ -137,10 +137,11 @@ def continues_iterator(config, stage: stages_lib.Stage | None) -> bool:
     return config.branch.data == "continued" and first_step(config) > (stage.start if stage else 0)
 
 
-def starting_state(config, program, iterator):
-    """program.init for the branch's first start: the parent's state at its step (the iterator, when given,
-    restored in place to the parent's position), with config.branch's resets applied. Called by the harness
-    under the mesh, so the state is restored straight onto this run's shards, whatever mesh the parent had."""
+def program_for_branch(config, program, iterator):
+    """The program with its `init` the branch's first state: the parent's state at its step (the iterator, when
+    given, restored in place to the parent's position), with config.branch's resets applied. What the loop hands the
+    harness on a branch's first start (a workdir with checkpoints restores its own); the harness calls `init` under
+    the mesh, so the state is restored straight onto this run's shards, whatever mesh the parent had."""
     ref = parent(config)
 
     def init():
@@ -150,7 +151,7 @@ def starting_state(config, program, iterator):
                      ", the parent's data position" if iterator is not None else ", a new data order")
         return state
 
-    return init
+    return dataclasses.replace(program, init=init)
 
 
 def _restore(ref, config, program, iterator):
@@ -159,12 +160,7 @@ def _restore(ref, config, program, iterator):
     and an EMA (config.train.ema_decay) the parent did not keep starting at its parameters."""
     abstract = program.abstract_state
     wanted = [f.name for f in dataclasses.fields(abstract)]
-    probe = ocp.CheckpointManager(paths.absolute(ref.run.checkpoints), options=ocp.CheckpointManagerOptions(
-        create=False), item_handlers={ckpt.STATE_ITEM: ocp.StandardCheckpointHandler()})
-    try:
-        stored = set(probe.item_metadata(ref.step)[ckpt.STATE_ITEM].keys())
-    finally:
-        probe.close()
+    stored = set(state_metadata(ref.run, ref.step))
     skip = {"opt_state"} if config.branch.reset_optimizer else set()
     whole = not skip and stored == set(wanted)
     fields = [name for name in wanted if name in stored and name not in skip]
@@ -268,9 +264,7 @@ def _check_shapes(before, config, ref) -> None:
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     if not changed:
         return
-    family = get_family(new_family)
-    shapes = lambda m: jax.tree.map(lambda a: a.shape, abstract_params(family.build_model(  # noqa: E731
-        type(before.model)(dict(m, attention_impl="xla")))))
+    shapes = lambda m: jax.tree.map(lambda a: a.shape, abstract_params_for(m))  # noqa: E731
     if shapes(old) == shapes(new):
         return
     reference_shapes = shapes(old)
@@ -282,9 +276,3 @@ def _check_shapes(before, config, ref) -> None:
                 f"config.grow_from)")
     raise bert_jax.UserError(f"config.model.{', config.model.'.join(changed)} change the parameters' shapes together "
                              f"({KEY}={ref}); a branch keeps its parent's parameters")
-
-
-def program_for_branch(config, program, iterator):
-    """The program with its `init` the branch's first state: what the loop hands the harness on a branch's first
-    start (a workdir with checkpoints restores its own)."""
-    return dataclasses.replace(program, init=starting_state(config, program, iterator))

@@ -21,11 +21,9 @@ does not either): a widened layer's sums grow with its width, and the norms that
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 
-from bert_jax.families import model_for
-from bert_jax.models.probe import abstract_params
+from bert_jax.families import abstract_params_for
 from bert_jax.models.scan_layout import SCANNED, stack_layers, unstack_layers
 
 
@@ -100,13 +98,7 @@ def check_source(source_model, model) -> None:
         if model[key] < source_model[key]:
             raise ValueError(f"config.model.{key}={model[key]} is smaller than the source run's {source_model[key]}: "
                              f"growth only widens and deepens")
-    check_growable(_abstract_params(source_model), _abstract_params(model))
-
-
-def _abstract_params(model_cfg):
-    model_cfg = ml_collections.ConfigDict(model_cfg.to_dict())
-    model_cfg.attention_impl = "xla"  # parameter shapes do not depend on the kernel; this one builds on any host
-    return abstract_params(model_for(model_cfg))
+    check_growable(abstract_params_for(source_model), abstract_params_for(model))
 
 
 def _grow(small: dict, fresh: dict, where: str, tile) -> dict:
