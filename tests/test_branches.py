@@ -89,6 +89,15 @@ def test_a_branch_that_changes_nothing_trains_the_parents_steps_bit_for_bit(pare
                          train__num_steps=10, accept_changes="")
     assert [(e["workdir"], e["step"]) for e in grandchild["lineage"]] == [(parent, 4), (str(tmp_path / "b"), 8)]
     assert grandchild["branch_from"] == f"{tmp_path / 'b'}:8"
+    # A resume of a branch reads its own record, not the parent, which may be gone: the same command trains on.
+    os.rename(parent, parent + ".away")
+    try:
+        resumed = _branch(parent, str(tmp_path / "b"), branch_from=f"{parent}:last", train__num_steps=10,
+                          accept_changes="train.num_steps")
+    finally:
+        os.rename(parent + ".away", parent)
+    assert resumed["branch_from"] == f"{parent}:4" and resumed["branch"] == recorded["branch"]
+    assert [s for s, _ in train_losses(str(tmp_path / "b"))] == [5, 6, 7, 8, 9, 10]
 
 
 @pytest.mark.slow  # three branches of the micro run: ~2 minutes on 2 cores

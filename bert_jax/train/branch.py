@@ -29,7 +29,7 @@ from bert_jax.checkpoint.params import state_metadata
 from bert_jax.families import abstract_params_for
 from bert_jax.run import experiment
 from bert_jax.storage import paths
-from bert_jax.storage.workdir import Workdir
+from bert_jax.storage.workdir import Workdir, config_from_json
 from bert_jax.train import optimizer
 from bert_jax.train import stages as stages_lib
 
@@ -70,21 +70,27 @@ def resolve(config, workdir: str | None = None) -> tuple:
                                  f"{KEY}=DIR:STEP (STEP a number or last)")
     if not config.branch_from:
         return config, []  # (a decay schedule's `from` keys set by hand are checked by optimizer.py)
-    recorded = _recorded_branch(workdir)
-    text = recorded if recorded and _same_run(recorded, config.branch_from) else config.branch_from
-    ref = reference.resolve(text, KEY, allow_ema=False)
     if config.branch.data not in DATA_CHOICES:
         raise bert_jax.UserError(f"config.branch.data={config.branch.data!r}; expected one of "
                                  f"{', '.join(DATA_CHOICES)}")
-    before = ref.config()
-    _check_shapes(before, config, ref)
+    # A resume of the branch takes what its first start resolved from its config.json: the parent is not read
+    # again (it may have trained on, or be gone), and the restore checks the shapes against the branch's own step.
+    recorded = _recorded_config(workdir)
+    if recorded is not None and _same_run(recorded.branch_from, config.branch_from):
+        ref, before = parent(recorded), None
+    else:
+        ref = reference.resolve(config.branch_from, KEY, allow_ema=False)
+        before = ref.config()
+        _check_shapes(before, config, ref)
     lines, resolved = [], config.copy_and_resolve_references()
     with resolved.unlocked():
         if resolved.branch_from != str(ref):
             lines.append(f"config.branch_from={config.branch_from} -> {ref}")
             resolved.branch_from = str(ref)
         start = 0 if resolved.branch.reset_step else ref.step
-        same = _data_view(before) == _data_view(resolved)
+        if before is None:
+            _as_recorded(resolved, recorded, lines)
+        same = before is None or _data_view(before) == _data_view(resolved)
         if resolved.branch.data == "auto":
             resolved.branch.data = "continued" if same and not resolved.branch.reset_step else "reseeded"
             lines.append(f"config.branch.data=auto -> {resolved.branch.data} (the data config "
@@ -115,8 +121,20 @@ def resolve(config, workdir: str | None = None) -> tuple:
         if resolved.train.num_steps <= start:
             raise bert_jax.UserError(f"config.train.num_steps={resolved.train.num_steps} is not past the branch's "
                                      f"step {start} ({KEY}={ref}): nothing would train")
-        _resolve_iterator_origin(resolved, before, ref.step)
+        if before is not None:
+            _resolve_iterator_origin(resolved, before, ref.step)
     return resolved, lines
+
+
+def _as_recorded(resolved, recorded, lines: list[str]) -> None:
+    """The keys a branch's first start resolved from its parent, as its config.json recorded them, where `resolved`
+    leaves them to be resolved (auto, -1): its data order and how its iterators are built, a decay's start."""
+    for key in ("branch.data", "branch.seed_base", "branch.first_step", "train.decay_from_step",
+                "train.decay_from_learning_rate"):
+        section, name = key.split(".")
+        if resolved[section][name] in ("auto", -1, -1.0):
+            resolved[section][name] = recorded[section][name]
+            lines.append(f"config.{key} -> {recorded[section][name]!r}, as this branch's first start resolved it")
 
 
 def iterator_origin(config, stage: stages_lib.Stage | None) -> tuple[int, int]:
@@ -232,12 +250,15 @@ def tokenizer_dir(config) -> str:
     return "" if ref is None or config.data.tokenizer.path else str(ref.run.tokenizer)
 
 
-def _recorded_branch(workdir: str | None) -> str:
-    """The branch_from a resumed branch recorded (its `last` resolved then), or ""."""
+def _recorded_config(workdir: str | None):
+    """The config a resumed branch recorded (its branch resolved then), or None for a first start."""
     if not workdir or not Workdir(workdir).checkpoint_steps():
-        return ""
+        return None
     config_json = paths.fresh(Workdir(workdir).config_json)
-    return json.loads(config_json.read_text()).get("branch_from", "") if config_json.exists() else ""
+    if not config_json.exists():
+        return None
+    recorded = config_from_json(config_json.read_text())
+    return recorded if recorded.get("branch_from") else None
 
 
 def _same_run(recorded: str, asked: str) -> bool:
