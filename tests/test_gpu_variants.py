@@ -125,13 +125,13 @@ def modernbert_config(**overrides):
     return m
 
 
-def test_modernbert_local_layers_take_xla_attention_on_a_gpu():
+def test_modernbert_local_layers_take_the_windowed_triton_kernel_on_a_gpu():
     """jax 0.10's cuDNN attention takes only a causal (left) window: ModernBERT's bidirectional local window
-    cannot go through it, so `auto` picks xla on a GPU and `cudnn` is refused naming the key."""
+    cannot go through it, so `auto` picks our Pallas (Triton) kernel on a GPU and `cudnn` is refused naming the key."""
     family = get_family("modernbert")
     with building_for("gpu"):
         choice = family.kernel_choice(modernbert_config())
-        assert choice.impl == "xla" and "window" in choice.reason
+        assert choice.impl == "triton" and "window" in choice.reason
         with pytest.raises(ValueError, match=r"attention_impl='cudnn' cannot apply this model's sliding window"):
             family.kernel_choice(modernbert_config(attention_impl="cudnn"))
 

@@ -71,7 +71,7 @@ def test_auto_attention_avoids_cudnn_for_the_local_window_and_cudnn_fails_naming
     from bert_jax.models.attention import choose_kernel
 
     model = tiny(dtype="bfloat16").model
-    assert choose_kernel(model, platform="gpu", window=True).impl == "xla"
+    assert choose_kernel(model, platform="gpu", window=True).impl == "triton"  # the windowed Pallas kernel
     assert choose_kernel(model, platform="gpu").impl == "cudnn"  # families without windows keep cuDNN
     model.attention_impl = "cudnn"
     with pytest.raises(ValueError, match=r"attention_impl='cudnn' cannot apply .*config\.model\.local_attention"):

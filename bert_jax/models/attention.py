@@ -2,7 +2,8 @@
 
     auto    the fastest kernel the platform, the mask and the dropout allow (the default):
             TPU -> splash, NVIDIA GPU -> cudnn (bf16/fp16 compute, head_dim a multiple of 8 up
-            to 128), otherwise xla; attention dropout > 0 -> xla, the only kernel that applies it.
+            to 128) or, for a model with sliding-window layers, triton (bf16/fp16, head_dim up to
+            128), otherwise xla; attention dropout > 0 -> xla, the only kernel that applies it.
     xla     our einsum + float32 softmax: the reference the others are tested against.
     cudnn   jax.nn.dot_product_attention(implementation="cudnn"): NVIDIA's fused flash kernel.
     splash  the TPU Pallas splash kernel (jax.experimental.pallas.ops.tpu.splash_attention).
@@ -10,15 +11,19 @@
             slow, for tests of the kernel on a CPU. For DeBERTa-v3 (disentangled attention) splash
             means that family's own fused Pallas kernel (models/disentangled_kernel.py), which adds the
             position terms per tile; splash_interpret runs it in interpret mode likewise.
+    triton  our Pallas GPU (Triton) flash kernel (models/windowed_kernel.py): the bidirectional window
+            and packed segments, tiles outside the window skipped. Off an NVIDIA GPU it runs only in
+            Pallas interpret mode, with config.model.splash_interpret=True (tests).
 
 Masks (all kernels): padding, packed `segment_ids` (block-diagonal: attention never crosses
 documents) and a sliding window (`window` tokens either side). What a kernel cannot apply fails
 before compiling, naming the config key: cudnn takes no bidirectional window in jax 0.10, and
-neither cudnn nor splash drops attention probabilities.
+neither cudnn, splash nor triton drops attention probabilities.
 """
 import contextlib
 import contextvars
 import dataclasses
+import math
 from typing import Any, Iterator
 
 import flax.linen as nn
@@ -29,12 +34,12 @@ import jax.numpy as jnp
 from bert_jax.models import attention_kernels as kernels
 from bert_jax.models.layers import Dense
 
-ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
+ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash", "triton")
 
 
 @dataclasses.dataclass(frozen=True)
 class KernelChoice:
-    impl: str  # xla | cudnn | splash
+    impl: str  # xla | cudnn | splash | triton
     reason: str
 
 
@@ -46,7 +51,8 @@ _TARGET_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("t
 def devices_platform(devices) -> str:
     """'tpu', 'gpu' (NVIDIA, cuDNN), 'rocm' or 'cpu': the platform of these devices (a mesh's, say)."""
     device = next(iter(devices))
-    if device.platform == "gpu" and "cuda" not in device.client.platform_version.lower():
+    version = device.client.platform_version.lower()  # a deviceless GPU compile's is the card's name
+    if device.platform == "gpu" and "cuda" not in version and "nvidia" not in version:
         return "rocm"
     return device.platform
 
@@ -95,8 +101,13 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
                                        "fused kernels cannot drop attention probabilities")
         if platform == "tpu":
             return KernelChoice("splash", "TPU: Pallas splash attention")
+        if platform == "gpu" and window and dtype in (jnp.bfloat16, jnp.float16) and head_dim <= 128:
+            return KernelChoice("triton", "NVIDIA GPU, sliding-window layers: the Pallas (Triton) flash kernel "
+                                          "(jax's cuDNN attention takes no bidirectional window)")
         if platform == "gpu" and window:
-            return KernelChoice("xla", "sliding-window layers: jax's cuDNN attention takes no bidirectional window")
+            return KernelChoice("xla", f"sliding-window layers: cuDNN takes no bidirectional window, and the Pallas "
+                                       f"(Triton) kernel is picked for bf16/fp16 compute and head_dim up to 128 "
+                                       f"(config.model.dtype={dtype.name}, head_dim={head_dim})")
         if platform == "gpu" and cudnn_fits:
             return KernelChoice("cudnn", "NVIDIA GPU: cuDNN flash attention")
         if platform == "gpu":
@@ -114,13 +125,19 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
         if not cudnn_fits:
             raise ValueError(f"config.model.attention_impl='cudnn' needs config.model.dtype bfloat16 or float16 and "
                              f"head_dim a multiple of 8 up to 128; got {dtype.name}, head_dim={head_dim}")
+    if impl == "triton" and platform != "gpu" and not interpret:
+        raise ValueError(
+            f"config.model.attention_impl='triton' is a Pallas GPU (Triton) kernel for NVIDIA GPUs; this platform is "
+            f"{platform!r}. Use attention_impl='auto' or 'xla', or set config.model.splash_interpret=True to run it in "
+            "Pallas interpret mode (slow: for tests)."
+        )
     if impl == "splash" and platform != "tpu" and not interpret:
         raise ValueError(
             f"config.model.attention_impl='splash' is a TPU kernel; this platform is {platform!r}. Use "
             "attention_impl='auto' or 'xla', or set config.model.splash_interpret=True to run it in Pallas "
             "interpret mode (slow: for tests)."
         )
-    if dropout > 0 and (impl == "cudnn" or (impl == "splash" and not drops_in_kernel)):
+    if dropout > 0 and (impl in ("cudnn", "triton") or (impl == "splash" and not drops_in_kernel)):
         raise ValueError(
             f"config.model.attention_impl={impl!r} cannot apply config.model.attention_dropout_rate={dropout}: "
             "the fused kernels do not drop attention probabilities. Set attention_dropout_rate=0, or "
@@ -149,6 +166,23 @@ def attention_mask_from_batch(attention_mask: jax.Array, segment_ids: jax.Array 
     return AttentionMask(jnp.where(real, ids, -1).astype(jnp.int32), packed=segment_ids is not None)
 
 
+def logit_scale(cfg, head_dim: int, terms: int = 1) -> float:
+    """What the attention logits (the sum of `terms` dot products: DeBERTa's 3) are multiplied by before the
+    softmax: 1/sqrt(terms x head_dim), times the model config's `attention_multiplier`, μP's sqrt(base head size /
+    head size) that makes it fall as 1/head_dim (bert_jax/models/parametrization.py), 1 under standard."""
+    return cfg.attention_multiplier / math.sqrt(terms * head_dim)
+
+
+def scaled_for_parametrization(cfg, q: jax.Array, score_bias: jax.Array | None):
+    """q (and a score bias) times `attention_multiplier`: every kernel divides q.k by sqrt(head_dim), so the logits
+    come out scaled by `logit_scale`. Under standard (multiplier 1) both are returned untouched."""
+    multiplier = cfg.attention_multiplier
+    if multiplier == 1.0:
+        return q, score_bias
+    q = q * jnp.asarray(multiplier, q.dtype)
+    return q, None if score_bias is None else score_bias * jnp.float32(multiplier)
+
+
 class Attend(nn.Module):
     """The chosen kernel over projected heads, with every mask: the part each family's attention shares.
 
@@ -169,6 +203,7 @@ class Attend(nn.Module):
         """
         cfg = self.config
         impl = cfg.attention_impl
+        q, score_bias = scaled_for_parametrization(cfg, q, score_bias)
         if score_bias is not None and impl != "xla":
             raise ValueError(f"config.model.attention_impl={impl!r} cannot add a score bias (disentangled "
                              "attention's position terms); only 'xla' can")
@@ -184,6 +219,8 @@ class Attend(nn.Module):
             return kernels.cudnn_attention(q, k, v, mask.segments, self.window, mask.packed)
         if impl == "splash":
             return kernels.splash_attention(q, k, v, mask.segments, self.window, cfg.splash_interpret)
+        if impl == "triton":
+            return kernels.triton_attention(q, k, v, mask.segments, self.window, cfg.splash_interpret)
         raise ValueError(f"attention_impl={impl!r} reached the module unresolved; build models through "
                          "the family registry (it resolves 'auto')")
 

@@ -1,4 +1,4 @@
-"""The attention kernels behind `config.model.attention_impl`: xla (the reference), cudnn, splash.
+"""The attention kernels behind `config.model.attention_impl`: xla (the reference), cudnn, splash, triton.
 
 Every kernel computes softmax(q k^T / sqrt(head_dim) + mask) v for q, k, v: [batch, length,
 heads, head_dim] in the compute dtype, with the mask described by `segments` (see
@@ -6,7 +6,7 @@ heads, head_dim] in the compute dtype, with the mask described by `segments` (se
 segment of its own), within `window` positions either side when a window is given.
 
 Outputs at padding positions differ between kernels (cuDNN lets a padding query see the real
-keys, xla and splash let it see the other padding keys); they are finite everywhere, and
+keys, xla, splash and triton let it see the other padding keys); they are finite everywhere, and
 nothing downstream reads them, so every kernel gives the same outputs at real tokens and the
 same gradients.
 """
@@ -17,6 +17,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from bert_jax.models import windowed_kernel
 
 # --- xla: our own einsum path -----------------------------------------------------------
 
@@ -190,9 +192,27 @@ def splash_attention(q, k, v, segments, window: int | None, interpret: bool) -> 
                                to_heads_first(v), segment_ids=splash.SegmentIds(q=segments, kv=segments))
         return to_heads_first(out).astype(q.dtype)
 
+    return per_shard(run, q, k, v, segments)
+
+
+def per_shard(run: Callable, q, k, v, segments) -> jax.Array:
+    """run(q, k, v, segments) on each device's rows and heads: a Pallas call is not partitioned by XLA, so under a
+    mesh it runs in shard_map over the batch and heads axes."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
         return run(q, k, v, segments)
     spec = nn.logical_to_mesh_axes(("batch", None, "heads", None))
     return jax.shard_map(run, mesh=mesh, in_specs=(spec, spec, spec, jax.P(spec[0], None)), out_specs=spec,
                          check_vma=False)(q, k, v, segments)
+
+
+# --- triton: our Pallas GPU flash kernel with the sliding window (models/windowed_kernel.py) ------------------
+
+
+def triton_attention(q, k, v, segments, window: int | None, interpret: bool, scale: float | None = None) -> jax.Array:
+    """The Pallas GPU (Triton) flash kernel: padding, packed segments and a bidirectional window, tiles outside
+    the window never visited. `scale` defaults to the xla reference's 1 / sqrt(head_dim)."""
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    run = lambda q, k, v, segments: windowed_kernel.windowed_attention(  # noqa: E731
+        q, k, v, segments, window, scale, interpret=interpret)
+    return per_shard(run, q, k, v, segments)

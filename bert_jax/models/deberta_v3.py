@@ -61,10 +61,11 @@ class DebertaV3Config(BertConfig):
             raise ValueError(f"config.model.position_buckets={buckets} must be even and >= 4 (half of them "
                              f"hold exact distances either side)")
         impl = get("attention_impl", "auto")
-        if impl == "cudnn":
-            raise ValueError("config.model.attention_impl='cudnn': disentangled attention adds position terms to the "
-                             "scores, which cuDNN cannot; use 'xla' or 'auto' (or 'splash', the fused Pallas kernel, "
-                             "on TPU)")
+        if impl in ("cudnn", "triton"):
+            kernel = "cuDNN" if impl == "cudnn" else "the windowed Triton kernel"
+            raise ValueError(f"config.model.attention_impl={impl!r}: disentangled attention adds position terms to "
+                             f"the scores, which {kernel} cannot; use 'xla' or 'auto' (or 'splash', the fused Pallas "
+                             "kernel, on TPU)")
         cfg = super().from_config(model_cfg)
         generator_layers = cfg.generator_num_layers or max(1, cfg.num_layers // 2)
         if not 1 <= generator_layers <= cfg.num_layers:

@@ -1,0 +1,185 @@
+"""The Pallas GPU (Triton) flash kernel with a sliding window (bert_jax/models/windowed_kernel.py) equals the xla
+reference, values and gradients, for every mask: a bidirectional window or none, packed documents of ragged
+lengths, padding, lengths that are not a multiple of the tile; it never reads a tile outside the window or of
+another document; `auto` picks it for windowed models on an NVIDIA GPU.
+
+The kernel runs in Pallas interpret mode here. The default tests use micro shapes with 16-token tiles; ModernBERT's
+window (local_attention 128: 64 tokens either side) with the GPU's tiles, bf16, the whole model, and the compile
+for an H100 by XLA's GPU compiler are slow.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import small_model_config
+
+from bert_jax.families import get_family
+from bert_jax.models.attention import choose_kernel
+from bert_jax.models.attention_kernels import xla_attention
+from bert_jax.models.windowed_kernel import BlockSizes, windowed_attention
+
+HEADS = 2
+MICRO = BlockSizes(block_q=16, block_k=16, block_outer=16, block_inner=16)
+# The interpreted kernels' XLA programs compile in about half the time without LLVM's optimizations; the values
+# are the same, and the default suite's budget is what they save.
+FAST_COMPILE = {"xla_backend_optimization_level": 0}
+
+
+def rows(length: int) -> np.ndarray:
+    """[2, length] segment ids: row 0 one document then padding (-1); row 1 four packed documents of ragged
+    lengths then padding."""
+    seg = np.full((2, length), -1, np.int32)
+    seg[0, :length * 3 // 4] = 0
+    cuts = [0, length // 8, length // 3, length // 2, length * 7 // 8]
+    for s, (a, b) in enumerate(zip(cuts, cuts[1:])):
+        seg[1, a:b] = s + 1
+    return seg
+
+
+def outputs_and_gradients(attend, length: int, head_dim: int, dtype, seed: int = 0):
+    """Outputs (every position: padding queries see the padding keys in both), and the gradients of a random
+    projection of them w.r.t. q, k, v."""
+    rng = np.random.default_rng(seed)
+    q, k, v, cot = (jnp.asarray(rng.normal(size=(2, length, HEADS, head_dim)), dtype) for _ in range(4))
+    segments = jnp.asarray(rows(length))
+
+    def loss(q, k, v):
+        out = attend(q, k, v, segments).astype(jnp.float32)
+        return jnp.sum(out * cot.astype(jnp.float32)), out
+
+    grads, out = jax.jit(jax.grad(loss, argnums=(0, 1, 2), has_aux=True), compiler_options=FAST_COMPILE)(q, k, v)
+    return out, grads
+
+
+def assert_kernel_matches_xla(length: int, head_dim: int, window, dtype, tolerance: float, blocks=MICRO):
+    scale = 1.0 / np.sqrt(head_dim)  # the reference's; the kernel takes it as given
+    kernel = lambda q, k, v, seg: windowed_attention(q, k, v, seg, window, scale, interpret=True,  # noqa: E731
+                                                     blocks=blocks)
+    reference = lambda q, k, v, seg: xla_attention(q, k, v, seg, window)  # noqa: E731
+    want_out, want_grads = outputs_and_gradients(reference, length, head_dim, dtype)
+    got_out, got_grads = outputs_and_gradients(kernel, length, head_dim, dtype)
+    size = lambda x: max(1.0, float(jnp.max(jnp.abs(x.astype(jnp.float32)))))  # noqa: E731
+    np.testing.assert_allclose(got_out, want_out, atol=tolerance * size(want_out), rtol=0)
+    for name, got, want in zip("qkv", got_grads, want_grads):
+        assert got.dtype == want.dtype
+        err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want.astype(jnp.float32))))
+        assert err <= tolerance * size(want), f"d{name}: max error {err} against max {size(want)}"
+
+
+def test_kernel_equals_xla_with_a_window_ragged_documents_padding_and_an_odd_length():
+    """40 tokens in 16-token tiles (the tail padded inside the wrapper), head_dim 8 (padded to Triton's 16), a
+    window of 5 either side: several tiles each way, some wholly outside a query block's window."""
+    assert_kernel_matches_xla(length=40, head_dim=8, window=5, dtype=jnp.float32, tolerance=1e-5)
+
+
+@pytest.mark.slow  # interpret-mode compiles, ~4 s each on 2 cores
+@pytest.mark.parametrize("window", [None, 0, 64])
+def test_kernel_equals_xla_global_and_at_the_edges_of_the_window(window):
+    assert_kernel_matches_xla(length=72, head_dim=16, window=window, dtype=jnp.float32, tolerance=1e-5)
+
+
+@pytest.mark.slow  # interpret mode with the GPU's tiles: ~30 s on 2 cores
+@pytest.mark.parametrize("dtype, tolerance", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
+@pytest.mark.parametrize("window", [64, None])
+def test_kernel_equals_xla_at_modernberts_window_with_the_gpu_tiles(window, dtype, tolerance):
+    """ModernBERT's local layers (local_attention 128: |i - j| <= 64) and its global ones, 300 tokens (not a
+    multiple of the 128-token tile), head_dim 64, the default tiles; bf16 inputs with float32 statistics."""
+    assert_kernel_matches_xla(length=300, head_dim=64, window=window, dtype=dtype, tolerance=tolerance,
+                              blocks=BlockSizes())
+
+
+def test_tiles_outside_the_window_or_the_document_are_never_read():
+    """NaN keys and values in the tiles a query block has no business with. Row 0, one document: the last tile,
+    beyond the window of queries 0..31. Row 1, two documents of two tiles each: the first document's second tile,
+    inside the window of queries 32..47 but of another document. Those queries' outputs stay finite (xla's would
+    not: 0 * NaN) and equal xla's with the tiles zeroed, which no query of theirs may see."""
+    length, window = 64, 8
+    rng = np.random.default_rng(1)
+    q, k, v = (jnp.asarray(rng.normal(size=(2, length, HEADS, 16)), jnp.float32) for _ in range(3))
+    segments = np.zeros((2, length), np.int32)
+    segments[1, 32:] = 1
+    poisoned = np.zeros((2, length, 1, 1), bool)
+    poisoned[0, 48:] = poisoned[1, 16:32] = True
+
+    def both(q, k, v, segments):
+        got = windowed_attention(q, jnp.where(poisoned, jnp.nan, k), jnp.where(poisoned, jnp.nan, v), segments,
+                                 window, 0.25, interpret=True, blocks=MICRO)
+        return got, xla_attention(q, jnp.where(poisoned, 0.0, k), jnp.where(poisoned, 0.0, v), segments, window)
+
+    got, want = jax.jit(both, compiler_options=FAST_COMPILE)(q, k, v, jnp.asarray(segments))  # 0.25: 1 / sqrt(16)
+    np.testing.assert_allclose(got[0, :32], want[0, :32], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(got[1, 32:], want[1, 32:], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("platform, overrides, window, impl", [
+    ("gpu", dict(dtype="bfloat16"), True, "triton"),
+    ("gpu", dict(dtype="float16"), True, "triton"),
+    ("gpu", dict(dtype="bfloat16"), False, "cudnn"),  # no window: cuDNN's kernel stays
+    ("gpu", dict(dtype="float32"), True, "xla"),
+    ("gpu", dict(dtype="bfloat16", attention_dropout_rate=0.1), True, "xla"),
+    ("tpu", dict(dtype="bfloat16"), True, "splash"),
+    ("cpu", dict(dtype="bfloat16"), True, "xla"),
+])
+def test_auto_picks_the_windowed_kernel_for_windowed_models_on_an_nvidia_gpu(platform, overrides, window, impl):
+    cfg = small_model_config(attention_impl="auto", **{"attention_dropout_rate": 0.0, **overrides})
+    assert choose_kernel(cfg, platform=platform, window=window).impl == impl
+
+
+@pytest.mark.parametrize("platform, overrides, message", [
+    ("cpu", {}, r"attention_impl='triton' is a Pallas GPU \(Triton\) kernel.*'cpu'.*splash_interpret"),
+    ("gpu", dict(attention_dropout_rate=0.1), r"attention_impl='triton' cannot apply .*attention_dropout_rate=0.1"),
+])
+def test_triton_where_it_cannot_run_fails_naming_the_key(platform, overrides, message):
+    cfg = small_model_config(attention_impl="triton", dtype="bfloat16", **{"attention_dropout_rate": 0.0,
+                                                                             **overrides})
+    with pytest.raises(ValueError, match=message):
+        choose_kernel(cfg, platform=platform, window=True)
+    assert choose_kernel(small_model_config(attention_impl="triton", splash_interpret=True,
+                                            attention_dropout_rate=0.0), platform="cpu").impl == "triton"
+
+
+def test_deberta_refuses_the_windowed_kernel_it_cannot_add_position_terms_to():
+    from bert_jax.models.deberta_v3 import DebertaV3Config
+
+    cfg = small_model_config(family="deberta_v3", attention_impl="triton", splash_interpret=True,
+                             attention_dropout_rate=0.0)
+    with pytest.raises(ValueError, match=r"attention_impl='triton'.*the windowed Triton kernel cannot"):
+        DebertaV3Config.from_config(cfg)
+
+
+@pytest.mark.slow  # the whole model, twice, interpreted: ~40 s on 2 cores
+def test_modernbert_with_the_windowed_kernel_equals_xla():
+    """ModernBERT (local and global layers, scanned) on packed rows with padding: the loss and every parameter's
+    gradient with attention_impl=triton (interpret) equal xla's."""
+    import bert_jax.configs.modernbert_base
+
+    length = 48
+    rng = np.random.default_rng(0)
+    segments = rows(length)
+    real = segments >= 0
+    positions = np.zeros_like(segments)
+    for r in range(2):
+        for s in set(segments[r][real[r]]):
+            where = np.flatnonzero(segments[r] == s)
+            positions[r, where] = np.arange(where.size)
+    batch = {
+        "input_ids": jnp.asarray(rng.integers(5, 97, (2, length)) * real, jnp.int32),
+        "attention_mask": jnp.asarray(real, jnp.int32),
+        "segment_ids": jnp.asarray(np.where(real, segments, 0)),
+        "position_ids": jnp.asarray(positions),
+        "masked_positions": jnp.asarray([[1, 5, 20], [2, 30, 40]], jnp.int32),
+        "masked_ids": jnp.asarray(rng.integers(5, 97, (2, 3)), jnp.int32),
+        "masked_weights": jnp.ones((2, 3), jnp.float32),
+    }
+    results = []
+    for impl in ("xla", "triton"):
+        cfg = bert_jax.configs.modernbert_base.get_config("tiny").model
+        cfg.update(vocab_size=97, num_layers=4, scan_layers=True, local_attention=16, attention_impl=impl,
+                   splash_interpret=impl == "triton")
+        model = get_family("modernbert").build_model(cfg)
+        params = jax.jit(model.init)(jax.random.key(0), batch)["params"]
+        loss = lambda p: jnp.sum(model.apply({"params": p}, batch)["mlm_logits"] ** 2)  # noqa: E731
+        results.append(jax.jit(jax.value_and_grad(loss))(params))
+    (l1, g1), (l2, g2) = results
+    np.testing.assert_allclose(l1, l2, rtol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), g1, g2)
