@@ -1,7 +1,7 @@
 """Plans a run for hardware you do not have: compiles every stage's train step ahead of time and judges the fit.
 
     bert-jax plan --config=configs/bert_base.py                          (8 simulated CPU devices, no verdict)
-    bert-jax plan --config=configs/bert_base.py --gpu=h100 --num_devices=1   (an estimate for one H100)
+    bert-jax plan --config=configs/bert_base.py --gpu=h100 --num_devices=1   (one H100, by XLA's GPU compiler)
     bert-jax plan --config=configs/bert_large.py --tpu=v5e-16
     bert-jax plan --config=configs/bert_large.py --tpu=v5p-128 --num_slices=2
     bert-jax plan --config=configs/bert_base.py --tpu=v5e-4 --search
@@ -30,8 +30,17 @@ For a run whose every stage fits, --tpu also prints the run's length, a lower bo
 roofline step time (bert_jax/plan/run_length.py), in hours and chip-hours. --search ranks remat x mesh x per-chip
 batch x scan for each stage (bert_jax/plan/plan_search.py).
 
---num_devices (alone, or with --gpu / --target / --hbm_gib for a verdict): N simulated CPU devices and the XLA
-CPU compiler. Parameter and optimizer bytes are exact; temporaries are the CPU compiler's schedule, and an
+--gpu=h100|h200|a100_80gb|a100_40gb [--num_devices=N]: by XLA's GPU compiler for N such cards, on any host
+(the CUDA plugin, the `gpu` extra; bert_jax/plan/gpu_cards.py, the cards' target configs in
+bert_jax/plan/gpu_targets/). Memory per GPU is the compiler's own (memory_analysis); kernel launches and HBM bytes
+per step are read from the optimised program, each loop's trips counted (bert_jax/plan/hlo_traffic.py); FLOPs from
+the unoptimised program's dots (bert_jax/plan/hlo_flops.py: the GPU compiler gives no cost analysis), plus cuDNN
+attention's from the formula; the roofline bound from the card's peak bf16 FLOP/s and HBM bandwidth. A GPU
+program may use XLA_PYTHON_CLIENT_MEM_FRACTION (75 %) of the card. --search works as with --tpu. Without the
+plugin (or with --cpu), --gpu judges the CPU compiler's figure within the band below, and says so.
+
+--num_devices (alone, or with --target / --hbm_gib, or --gpu without the plugin, for a verdict): N simulated CPU
+devices and the XLA CPU compiler. Parameter and optimizer bytes are exact; temporaries are the CPU compiler's schedule, and an
 accelerator's peak was measured at 0.64x to more than 1.29x this figure (bert_jax/plan/memory_fit.py). That
 verdict is an estimate over the whole band.
 """
@@ -44,7 +53,7 @@ from ml_collections import config_flags
 
 from bert_jax import UserError
 from bert_jax.parallel import tpu_slices
-from bert_jax.plan import memory_fit, plan_search, stage_report
+from bert_jax.plan import gpu_cards, memory_fit, plan_search, stage_report
 from bert_jax.plan.compiled_plan import use_simulated_devices
 from bert_jax.plan.stage_plans import Judge, StagePlanner, step_config
 from bert_jax.run import command_line
@@ -56,14 +65,16 @@ def _define_flags() -> None:
     config_flags.DEFINE_config_file("config", None, command_line.CONFIG_HELP, lock_config=True)
     flags.DEFINE_string("tpu", "", "A TPU slice to compile for with the TPU compiler: v4-32, v5e-16, v5p-128, v6e-8, ...")
     flags.DEFINE_integer("num_slices", 1, "With --tpu: this many such slices (multi-slice over DCN).")
-    flags.DEFINE_bool("search", False, "With --tpu: try remat x mesh x per-chip batch x scan for each stage; rank what "
-                      "fits.")
+    flags.DEFINE_bool("search", False, "With --tpu or --gpu (the GPU compiler): try remat x mesh x per-chip batch x "
+                      "scan for each stage; rank what fits.")
     flags.DEFINE_float("search_enough_mfu", 0.98, "--search stops at the first fit with this MFU bound (nothing left "
                        "can be faster by more than the rest); 0 = try every configuration.")
-    flags.DEFINE_integer("num_devices", 8, "Without --tpu: simulated CPU devices to compile for.")
-    flags.DEFINE_string("gpu", "", "Without --tpu: a GPU kind to estimate the fit on (the CPU compiler's band): "
-                        + ", ".join(k for k, t in memory_fit.TARGETS.items() if t.compiler == "gpu") + ".")
-    flags.DEFINE_bool("cpu", False, "Plan with the XLA CPU compiler on simulated devices (the default without --tpu).")
+    flags.DEFINE_integer("num_devices", 8, "Without --tpu: the GPUs (--gpu) or simulated CPU devices to compile for.")
+    flags.DEFINE_string("gpu", "", "Without --tpu: a GPU to compile for with XLA's GPU compiler (the `gpu` extra; "
+                        "without it, or with --cpu, the CPU compiler's estimate): "
+                        + ", ".join(gpu_cards.CARDS) + ".")
+    flags.DEFINE_bool("cpu", False, "Plan with the XLA CPU compiler on simulated devices (the default without --tpu "
+                      "or the GPU compiler).")
     flags.DEFINE_string("target", "", "Without --tpu: a device kind to estimate the fit on: "
                         + ", ".join(memory_fit.TARGETS) + ".")
     flags.DEFINE_float("hbm_gib", 0.0, "Memory of one device in GiB; 0 = the target's (or no verdict).")
@@ -71,10 +82,15 @@ def _define_flags() -> None:
     flags.mark_flags_as_required(["config"])
 
 
+def gpu_compiler(gpu: str, cpu: bool) -> bool:
+    """Whether --gpu is planned by XLA's GPU compiler: the CUDA plugin is installed and --cpu was not given."""
+    return bool(gpu) and not cpu and gpu_cards.plugin_available()
+
+
 def check_flags(argv, tpu: str, gpu: str, cpu: bool, target: str, search: bool, num_slices: int, num_devices: int,
                 hbm_gib: float, enough_mfu: float) -> str:
-    """The device kind the CPU-compiler estimate judges against ("" for none); a flag that cannot be honoured is a
-    UserError naming it, before anything is compiled."""
+    """The device kind the CPU-compiler estimate judges against ("" for none; the GPU with the GPU compiler); a
+    flag that cannot be honoured is a UserError naming it, before anything is compiled."""
     if len(argv) > 1:
         raise UserError(f"unexpected arguments {argv[1:]}: plan takes flags only (--config, --tpu, --gpu, ...)")
     gpus = [k for k, t in memory_fit.TARGETS.items() if t.compiler == "gpu"]
@@ -95,12 +111,18 @@ def check_flags(argv, tpu: str, gpu: str, cpu: bool, target: str, search: bool, 
             raise UserError(f"--tpu={tpu} compiles for a TPU slice with the TPU compiler; {given} is for the "
                             "CPU compiler's estimate: give one or the other")
         return ""
-    if search:
-        raise UserError("--search needs --tpu=SLICE: it ranks by the TPU compiler's roofline (e.g. --tpu=v5e-16)")
+    if search and not gpu_compiler(gpu, cpu):
+        if gpu and not cpu:
+            raise UserError(f"--search with --gpu={gpu} needs XLA's GPU compiler, the CUDA plugin: "
+                            f"{gpu_cards.GPU_INSTALL_HINT}")
+        raise UserError("--search needs --tpu=SLICE or --gpu=CARD: it ranks by that compiler's roofline "
+                        "(e.g. --tpu=v5e-16, --gpu=h100)")
     if num_slices != 1:
         raise UserError(f"--num_slices={num_slices} needs --tpu=SLICE: it counts TPU slices")
     if num_devices < 1:
         raise UserError(f"--num_devices={num_devices} must be >= 1")
+    if gpu_compiler(gpu, cpu):
+        gpu_cards.parse_gpu(gpu, num_devices)  # a count the cards do not come in fails here
     return gpu or target
 
 
@@ -114,7 +136,7 @@ def _main(argv) -> None:
         raise
     except ValueError as e:  # a config the run would refuse, named by the check that refused it
         raise UserError(str(e)) from None
-    except RuntimeError as e:  # the TPU compiler missing: the message names the install command
+    except RuntimeError as e:  # the TPU or GPU compiler missing: the message names the install command
         raise SystemExit(f"bert-jax plan: {e}") from None
     if not fits:
         sys.exit(1)  # the report above names the stage
@@ -135,8 +157,17 @@ def _plan(config, target: str) -> bool:
             jax.config.update("jax_platforms", "cpu")
         if f.search:
             return _search(config, tpu_slice)
+    elif gpu_compiler(f.gpu, f.cpu):
+        tpu_slice, target = gpu_cards.parse_gpu(f.gpu, f.num_devices), ""  # XLA's GPU compiler, for these cards
+        if not os.environ.get("JAX_PLATFORMS"):
+            jax.config.update("jax_platforms", "cpu")  # the plugin must not look for a driver on this host
+        if f.search:
+            return _search(config, tpu_slice)
     else:
         use_simulated_devices(f.num_devices)
+        if f.gpu and not f.cpu:
+            print(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT}): --gpu={f.gpu} is judged on the "
+                  "XLA CPU compiler's figure, within the band measured around it.\n")
     planner = StagePlanner(Judge.of(tpu_slice, target, f.hbm_gib))
     text, fits = stage_report.report(planner, planner.stages(config), target, f.max_param_rows)
     print(text)
@@ -152,7 +183,8 @@ def _search(config, tpu_slice) -> bool:
               f"{stage.config.data.max_seq_length}, batch {stage.config.train.global_batch_size})\n")
         tried = plan_search.search(step_config(stage.config), tpu_slice, f.hbm_gib, enough_mfu=f.search_enough_mfu,
                                    log=print)
-        print(plan_search.format_search(tried, f.tpu, f.num_slices, f.hbm_gib))
+        print(plan_search.format_search(tried, f.tpu, f.num_slices, f.hbm_gib) if f.tpu else
+              plan_search.format_search(tried, f.gpu, 1, f.hbm_gib, flag="gpu", num_devices=f.num_devices))
         if stage.declared is not None:
             print(f"\nThis stage's grad_accum_steps goes in config.train.stages[{stage.declared}] "
                   "(train=dict(grad_accum_steps=K)); scan, mesh and remat are the whole run's.")

@@ -17,7 +17,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from bert_jax.plan import hlo_traffic, memory_fit
+from bert_jax.plan import gpu_cards, hlo_flops, hlo_traffic, memory_fit
 from bert_jax.parallel import tpu_slices
 from bert_jax.train.config_validation import validate_config
 from bert_jax.models import disentangled_attention
@@ -73,6 +73,7 @@ class Plan:
     # only HBM bytes.
     traffic: hlo_traffic.Traffic | None = None
     tpu_slice: tpu_slices.TpuSlice | None = None
+    gpus: gpu_cards.GpuSet | None = None  # compiled by XLA's GPU compiler for these cards
     libtpu_init_args: str = ""
     every_loop_counted: bool = False  # FLOPs count every loop's trips (make_plan's count_every_layer)
     # The most compiled_flops can be once every loop's trips are counted (they are, or need not be: equal).
@@ -101,10 +102,15 @@ class Plan:
         return self.roofline.memory_s >= (self.flops_ceiling + self.pallas_flops) / self.roofline.peak_flops
 
     @property
+    def accelerator(self) -> "tpu_slices.TpuSlice | gpu_cards.GpuSet | None":
+        """The TPU slice or the GPUs this plan was compiled for by their own compiler; None: simulated CPU devices."""
+        return self.tpu_slice or self.gpus
+
+    @property
     def roofline(self) -> Roofline | None:
-        if self.tpu_slice is None:
+        if self.accelerator is None:
             return None
-        chip = self.tpu_slice.chip
+        chip = self.accelerator.chip
         return Roofline(flops=self.compiled_flops + self.pallas_flops, bytes=self.hbm_bytes,
                         formula_flops=self.formula_flops / self.num_devices, tokens=self.tokens_per_step / self.num_devices,
                         peak_flops=chip.peak_flops, hbm_bytes_per_s=chip.hbm_bytes_per_s)
@@ -143,8 +149,9 @@ def refused_sizes_gib(message: str) -> tuple[float, float] | None:
     return float(sizes.group(1)) * _UNIT_GIB[sizes.group(2)], float(sizes.group(3)) * _UNIT_GIB[sizes.group(4)]
 
 
-def _compile(config, mesh, compiler_options: dict | None = None):
-    """(program, compiled step, seconds to compile) for config's train step on mesh."""
+def _compile(config, mesh, compiler_options: dict | None = None, keep_lowered: list | None = None):
+    """(program, compiled step, seconds to compile) for config's train step on mesh; the unoptimised HLO text is
+    appended to keep_lowered when given."""
     program = build_program(config, mesh)
     batch = jax.eval_shape(lambda: example_batch(config.data, config.train.global_batch_size))
     batch = jax.tree.map(
@@ -153,6 +160,8 @@ def _compile(config, mesh, compiler_options: dict | None = None):
     start = time.perf_counter()
     with jax.set_mesh(mesh), nn.logical_axis_rules(program.rules):
         lowered = program.train_step.lower(program.abstract_state, batch, program.abstract_frozen)
+        if keep_lowered is not None:
+            keep_lowered.append(lowered.as_text(dialect="hlo"))
         try:
             compiled = lowered.compile(compiler_options=compiler_options)
         except jax.errors.JaxRuntimeError as e:
@@ -171,9 +180,13 @@ def _cost(compiled) -> dict:
     return cost[0] if isinstance(cost, (list, tuple)) else cost
 
 
-def tpu_mesh(config, tpu_slice: tpu_slices.TpuSlice):
-    """The run's mesh over the slice's devices; a config.mesh that does not divide the chips fails naming both."""
-    devices = tpu_slices.slice_devices(tpu_slice)
+def tpu_mesh(config, tpu_slice: "tpu_slices.TpuSlice | gpu_cards.GpuSet"):
+    """The run's mesh over the slice's (or the GPUs') devices; a config.mesh that does not divide the chips fails
+    naming both."""
+    if isinstance(tpu_slice, gpu_cards.GpuSet):
+        devices = gpu_cards.gpu_devices(tpu_slice)
+    else:
+        devices = tpu_slices.slice_devices(tpu_slice)
     try:
         resolve_mesh_shapes(config.mesh, len(devices))
     except ValueError as e:
@@ -199,6 +212,9 @@ def _pallas_flops(config, model_config, kernel: str, num_devices: int) -> float:
 
 PALLAS_FLOPS_SOURCE = {
     "splash": "the formula's attention term, 12*layers*hidden*S^2*B, for each network that runs it",
+    "cudnn": "the formula's attention term, 12*layers*hidden*S^2*B, for each network that runs it",
+    "triton": "the formula's attention term, 12*layers*hidden*S^2*B, for each network that runs it (a windowed "
+              "layer's tiles execute about (128 + 2*window)/S of it, models/windowed_kernel.py)",
     disentangled_attention.FUSED_KERNEL: "the formula's attention term with the position terms, "
                                          "12*layers*hidden*S*(S + 2*position_buckets)*B, generator layers included "
                                          "(model FLOPs: its tiles execute about 1.9x that at S=512)",
@@ -366,7 +382,10 @@ def counting_needed(plan: "Plan", config) -> bool:
 def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_layer: bool = True) -> Plan:
     """Compiles config's train step: for `tpu_slice` with the TPU compiler, else for the CPU devices JAX has now
     (set their number before JAX starts, `use_simulated_devices`). count_every_layer=False skips the second
-    compile that counts a scanned TPU step's every layer (memory alone: what a search screens with)."""
+    compile that counts a scanned TPU step's every layer (memory alone: what a search screens with). A GPU set
+    (bert_jax/plan/gpu_cards.py) for `tpu_slice`: XLA's GPU compiler, for those cards (`_make_gpu_plan`)."""
+    if isinstance(tpu_slice, gpu_cards.GpuSet):
+        return _make_gpu_plan(config, tpu_slice)
     if tpu_slice is not None:
         tpu_slices.set_libtpu_init_args(config)  # the flags the run on the TPU sets
         with building_for("tpu"):
@@ -439,6 +458,54 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
     )
 
 
+def _make_gpu_plan(config, gpus: gpu_cards.GpuSet) -> Plan:
+    """config's train step compiled by XLA's GPU compiler for `gpus`: memory from memory_analysis(); HBM bytes
+    and kernel launches from the optimised HLO, every loop's trips counted (hlo_traffic); FLOPs from the dots of the
+    unoptimised HLO (hlo_flops: cost_analysis() is None for these devices), plus a fused attention kernel's
+    from the formula."""
+    with building_for("gpu"):
+        validate_config(config, 1)
+    mesh = tpu_mesh(config, gpus)
+    unoptimised: list[str] = []
+    program, compiled, compile_s = _compile(config, mesh, keep_lowered=unoptimised)
+    memory = compiled.memory_analysis()
+    flops, loops_once = hlo_flops.dot_flops(unoptimised[0])
+    traffic = hlo_traffic.traffic(compiled.as_text())
+    notes = [f"{n} loop(s) whose trip count could not be read: their body counted once, so FLOPs and bytes are too "
+             "low" for n in {traffic.loops_counted_once, loops_once} if n]
+    plan = _plan_from(config, program, mesh, memory, flops / mesh.size, compile_s, "; ".join(notes))
+    kernel_flops = _pallas_flops(config, getattr(program.model, "config", None), program.attention_kernel, mesh.size)
+    return dataclasses.replace(plan, traffic=traffic, bytes_accessed=traffic.total, gpus=gpus,
+                               pallas_flops=kernel_flops, every_loop_counted=True,
+                               compiler_version=f"jax {jax.__version__}, jax-cuda12-plugin "
+                                                f"{importlib.metadata.version('jax-cuda12-plugin')}")
+
+
+def _plan_from(config, program, mesh, memory, flops: float, compile_s: float, layers_counted: str) -> Plan:
+    """A Plan of a compiled step whose FLOPs per device are `flops` (every loop counted)."""
+    state, m = program.abstract_state, config.model
+    rows = [
+        ParamRow(_path(path), tuple(leaf.shape), str(tuple(leaf.sharding.spec)),
+                 tuple(leaf.sharding.shard_shape(leaf.shape)), str(leaf.dtype))
+        for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]
+    ]
+    accum = config.train.grad_accum_steps
+    return Plan(
+        mesh_shape=dict(mesh.shape), num_devices=mesh.size, param_count=perf.count_params(state.params),
+        param_bytes=_bytes_per_device(state.params), opt_state_bytes=_bytes_per_device(state.opt_state),
+        frozen_bytes=_bytes_per_device(program.abstract_frozen),
+        argument_bytes=memory.argument_size_in_bytes, output_bytes=memory.output_size_in_bytes,
+        alias_bytes=memory.alias_size_in_bytes, temp_bytes=memory.temp_size_in_bytes,
+        compiled_flops=flops, formula_flops=perf.step_flops(program, config),
+        peak_bytes=memory_fit.compiled_peak_bytes(memory), compile_s=compile_s,
+        compiler=devices_platform(mesh.devices.flat), compiler_version=f"jax {jax.__version__}",
+        scan_layers=bool(m.scan_layers), params=rows, kernel=program.attention_kernel, remat_policy=m.remat_policy,
+        tokens_per_step=config.train.global_batch_size * config.data.max_seq_length,
+        micro_batch_per_chip=config.train.global_batch_size // accum // (mesh.size // mesh.shape["tensor"]),
+        layers_counted=layers_counted, flops_ceiling=flops,
+    )
+
+
 def _compiler_version(tpu_slice) -> str:
     if tpu_slice is None:
         return f"jax {jax.__version__}"
@@ -446,9 +513,18 @@ def _compiler_version(tpu_slice) -> str:
 
 
 def fits(plan: Plan, hbm_gib: float = 0.0) -> tuple[bool, float]:
-    """(whether a TPU plan's peak fits one chip's HBM, or hbm_gib when given; the chip's usable bytes)."""
+    """(whether a TPU or GPU plan's peak fits one chip's HBM, or hbm_gib when given; the chip's usable bytes). A
+    GPU program may use XLA_PYTHON_CLIENT_MEM_FRACTION of what the card reports (JAX's pool, 75 % by default)."""
+    if plan.gpus is not None:
+        usable = (hbm_gib * GIB or plan.gpus.chip.device_memory_bytes) * memory_fit.gpu_memory_fraction()
+        return plan.peak_bytes <= usable, usable
     usable = (hbm_gib or plan.tpu_slice.chip.hbm_gib) * GIB
     return plan.peak_bytes <= usable, usable
+
+
+def compiler_name(accelerator) -> str:
+    """Which compiler plans for a TPU slice or GPU set, in words."""
+    return "XLA's GPU compiler" if isinstance(accelerator, gpu_cards.GpuSet) else "the TPU compiler"
 
 
 def format_plan(plan: Plan, target: str = "", hbm_gib: float = 0.0, max_rows: int = 0, param_table: bool = True) -> str:
@@ -457,7 +533,14 @@ def format_plan(plan: Plan, target: str = "", hbm_gib: float = 0.0, max_rows: in
     gib = lambda b: f"{b / GIB:.3f}"  # noqa: E731
     mesh = ", ".join(f"{k}={v}" for k, v in plan.mesh_shape.items())
     unit = "chip" if plan.tpu_slice else "device"
-    if plan.tpu_slice:
+    if plan.gpus:
+        g = plan.gpus
+        where = f"{g.label}: {g.total_chips} {g.chip.device_kind} ({g.topology})"
+        source = (f"Memory, launches and bytes below come from XLA's GPU compiler ({plan.compiler_version}) compiling "
+                  f"for {where} on this host, from the card's target config (bert_jax/plan/gpu_targets/"
+                  f"{g.chip.key}.txtpb): exact for this program, no band; FLOPs are the unoptimised program's dots "
+                  "(bert_jax/plan/hlo_flops.py).")
+    elif plan.tpu_slice:
         s = plan.tpu_slice
         where = f"{s.label}: {s.total_chips} {s.chip.device_kind} chips ({s.topology})"
         source = (f"Memory, FLOPs and bytes below come from the TPU compiler ({plan.compiler_version}) compiling for "
@@ -488,13 +571,14 @@ def format_plan(plan: Plan, target: str = "", hbm_gib: float = 0.0, max_rows: in
         f"{plan.compiled_flops * plan.num_devices:.4g}; formula {plan.formula_flops:.4g} "
         "(6*N*B*S + 12*layers*hidden*S*(S + R)*B for each network of the module, R DeBERTa's relative rows, "
         "+ 6*hidden*vocab*B*P, plus a teacher's forward, a third of that with its sizes, bert_jax/train/perf.py; "
-        "the compiled count adds rematerialisation, optimizer and softmax/norm work"
-        + ("; with scan_layers XLA counts the scanned layer once, not once per layer)"
-           if plan.scan_layers and not plan.layers_counted else ")"),
+        + ("the program's dots, every layer and rematerialisation counted, no elementwise work)" if plan.gpus else
+           "the compiled count adds rematerialisation, optimizer and softmax/norm work"
+           + ("; with scan_layers XLA counts the scanned layer once, not once per layer)"
+              if plan.scan_layers and not plan.layers_counted else ")")),
     ]
     if plan.layers_counted:
         lines.append(f"({plan.layers_counted})")
-    if plan.tpu_slice:
+    if plan.accelerator:
         lines += _tpu_lines(plan, hbm_gib)
     else:
         kind, usable_gib = memory_fit.resolve_target(target, hbm_gib)
@@ -521,6 +605,9 @@ def format_params(plan: Plan, max_rows: int = 0) -> str:
 
 
 def _tpu_lines(plan: Plan, hbm_gib: float) -> list[str]:
+    """The verdict, bytes and roofline of a plan compiled for a TPU slice or GPUs by their own compiler."""
+    if plan.gpus:
+        return _gpu_lines(plan, hbm_gib)
     chip = plan.tpu_slice.chip
     ok, usable = fits(plan, hbm_gib)
     memory = f"{hbm_gib:g} GiB (--hbm_gib)" if hbm_gib else f"{chip.hbm_gib:g} GiB of HBM"
@@ -547,6 +634,37 @@ def _tpu_lines(plan: Plan, hbm_gib: float) -> list[str]:
     ]
     if plan.tpu_slice.num_slices > 1:
         lines.append("Collectives across slices (DCN) are not in this bound: it counts each chip's FLOPs and HBM bytes.")
+    return lines
+
+
+def _gpu_lines(plan: Plan, hbm_gib: float) -> list[str]:
+    chip, (ok, usable) = plan.gpus.chip, fits(plan, hbm_gib)
+    fraction = memory_fit.gpu_memory_fraction()
+    memory = (f"{usable / GIB:.2f} GiB usable ({fraction:.0%} of "
+              + (f"{hbm_gib:g} GiB, --hbm_gib" if hbm_gib else f"the {chip.device_memory_bytes / GIB:.2f} GiB the card "
+                 "reports") + ", XLA_PYTHON_CLIENT_MEM_FRACTION)")
+    if ok:
+        verdict = f"**fits**: {plan.peak_bytes / GIB:.2f} GiB per GPU of {memory}, {(usable - plan.peak_bytes) / GIB:.2f} GiB free"
+    else:
+        verdict = (f"**does not fit**: {plan.peak_bytes / GIB:.2f} GiB per GPU against {memory}, "
+                   f"{(plan.peak_bytes - usable) / GIB:.2f} GiB over")
+    r = plan.roofline
+    lines = ["", verdict + " (XLA's GPU compiler's own figure)", ""]
+    if plan.pallas_flops:
+        lines.append(f"The {plan.kernel} attention kernel is a custom call, its FLOPs invisible in the program's dots: "
+                     f"added from {PALLAS_FLOPS_SOURCE[plan.kernel]}, {plan.pallas_flops:.4g} FLOPs per GPU; its bytes "
+                     "are its operands and results in the program.")
+    lines += [
+        f"Per GPU per step: {plan.traffic.launches:,.0f} kernel launches and {r.bytes / 1e9:.4g} GB through HBM "
+        f"({r.bytes_per_token / 1e3:.4g} kB per token), each loop's body times its trips, every instruction's operands "
+        "read and result written once (bert_jax/plan/hlo_traffic.py; no cache reuse); "
+        f"FLOPs {r.flops:.4g} (formula {r.formula_flops:.4g}; the dots, rematerialisation included).",
+        f"Roofline ({chip.device_kind}: {chip.peak_flops / 1e12:g} TFLOP/s bf16 dense, {chip.hbm_bytes_per_s / 1e9:g} GB/s "
+        f"HBM, data sheet): compute {r.compute_s * 1e3:.2f} ms, memory {r.memory_s * 1e3:.2f} ms -> step >= "
+        f"{r.step_s * 1e3:.2f} ms, **{r.bound}**; at most {r.tokens_per_s:,.0f} tokens/s per GPU, "
+        f"**MFU <= {r.mfu:.1%}** (launch overhead and GEMM efficiency not in the bound; autotuning is off when "
+        "compiling without a GPU).",
+    ]
     return lines
 
 

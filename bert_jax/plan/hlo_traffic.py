@@ -61,6 +61,7 @@ class Traffic:
     innermost_trips: tuple[int, ...] = ()
     # Trip counts of the loops the compiler made (windowed einsums: a dot in pieces around a collective).
     compiler_loop_trips: tuple[int, ...] = ()
+    launches: float = 0  # instructions that move data (kernels on a GPU), each loop's body times its trips
 
     @property
     def total(self) -> float:
@@ -342,7 +343,11 @@ def _count(name: str, computations: dict[str, list[str]], memo: dict, unknown: l
     starts = _scalar_constants(lines[1:])
     tuples: dict[str, list[str]] = {}
     hbm = other = 0.0
+    items = memo.setdefault(("items", name), [])  # what `breakdown` walks: (rest, hbm, other) or (callee, times)
     for result, type_text, opcode, operands, rest in _instructions(lines[1:]):
+        if items and items[-1][0] == "open":  # the previous instruction's bytes, now that they are added up
+            _, rest0, hbm0, other0 = items.pop()
+            items.append(("kernel", rest0, hbm - hbm0, other - other0))
         if opcode == "tuple":
             tuples[result] = operands
         if opcode == "get-tuple-element":
@@ -370,6 +375,7 @@ def _count(name: str, computations: dict[str, list[str]], memo: dict, unknown: l
             if not _program_loop(opcode, rest):
                 made.append(n)
             hbm, other = hbm + n * body_hbm, other + n * body_other
+            items.append(("loop", body, n, _op_name(rest)))
             continue
         if opcode in ("call", "conditional"):
             called = re.findall(r"%([\w.\-]+)", (re.search(r"(?:to_apply|branch_computations)=(\{[^}]*\}|%[\w.\-]+)",
@@ -378,7 +384,9 @@ def _count(name: str, computations: dict[str, list[str]], memo: dict, unknown: l
             if costs:
                 best = max(costs, key=sum)
                 hbm, other = hbm + best[0], other + best[1]
+                items.append(("loop", [c for c in called if c in computations][costs.index(best)], 1, _op_name(rest)))
             continue
+        items.append(("open", rest, hbm, other))
         written = _tuple_elements(type_text)[_DESTINATION[opcode]] if opcode in _DESTINATION else type_text
         fused = re.search(r"calls=%([\w.\-]+)", rest) if opcode == "fusion" else None
         fused = fused.group(1) if fused and fused.group(1) in computations else None
@@ -403,6 +411,9 @@ def _count(name: str, computations: dict[str, list[str]], memo: dict, unknown: l
             if position in partial:  # only slices of it are read (or rows gathered), from where it lives
                 h, o = (partial[position], 0.0) if h else (0.0, partial[position])
             hbm, other = hbm + h, other + o
+    if items and items[-1][0] == "open":
+        _, rest0, hbm0, other0 = items.pop()
+        items.append(("kernel", rest0, hbm - hbm0, other - other0))
     memo[name] = (hbm, other)
     return memo[name]
 
@@ -413,6 +424,41 @@ def traffic(hlo_text: str) -> Traffic:
     unknown: list[str] = []
     innermost: list[int] = []
     made: list[int] = []
-    hbm, other = _count(entry, computations, {}, unknown, innermost, made)
+    memo: dict = {}
+    hbm, other = _count(entry, computations, memo, unknown, innermost, made)
+    launches = sum(kernels for kernels, _, _ in _walk(entry, memo, computations, lambda *_: "").values())
     return Traffic(hbm=hbm, on_chip=other, loops_counted_once=len(unknown), innermost_trips=tuple(innermost),
-                   compiler_loop_trips=tuple(made))
+                   compiler_loop_trips=tuple(made), launches=launches)
+
+
+def breakdown(hlo_text: str, part_of) -> dict[str, tuple[float, float, float]]:
+    """{part: (instructions that move data, HBM bytes, other bytes)} of one run of a compiled program, each loop's
+    body times its trips, as `traffic` counts them. `part_of(opcode, op_name)` names an instruction's part from
+    the JAX op that made it: its own metadata's op_name, else (a fusion) the first in its fused computation, else
+    its loop's."""
+    computations, entry = _computations(hlo_text)
+    memo: dict = {}
+    _count(entry, computations, memo, [], [], [])
+    return _walk(entry, memo, computations, part_of)
+
+
+def _op_name(rest: str) -> str:
+    found = re.search(r'op_name="([^"]*)"', rest)
+    return found.group(1) if found else ""
+
+
+def _walk(name: str, memo: dict, computations, part_of, times: float = 1.0, out: dict | None = None,
+          context: str = "") -> dict:
+    out = {} if out is None else out
+    for item in memo.get(("items", name), []):
+        if item[0] == "loop":
+            _walk(item[1], memo, computations, part_of, times * item[2], out, item[3] or context)
+        elif item[0] == "kernel":
+            rest = item[1]
+            op_name = _op_name(rest)
+            fused = re.search(r"calls=%([\w.\-]+)", rest)
+            if not op_name and fused and fused.group(1) in computations:
+                op_name = next(filter(None, map(_op_name, computations[fused.group(1)][1:])), "")
+            kernels, hbm, other = out.get(part := part_of(rest.split("(", 1)[0], op_name or context), (0.0, 0.0, 0.0))
+            out[part] = (kernels + times, hbm + times * item[2], other + times * item[3])
+    return out

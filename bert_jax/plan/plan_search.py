@@ -1,4 +1,5 @@
-"""`plan --tpu=... --search`: what researchers try by hand on a TPU they pay for, compiled here instead.
+"""`plan --tpu=... --search` (or `--gpu=...`): what researchers try by hand on a TPU or GPUs they pay for,
+compiled here instead, by the target's own compiler (a GPU set of bert_jax/plan/gpu_cards.py goes where a slice does).
 
 Tries remat policy x mesh (data / fsdp / tensor) x per-chip batch x scan, keeping the config's
 global batch (a smaller per-chip batch is gradient accumulation, so training is unchanged).
@@ -272,7 +273,10 @@ def _describe(t: Tried, tpu_slice) -> str:
     return text
 
 
-def format_search(tried: list[Tried], tpu: str, num_slices: int, hbm_gib: float = 0.0) -> str:
+def format_search(tried: list[Tried], tpu: str, num_slices: int, hbm_gib: float = 0.0, flag: str = "tpu",
+                  num_devices: int = 0) -> str:
+    """The ranking as a table and the best's commands; `flag`="gpu" for a search over GPUs (--gpu=`tpu`
+    --num_devices=`num_devices`)."""
     fitting = [t for t in tried if t.fits]
     lines = [
         "| rank | scan | mesh | remat | per-chip batch | peak GiB | step >= ms | tok/s per chip | MFU bound | bound |",
@@ -291,9 +295,10 @@ def format_search(tried: list[Tried], tpu: str, num_slices: int, hbm_gib: float 
         return "\n".join([f"Nothing tried fits on {tpu}{over}. Try a larger slice or a smaller global batch."])
     best = fitting[0]
     slices = f" --num_slices={num_slices}" if num_slices > 1 else ""
+    slices += f" --num_devices={num_devices}" if num_devices else ""
     hbm = f" --hbm_gib={hbm_gib:g}" if hbm_gib else ""
     lines += ["", f"{len(fitting)} of {len(tried)} configurations tried fit; the best:", "",
-              f"python -m bert_jax.plan --config=CONFIG --tpu={tpu}{slices}{hbm} {best.candidate.flags()}",
+              f"python -m bert_jax.plan --config=CONFIG --{flag}={tpu}{slices}{hbm} {best.candidate.flags()}",
               f"python -m bert_jax.commands.pretrain --config=CONFIG --workdir=DIR {best.candidate.flags()}"]
     return "\n".join(lines)
 

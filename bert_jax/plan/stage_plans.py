@@ -20,7 +20,7 @@ import math
 import ml_collections
 
 from bert_jax.parallel import tpu_slices
-from bert_jax.plan import compiled_plan, memory_fit
+from bert_jax.plan import compiled_plan, gpu_cards, memory_fit
 from bert_jax.train import perf, stages
 from bert_jax.train.config_validation import resolve_config
 from bert_jax.train.program import build_program
@@ -52,11 +52,11 @@ class Verdict:
 
 @dataclasses.dataclass(frozen=True)
 class Judge:
-    """What a device's peak is judged against: a TPU slice's chips (the TPU compiler's exact figure against
-    their HBM, or hbm_gib), a device kind and its usable memory with the band measured around the CPU compiler's
-    figure (bert_jax/plan/memory_fit.py), or nothing: no verdict."""
+    """What a device's peak is judged against: a TPU slice's chips or a set of GPUs (bert_jax/plan/gpu_cards.py;
+    their own compiler's exact figure against their memory, or hbm_gib), a device kind and its usable memory with
+    the band measured around the CPU compiler's figure (bert_jax/plan/memory_fit.py), or nothing: no verdict."""
 
-    tpu_slice: tpu_slices.TpuSlice | None = None
+    tpu_slice: "tpu_slices.TpuSlice | gpu_cards.GpuSet | None" = None  # the accelerator its compiler plans for
     target: memory_fit.Target | None = None
     usable_gib: float = 0.0  # CPU compiler: per device, what a program may use of it; 0 = no verdict
     hbm_gib: float = 0.0  # as given (--hbm_gib); 0 = the chip's or the target's
@@ -74,7 +74,7 @@ class Judge:
 
     @property
     def unit(self) -> str:
-        return "chip" if self.tpu_slice is not None else "device"
+        return "chip" if self.tpu_slice is not None and not isinstance(self.tpu_slice, gpu_cards.GpuSet) else "device"
 
     @property
     def device(self) -> str:
@@ -88,8 +88,9 @@ class Judge:
             ok, usable = compiled_plan.fits(plan, self.hbm_gib)
             gap = (f"{(usable - plan.peak_bytes) / GIB:.2f} GiB free" if ok
                    else f"{(plan.peak_bytes - usable) / GIB:.2f} GiB over")
-            return Verdict("fits" if ok else DOES_NOT_FIT, f"{plan.peak_bytes / GIB:.2f} GiB per chip of "
-                           f"{usable / GIB:.3g} GiB ({gap}; the TPU compiler's own figure)", plan.peak_bytes, usable)
+            return Verdict("fits" if ok else DOES_NOT_FIT, f"{plan.peak_bytes / GIB:.2f} GiB per {self.unit} of "
+                           f"{usable / GIB:.3g} GiB ({gap}; {compiled_plan.compiler_name(self.tpu_slice)}'s own "
+                           "figure)", plan.peak_bytes, usable)
         if not self.usable_gib:
             return Verdict("", "", plan.peak_bytes, math.inf)
         fit = memory_fit.judge(plan.peak_bytes, self.usable_gib, self.target, planned_on=plan.compiler)
