@@ -4,7 +4,6 @@ The end-to-end case (a second `pretrain` on a running one's workdir stops before
 is in test_preemption.py, beside the running pretrain it needs.
 """
 import json
-import time
 
 import pytest
 
@@ -19,9 +18,21 @@ def fast_config(**overrides):
     return c
 
 
-def other_holder(workdir, age_s: float) -> dict:
-    """A lease record of another process on another host, its heartbeat `age_s` old."""
-    now = time.time()
+class FakeClock(lease_lib.Clock):
+    """A clock that moves only when told (or slept on): a heartbeat's age is what the test set, however long the
+    machine took to write and read the lease back (at a load of 12 on 2 cores, seconds)."""
+
+    def __init__(self, now: float = 1_800_000_000.0):
+        super().__init__(lambda: self.now, self.advance)
+        self.now = now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def other_holder(workdir, age_s: float, clock: FakeClock) -> dict:
+    """A lease record of another process on another host, its heartbeat `age_s` old by `clock`."""
+    now = clock.time()
     record = {"run_id": "0ther", "host": "tpu-worker-7", "pid": 4242, "started_at": now - 3600,
               "heartbeat": now - age_s, "process_count": 4}
     paths.write_atomically(paths.path(workdir) / "LEASE", json.dumps(record))
@@ -36,23 +47,28 @@ def workdir(request, tmp_path):
 
 
 def test_a_live_lease_of_another_run_refuses_naming_the_holder_and_is_left_alone(workdir):
-    held = other_holder(workdir, age_s=0.5)
+    clock = FakeClock()
+    held = other_holder(workdir, age_s=0.5, clock=clock)
     with pytest.raises(lease_lib.LeaseHeldError, match=r"host tpu-worker-7, pid 4242, started"):
-        lease_lib.acquire(workdir, fast_config(), process_index=0, process_count=1)
+        lease_lib.acquire(workdir, fast_config(), process_index=0, process_count=1, clock=clock)
     assert lease_lib.read_lease(workdir) == held
 
 
 def test_a_stale_lease_is_taken_over_with_a_warning_then_heartbeats_and_is_released(workdir, caplog):
-    other_holder(workdir, age_s=10)
-    lease = lease_lib.acquire(workdir, fast_config(), process_index=0, process_count=2)
+    clock = FakeClock()
+    other_holder(workdir, age_s=10, clock=clock)
+    lease = lease_lib.acquire(workdir, fast_config(), process_index=0, process_count=2, clock=clock)
     try:
         assert "taking over the stale lease" in caplog.text and "pid 4242" in caplog.text
         first = lease_lib.read_lease(workdir)
         assert first["run_id"] == lease.record["run_id"] and first["process_count"] == 2
-        deadline = time.time() + 10
-        while lease_lib.read_lease(workdir)["heartbeat"] == first["heartbeat"] and time.time() < deadline:
-            time.sleep(0.1)
-        assert lease_lib.lease_is_live(lease_lib.read_lease(workdir), timeout_s=2.0)
+        clock.advance(30)  # past timeout_s: only a heartbeat written since keeps it live
+        assert not lease_lib.lease_is_live(first, timeout_s=2.0, now=clock.time())
+        # Two more beats of the thread: the second began after the clock moved (the timeout only guards a hang).
+        assert lease.wait_for_beats(lease.beats + 2, timeout_s=120)
+        beaten = lease_lib.read_lease(workdir)
+        assert beaten["heartbeat"] == clock.time() and beaten["run_id"] == lease.record["run_id"]
+        assert lease_lib.lease_is_live(beaten, timeout_s=2.0, now=clock.time())
         lease.check()
     finally:
         lease.release()
@@ -60,12 +76,16 @@ def test_a_stale_lease_is_taken_over_with_a_warning_then_heartbeats_and_is_relea
 
 
 def test_a_run_whose_lease_was_taken_over_stops(tmp_path):
-    lease = lease_lib.acquire(str(tmp_path), fast_config(), process_index=0, process_count=1)
+    """The heartbeat that finds another run's record stops the run. The thread is kept from beating (an hour's
+    interval) and the test beats itself: a beat of the thread between the test's write and its own read-back would
+    rewrite our record over the other one, which a real taker's settle read-back catches (it then does not start)."""
+    clock = FakeClock()
+    lease = lease_lib.acquire(str(tmp_path), fast_config(heartbeat_s=3600), process_index=0, process_count=1,
+                              clock=clock)
     try:
-        other_holder(tmp_path, age_s=0)
-        deadline = time.time() + 10
-        while lease.lost is None and time.time() < deadline:
-            time.sleep(0.1)
+        assert lease.beat() and lease.lost is None
+        other_holder(tmp_path, age_s=0, clock=clock)
+        assert not lease.beat()
         with pytest.raises(lease_lib.LeaseLostError, match=r"taken over by run 0ther on host tpu-worker-7"):
             lease.check()
     finally:
@@ -74,11 +94,19 @@ def test_a_run_whose_lease_was_taken_over_stops(tmp_path):
 
 
 def test_waiting_for_a_live_holder_that_ends_then_taking_it(tmp_path):
-    other_holder(tmp_path, age_s=1.5)  # stale after another 0.5 s of timeout_s=2
-    t0 = time.time()
-    lease = lease_lib.acquire(str(tmp_path), fast_config(wait_s=5.0), process_index=0, process_count=1)
+    """Live for another 0.5 s of timeout_s=2: a wait shorter than that refuses, a longer one takes it once stale, at
+    the first look past 0.5 s (looks come every heartbeat_s)."""
+    clock = FakeClock()
+    other_holder(tmp_path, age_s=1.5, clock=clock)
+    with pytest.raises(lease_lib.LeaseHeldError, match="in use by another live run"):
+        lease_lib.acquire(str(tmp_path), fast_config(wait_s=0.3), process_index=0, process_count=1, clock=clock)
+    clock = FakeClock()
+    other_holder(tmp_path, age_s=1.5, clock=clock)
+    t0 = clock.time()
+    lease = lease_lib.acquire(str(tmp_path), fast_config(wait_s=5.0), process_index=0, process_count=1, clock=clock)
     lease.release()
-    assert 0.4 < time.time() - t0 < 5.0
+    config = fast_config()
+    assert 0.5 <= clock.time() - t0 <= 0.5 + config.heartbeat_s + config.settle_s + 1e-9
 
 
 def test_other_hosts_join_without_writing(tmp_path):
@@ -93,7 +121,7 @@ def test_the_lease_of_a_killed_process_on_this_host_is_stale_at_once(tmp_path):
     import sys
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    record = other_holder(tmp_path, age_s=0)
+    record = other_holder(tmp_path, age_s=0, clock=lease_lib.WALL_CLOCK)
     record.update(host=socket.gethostname(), pid=int(dead.stdout))
     paths.write_atomically(tmp_path / "LEASE", json.dumps(record))
     assert not lease_lib.lease_is_live(record, timeout_s=60)

@@ -19,6 +19,11 @@ written, process 0 takes `WORKDIR/LEASE`, and a heartbeat thread rewrites it eve
 
 Released (deleted) when the run ends in any way but a kill; a killed holder's lease goes
 stale after `lease.timeout_s`.
+
+Time comes from a `Clock` (wall time and sleep), which tests replace: whether a heartbeat is
+live or stale is then decided by the clock the test sets, not by how long a loaded machine
+took to write and read it back. Each heartbeat is one call of `Lease.beat` (the thread calls
+it every `heartbeat_s`); `Lease.beats` counts them, and `wait_for_beats` waits on that count.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import socket
 import threading
 import time
 import uuid
+from typing import Callable
 
 import ml_collections
 from absl import logging
@@ -54,6 +60,16 @@ def default_config() -> ml_collections.ConfigDict:
     c.wait_s = 0.0  # how long to wait for a live holder to end before refusing
     c.settle_s = 1.0  # read back after writing: the last of two racing writers wins
     return c
+
+
+class Clock:
+    """Where the lease reads the time and waits: the wall clock, or a test's."""
+
+    def __init__(self, time_fn: Callable[[], float] = time.time, sleep_fn: Callable[[float], None] = time.sleep):
+        self.time, self.sleep = time_fn, sleep_fn
+
+
+WALL_CLOCK = Clock()
 
 
 def read_lease(workdir: str | os.PathLike) -> dict | None:
@@ -101,58 +117,78 @@ _HELD: dict[str, "Lease"] = {}
 class Lease:
     """Process 0's hold on a workdir; `acquire` returns a started one."""
 
-    def __init__(self, workdir: str, cfg, process_count: int):
-        self.workdir, self.cfg = str(workdir), cfg
+    def __init__(self, workdir: str, cfg, process_count: int, clock: Clock = WALL_CLOCK):
+        self.workdir, self.cfg, self.clock = str(workdir), cfg, clock
         self.path = Workdir(workdir).lease
-        now = time.time()
+        now = clock.time()
         self.record = {"run_id": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid(),
                        "started_at": now, "heartbeat": now, "process_count": process_count}
         self.lost: dict | None = None  # the record that replaced ours
         self._stop = threading.Event()
+        self.beats = 0  # heartbeats written since the lease was taken
+        self._beaten = threading.Condition()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
 
     def _write(self) -> None:
-        self.record["heartbeat"] = time.time()
+        self.record["heartbeat"] = self.clock.time()
         paths.write_atomically(self.path, json.dumps(self.record, sort_keys=True))
 
     def _take(self) -> None:
-        deadline = time.time() + float(self.cfg.wait_s)
+        deadline = self.clock.time() + float(self.cfg.wait_s)
         while True:
             held = read_lease(self.workdir)
-            if not lease_is_live(held, self.cfg.timeout_s):
+            if not lease_is_live(held, self.cfg.timeout_s, now=self.clock.time()):
                 break
-            if time.time() >= deadline:
+            if self.clock.time() >= deadline:
                 raise LeaseHeldError(
-                    f"{self.workdir} is in use by another live run ({describe(held)}). Two runs in one workdir "
+                    f"{self.workdir} is in use by another live run ({describe(held, self.clock.time())}). "
+                    f"Two runs in one workdir "
                     f"would overwrite each other's checkpoints. Stop that run, or wait until its lease is "
                     f"{self.cfg.timeout_s:.0f} s old (config.lease.timeout_s) if it is gone, or use another "
                     f"--workdir.")
-            time.sleep(min(1.0, self.cfg.heartbeat_s))
+            self.clock.sleep(min(1.0, self.cfg.heartbeat_s))
         if held is not None:
-            logging.warning("taking over the stale lease of %s: %s", self.workdir, describe(held))
+            logging.warning("taking over the stale lease of %s: %s", self.workdir, describe(held, self.clock.time()))
         self._write()
-        time.sleep(float(self.cfg.settle_s))
+        self.clock.sleep(float(self.cfg.settle_s))
         now_held = read_lease(self.workdir)
         if now_held is None or now_held["run_id"] != self.record["run_id"]:
             raise LeaseHeldError(f"{self.workdir}: another run took the lease at the same moment "
-                                 f"({describe(now_held) if now_held else 'and released it'}); not starting.")
+                                 f"({describe(now_held, self.clock.time()) if now_held else 'and released it'}); "
+                                 f"not starting.")
+
+    def beat(self) -> bool:
+        """One heartbeat: rewrites the lease if it is still ours; False (and `lost` set) once another run holds it."""
+        try:
+            held = read_lease(self.workdir)
+            if held is not None and held["run_id"] != self.record["run_id"]:
+                self.lost = held
+                logging.error("the lease of %s was taken over by %s", self.workdir, describe(held, self.clock.time()))
+                return False
+            self._write()
+        except Exception as error:  # noqa: BLE001  (a bucket hiccup: the next beat retries)
+            logging.warning("lease heartbeat of %s failed: %s", self.workdir, error)
+        finally:
+            with self._beaten:
+                self.beats += 1
+                self._beaten.notify_all()
+        return True
+
+    def wait_for_beats(self, count: int, timeout_s: float | None = None) -> bool:
+        """Waits until `count` heartbeats were made (or the lease was lost); False if `timeout_s` passed first."""
+        with self._beaten:
+            return self._beaten.wait_for(lambda: self.beats >= count or self.lost is not None, timeout_s)
 
     def _beat(self) -> None:
         while not self._stop.wait(float(self.cfg.heartbeat_s)):
-            try:
-                held = read_lease(self.workdir)
-                if held is not None and held["run_id"] != self.record["run_id"]:
-                    self.lost = held
-                    logging.error("the lease of %s was taken over by %s", self.workdir, describe(held))
-                    return
-                self._write()
-            except Exception as error:  # noqa: BLE001  (a bucket hiccup: the next beat retries)
-                logging.warning("lease heartbeat of %s failed: %s", self.workdir, error)
+            if not self.beat():
+                return
 
     def check(self) -> None:
         """Raises LeaseLostError once another run has taken the lease over."""
         if self.lost is not None:
-            raise LeaseLostError(f"{self.workdir}: this run's lease was taken over by {describe(self.lost)}; "
+            raise LeaseLostError(f"{self.workdir}: this run's lease was taken over by "
+                                 f"{describe(self.lost, self.clock.time())}; "
                                  f"stopping so that only one run writes there.")
 
     def release(self) -> None:
@@ -181,14 +217,14 @@ class Joined:
         pass
 
 
-def acquire(workdir: str, cfg, process_index: int, process_count: int) -> Lease | Joined:
+def acquire(workdir: str, cfg, process_index: int, process_count: int, clock: Clock = WALL_CLOCK) -> Lease | Joined:
     """Process 0 takes the workdir's lease (raising LeaseHeldError if a live run holds it); others join."""
     if process_index != 0 or not cfg.enabled:
         return Joined()
     previous = _HELD.pop(str(workdir), None)
     if previous is not None:
         previous.release()
-    lease = Lease(workdir, cfg, process_count)
+    lease = Lease(workdir, cfg, process_count, clock)
     lease._take()
     lease._thread.start()
     _HELD[str(workdir)] = lease

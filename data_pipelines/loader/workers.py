@@ -36,6 +36,11 @@ AUTO = "auto"
 # The cap makes every large host draw the same batches. Our estimate that 8 are enough: one process
 # builds 25-43k sequences/s at seq 128 on a core (docs/results/benchmarks.md), 8 some 200k or more.
 AUTO_MAX = 8
+# How often WatchedIterator looks for a dead worker while no batch comes. grain looks every second itself, from the
+# thread that waits for the batch: whichever looks first raises, grain's "Worker process was terminated unexpectedly
+# with exit code -9" or this one's "grain worker process(es) died ... (exit code -9)"; on a loaded machine, where
+# grain's thread may not run for seconds, either.
+WATCH_POLL_S = 5.0
 
 
 def host_cores() -> int:
@@ -114,10 +119,10 @@ class WatchedIterator(grain.DatasetIterator):
     get_state / set_state are the grain iterator's own (checkpoints are unchanged).
     """
 
-    def __init__(self, parent: grain.DatasetIterator, worker_count: int, poll_s: float = 5.0):
+    def __init__(self, parent: grain.DatasetIterator, worker_count: int, poll_s: float | None = None):
         super().__init__(parent)  # grain's DatasetIterator keeps it as self._parent (and restores JSON states)
         self._worker_count = worker_count
-        self._poll_s = poll_s
+        self._poll_s = WATCH_POLL_S if poll_s is None else poll_s
         self._requests: queue.Queue = queue.Queue()
         self._results: queue.Queue = queue.Queue()
         # The thread holds this iterator weakly, so dropping it closes grain's (and its workers) as before.
