@@ -183,3 +183,26 @@ def test_modernbert_with_the_windowed_kernel_equals_xla():
     (l1, g1), (l2, g2) = results
     np.testing.assert_allclose(l1, l2, rtol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), g1, g2)
+
+
+@pytest.mark.slow  # XLA's GPU compiler with Triton, ~10 s per program on 2 cores; skips without the CUDA wheels
+@pytest.mark.parametrize("head_dim, window", [(64, 64), (64, None), (128, 64)])
+def test_the_kernel_compiles_for_an_h100_without_a_quadratic_buffer(head_dim, window):
+    """Forward and backward built by XLA's GPU compiler for an H100 on this host (Triton to sm_90 code, its shared
+    memory checked against the card's): Triton custom calls, and temporaries far below one [batch, heads, L, L]
+    float32 score tensor, which xla attention keeps."""
+    from bert_jax.plan import gpu_cards
+
+    if not gpu_cards.plugin_available():
+        pytest.skip(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT}); CI does not install it")
+    devices = gpu_cards.gpu_devices(gpu_cards.parse_gpu("h100", 1))
+    mesh = jax.sharding.Mesh(devices, ("data",))
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    b, length, heads = 2, 2048, 4
+    x = jax.ShapeDtypeStruct((b, length, heads, head_dim), jnp.bfloat16, sharding=replicated)
+    segments = jax.ShapeDtypeStruct((b, length), jnp.int32, sharding=replicated)
+    loss = lambda q, k, v, s: jnp.sum(windowed_attention(q, k, v, s, window, 0.125).astype(jnp.float32))  # noqa: E731
+    compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(x, x, x, segments).compile()
+    assert compiled.as_text().count("__gpu$xla.gpu.triton") == 2  # the forward and the backward kernel
+    scores = b * heads * length * length * 4
+    assert compiled.memory_analysis().temp_size_in_bytes < scores / 8
