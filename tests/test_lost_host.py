@@ -92,7 +92,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_a_killed_process_ends_its_peer_within_a_minute_and_both_relaunched_resume_exactly(tmp_path):
     from test_pretrain import micro_overrides, train_losses  # noqa: PLC0415
 
-    from launch.local import process_commands, process_env, free_port, run_local  # noqa: PLC0415
+    from bert_jax.launch.local import free_port, process_commands, process_env, run_local  # noqa: PLC0415
 
     timeout_s = 20
     flags = [*micro_overrides(), "--config.train.num_steps=16", f"--config.distributed.heartbeat_timeout_s={timeout_s}"]
