@@ -82,6 +82,13 @@ def get_config() -> ml_collections.ConfigDict:
     # logged at start-up names the kernel and why.
     c.model.attention_impl = "auto"
     c.model.splash_interpret = False  # run splash in Pallas interpret mode off TPU (slow: tests)
+    # standard | mup: μP (bert_jax/models/parametrization.py, docs/guides/sweep-small-train-large.md), under which a
+    # learning rate swept at hidden size mup_base_width holds at wider ones; μP equals standard at that width.
+    c.model.parametrization = "standard"
+    c.model.mup_base_width = 0  # μP's base hidden size: divides hidden_size, a multiple of num_heads
+    # Resolved by the config check under μP (read only): the width multiplier, the attention logits' factor and each
+    # parameter role's init and learning-rate factors, as the run applies them.
+    c.model.mup_multipliers = ml_collections.ConfigDict()
     c.model.dtype = "bfloat16"  # compute dtype
     c.model.param_dtype = "float32"
 
@@ -179,6 +186,13 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.log_every_steps = 100
     c.train.eval_every_steps = 10_000
     c.train.nan_policy = "stop"  # stop: raise with the step number
+    # A profiler window (bert_jax/run/profile_window.py): a jax.profiler trace of num_steps steps from start_step (steps
+    # count from 1; skip the first few, whose compile fills a trace) in DIR/profile/, for XProf; 0 steps = off.
+    # hosts: first (process 0) | all. Changing it on a resume changes no experiment.
+    c.train.profile = ml_collections.ConfigDict()
+    c.train.profile.start_step = 0
+    c.train.profile.num_steps = 0
+    c.train.profile.hosts = "first"
     # An exponential moving average of the params, kept in the train state (ema = d*ema + (1-d)*params after each
     # applied update) and read as `DIR:STEP:ema` by export, fine-tuning and evaluation; 0 = off.
     c.train.ema_decay = 0.0

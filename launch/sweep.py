@@ -27,7 +27,8 @@ Executors (`--executor`, launch/executors.py, shared with `bert-jax evaluate`):
            use `ray` for that
 `summary` writes summary.md, summary.csv and curves.png (train loss and eval loss of every run)
 into the sweep directory: each run's final and best value of every summary key (best: the lowest
-loss, the highest of anything else) and its state (done, running, pending); when the grid varies
+loss, the highest of anything else), its state (done, running, pending) and its goodput across its restarts
+(`bert-jax inspect --mode=goodput`'s last line, once it has records); when the grid varies
 `seed`, each metric's median [min–max] and n over the seeds of every other point (small-data
 fine-tuning is unstable: the spread is the result). A pre-training sweep's rows also name each arm's
 objective (and, when an arm is a branch, its lineage: "runs/stable@100 > decay"), and where
@@ -66,7 +67,7 @@ from bert_jax import UserError
 from bert_jax.registry import Registry, registered_as
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.run import lineage
+from bert_jax.run import goodput, lineage
 from bert_jax.run.completion import read_done
 from bert_jax.run.metrics_file import read_rows
 from bert_jax.launch import executors
@@ -83,7 +84,9 @@ LOSS_DEPENDS_ON = {"objective": "objective", "mask rate": "data.mask_rate", "mas
 PRETRAIN = "bert_jax.commands.pretrain"
 COMMANDS = (PRETRAIN, "bert_jax.finetune")
 # Extra summary columns: each callable gets (a run's workdir, its sweep.json entry) and returns {column: value}.
-ROW_COLUMNS: list[Callable[..., dict]] = [sweep_downstream.row_columns]  # scores of `sweep evaluate`, if run
+# The run's goodput across its restarts (bert_jax/run/goodput.py; shown beside the state, once a run has
+# records), then the scores of `sweep evaluate`, if run.
+ROW_COLUMNS: list[Callable[..., dict]] = [goodput.summary_column, sweep_downstream.row_columns]
 
 
 def load_sweep(path: str) -> dict:
@@ -402,11 +405,12 @@ def summarize(sweep_dir: str) -> list[dict]:
     differ = loss_differences(sweep_dir, table) if record.get("command", PRETRAIN) == PRETRAIN else []
     for row in table:  # the same for every arm: whether its losses stand beside the others'
         row["loss_comparable"], row["loss_differs_in"] = not differ, "; ".join(differ) or None
-    extra = [c for c in table[0] if c not in {"run", "state", "step", "objective", "lineage", "tokenizer",
+    extra = [c for c in table[0] if c not in {"run", "state", "step", "objective", "lineage", "goodput", "tokenizer",
                                               "loss_comparable", "loss_differs_in", *keys,
                                               *(f"best {k}" for k in keys)}]
     about = ["objective"] if any(row["objective"] for row in table) else []
     about += ["lineage"] if any(row["lineage"] for row in table) else []  # only a sweep with branches
+    about += ["goodput"] if any(row["goodput"] for row in table) else []  # runs that kept goodput records
     columns = ["run", "state", "step", *about, *(c for k in keys for c in (k, f"best {k}")), *extra,
                "tokenizer", *(["loss_comparable", "loss_differs_in"] if differ else [])]
     csv_columns, csv_rows = summary_cell.csv_columns(table, columns)  # numbers, each in its own column

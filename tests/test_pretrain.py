@@ -1,6 +1,7 @@
 """End-to-end behaviour of `pretrain`: resume, workdir contents, config errors."""
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import bert_jax.configs.tiny
 from bert_jax.checkpoint.params import restore_params
 from bert_jax.families import model_for
 from bert_jax.storage.workdir import Workdir
+from bert_jax.run import goodput, profile_window
 from bert_jax.run.completion import read_done
 from bert_jax.run.harness import NonFiniteLossError
 from bert_jax.train.loop import train_and_evaluate
@@ -67,8 +69,13 @@ def train_losses(workdir):
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory, xla_compile_cache):
     workdir = str(tmp_path_factory.mktemp("straight"))
-    final = train_and_evaluate(micro_config(), workdir)
+    config = micro_config()
+    config.train.profile.start_step, config.train.profile.num_steps = PROFILED_STEPS[0], len(PROFILED_STEPS)
+    final = train_and_evaluate(config, workdir)
     return workdir, final
+
+
+PROFILED_STEPS = (2, 3, 4)  # straight_run's profiler window (tests/test_observability.py reads its trace)
 
 
 def test_workdir_holds_the_contracted_files(straight_run):
@@ -77,7 +84,8 @@ def test_workdir_holds_the_contracted_files(straight_run):
         assert os.path.exists(os.path.join(workdir, name)), name
     rows = read_metrics(workdir)
     train_keys = {"step", "train/loss", "train/mlm_accuracy", "train/learning_rate", "train/grad_norm",
-                  "perf/tokens_per_s", "perf/mfu", "perf/step_time_s"}
+                  "perf/tokens_per_s", "perf/mfu", "perf/step_time_s",
+                  "time/data_wait_s", "time/dispatch_s", "time/device_s", "time/checkpoint_s"}
     assert all(train_keys <= set(r) for r in rows if "train/loss" in r)
     assert [r["step"] for r in rows if "eval/loss" in r] == [4, 8]
     assert {"eval/loss", "eval/mlm_accuracy", "eval/nsp_accuracy"} <= set(final)
@@ -120,6 +128,51 @@ def test_resume_gives_identical_losses(straight_run, tmp_path):
     for (s1, a), (s2, b) in zip(straight, again):
         assert s1 == s2 and a == b, (s1, a, b)  # the same compiled step on the same state and batch: bit for bit
     assert read_done(resumed)["step"] == 8
+    stopped_and_resumed = goodput.account(goodput.read(resumed))  # a stop saves: nothing is trained twice
+    assert (stopped_and_resumed.starts, stopped_and_resumed.replayed_steps) == (2, 0)
+
+
+def test_each_logged_step_splits_its_time_and_the_split_is_plotted(straight_run):
+    workdir, _ = straight_run
+    rows = [r for r in read_metrics(workdir) if "train/loss" in r]
+    assert rows[0]["time/compile_s"] > 0 and all("time/compile_s" not in r for r in rows[1:])
+    for r in rows[1:]:
+        parts = sum(r[f"time/{name}_s"] for name in ("data_wait", "dispatch", "device", "checkpoint"))
+        assert 0 < parts <= 1.05 * r["perf/step_time_s"] + 1e-3, r
+    assert sum(r["time/checkpoint_s"] for r in rows) > 0  # the save at step 4 shows in step 5's row
+    assert os.path.getsize(os.path.join(workdir, "plots", "step_time.png")) > 1000
+
+
+def test_goodput_of_a_run_accounts_for_its_whole_wall_time(straight_run):
+    workdir, _ = straight_run
+    result = goodput.account(goodput.read(workdir))
+    assert (result.starts, result.replayed_steps, result.first_step, result.last_step) == (1, 0, 0, 8)
+    assert all(result.seconds[k] > 0 for k in ("productive", "startup", "compile", "checkpoint", "evaluation"))
+    assert abs(sum(result.seconds.values()) - result.wall_s) <= 0.01 * result.wall_s
+    assert re.fullmatch(r"goodput \d+\.\d %", goodput.report(workdir)[-1])
+
+
+def profiled_steps(workdir) -> list[int]:
+    """The step numbers of the StepTraceAnnotations in the run's one trace, read with JAX's own XSpace reader."""
+    (trace,) = pathlib.Path(workdir, "profile").rglob("*.xplane.pb")
+    data = jax.profiler.ProfileData.from_file(str(trace))
+    return sorted(dict(event.stats)["step_num"] for plane in data.planes for line in plane.lines
+                  for event in line.events if event.name == profile_window.STEP_NAME)
+
+
+def test_the_profiler_window_traces_exactly_its_steps(straight_run):
+    assert profiled_steps(straight_run[0]) == list(PROFILED_STEPS)
+
+
+@pytest.mark.slow  # xprof's converter, on the trace straight_run wrote
+def test_xprof_opens_the_trace_and_finds_the_train_steps(straight_run):
+    raw_to_tool_data = pytest.importorskip("xprof.convert.raw_to_tool_data")
+    (trace,) = pathlib.Path(straight_run[0], "profile").rglob("*.xplane.pb")
+    data, _ = raw_to_tool_data.xspace_to_tool_data([str(trace)], "trace_viewer", {})
+    events = json.loads(data)["traceEvents"]
+    steps = sorted({int(e["args"]["step_num"]) for e in events if e.get("args", {}).get("step_num") is not None})
+    assert steps == list(PROFILED_STEPS)
+    assert any("train_step" in e.get("name", "") for e in events)  # the jitted step's ops, under its name
 
 
 @pytest.mark.slow

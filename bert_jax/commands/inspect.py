@@ -1,8 +1,14 @@
-r"""Look inside a model: fill-mask candidates and attention maps for one sentence.
+r"""Look inside a model: fill-mask candidates and attention maps for one sentence; or inside a run: its goodput.
 
     bert-jax inspect --from=runs/tiny --text="the cat sat on the [MASK]." --mode=fill_mask --top_k=5
     bert-jax inspect --from=/path/to/hf_folder --text="the cat sat on the mat." \
         --mode=attention --out=attention.png
+    bert-jax inspect --from=runs/tiny --mode=goodput
+
+`--mode=goodput` reads a workdir's goodput records (DIR/goodput/, one per start of the run) and prints where its
+wall time went across every start, preemption and restart: productive steps against start-up, compiles, restores,
+checkpoint saves, replayed steps, the time between starts, data waits and evaluation (bert_jax/run/goodput.py names
+each category's counterpart in ML Goodput Measurement). Its last line is `goodput NN.N %`. It loads no model.
 
 `--from` is a pre-training workdir (its newest checkpoint; `DIR:STEP` for another) or a Hugging
 Face folder of any registered family, read as fine-tuning reads `config.init_from`. The mask is
@@ -15,22 +21,32 @@ look at?", Clark et al. 2019, reads the same maps).
 from absl import app, flags
 
 from bert_jax.inspect import views
-from bert_jax.run import command_line
+from bert_jax.run import command_line, goodput
+
+GOODPUT = "goodput"
 
 
 def _define_flags():
     flags.DEFINE_string("from", None, "A pre-training workdir (DIR or DIR:STEP) or a Hugging Face model folder.")
-    flags.DEFINE_string("text", None, "The sentence; fill_mask: with [MASK] or <mask> where words are hidden.")
-    flags.DEFINE_enum("mode", "fill_mask", list(views.MODES), "fill_mask: top-k tokens per mask; attention: a PNG grid.")
+    flags.DEFINE_string("text", None, "The sentence; fill_mask: with [MASK] or <mask> where words are hidden. Not "
+                        "for goodput.")
+    flags.DEFINE_enum("mode", "fill_mask", [*views.MODES, GOODPUT], "fill_mask: top-k tokens per mask; attention: a "
+                      "PNG grid; goodput: a run's wall time by category across its restarts (--from=DIR).")
     flags.DEFINE_integer("top_k", 5, "fill_mask: candidates per mask.")
     flags.DEFINE_string("out", "attention.png", "attention: where to write the PNG (local or a bucket).")
-    flags.mark_flags_as_required(["from", "text"])
+    flags.mark_flags_as_required(["from"])
 
 
 def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     f = flags.FLAGS
+    if f.mode == GOODPUT:
+        for line in goodput.report(f["from"].value):
+            print(line)
+        return
+    if f.text is None:
+        raise app.UsageError(f"--mode={f.mode} needs --text")
     inspector = views.load(f["from"].value)
     for line in views.provenance(f["from"].value):  # a branch's ancestors, an averaged run's sources
         print(line)

@@ -44,7 +44,7 @@ PASSING = (
     "init_from_hf", "grow_from",  # read only by a fresh start
     "lineage", "lineage.*", "averaged_from", "averaged_from.*",  # what a run came from (bert_jax/run/lineage.py)
     "run_identity", "run_identity.*",  # checked by bert_jax/run/run_identity.py
-    "train.log_every_steps", "train.eval_every_steps", "train.nan_policy", "train.max_steps_ahead",
+    "train.log_every_steps", "train.eval_every_steps", "train.nan_policy", "train.max_steps_ahead", "train.profile.*",
     "data.num_eval_batches", "data.prefetch_buffer_size", "data.shard_cache_bytes",
     # Paths: what they hold is checked by the data fingerprint and the tokenizer's hash (run_identity.py).
     "data.path", "data.tokenizer.path", "data.tfds_data_dir", "data.mixture.*.path",

@@ -26,10 +26,13 @@ from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import global_batch
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
-from bert_jax.run import determinism
+from bert_jax.run import determinism, goodput
 from bert_jax.run import lease as lease_lib
+from bert_jax.run.device_memory import DeviceMemory, planned_peak_bytes
 from bert_jax.run.metrics_writer import MetricsWriter
 from bert_jax.run.preemption import PreemptionWatch
+from bert_jax.run.profile_window import ProfileWindow
+from bert_jax.run.step_clock import DATA_BOUND_SHARE, StepClock
 
 
 class NonFiniteLossError(RuntimeError):
@@ -215,55 +218,99 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
     and then the workdir's `lease` (from check_storage) is released; a lease taken over stops the run.
 
     `end_step`: the run's own end (default `last_step`), which is evaluated whatever the hooks' cadence; a
-    `last_step` before it is a stop (a test's interruption), saved but evaluated only when due, as a kill's is."""
+    `last_step` before it is a stop (a test's interruption), saved but evaluated only when due, as a kill's is.
+
+    Where the time goes: a clock (run/step_clock.py) charges every second since the process started to one activity;
+    each logged row gets its `time/*` split, and this start's goodput record (run/goodput.py) its totals. A profiler
+    window (config.train.profile, run/profile_window.py) traces the steps it names."""
     end_step = last_step if end_step is None else end_step
+    clock = StepClock("startup", goodput.start_origin())  # imports, devices, the program, the data: start-up
     manager = ckpt.make_manager(paths.absolute(Workdir(workdir).checkpoints), config.checkpoint)
-    writer = None
+    writer = recorder = profile = None
     try:
         # First and outside the mesh context: a teacher's checkpoint restores outside one, and `init` may reuse it.
         frozen = program.load_frozen()
-        state = restore_or_init(program, batches, manager)
+        with clock.timing("startup" if manager.latest_step() is None else "restore"):  # a fresh init is start-up
+            state = restore_or_init(program, batches, manager)
         start = int(state.step)
         outcome = Outcome(state, start, start)
+        recorder = goodput.Recorder(workdir, clock, start, active=jax.process_index() == 0)
         writer = MetricsWriter(workdir, config, start if start else -1)  # a fresh start rewrites its step-0 rows
+        profile = ProfileWindow(config.train.get("profile"), workdir, start, last_step)
+        memory = DeviceMemory(jax.local_devices())
+        data_bound_said = False
         if start >= last_step:
             logging.info("the checkpoint is already at step %d: nothing to train", start)
         nan_policy = config.train.nan_policy
         with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules), PreemptionWatch() as watch:
-            hooks.started(start, state, writer)
+            with clock.timing("evaluation"):  # a fine-tuning run validates the untrained model here
+                hooks.started(start, state, writer)
+            clock.switch("other")  # the loop's own work, between the activities it times
             pending = []
             ahead = StepsAhead(config.train.max_steps_ahead)
             evaluated = saved = start  # the last steps evaluated and saved (the start needs neither)
 
             def finish_step(step: int, is_last: bool, extra: dict, ended: bool = False) -> tuple[bool, bool]:
                 """Logs, evaluates and saves what `step` is due (everything for a last step); (stop, preempted)."""
-                nonlocal pending, evaluated, saved
+                nonlocal pending, evaluated, saved, data_bound_said
                 if pending and (hooks.logs_at(step) or is_last):
+                    with clock.timing("device"):  # the only block on the device the log adds: its metrics
+                        jax.block_until_ready(pending[-1][1])
                     row = host_metrics(pending, nan_policy)
+                    times, data_share = clock.window_row(len(pending))
+                    row.update(times)
+                    row.update(memory.measure(step))
                     pending = []
                     hooks.logged(step, row)
+                    if data_share > DATA_BOUND_SHARE and not data_bound_said:
+                        data_bound_said = True
+                        logging.warning(_data_bound_line(config, step, data_share))
+                    recorder.logged(step)  # before the row: a kill between the two counts the step as replayed
                     writer.write(step, {**row, **extra})
                 elif extra:
                     writer.write(step, extra)
                 stop = False
                 if evaluated < step and (hooks.evaluates_at(step) or (is_last and step >= end_step) or ended):
-                    stop, evaluated = hooks.evaluate(step, state, writer), step
+                    with clock.timing("evaluation"):
+                        stop, evaluated = hooks.evaluate(step, state, writer), step
                 preempted = watch.should_stop(step)
                 if preempted:
                     logging.warning("preempted: saving the checkpoint of step %d (the device was at most %d steps "
                                     "behind)", step, ahead.limit)
                 if saved < step and (hooks.saves_at(step) or is_last or preempted or stop):
                     nonfinite_steps(pending, nan_policy)  # a NaN step stops the run before it is saved
-                    ckpt.save(manager, step, state, batches.iterator)
-                    writer.sync()  # a bucket gets the metrics up to this step (see metrics_writer.py)
-                    hooks.saved(step, writer)
+                    with clock.timing("checkpoint"):
+                        ckpt.save(manager, step, state, batches.iterator)
+                        writer.sync()  # a bucket gets the metrics up to this step (see metrics_writer.py)
+                        hooks.saved(step, writer)
+                    recorder.saved(step)
                     saved = step
                 return stop, preempted
+
+            def dispatch(step: int, state, batch: dict):
+                """The jitted step, queued. A start's first is compiled and run whole: start-up, not step time."""
+                first = step == start + 1
+                with clock.timing("compile" if first else "dispatch"):
+                    step_batch = global_batch(batch, program.data_sharding)
+                    if first and memory.measurable and hasattr(program.train_step, "lower"):
+                        # The executable the call below reuses (jit caches it): its compiler's memory analysis.
+                        memory.planned = planned_peak_bytes(program.train_step.lower(state, step_batch, frozen)
+                                                            .compile())
+                    state, metrics = program.train_step(state, step_batch, frozen)
+                    if first:
+                        jax.block_until_ready(metrics)
+                if first:
+                    memory.measure(step)
+                return state, metrics
 
             for step in range(start + 1, last_step + 1):
                 if lease is not None:
                     lease.check()
-                batch = next_batch(batches)
+                with profile.annotate(step):  # the step's span in a trace: its data wait and its dispatch
+                    with clock.timing("data_wait"):
+                        batch = next_batch(batches)
+                    if batch is not None:
+                        state, metrics = dispatch(step, state, batch)
                 if batch is None:  # the data ended: the step before is the run's last
                     logging.warning("the training data ended before step %d: the run ends at step %d",
                                     step, step - 1)
@@ -272,9 +319,10 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                         finish_step(step - 1, True, extra, ended=True)
                     outcome = Outcome(state, start, step - 1, data_ended=True)
                     break
-                state, metrics = program.train_step(state, global_batch(batch, program.data_sharding), frozen)
                 pending.append((step, metrics))
-                ahead.dispatched(metrics)
+                with clock.timing("device"):
+                    ahead.dispatched(metrics)
+                profile.after_step(step, metrics)
                 stop, preempted = finish_step(step, step == last_step, {})
                 outcome = Outcome(state, start, step, stopped_early=stop, preempted=preempted)
                 if preempted:
@@ -284,13 +332,37 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
         return outcome
     finally:
         try:
-            ckpt.wait_until_finished(manager)
+            if profile is not None:
+                profile.close()
+            with clock.timing("checkpoint"):
+                ckpt.wait_until_finished(manager)
         finally:
-            manager.close()
-            if writer is not None:
-                try:
-                    hooks.closing(writer)
-                finally:
-                    writer.close()
+            _close(manager, hooks, writer, lease, recorder)
+
+
+def _close(manager, hooks: Hooks, writer: MetricsWriter | None, lease, recorder: goodput.Recorder | None) -> None:
+    """On any exit: the checkpoint manager, a last plot, the metrics, the lease, then this start's goodput record
+    (last, so that its span holds all of this start's work)."""
+    try:
+        manager.close()
+        if writer is not None:
+            try:
+                hooks.closing(writer)
+            finally:
+                writer.close()
+    finally:
+        try:
             if lease is not None:
                 lease.release()
+        finally:
+            if recorder is not None:
+                recorder.close()
+
+
+def _data_bound_line(config, step: int, share: float) -> str:
+    """The one line a data-bound run gets: the share, and the keys that feed the device faster."""
+    workers = config.data.get("worker_count", None)
+    return (f"the input pipeline holds the steps back: {100 * share:.0f} % of the wall time up to step {step} waited "
+            f"for the next batch (time/data_wait_s). More loader processes (config.data.worker_count"
+            f"{'' if workers is None else f', now {workers}'}), or shards tokenized ahead of the run (`bert-jax "
+            f"prepare`, then config.data.source=prepared), feed it faster.")

@@ -1,4 +1,5 @@
-"""Where metrics go: DIR/metrics.jsonl, TensorBoard, wandb and DIR/plots/. Process 0 only.
+"""Where metrics go: DIR/metrics.jsonl, TensorBoard, wandb and DIR/plots/ (learning curves, and step_time.png: the
+time/* split of each logged step). Process 0 only.
 
 DIR may be a bucket, which has no append and no rename. The choice: metrics.jsonl and the
 TensorBoard events are written to a local staging folder (the workdir itself when it is
@@ -27,6 +28,7 @@ from bert_jax.run import lineage
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import METRICS_FILE, TENSORBOARD_DIR, Workdir
 from bert_jax.run.metrics_file import as_text, read_rows, truncate_metrics
+from bert_jax.run.step_clock import ROW_ACTIVITIES
 
 WANDB_MODES = ("disabled", "offline", "online")
 
@@ -128,11 +130,39 @@ class MetricsWriter:
             ax.set_ylabel(name)
             ax.legend()
             ax.grid(alpha=0.3)
-            fig.tight_layout()
-            png = io.BytesIO()
-            fig.savefig(png, format="png", dpi=100)
-            plt.close(fig)
-            paths.write_atomically(self.plots_dir / f"{name}.png", png.getvalue())
+            self._save(fig, f"{name}.png")
+        self._plot_step_time(rows)
+
+    def _plot_step_time(self, rows: list[dict]) -> None:
+        """plots/step_time.png: where each logged step's time went (the time/* keys, stacked), under the measured
+        step time (perf/step_time_s) where the run logs it."""
+        import matplotlib.pyplot as plt  # noqa: PLC0415  (plot() chose the backend)
+
+        keys = [f"time/{name}_s" for name in ROW_ACTIVITIES]
+        rows = [r for r in rows if all(k in r for k in keys)]
+        if not rows:
+            return
+        steps = [r["step"] for r in rows]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.stackplot(steps, *[[r[k] for r in rows] for k in keys], labels=keys, alpha=0.8)
+        measured = [(r["step"], r["perf/step_time_s"]) for r in rows if "perf/step_time_s" in r]
+        if measured:
+            ax.plot(*zip(*measured), color="black", linewidth=1, label="perf/step_time_s")
+        ax.set_xlabel("step")
+        ax.set_ylabel("seconds per step")
+        ax.set_title("where each step's time went")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        self._save(fig, "step_time.png")
+
+    def _save(self, fig, name: str) -> None:
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+
+        fig.tight_layout()
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=100)
+        plt.close(fig)
+        paths.write_atomically(self.plots_dir / name, png.getvalue())
 
     def close(self) -> None:
         self.sync()

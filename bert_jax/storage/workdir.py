@@ -33,6 +33,8 @@ TOKENIZER_DIR = "tokenizer"
 PLOTS_DIR = "plots"
 DONE_FILE = "DONE"
 LEASE_FILE = "LEASE"  # the live run's hold on the workdir (train/lease.py)
+GOODPUT_DIR = "goodput"  # one record per start of the run (run/goodput.py)
+PROFILE_DIR = "profile"  # XProf traces of config.train.profile's steps (run/profile_window.py)
 # Fine-tuning adds these.
 LABELS_FILE = "labels.json"
 BEST_DIR = "best"
@@ -109,6 +111,14 @@ class Workdir:
     @property
     def lease(self) -> epath.Path:
         return self.root / LEASE_FILE
+
+    @property
+    def goodput(self) -> epath.Path:
+        return self.root / GOODPUT_DIR
+
+    @property
+    def profile(self) -> epath.Path:
+        return self.root / PROFILE_DIR
 
     # What a fine-tuning run adds.
     @property
