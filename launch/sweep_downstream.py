@@ -8,8 +8,8 @@
 one of launch/sweep.py's ROW_COLUMNS). Pre-training losses do not compare across objectives, mask rates or
 vocabularies; these do. Where two arms' seed ranges overlap on a task, the cell says so (≈, and
 `<suite>/overlaps` names the arms) instead of ranking them; ★ marks an arm only where its worst
-seed beats every other arm's best; "at chance" where its median is within noise of the task's chance (the
-scoreboard's mark, bert_jax/finetune/scoreboard.py), and `<suite>/tasks_at_chance` counts them. summary.csv holds
+seed beats every other arm's best; "at chance" where its median is within noise of the task's chance, "learns nothing
+3/3" where its runs were diagnosed so (the scoreboard's marks, bert_jax/finetune/scoreboard.py), and `<suite>/tasks_at_chance` counts them. summary.csv holds
 each cell's numbers in their own columns (`<suite>/<task>/median`, `/min`, `/max`, `/n`, `/chance`, `/mark`).
 """
 import json

@@ -104,6 +104,7 @@ SHOW_CONFIG = [
      "--config.data.mixture.b.source=text", "--config.data.mixture.b.path=pyproject.toml",
      "--config.data.mixture.b.weight=0.3"],
     ["show-config", "--config=configs/tiny.py:two_stage"],
+    ["show-config", "--config=configs/tiny.py:nosuch"],  # the config file's own message, not ml_collections' wrapper
 ]
 
 
@@ -164,7 +165,8 @@ def test_show_config_prints_the_resolved_config_with_the_override(ran):
     (8, "config.data.path='no_such_corpus/*.txt'"), (9, "config.init_from='no_such_run'"),
     (10, "config.data.mask_rate=1.5 must be in (0, 1)"),  # the key the user set, not the cap derived from it
     (11, "--config.data.mixture.books.fraction=0.5: a mixture source has no key 'fraction'; its keys: weight, "
-         "on_exhausted, source, path")])
+         "on_exhausted, source, path"),
+    (14, "show-config: --config=configs/tiny.py:nosuch: the only variant is 'two_stage'")])
 def test_show_config_refuses_a_bad_value_or_file_in_one_line(ran, run, says):
     result = ran[" ".join(SHOW_CONFIG[run])]
     assert result["code"] != 0 and result["out"] == ""

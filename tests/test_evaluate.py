@@ -218,6 +218,27 @@ def test_a_median_within_noise_of_chance_is_marked_and_the_average_counts_it():
     assert board["tasks"]["sst2"]["at_chance"] is None and board["tasks_at_chance"] == 0
 
 
+def test_a_row_whose_runs_learned_nothing_says_so_whatever_its_median():
+    """A balanced SST-2 layout where every seed was diagnosed "learns nothing": a median of 55.2, just past the
+    margin of chance, must not read as a score."""
+    chance = {"validation": {"accuracy": 0.5}, "examples": 400}
+    runs = {battery.Run("sst2", 1e-4, s, ""): {"validation": {"accuracy": v}, "chance": chance,
+                                               "diagnosis": {"name": "learns nothing", "advice": "..."}}
+            for s, v in enumerate((0.552, 0.56, 0.551))}
+    runs[battery.Run("cola", 1e-4, 0, "")] = {"validation": {"accuracy": 0.8}, "chance": chance,
+                                              "diagnosis": {"name": "just right", "advice": "..."}}
+    board = scoreboard.build({"checkpoint": "c", "suite": "s", "seeds": [0, 1, 2], "tasks": ["sst2", "cola"]},
+                             {"sst2": "accuracy", "cola": "accuracy"}, runs)
+    row = board["tasks"]["sst2"]
+    assert (row["median"], row["at_chance"], row["verdicts"]) == (0.552, False, {"learns nothing": 3})
+    assert (board["tasks_at_chance"], board["tasks_learning_nothing"]) == (0, 1)
+    table = scoreboard.markdown(board)
+    assert "| sst2 | accuracy | 55.2 | 55.1–56.0 | 3 | — | 50.0 ± 5.0 | learns nothing 3/3 |" in table
+    assert "| cola | accuracy | 80.0 | 80.0–80.0 | 1 | — | 50.0 ± 5.0 |  |" in table
+    assert "1 of 2 tasks learn nothing" in table
+    assert ",learns nothing=3,0.5," in scoreboard.csv_text(board)
+
+
 def test_tasks_that_start_from_another_run_after_it():
     suite = micro_suite()
     suite.start_from_mnli = True

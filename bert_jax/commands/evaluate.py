@@ -9,8 +9,9 @@ Hugging Face folder, or any folder `transformers` loads of a registered family (
 too). --suite: glue, smoke, retrieval, embeddings (configs/suites/) or a suite file. --beir_dir: BEIR-layout
 datasets, one per subfolder (corpus.jsonl, queries.jsonl, qrels/test.tsv), for a suite with a retrieval section:
 each subfolder is a task, its nDCG@10 the median (OUT/retrieval/<name>/ holds its metrics and run).
-OUT gets scoreboard.json, .csv, .md (median, min–max, n, best lr per task, its chance and an "at chance" mark; the
-average of the medians and how many tasks are at chance) and scoreboard.png; the runs live in
+OUT gets scoreboard.json, .csv, .md (median, min–max, n, best lr per task, its chance and an "at chance" mark, its
+runs' own diagnoses where they say "learns nothing" or "chaotic"; the average of the medians and how many tasks are at
+chance or learned nothing) and scoreboard.png; the runs live in
 OUT/runs/<task>/lr=<lr>/seed=<s>, each task's rows in OUT/data/<task>/ (a capped task's a seeded sample,
 stratified by label: sample.json). Rerun the same command after a kill: runs with DONE are kept (each named), the
 interrupted one resumes.

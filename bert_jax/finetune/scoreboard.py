@@ -10,6 +10,11 @@ class, the mean; bert_jax.finetune.tasks' `chance`), as the runs record it, and 
 luck (metrics.chance_margin, on the dev set's size). A median within it is marked "at chance", and the average says
 how many of its tasks are: an average over tasks a model did not learn is not a score of the model.
 
+Each row carries its runs' own verdicts too (bert_jax/finetune/diagnosis.py, in each results.json): a row whose seeds
+were diagnosed "learns nothing" or "chaotic" says so and how many ("learns nothing 3/3"), whatever its median, and
+the average counts the tasks most of whose runs learned nothing. The board never reads cleaner than its runs: a
+median a little above a chance margin, from runs that each learned nothing, is not a score either.
+
 A checkpoint that is a branch or an averaged run (bert_jax/run/lineage.py) says where it came from, under the title:
 arms that share a stable phase are read as such.
 """
@@ -20,11 +25,14 @@ import json
 import numpy as np
 
 from bert_jax.checkpoint import reference
+from bert_jax.finetune import diagnosis
 from bert_jax.finetune import metrics as metrics_lib
 from bert_jax.run import lineage
 from bert_jax.storage import paths
 
 FILES = ("scoreboard.json", "scoreboard.csv", "scoreboard.md", "scoreboard.png")
+# The verdicts a row shows: its runs did not learn, or their scores are noise.
+MARKED_VERDICTS = (diagnosis.LEARNS_NOTHING, diagnosis.CHAOTIC)
 
 
 def scores_by_lr(metric: str, runs: dict) -> dict[float, dict[int, float]]:
@@ -58,10 +66,24 @@ def build(record: dict, metrics: dict[str, str], results: dict) -> dict:
                        "scores": {str(seed): v for seed, v in scores.items()},
                        "median_by_lr": {f"{lr:g}": float(np.median(list(s.values()))) for lr, s in by_lr.items()}}
         tasks[name].update(chance_of(metric, tasks[name]["median"], runs))
+        tasks[name]["verdicts"] = verdicts_of({r: v for r, v in runs.items() if r.learning_rate == best})
     average = float(np.mean([t["median"] for t in tasks.values()])) if tasks else None
     return {"checkpoint": record["checkpoint"], "suite": record["suite"], "seeds": record["seeds"],
             "tasks": tasks, "average": average, "tasks_at_chance": sum(bool(t["at_chance"]) for t in tasks.values()),
+            "tasks_learning_nothing": sum(learns_nothing(t) for t in tasks.values()),
             **provenance(record["checkpoint"])}
+
+
+def verdicts_of(runs: dict) -> dict[str, int]:
+    """{verdict: how many of the row's runs got it} from their results.json's diagnosis; {} where none recorded one."""
+    names = [r["diagnosis"]["name"] for r in runs.values() if r.get("diagnosis")]
+    return {name: names.count(name) for name in dict.fromkeys(names)}
+
+
+def learns_nothing(t: dict) -> bool:
+    """Whether most of a row's runs were diagnosed "learns nothing"."""
+    verdicts = t.get("verdicts") or {}
+    return 2 * verdicts.get(diagnosis.LEARNS_NOTHING, 0) > t["n"]
 
 
 def provenance(checkpoint: str) -> dict:
@@ -81,14 +103,22 @@ def chance_of(metric: str, median: float, runs: dict) -> dict:
 
 
 def chance_mark(t: dict) -> str:
-    """"at chance" for a task row whose median is within its margin of chance, else ""."""
-    return "at chance" if t.get("at_chance") else ""
+    """A task row's marks: "at chance" for a median within its margin of chance, and each verdict of
+    MARKED_VERDICTS its runs got, with how many ("learns nothing 3/3"); "" for a row that learned."""
+    marks = ["at chance"] if t.get("at_chance") else []
+    verdicts = t.get("verdicts") or {}
+    marks += [f"{name} {verdicts[name]}/{t['n']}" for name in MARKED_VERDICTS if verdicts.get(name)]
+    return "; ".join(marks)
 
 
 def average_note(board: dict) -> str:
-    """What the average of the medians stands on: "" when every task learned, else how many are at chance."""
-    n = board.get("tasks_at_chance") or 0
-    return f"{n} of {len(board['tasks'])} tasks at chance" if n else ""
+    """What the average of the medians stands on: "" when every task learned, else how many are at chance and how
+    many learned nothing by their runs' own diagnosis."""
+    total = len(board["tasks"])
+    notes = [f"{n} of {total} tasks {what}" for n, what in (
+        (board.get("tasks_at_chance") or 0, "at chance"),
+        (board.get("tasks_learning_nothing") or 0, "learn nothing (most of their runs' diagnosis)")) if n]
+    return "; ".join(notes)
 
 
 def markdown(board: dict) -> str:
@@ -113,14 +143,15 @@ def markdown(board: dict) -> str:
 def csv_text(board: dict) -> str:
     out = io.StringIO(newline="")
     writer = csv.writer(out)
-    writer.writerow(["task", "metric", "median", "min", "max", "n", "best_lr", "scores", "chance", "chance_margin",
-                     "at_chance"])
+    writer.writerow(["task", "metric", "median", "min", "max", "n", "best_lr", "scores", "verdicts", "chance",
+                     "chance_margin", "at_chance"])
     blank = lambda v: "" if v is None else v  # noqa: E731
     for name, t in board["tasks"].items():
         writer.writerow([name, t["metric"], t["median"], t["min"], t["max"], t["n"], blank(t["best_lr"]),
-                         " ".join(f"{v:.6g}" for v in t["scores"].values()), blank(t.get("chance")),
+                         " ".join(f"{v:.6g}" for v in t["scores"].values()),
+                         "; ".join(f"{k}={v}" for k, v in (t.get("verdicts") or {}).items()), blank(t.get("chance")),
                          blank(t.get("chance_margin")), blank(t.get("at_chance"))])
-    writer.writerow(["average", "", board["average"], "", "", "", "", "", "", "", board.get("tasks_at_chance", "")])
+    writer.writerow(["average", "", board["average"], "", "", "", "", "", "", "", "", board.get("tasks_at_chance", "")])
     return out.getvalue()
 
 

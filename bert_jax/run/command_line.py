@@ -8,7 +8,9 @@ stderr and exit status 2, without the traceback: that names our code, not the us
 command has it) or BERT_JAX_VERBOSE=1 prints the traceback too. Anything else is a bug, and keeps its traceback.
 
 ml_collections reports a mistyped override key from deep inside flag parsing: a long traceback that ends, usefully,
-in "Did you mean"; here it is the one line naming the flag.
+in "Did you mean"; here it is the one line naming the flag. An exception the config file's own code raises (an unknown
+variant, `--config=configs/tiny.py:nosuch`) it wraps in "Error whilst parsing config file" and a traceback; here it is
+the file's own message, in one line.
 
 absl prints `--help` to stdout but exits 1, heads the flags with the command's install path and leaves the rest to
 the module docstring; here `--help` exits 0 and the flags are listed under "flags:".
@@ -42,6 +44,8 @@ _VERBOSE = flags.DEFINE_bool("verbose", False, f"On a mistake in the input, prin
 # KeyError / AttributeError from ConfigDict: "'mask_rat'\nDid you mean "mask_rate" instead of "mask_rat"?"
 _SUGGESTION = re.compile(r'Did you mean "([^"]+)" instead of "([^"]+)"')
 _KEY = re.compile(r"""['"\\]*([A-Za-z_][\w]*)['"\\]*""")
+# How ml_collections wraps an exception the config file's get_config raised, traceback and all.
+PARSE_ERROR = "Error whilst parsing config file"
 
 
 def run(main: Callable[[Sequence[str]], None], known_only: bool = False) -> None:
@@ -78,7 +82,7 @@ def parse_flags(argv: Sequence[str], known_only: bool = False) -> list[str]:
     except UserError as error:
         refuse(argv, error)
     except flags.IllegalFlagValueError as error:  # an override's value, a missing flag: absl's message is one line
-        refuse(argv, error)
+        refuse(argv, UserError(config_file_error(error)) if PARSE_ERROR in str(error) else error)
     except flags.Error as error:  # an unknown flag
         refuse(argv, error, with_help=True)
     except (AttributeError, KeyError) as error:
@@ -90,6 +94,22 @@ def parse_flags(argv: Sequence[str], known_only: bool = False) -> list[str]:
         cause = [line.strip() for line in str(error).splitlines() if line.strip()][-1:]  # the root cause is last
         given = next((a for a in argv[1:] if a.startswith("--config=")), "--config")
         refuse(argv, UserError(f"{given}: {' '.join(cause)}"))
+
+
+def config_file_error(error: BaseException) -> str:
+    """The one line a config file's own code raised (a variant it does not know, say), out of the traceback
+    ml_collections wraps it in: `--config=configs/tiny.py:nosuch: the only variant is 'two_stage'`. A ValueError's
+    or UserError's message stands alone; another exception keeps its type (a NameError in the file)."""
+    text = str(error)
+    given = text.split(":", 1)[0].removeprefix("flag ").strip()  # "flag --config=FILE[:ARG]: Error whilst ..."
+    last = [line.strip() for line in text.splitlines() if line.strip()][-1]
+    kind, _, message = last.partition(": ")
+    if not message or not re.fullmatch(r"[\w.]+", kind):  # not "Type: message": the line as it is
+        kind, message = "", last
+    if kind.rsplit(".", 1)[-1] in ("ValueError", "UserError"):
+        kind = ""
+    message = f"{kind}: {message}" if kind else message
+    return message if message.startswith(given) else f"{given}: {message}"
 
 
 def config_key_error(argv: Sequence[str], error: BaseException) -> str | None:
