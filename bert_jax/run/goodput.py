@@ -65,11 +65,11 @@ KEPT_SAVES = 16
 
 def process_start_time() -> float:
     """When this process started (time.time() scale), read from /proc on Linux; else now."""
-    try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime, in clock ticks since boot
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    try:  # (local system files, never a user's path)
+        stat = paths.path("/proc/self/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime, in clock ticks since boot
+        boot = next(int(line.split()[1]) for line in paths.path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
         return boot + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return datetime.datetime.now().timestamp()
