@@ -15,6 +15,12 @@ class UserError(ValueError):
     (A ValueError, so callers that catch those keep working.)"""
 
 
+class StorageFault(RuntimeError):
+    """The store failed under a running command (a full disk, a checkpoints folder or bucket that refuses writes):
+    the command stops with its message, at most three lines naming the cause, and exit status 1. What was
+    committed before it is intact, and the same command resumes once the cause is fixed."""
+
+
 class MissingPathError(UserError, FileNotFoundError):
     """A path the user named (a corpus, a workdir, a folder) that does not exist or matches nothing. (A
     FileNotFoundError too, so callers that catch those keep working.)"""

@@ -11,7 +11,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from grain import checkpoint as grain_checkpoint
 
-from bert_jax import UserError
+from bert_jax import StorageFault, UserError
 from bert_jax.checkpoint import s3_store
 from bert_jax.storage import paths
 
@@ -63,7 +63,7 @@ def make_manager(directory: str, checkpoint_cfg) -> ocp.CheckpointManager:
     return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
 
-class CheckpointSaveError(RuntimeError):
+class CheckpointSaveError(StorageFault):
     """A save failed (disk full, permissions, ...); the checkpoints committed before it are intact."""
 
 

@@ -5,7 +5,9 @@ command (the path layer's StorageError, a changed experiment or data, a held lea
 ones too), a flag absl refuses (unknown, missing, of the wrong type), a config file that does not load or an override
 whose key or value does not parse. `run` turns each into `bert-jax <command>: <what, the value, what is accepted>` on
 stderr and exit status 2, without the traceback: that names our code, not the user's input. `--verbose` (every
-command has it) or BERT_JAX_VERBOSE=1 prints the traceback too. Anything else is a bug, and keeps its traceback.
+command has it) or BERT_JAX_VERBOSE=1 prints the traceback too. A store that fails under a running command (a full
+disk, a checkpoints folder or bucket refusing writes: `bert_jax.StorageFault`, or such an OSError) is no bug either:
+its message, at most three lines, and status 1. Anything else is a bug, and keeps its traceback.
 
 ml_collections reports a mistyped override key from deep inside flag parsing: a long traceback that ends, usefully,
 in "Did you mean"; here it is the one line naming the flag. An exception the config file's own code raises (an unknown
@@ -15,6 +17,7 @@ the file's own message, in one line.
 absl prints `--help` to stdout but exits 1, heads the flags with the command's install path and leaves the rest to
 the module docstring; here `--help` exits 0 and the flags are listed under "flags:".
 """
+import errno
 import os
 import pathlib
 import re
@@ -25,7 +28,7 @@ from typing import NoReturn
 
 from absl import app, flags
 
-from bert_jax import UserError
+from bert_jax import StorageFault, UserError
 from bert_jax.run import backend_choice
 from bert_jax.run import mixture_overrides
 
@@ -33,6 +36,10 @@ from bert_jax.run import mixture_overrides
 CONFIG_HELP = ("ml_collections config file (configs/*.py); `bert-jax show-config --config=FILE` prints its keys, each "
                "overridable here as --config.a.b=value")
 USER_ERROR_STATUS = 2  # what argparse and absl's flag errors exit with: the command was called wrongly
+# A store that failed under a running command (bert_jax.StorageFault, or an OSError of these kinds, e.g. a metrics row
+# on a full disk): its one-line message and status 1, no traceback; the same command resumes once it is fixed.
+STORAGE_FAULT_STATUS = 1
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 MAX_LINES = 3
 VERBOSE_ENV = "BERT_JAX_VERBOSE"
 HELP_FLAGS = ("help", "helpshort", "?")
@@ -60,6 +67,10 @@ def _call(main: Callable[[Sequence[str]], None], argv: Sequence[str]) -> None:
         return main(argv)
     except (UserError, app.UsageError, flags.Error) as error:
         refuse(argv, error, with_help=not isinstance(error, UserError))
+    except (StorageFault, OSError) as error:
+        if not isinstance(error, StorageFault) and error.errno not in STORAGE_ERRNOS:
+            raise
+        refuse(argv, error, status=STORAGE_FAULT_STATUS)
 
 
 def parse_flags(argv: Sequence[str], known_only: bool = False) -> list[str]:
@@ -131,9 +142,10 @@ def command_name(argv: Sequence[str]) -> str:
     return f"bert-jax {pathlib.PurePath(argv[0]).stem.replace('_', '-')}"
 
 
-def refuse(argv: Sequence[str], error: BaseException, with_help: bool = False) -> NoReturn:
-    """Ends the command with status 2 and at most MAX_LINES lines naming the mistake (the traceback above them
-    under --verbose)."""
+def refuse(argv: Sequence[str], error: BaseException, with_help: bool = False,
+           status: int = USER_ERROR_STATUS) -> NoReturn:
+    """Ends the command with `status` (2: a mistake) and at most MAX_LINES lines naming the mistake or the fault (the
+    traceback above them under --verbose)."""
     if _verbose(argv):
         traceback.print_exception(error)
     lines = [line for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
@@ -144,7 +156,7 @@ def refuse(argv: Sequence[str], error: BaseException, with_help: bool = False) -
     if with_help and len(lines) < MAX_LINES:
         lines.append(f"`{name} --help` lists its flags")
     sys.stderr.write("\n".join(lines) + "\n")
-    sys.exit(USER_ERROR_STATUS)
+    sys.exit(status)
 
 
 def _verbose(argv: Sequence[str]) -> bool:

@@ -234,6 +234,9 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
             state = restore_or_init(program, batches, manager)
         start = int(state.step)
         outcome = Outcome(state, start, start)
+        if start and jax.process_index() == 0:  # what the stop cost, from the starts' goodput records (run/goodput.py)
+            logging.info("resuming from the checkpoint of step %d: %d step(s) trained past it before the stop are "
+                         "trained again", start, goodput.steps_replayed(workdir, start))
         recorder = goodput.Recorder(workdir, clock, start, active=jax.process_index() == 0)
         writer = MetricsWriter(workdir, config, start if start else -1)  # a fresh start rewrites its step-0 rows
         profile = ProfileWindow(config.train.get("profile"), workdir, start, last_step)
