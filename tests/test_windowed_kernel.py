@@ -26,13 +26,16 @@ FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 def rows(length: int) -> np.ndarray:
-    """[2, length] segment ids: row 0 one document then padding (-1); row 1 four packed documents of ragged
-    lengths then padding."""
-    seg = np.full((2, length), -1, np.int32)
+    """[3, length] segment ids: row 0 one document then padding (-1); row 1 four packed documents of ragged
+    lengths then padding; row 2 ids that are not whole runs (0, 1, then 0 again: the kernel's bounds fall back
+    to the whole row), then padding."""
+    seg = np.full((3, length), -1, np.int32)
     seg[0, :length * 3 // 4] = 0
     cuts = [0, length // 8, length // 3, length // 2, length * 7 // 8]
     for s, (a, b) in enumerate(zip(cuts, cuts[1:])):
         seg[1, a:b] = s + 1
+    seg[2, :length * 7 // 8] = 0
+    seg[2, length // 4:length // 2] = 1
     return seg
 
 
@@ -40,8 +43,8 @@ def outputs_and_gradients(attend, length: int, head_dim: int, dtype, seed: int =
     """Outputs (every position: padding queries see the padding keys in both), and the gradients of a random
     projection of them w.r.t. q, k, v."""
     rng = np.random.default_rng(seed)
-    q, k, v, cot = (jnp.asarray(rng.normal(size=(2, length, HEADS, head_dim)), dtype) for _ in range(4))
     segments = jnp.asarray(rows(length))
+    q, k, v, cot = (jnp.asarray(rng.normal(size=(len(segments), length, HEADS, head_dim)), dtype) for _ in range(4))
 
     def loss(q, k, v):
         out = attend(q, k, v, segments).astype(jnp.float32)
@@ -155,7 +158,7 @@ def test_modernbert_with_the_windowed_kernel_equals_xla():
 
     length = 48
     rng = np.random.default_rng(0)
-    segments = rows(length)
+    segments = rows(length)[:2]  # packed rows as the pipeline builds them
     real = segments >= 0
     positions = np.zeros_like(segments)
     for r in range(2):

@@ -7,11 +7,12 @@ segment ids: no [batch, heads, q, k] tensor reaches HBM. Scores and probabilitie
 shared memory, with an online softmax in base 2 (Dao et al. 2022; jax's `pallas/ops/gpu/attention.py` is the
 layout this follows); the statistics and every accumulator are float32 whatever the inputs' dtype.
 
-Work skipped (the speed levers): a query block visits only the key blocks that hold a key within the window of one
-of its queries, a loop from the first such block to the last, so a local layer of window w costs about
-(block_q + 2w) / length of a global one. Inside that range a key block whose segment ids cannot meet the query
-block's (their [min, max] ranges are disjoint: another document, or padding) is skipped by a branch. The backward
-does the same from both sides.
+Work skipped (the speed levers): a query block's loop runs over the key blocks from the first to the last that
+hold a key one of its queries may meet: within the window (a local layer of window w costs about
+(block_q + 2w) / length of a global one), and within the span of its queries' documents (`segment_spans`: in a
+packed row the other documents' tiles, and the padding's, are never read). The bounds come from two int32 rows
+computed once per call, so the loop body has no branch and Triton can pipeline its loads. The backward does the
+same from both sides.
 
 Backward: one kernel (grid batch x heads x blocks), as jax's op: program j accumulates dk, dv for key block j over
 the query blocks in its window, then dq for query block j over its key blocks, both from the forward's log-sum-exp
@@ -70,18 +71,31 @@ def _dot(a, b, trans_a: bool = False, trans_b: bool = False):
     return jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
 
 
-def _block_range(start, block: int, other_block: int, window: int | None, num_other: int):
-    """[lo, hi): the other side's blocks holding a position within `window` of [start, start + block)."""
-    if window is None:
-        return 0, num_other
-    lo = jax.lax.div(jnp.maximum(start - window, 0), other_block)
-    hi = jnp.minimum(jax.lax.div(start + block - 1 + window, other_block) + 1, num_other)
-    return lo, hi
+def segment_spans(segments: jax.Array) -> jax.Array:
+    """[batch, 2, length] int32: the first and the last position of each token's segment. Packed rows hold each
+    document (and the padding) as one run; a row whose ids are not whole runs gets the whole row (0, length - 1),
+    so that the kernels' loop bounds stay correct for any ids, only wider."""
+    b, length = segments.shape
+    pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (b, length))
+    starts = jnp.concatenate([jnp.ones((b, 1), bool), segments[:, 1:] != segments[:, :-1]], axis=1)
+    ends = jnp.concatenate([segments[:, :-1] != segments[:, 1:], jnp.ones((b, 1), bool)], axis=1)
+    first = jax.lax.cummax(jnp.where(starts, pos, 0), axis=1)
+    last = jax.lax.cummin(jnp.where(ends, pos, length - 1), axis=1, reverse=True)
+    ordered = jnp.sort(segments, axis=1)
+    distinct = 1 + jnp.sum(ordered[:, 1:] != ordered[:, :-1], axis=1)
+    whole_runs = (jnp.sum(starts, axis=1) == distinct)[:, None]
+    return jnp.stack([jnp.where(whole_runs, first, 0), jnp.where(whole_runs, last, length - 1)], axis=1)
 
 
-def _may_meet(seg_a, seg_b):
-    """False only when no id of seg_a equals one of seg_b (disjoint [min, max] ranges): the tile is all masked."""
-    return (jnp.min(seg_a) <= jnp.max(seg_b)) & (jnp.min(seg_b) <= jnp.max(seg_a))
+def _block_range(spans_ref, start, block: int, other_block: int, window: int | None, num_other: int):
+    """[lo, hi): the other side's blocks that hold a key (or query) a position in [start, start + block) may meet:
+    within the span of its segments, and within `window` of it."""
+    first = jnp.min(spans_ref[0, pl.ds(start, block)])
+    last = jnp.max(spans_ref[1, pl.ds(start, block)])
+    if window is not None:
+        first = jnp.maximum(first, start - window)
+        last = jnp.minimum(last, start + block - 1 + window)
+    return jax.lax.div(first, other_block), jnp.minimum(jax.lax.div(last, other_block) + 1, num_other)
 
 
 def _allowed(seg_q, seg_k, q_start, k_start, window: int | None):
@@ -99,15 +113,17 @@ def _scores(q, k, seg_q, seg_k, q_start, k_start, scale, window):
     return jnp.where(_allowed(seg_q, seg_k, q_start, k_start, window), s, MASK_VALUE)
 
 
-def _forward_kernel(q_ref, k_ref, v_ref, seg_ref, o_ref, lse_ref, *, scale, window, block_q, block_k):
+def _forward_kernel(q_ref, k_ref, v_ref, seg_ref, spans_ref, o_ref, lse_ref, *, scale, window, block_q, block_k):
     num_k = k_ref.shape[0] // block_k
     q_start = pl.program_id(0) * block_q
     q = q_ref[...]
     seg_q = seg_ref[pl.ds(q_start, block_q)]
     d = q.shape[-1]
 
-    def visit(k_start, seg_k, carry):
+    def body(kj, carry):
         o, m, l = carry
+        k_start = kj * block_k
+        seg_k = seg_ref[pl.ds(k_start, block_k)]
         s = _scores(q, k_ref[pl.ds(k_start, block_k), :], seg_q, seg_k, q_start, k_start, scale, window)
         m_next = jnp.maximum(m, jnp.max(s, axis=1))
         alpha = jnp.exp2(m - m_next)
@@ -115,12 +131,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, seg_ref, o_ref, lse_ref, *, scale, wind
         v = v_ref[pl.ds(k_start, block_k), :]
         return alpha[:, None] * o + _dot(p.astype(v.dtype), v), m_next, alpha * l + jnp.sum(p, axis=1)
 
-    def body(kj, carry):
-        k_start = kj * block_k
-        seg_k = seg_ref[pl.ds(k_start, block_k)]
-        return jax.lax.cond(_may_meet(seg_q, seg_k), functools.partial(visit, k_start, seg_k), lambda c: c, carry)
-
-    lo, hi = _block_range(q_start, block_q, block_k, window, num_k)
+    lo, hi = _block_range(spans_ref, q_start, block_q, block_k, window, num_k)
     init = (jnp.zeros((block_q, d), jnp.float32), jnp.full((block_q,), -jnp.inf, jnp.float32),
             jnp.zeros((block_q,), jnp.float32))
     o, m, l = jax.lax.fori_loop(lo, hi, body, init)  # every query meets itself: l >= 1
@@ -128,57 +139,48 @@ def _forward_kernel(q_ref, k_ref, v_ref, seg_ref, o_ref, lse_ref, *, scale, wind
     lse_ref[...] = m + jnp.log2(l)
 
 
-def _backward_kernel(q_ref, k_ref, v_ref, seg_ref, do_ref, lse_ref, delta_ref, dq_ref, dk_ref, dv_ref, *,
+def _backward_kernel(q_ref, k_ref, v_ref, seg_ref, spans_ref, do_ref, lse_ref, delta_ref, dq_ref, dk_ref, dv_ref, *,
                      scale, window, block_outer, block_inner):
     length = q_ref.shape[0]
     num_inner = length // block_inner
     start = pl.program_id(2) * block_outer
     seg_outer = seg_ref[pl.ds(start, block_outer)]
     d = q_ref.shape[-1]
+    # The mask is symmetric: the queries that meet a key block are the keys a query block there meets.
+    lo, hi = _block_range(spans_ref, start, block_outer, block_inner, window, num_inner)
+    zeros = jnp.zeros((block_outer, d), jnp.float32)
 
-    # dk, dv for keys [start, start + block_outer), over the query blocks in their window.
+    # dk, dv for keys [start, start + block_outer), over the query blocks that meet them.
     k, v = k_ref[pl.ds(start, block_outer), :], v_ref[pl.ds(start, block_outer), :]
 
-    def visit_queries(q_start, seg_q, carry):
+    def over_queries(qi, carry):
         dk, dv = carry
+        q_start = qi * block_inner
         rows = pl.ds(q_start, block_inner)
         q, do = q_ref[rows, :], do_ref[rows, :]
-        p = jnp.exp2(_scores(q, k, seg_q, seg_outer, q_start, start, scale, window) - lse_ref[rows][:, None])
+        s = _scores(q, k, seg_ref[rows], seg_outer, q_start, start, scale, window)
+        p = jnp.exp2(s - lse_ref[rows][:, None])
         dv = dv + _dot(p.astype(do.dtype), do, trans_a=True)
         ds = p * (_dot(do, v, trans_b=True) - delta_ref[rows][:, None]) * scale
         return dk + _dot(ds.astype(q.dtype), q, trans_a=True), dv
 
-    def over_queries(qi, carry):
-        q_start = qi * block_inner
-        seg_q = seg_ref[pl.ds(q_start, block_inner)]
-        return jax.lax.cond(_may_meet(seg_q, seg_outer), functools.partial(visit_queries, q_start, seg_q),
-                            lambda c: c, carry)
-
-    lo, hi = _block_range(start, block_outer, block_inner, window, num_inner)
-    zeros = jnp.zeros((block_outer, d), jnp.float32)
     dk, dv = jax.lax.fori_loop(lo, hi, over_queries, (zeros, zeros))
     dk_ref[...] = dk.astype(dk_ref.dtype)
     dv_ref[...] = dv.astype(dv_ref.dtype)
 
-    # dq for queries [start, start + block_outer), over the key blocks in their window.
+    # dq for queries [start, start + block_outer), over the key blocks they meet.
     rows = pl.ds(start, block_outer)
     q, do = q_ref[rows, :], do_ref[rows, :]
     lse, delta = lse_ref[rows][:, None], delta_ref[rows][:, None]
 
-    def visit_keys(k_start, seg_k, dq):
+    def over_keys(kj, dq):
+        k_start = kj * block_inner
         cols = pl.ds(k_start, block_inner)
         k_tile = k_ref[cols, :]
-        p = jnp.exp2(_scores(q, k_tile, seg_outer, seg_k, start, k_start, scale, window) - lse)
+        p = jnp.exp2(_scores(q, k_tile, seg_outer, seg_ref[cols], start, k_start, scale, window) - lse)
         ds = p * (_dot(do, v_ref[cols, :], trans_b=True) - delta) * scale
         return dq + _dot(ds.astype(k_tile.dtype), k_tile)
 
-    def over_keys(kj, dq):
-        k_start = kj * block_inner
-        seg_k = seg_ref[pl.ds(k_start, block_inner)]
-        return jax.lax.cond(_may_meet(seg_outer, seg_k), functools.partial(visit_keys, k_start, seg_k),
-                            lambda c: c, dq)
-
-    lo, hi = _block_range(start, block_outer, block_inner, window, num_inner)
     dq_ref[...] = jax.lax.fori_loop(lo, hi, over_keys, zeros).astype(dq_ref.dtype)
 
 
@@ -188,7 +190,7 @@ def _compiler_params(head_dim: int, num_stages: int):
     return plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=num_stages)
 
 
-def _forward(q, k, v, segments, scale, window, blocks: BlockSizes, interpret: bool):
+def _forward(q, k, v, segments, spans, scale, window, blocks: BlockSizes, interpret: bool):
     b, length, h, d = q.shape
     tile = lambda rows, index: pl.BlockSpec((None, rows, None, d), index)  # noqa: E731  [b, L, h, d] strided
     whole = tile(length, lambda i, j, n: (j, 0, n, 0))
@@ -197,18 +199,19 @@ def _forward(q, k, v, segments, scale, window, blocks: BlockSizes, interpret: bo
                           block_k=blocks.block_k),
         grid=(length // blocks.block_q, b, h),
         in_specs=[tile(blocks.block_q, lambda i, j, n: (j, i, n, 0)), whole, whole,
-                  pl.BlockSpec((None, length), lambda i, j, n: (j, 0))],
+                  pl.BlockSpec((None, length), lambda i, j, n: (j, 0)),
+                  pl.BlockSpec((None, 2, length), lambda i, j, n: (j, 0, 0))],
         out_specs=[tile(blocks.block_q, lambda i, j, n: (j, i, n, 0)),
                    pl.BlockSpec((None, None, blocks.block_q), lambda i, j, n: (j, n, i))],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
         compiler_params=None if interpret else _compiler_params(d, num_stages=2),
         interpret=interpret,
         name="windowed_attention_fwd",
-    )(q, k, v, segments)
+    )(q, k, v, segments, spans)
     return o, lse
 
 
-def _backward(q, k, v, segments, o, lse, do, scale, window, blocks: BlockSizes, interpret: bool):
+def _backward(q, k, v, segments, spans, o, lse, do, scale, window, blocks: BlockSizes, interpret: bool):
     b, length, h, d = q.shape
     delta = jnp.einsum("blhd,blhd->bhl", o.astype(jnp.float32), do.astype(jnp.float32))
     whole = pl.BlockSpec((None, length, None, d), lambda i, n, j: (i, 0, n, 0))
@@ -218,29 +221,30 @@ def _backward(q, k, v, segments, o, lse, do, scale, window, blocks: BlockSizes, 
         functools.partial(_backward_kernel, scale=scale, window=window, block_outer=blocks.block_outer,
                           block_inner=blocks.block_inner),
         grid=(b, h, length // blocks.block_outer),
-        in_specs=[whole, whole, whole, pl.BlockSpec((None, length), lambda i, n, j: (i, 0)), whole, stat, stat],
+        in_specs=[whole, whole, whole, pl.BlockSpec((None, length), lambda i, n, j: (i, 0)),
+                  pl.BlockSpec((None, 2, length), lambda i, n, j: (i, 0, 0)), whole, stat, stat],
         out_specs=[out, out, out],
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)],
         compiler_params=None if interpret else _compiler_params(d, num_stages=2),
         interpret=interpret,
         name="windowed_attention_bwd",
-    )(q, k, v, segments, do, lse, delta)
+    )(q, k, v, segments, spans, do, lse, delta)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def _attention(q, k, v, segments, scale: float, window: int | None, blocks: BlockSizes, interpret: bool):
-    return _forward(q, k, v, segments, scale, window, blocks, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _attention(q, k, v, segments, spans, scale: float, window: int | None, blocks: BlockSizes, interpret: bool):
+    return _forward(q, k, v, segments, spans, scale, window, blocks, interpret)[0]
 
 
-def _vjp_forward(q, k, v, segments, scale, window, blocks, interpret):
-    o, lse = _forward(q, k, v, segments, scale, window, blocks, interpret)
-    return o, (q, k, v, segments, o, lse)
+def _vjp_forward(q, k, v, segments, spans, scale, window, blocks, interpret):
+    o, lse = _forward(q, k, v, segments, spans, scale, window, blocks, interpret)
+    return o, (q, k, v, segments, spans, o, lse)
 
 
 def _vjp_backward(scale, window, blocks, interpret, residuals, do):
-    q, k, v, segments, o, lse = residuals
-    dq, dk, dv = _backward(q, k, v, segments, o, lse, do, scale, window, blocks, interpret)
-    return dq, dk, dv, None
+    q, k, v, segments, spans, o, lse = residuals
+    dq, dk, dv = _backward(q, k, v, segments, spans, o, lse, do, scale, window, blocks, interpret)
+    return dq, dk, dv, None, None
 
 
 _attention.defvjp(_vjp_forward, _vjp_backward)
@@ -263,5 +267,6 @@ def windowed_attention(q, k, v, segments, window: int | None, scale: float, inte
         pad = lambda x: jnp.pad(x, ((0, 0), (0, padded_length - length), (0, 0), (0, padded_d - d)))  # noqa: E731
         q, k, v = pad(q), pad(k), pad(v)
         segments = jnp.pad(segments, ((0, 0), (0, padded_length - length)), constant_values=PAD_SEGMENT)
-    out = _attention(q, k, v, segments.astype(jnp.int32), float(scale), window, blocks, interpret)
+    segments = segments.astype(jnp.int32)
+    out = _attention(q, k, v, segments, segment_spans(segments), float(scale), window, blocks, interpret)
     return out[:, :length, :, :d]
