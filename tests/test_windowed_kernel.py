@@ -16,7 +16,7 @@ from conftest import small_model_config
 from bert_jax.families import get_family
 from bert_jax.models.attention import choose_kernel
 from bert_jax.models.attention_kernels import xla_attention
-from bert_jax.models.windowed_kernel import BlockSizes, windowed_attention
+from bert_jax.models.windowed_kernel import BlockSizes, segment_spans, windowed_attention
 
 HEADS = 2
 MICRO = BlockSizes(block_q=16, block_k=16, block_outer=16, block_inner=16)
@@ -112,6 +112,17 @@ def test_tiles_outside_the_window_or_the_document_are_never_read():
     got, want = jax.jit(both, compiler_options=FAST_COMPILE)(q, k, v, jnp.asarray(segments))  # 0.25: 1 / sqrt(16)
     np.testing.assert_allclose(got[0, :32], want[0, :32], atol=1e-5, rtol=0)
     np.testing.assert_allclose(got[1, 32:], want[1, 32:], atol=1e-5, rtol=0)
+
+
+def test_segment_spans_bound_each_document_and_widen_to_the_row_when_ids_repeat():
+    """The loops' bounds: each token's document (or the padding) as [first, last] positions; a row whose ids are
+    not whole runs (row 2: 0, 1, then 0 again) gets the whole row, so no key of its own id is ever left out."""
+    seg = rows(16)  # row 1: documents [0, 2), [2, 5), [5, 8), [8, 14), then padding [14, 16)
+    spans = np.asarray(jax.jit(segment_spans)(jnp.asarray(seg)))
+    np.testing.assert_array_equal(spans[1, 0], [0, 0, 2, 2, 2, 5, 5, 5, 8, 8, 8, 8, 8, 8, 14, 14])
+    np.testing.assert_array_equal(spans[1, 1], [1, 1, 4, 4, 4, 7, 7, 7, 13, 13, 13, 13, 13, 13, 15, 15])
+    np.testing.assert_array_equal(spans[0, :, 11:13], [[0, 12], [11, 15]])  # the document's end, the padding's
+    np.testing.assert_array_equal(spans[2], [[0] * 16, [15] * 16])
 
 
 @pytest.mark.parametrize("platform, overrides, window, impl", [
