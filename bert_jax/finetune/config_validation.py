@@ -9,6 +9,7 @@ import bert_jax
 from bert_jax.checkpoint import reference
 from bert_jax.finetune import data, init_from
 from bert_jax.finetune.tasks import get_task
+from bert_jax.run import profile_window
 from bert_jax.storage import paths, preflight
 
 SPLITS = ("train", "validation", "test")
@@ -22,6 +23,7 @@ def check_config(config):
         task.validate(config.task)
         _check_packing(config.data, task)
         seeds(config)
+        profile_window.check(config.train.profile, None)  # its end is checked by the run, whose length epochs set
         source = reference.split(config.init_from)[0]
         if source and paths.is_remote(source):
             preflight.check_readable(source, "config.init_from")

@@ -23,6 +23,7 @@ from bert_jax.storage.workdir import Workdir
 
 HOSTS = ("first", "all")
 STEP_NAME = "train"  # the StepTraceAnnotation name XProf shows for each step
+_traced: set[tuple[int, int]] = set()  # windows this process traced (a staged run's later stages say nothing of them)
 
 
 def check(profile_cfg, num_steps: int | None, prefix: str = "config.train.profile") -> None:
@@ -58,11 +59,14 @@ class ProfileWindow:
         self.local = None  # the folder being traced into, while a trace runs
         on = profile_cfg.num_steps > 0 and (profile_cfg.hosts == "all" or jax.process_index() == 0)
         self.enabled = on and start < self.last and self.first <= last_step
-        if on and start >= self.last:
+        if on and start >= self.last and (self.first, self.last) not in _traced:  # (a stage after the window's: said)
             logging.warning("config.train.profile traces steps %d to %d, but this run resumes at step %d: no trace "
                             "(set config.train.profile.start_step past %d for one)", self.first, self.last, start,
                             start)
-        elif on and start >= self.first:
+        elif self.enabled and self.last > last_step:
+            logging.info("config.train.profile's window (steps %d to %d) goes past step %d, where this run (or its "
+                         "stage) stops: traced to step %d", self.first, self.last, last_step, last_step)
+        elif self.enabled and start >= self.first:
             logging.info("the profiler window (steps %d to %d) began before this resume at step %d: tracing steps "
                          "%d to %d", self.first, self.last, start, start + 1, self.last)
 
@@ -89,6 +93,7 @@ class ProfileWindow:
         if self.local is None:
             return
         jax.profiler.stop_trace()
+        _traced.add((self.first, self.last))
         local, self.local, self.enabled = self.local, None, False
         if local != self.target:
             for file in local.rglob("*"):

@@ -95,6 +95,8 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.train.nan_policy = "stop"
     c.train.max_steps_ahead = 2  # dispatched steps the host may run ahead of the device (bert_jax/run/harness.py)
     c.train.grad_accum_steps = 1
+    # A profiler window, as pre-training's (configs/base.py, bert_jax/run/profile_window.py): 0 steps = off.
+    c.train.profile = ml_collections.ConfigDict(dict(start_step=0, num_steps=0, hosts="first"))
 
     # Early stopping on a validation metric ("" = off; the last step's params are the result).
     c.early_stopping = ml_collections.ConfigDict()
