@@ -5,7 +5,7 @@ another document; `auto` picks it for windowed models on an NVIDIA GPU.
 
 The kernel runs in Pallas interpret mode here. The default tests use micro shapes with 16-token tiles; ModernBERT's
 window (local_attention 128: 64 tokens either side) with the GPU's tiles, bf16, the whole model, and the compile
-for an H100 by XLA's GPU compiler are slow.
+for an H100 by XLA's GPU compiler, and the test that poisons the skipped tiles are slow.
 """
 import jax
 import jax.numpy as jnp
@@ -91,6 +91,7 @@ def test_kernel_equals_xla_at_modernberts_window_with_the_gpu_tiles(window, dtyp
                               blocks=BlockSizes())
 
 
+@pytest.mark.slow  # an interpret-mode compile, ~2 s: the default suite keeps the equality test and the spans' one
 def test_tiles_outside_the_window_or_the_document_are_never_read():
     """NaN keys and values in the tiles a query block has no business with. Row 0, one document: the last tile,
     beyond the window of queries 0..31. Row 1, two documents of two tiles each: the first document's second tile,
