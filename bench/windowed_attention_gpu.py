@@ -72,7 +72,8 @@ def main(argv):
         config.model.attention_impl = impl
         results[impl] = compile_step(config, devices)
         r = results[impl]
-        print(f"ModernBERT-base ({seq}, {batch}) on 1 x {_GPU.value}, attention_impl={impl} -> {r['attention_kernel']}: "
+        print(f"ModernBERT-base ({seq}, {batch}) on 1 x {_GPU.value}, attention_impl={impl} -> "
+              f"{r['attention_kernel']}: "
               f"peak {r['peak_gib']:.2f} GiB (arguments {r['argument_gib']:.2f}, temporaries {r['temp_gib']:.2f}), "
               f"HBM {r['hbm_gb_per_step']:.1f} GB/step, {r['launches_per_step']:.0f} launches/step, "
               f"{r['triton_custom_calls']} Triton custom calls in the program; compiled in {r['compile_s']} s",

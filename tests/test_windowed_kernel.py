@@ -221,3 +221,30 @@ def test_the_kernel_compiles_for_an_h100_without_a_quadratic_buffer(head_dim, wi
     assert compiled.as_text().count("__gpu$xla.gpu.triton") == 2  # the forward and the backward kernel
     scores = b * heads * length * length * 4
     assert compiled.memory_analysis().temp_size_in_bytes < scores / 8
+
+
+@pytest.mark.slow  # XLA's GPU compiler for 8 H100s, ~15 s on 2 cores; skips without the CUDA wheels
+def test_under_a_mesh_each_gpu_runs_the_kernel_on_its_own_rows_and_heads():
+    """A Pallas call is not partitioned by XLA: `triton_attention` runs it in shard_map over the batch and heads
+    axes, so each of 8 H100s (4-way data x 2-way tensor) gets its [2, L, 6, 64] shard and nothing is gathered."""
+    import flax.linen as nn
+
+    from bert_jax.models.attention_kernels import triton_attention
+    from bert_jax.plan import gpu_cards
+
+    if not gpu_cards.plugin_available():
+        pytest.skip(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT}); CI does not install it")
+    devices = gpu_cards.gpu_devices(gpu_cards.parse_gpu("h100", 8))
+    mesh = jax.sharding.Mesh(np.array(devices).reshape(4, 2), ("data", "tensor"))
+    x = jax.ShapeDtypeStruct((8, 512, 12, 64), jnp.bfloat16,
+                             sharding=jax.sharding.NamedSharding(mesh, jax.P("data", None, "tensor", None)))
+    segments = jax.ShapeDtypeStruct((8, 512), jnp.int32, sharding=jax.sharding.NamedSharding(mesh, jax.P("data")))
+
+    def loss(q, k, v, s):
+        return jnp.sum(triton_attention(q, k, v, s, 64, interpret=False).astype(jnp.float32))
+
+    with jax.set_mesh(mesh), nn.logical_axis_rules((("batch", "data"), ("heads", "tensor"))):
+        text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(x, x, x, segments).compile().as_text()
+    kernels = [line for line in text.splitlines() if "__gpu$xla.gpu.triton" in line]
+    assert len(kernels) == 2 and all("bf16[2,512,6,64]" in line for line in kernels)
+    assert "all-gather" not in text
