@@ -2,16 +2,18 @@
 
 The straight run's own goodput, time split and trace are checked in tests/test_pretrain.py, on its fixture."""
 import json
+import logging
 import re
 import signal
 import subprocess
 import sys
 import time
 
+import jax
 import ml_collections
 import pytest
 
-from bert_jax.run import goodput, profile_window
+from bert_jax.run import device_memory, goodput, harness, profile_window, step_clock
 from bert_jax.storage.workdir import Workdir
 from test_pretrain import REPO, micro_overrides, read_metrics
 
@@ -59,6 +61,30 @@ def test_a_profiler_window_past_the_runs_end_is_refused_naming_the_keys():
     window.start_step, window.hosts = 5, "some"
     with pytest.raises(ValueError, match=r"config.train.profile.hosts='some'; expected one of \('first', 'all'\)"):
         profile_window.check(window, 1000)
+
+
+def test_a_window_mostly_spent_waiting_for_data_is_said_to_be_held_back_by_the_input_pipeline():
+    clock = step_clock.StepClock("other")
+    for _ in range(2):  # two steps: a slow batch, a quick dispatch
+        with clock.timing("data_wait"):
+            time.sleep(0.03)
+        with clock.timing("dispatch"):
+            time.sleep(0.005)
+    row, share = clock.window_row(2)
+    assert row["time/data_wait_s"] == pytest.approx(0.03, abs=0.02) and row["time/checkpoint_s"] == 0
+    assert share > step_clock.DATA_BOUND_SHARE
+    config = ml_collections.ConfigDict({"data": {"worker_count": 2}})
+    line = harness.data_bound_line(config, 100, share)
+    assert "config.data.worker_count, now 2" in line and "bert-jax prepare" in line
+    assert clock.window_row(1)[1] < step_clock.DATA_BOUND_SHARE  # a new window: nothing waited since
+
+
+def test_the_cpu_keeps_no_allocator_statistics_and_says_so_once(caplog):
+    with caplog.at_level(logging.INFO):
+        memory = device_memory.DeviceMemory(jax.local_devices())
+        assert memory.measure(1) == {} and memory.measure(2) == {}
+    assert not memory.measurable
+    assert sum("device memory is not measured on cpu" in r.getMessage() for r in caplog.records) == 1
 
 
 def _pretrain(workdir, *extra):

@@ -267,7 +267,7 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                     hooks.logged(step, row)
                     if data_share > DATA_BOUND_SHARE and not data_bound_said:
                         data_bound_said = True
-                        logging.warning(_data_bound_line(config, step, data_share))
+                        logging.warning(data_bound_line(config, step, data_share))
                     recorder.logged(step)  # before the row: a kill between the two counts the step as replayed
                     writer.write(step, {**row, **extra})
                 elif extra:
@@ -362,7 +362,7 @@ def _close(manager, hooks: Hooks, writer: MetricsWriter | None, lease, recorder:
                 recorder.close()
 
 
-def _data_bound_line(config, step: int, share: float) -> str:
+def data_bound_line(config, step: int, share: float) -> str:
     """The one line a data-bound run gets: the share, and the keys that feed the device faster."""
     workers = config.data.get("worker_count", None)
     return (f"the input pipeline holds the steps back: {100 * share:.0f} % of the wall time up to step {step} waited "
