@@ -25,6 +25,7 @@ from bert_jax.registry import Registry
 from bert_jax.models import albert, bert, deberta_v3, distilbert, electra, modernbert, roberta
 from bert_jax.models.attention import KernelChoice, choose_kernel
 from bert_jax.objectives import replaced_token_detection
+from bert_jax.models import parametrization
 from bert_jax.models.param_roles import ParamRoles
 from bert_jax.models.probe import abstract_params
 from bert_jax.objectives.objective import Objective
@@ -52,6 +53,12 @@ class Family:
     # Its Hugging Face conversion (bert_jax/hf/X.py's CONVERTER): export, init_from, fine-tuned heads and
     # vocabulary extension read it; None: the family has none.
     hf: HfConverter | None = None
+
+    def to_hf(self, params, model_cfg):
+        """The HfExport of `params` (this family's, for `model_cfg`): under μP the attention logits' multiplier is
+        folded into the query projection first, so plain transformers computes the logits this model does."""
+        multiplier = parametrization.attention_multiplier(model_cfg)
+        return self.hf.to_hf(parametrization.fold_attention(params, multiplier, self.roles), model_cfg)
 
     def objective_for(self, model_cfg) -> Objective:
         """The objective a run of `config.model` trains: the loop, eval and validation ask this."""
@@ -84,6 +91,16 @@ def abstract_params_for(model_cfg) -> dict:
     return abstract_params(model_for(ml_collections.ConfigDict(dict(model_cfg, attention_impl="xla"))))
 
 
+def mup_multipliers(model_cfg) -> parametrization.Multipliers | None:
+    """μP's multipliers for the module `model_cfg` describes (bert_jax/models/parametrization.py); None under the
+    standard parametrization. Each parameter's role comes from its shapes at this width and at twice it."""
+    if not parametrization.is_mup(model_cfg):
+        return None
+    roles = get_family(model_cfg["family"]).roles
+    return parametrization.multipliers(model_cfg, abstract_params_for(model_cfg),
+                                       abstract_params_for(parametrization.widened(model_cfg, roles)), roles)
+
+
 def family_of_hf_config(hf_cfg: dict, where: str) -> Family:
     """The registered family whose `hf.model_type` is config.json's `model_type`; `where` names the folder."""
     for _, family in FAMILIES.items():
@@ -111,13 +128,16 @@ def _register_builtin_families() -> None:
 
     # HF layer 0 (no attention norm) is `first_layer`, outside the scanned stack of the other num_layers - 1.
     modernbert_roles = ParamRoles(embeddings=("word", "embedding_norm"), single_layers=("first_layer",),
-                                  top=("final_norm", "head_dense", "head_norm", "mlm_output_bias"))
+                                  top=("final_norm", "head_dense", "head_norm", "mlm_output_bias"),
+                                  readout_inputs=("head_norm",), query=("Wqkv",), query_slice=(-3, 0))
     register_family(Family(name="modernbert", build_model=modernbert.build_modernbert, objective=MLM_PRETRAINING,
                            roles=modernbert_roles, validate_config=modernbert.validate_config,
                            kernel_choice=modernbert.ModernBertConfig.kernel_choice,
                            hf=hf_modernbert.CONVERTER))
 
+    # ELECTRA's embedding size grows with the width (E = H from base up), ALBERT's stays 128 at every size.
     electra_roles = ParamRoles(embeddings=("embeddings", "embeddings_project"),
+                               width_keys=ParamRoles().width_keys + ("embedding_size",),
                                top=("rtd_transform", "rtd_output") + mlm_head)
     # GDES: the discriminator reads the generator's `word` table plus its own `delta`: both are embeddings. The
     # generator, which fine-tuning never runs and whose stack is shallower, is one block at the top.

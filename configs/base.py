@@ -82,6 +82,13 @@ def get_config() -> ml_collections.ConfigDict:
     # logged at start-up names the kernel and why.
     c.model.attention_impl = "auto"
     c.model.splash_interpret = False  # run splash in Pallas interpret mode off TPU (slow: tests)
+    # standard | mup: μP (bert_jax/models/parametrization.py, docs/guides/sweep-small-train-large.md), under which a
+    # learning rate swept at hidden size mup_base_width holds at wider ones; μP equals standard at that width.
+    c.model.parametrization = "standard"
+    c.model.mup_base_width = 0  # μP's base hidden size: divides hidden_size, a multiple of num_heads
+    # Resolved by the config check under μP (read only): the width multiplier, the attention logits' factor and each
+    # parameter role's init and learning-rate factors, as the run applies them.
+    c.model.mup_multipliers = ml_collections.ConfigDict()
     c.model.dtype = "bfloat16"  # compute dtype
     c.model.param_dtype = "float32"
 

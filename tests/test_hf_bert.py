@@ -47,13 +47,15 @@ def hf_inputs(batch):
     }
 
 
-@pytest.mark.parametrize("scan_layers", [True, False])
-def test_bert_in_transformers_matches_our_mlm_and_nsp_logits(tmp_path, scan_layers):
-    model_cfg = small_model_config(scan_layers=scan_layers)
+@pytest.mark.parametrize("scan_layers,parametrization", [
+    (True, "standard"), (False, "standard"), pytest.param(True, "mup", marks=pytest.mark.slow)])
+def test_bert_in_transformers_matches_our_mlm_and_nsp_logits(tmp_path, scan_layers, parametrization):
+    # μP at 4x its base width: the export folds the attention logits' multiplier (0.5) into the query projection.
+    model_cfg = small_model_config(scan_layers=scan_layers, parametrization=parametrization, mup_base_width=8)
     model, params = init_params(model_cfg)
     batch = random_batch(1)
     ours = model.apply({"params": params}, batch, deterministic=True)
-    exported = get_family("bert").hf.to_hf(params, model_cfg)
+    exported = get_family("bert").to_hf(params, model_cfg)
     state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     hf_model = transformers.BertForPreTraining.from_pretrained(str(tmp_path)).eval()

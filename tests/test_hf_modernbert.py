@@ -46,17 +46,19 @@ def params():
 
 
 def hf_model_from(tmp_path, params, model_cfg, attn_implementation="eager"):
-    exported = get_family("modernbert").hf.to_hf(params, model_cfg)
+    exported = get_family("modernbert").to_hf(params, model_cfg)
     state, hf_cfg = exported.state, exported.config
     hf_folder.write_hf_folder(str(tmp_path), state, hf_cfg, tokenizer_dir=None)
     return transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path),
                                                              attn_implementation=attn_implementation).eval()
 
 
-@pytest.mark.parametrize("scan_layers", [True, False])
+@pytest.mark.parametrize("scan_layers,parametrization", [
+    (True, "standard"), (False, "standard"), pytest.param(True, "mup", marks=pytest.mark.slow)])
 def test_modernbert_in_transformers_matches_our_mlm_logits_with_padding_past_the_window(tmp_path, params,
-                                                                                        scan_layers):
-    model_cfg = modernbert_config(scan_layers=scan_layers)
+                                                                                        scan_layers, parametrization):
+    # μP at 4x its base width: the export folds the logits' multiplier into the query slice of the fused Wqkv.
+    model_cfg = modernbert_config(scan_layers=scan_layers, parametrization=parametrization, mup_base_width=8)
     model = get_family("modernbert").build_model(model_cfg)
     batch = batch_of()
     # Compiled whole, the scanned model runs sooner than op by op; the unrolled one the other way round.
@@ -74,6 +76,12 @@ def test_modernbert_in_transformers_matches_our_mlm_logits_with_padding_past_the
     print(f"ModernBERT scan_layers={scan_layers}: relative error of MLM logits {diff:.2e}")
     assert diff <= TRANSFORMERS
 
+    if parametrization == "mup":  # the fold is what makes them equal: unfolded, transformers computes other logits
+        unfolded = hf_model_from(tmp_path / "unfolded", params[scan_layers], modernbert_config(scan_layers=scan_layers))
+        with torch.no_grad():
+            plain = unfolded(input_ids=torch.tensor(np.asarray(batch["input_ids"])),
+                             attention_mask=torch.tensor(np.asarray(batch["attention_mask"]))).logits.numpy()
+        assert relative_error(ours, gathered(plain, batch["masked_positions"])) > 100 * TRANSFORMERS
     if not scan_layers:  # once is enough (unrolled: no scan to compile again)
         # The local window is applied: the same weights with every layer global give other logits.
         wide = get_family("modernbert").build_model(modernbert_config(scan_layers=False, global_attn_every_n_layers=1))

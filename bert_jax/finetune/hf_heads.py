@@ -36,7 +36,7 @@ def encoder_state(params: dict, config) -> tuple[dict, dict, str]:
     if family.hf is None:
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export")
     full = _merge(init_from.zeros_like_family_params(family, config.model), params["backbone"])
-    exported = family.hf.to_hf(full, config.model)  # its subfolders (a generator) are not the encoder's
+    exported = family.to_hf(full, config.model)  # its subfolders (a generator) are not the encoder's
     state, hf_cfg = exported.state, exported.config
     embedding = next(k for k in state if k.startswith("embeddings.") or ".embeddings." in k)
     prefix = embedding[: embedding.index("embeddings.")]

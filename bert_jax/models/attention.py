@@ -23,6 +23,7 @@ neither cudnn, splash nor triton drops attention probabilities.
 import contextlib
 import contextvars
 import dataclasses
+import math
 from typing import Any, Iterator
 
 import flax.linen as nn
@@ -165,6 +166,23 @@ def attention_mask_from_batch(attention_mask: jax.Array, segment_ids: jax.Array 
     return AttentionMask(jnp.where(real, ids, -1).astype(jnp.int32), packed=segment_ids is not None)
 
 
+def logit_scale(cfg, head_dim: int, terms: int = 1) -> float:
+    """What the attention logits (the sum of `terms` dot products: DeBERTa's 3) are multiplied by before the
+    softmax: 1/sqrt(terms x head_dim), times the model config's `attention_multiplier`, μP's sqrt(base head size /
+    head size) that makes it fall as 1/head_dim (bert_jax/models/parametrization.py), 1 under standard."""
+    return cfg.attention_multiplier / math.sqrt(terms * head_dim)
+
+
+def scaled_for_parametrization(cfg, q: jax.Array, score_bias: jax.Array | None):
+    """q (and a score bias) times `attention_multiplier`: every kernel divides q.k by sqrt(head_dim), so the logits
+    come out scaled by `logit_scale`. Under standard (multiplier 1) both are returned untouched."""
+    multiplier = cfg.attention_multiplier
+    if multiplier == 1.0:
+        return q, score_bias
+    q = q * jnp.asarray(multiplier, q.dtype)
+    return q, None if score_bias is None else score_bias * jnp.float32(multiplier)
+
+
 class Attend(nn.Module):
     """The chosen kernel over projected heads, with every mask: the part each family's attention shares.
 
@@ -185,6 +203,7 @@ class Attend(nn.Module):
         """
         cfg = self.config
         impl = cfg.attention_impl
+        q, score_bias = scaled_for_parametrization(cfg, q, score_bias)
         if score_bias is not None and impl != "xla":
             raise ValueError(f"config.model.attention_impl={impl!r} cannot add a score bias (disentangled "
                              "attention's position terms); only 'xla' can")

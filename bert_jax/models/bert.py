@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.attention import KernelChoice, attention_mask_from_batch, choose_kernel
+from bert_jax.models import parametrization
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.transformer import REMAT_POLICIES, TransformerStack
 
@@ -40,6 +41,9 @@ class BertConfig:
     # A kernel of models.attention: xla | cudnn | splash; from_config resolves "auto" for this platform.
     attention_impl: str = "xla"
     splash_interpret: bool = False
+    # The attention logits' factor beyond 1/sqrt(head_dim): μP's (bert_jax/models/parametrization.py), 1 under
+    # standard; from_config derives it from config.model.parametrization and mup_base_width.
+    attention_multiplier: float = 1.0
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 
@@ -67,6 +71,7 @@ class BertConfig:
         # Resolved here, as the model is built and before anything compiles: a kernel this platform
         # cannot run (or that cannot apply the configured dropout) fails naming the key.
         values["attention_impl"] = cls.kernel_choice(model_cfg).impl
+        values["attention_multiplier"] = parametrization.attention_multiplier(model_cfg)
         return cls(**values)
 
     @classmethod

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.models.attention import AttentionMask, Attend
+from bert_jax.models.attention import AttentionMask, Attend, logit_scale
 from bert_jax.models.layers import Dense
 
 # content-to-content + content-to-position + position-to-content: the scale is sqrt(3 * head_dim).
@@ -71,7 +71,8 @@ def distance_table_index(length: int, buckets: int, max_position: int) -> np.nda
 
 
 def fused_attention(q, k, v, pos_q, pos_k, segments, buckets: int, max_position: int, interpret: bool,
-                    block: int | None = None, dropout_rate: float = 0.0, dropout_seed: jax.Array | None = None):
+                    block: int | None = None, dropout_rate: float = 0.0, dropout_seed: jax.Array | None = None,
+                    scale: float | None = None):
     """The fused Pallas kernel (models/disentangled_kernel.py) on [batch, length, heads, head_dim] q, k, v
     (unscaled), pos_q, pos_k [2 * buckets, heads, head_dim], segments [batch, length] -> [batch, length,
     heads, head_dim]; `dropout_seed` [2] int32 where dropout_rate > 0. Under a mesh it runs in shard_map over the
@@ -80,7 +81,8 @@ def fused_attention(q, k, v, pos_q, pos_k, segments, buckets: int, max_position:
 
     length, head_dim = q.shape[1], q.shape[-1]
     index = jnp.asarray(distance_table_index(length, buckets, max_position))
-    scale = float(1.0 / np.sqrt(SCORE_TERMS * head_dim))
+    # The model passes attention.logit_scale (μP's multiplier in it); 1/sqrt(3 x head_dim) otherwise.
+    scale = float(1.0 / np.sqrt(SCORE_TERMS * head_dim)) if scale is None else float(scale)
     if dropout_rate and dropout_seed is None:
         raise ValueError("fused_attention: dropout_rate > 0 needs dropout_seed")
     seed = dropout_seed if dropout_rate else jnp.zeros((2,), jnp.int32)
@@ -139,7 +141,7 @@ class DisentangledSelfAttention(nn.Module):
                                                     jnp.int32)
             context = fused_attention(q, k, v, query(rel), key(rel), mask.segments, cfg.position_buckets,
                                       cfg.max_relative_positions, cfg.splash_interpret, dropout_rate=rate,
-                                      dropout_seed=seed)
+                                      dropout_seed=seed, scale=logit_scale(cfg, head_dim, SCORE_TERMS))
             return self._output(context)
         index = relative_embedding_index(x.shape[1], cfg.position_buckets, cfg.max_relative_positions)
         scale = 1.0 / np.sqrt(SCORE_TERMS * head_dim)

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.models.attention import Attend, KernelChoice, attention_mask_from_batch, choose_kernel
+from bert_jax.models import parametrization
 from bert_jax.models.bert import DTYPES
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.transformer import REMAT_POLICIES
@@ -68,6 +69,9 @@ class ModernBertConfig:
     remat_policy: str = "none"
     attention_impl: str = "xla"
     splash_interpret: bool = False
+    # The attention logits' factor beyond 1/sqrt(head_dim): μP's (bert_jax/models/parametrization.py), 1 under
+    # standard; from_config derives it from config.model.parametrization and mup_base_width.
+    attention_multiplier: float = 1.0
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 
@@ -83,6 +87,7 @@ class ModernBertConfig:
                     raise ValueError(f"config.model.{key}={values[key]!r}; expected one of {sorted(DTYPES)}")
                 values[key] = DTYPES[values[key]]
         values["attention_impl"] = cls.kernel_choice(model_cfg).impl
+        values["attention_multiplier"] = parametrization.attention_multiplier(model_cfg)
         return cls(**values)
 
     @classmethod

@@ -31,6 +31,14 @@ class ParamRoles:
     # Layer groups whose one set of parameters serves several depths (ALBERT's group_*): the FLOP formula
     # counts a leaf under one of G matching groups num_layers / G times.
     shared_layers: tuple[str, ...] = ()
+    # μP (bert_jax/models/parametrization.py). The config.model keys that grow with the width (doubled to find each
+    # parameter's width axes); the norms that feed a tied decoder, which carry μP's output multiplier; the query
+    # projection(s), where an export folds the attention-logit multiplier, with (axis, index) of a fused QKV's
+    # query slice (None: the whole leaf).
+    width_keys: tuple[str, ...] = ("hidden_size", "intermediate_size")
+    readout_inputs: tuple[str, ...] = ("mlm_norm",)
+    query: tuple[str, ...] = ("query",)
+    query_slice: tuple[int, int] | None = None
 
     def depth(self, path: tuple[str, ...], shape: tuple[int, ...], num_layers: int, family: str):
         """The depth of one parameter: an int, or an int array [rows] for a scanned stack's leaf.

@@ -16,7 +16,8 @@ import jax
 from absl import logging
 
 import bert_jax
-from bert_jax.families import get_family
+from bert_jax.families import get_family, mup_multipliers
+from bert_jax.models import parametrization
 from bert_jax.hf import folder as hf_folder
 from bert_jax.run import profile_window
 from bert_jax.storage import paths, preflight
@@ -87,7 +88,24 @@ def _resolved(config, workdir: str | None) -> tuple:
             with resolved.data.ignore_type():  # a str field once copied
                 resolved.data.worker_count = value
         workers.worker_count(resolved.data.worker_count)  # anything else fails now, naming the key
+        lines += _resolve_mup(resolved)
     return resolved, lines
+
+
+def _resolve_mup(config) -> list[str]:
+    """Under μP, config.model.mup_multipliers (empty until then) set to what the run applies: the width
+    multiplier, the attention logits' factor and each role's init and learning-rate factors, as show-config
+    prints them; a line saying so."""
+    if not parametrization.is_mup(config.model):
+        return []
+    parametrization.check(config.model)  # a base width that does not divide: one line, before any model is built
+    mup = mup_multipliers(config.model)
+    resolved = {"width_multiplier": mup.width, "attention_logits": (
+        f"x {parametrization.attention_multiplier(config.model):.6g} / sqrt(head_dim) (1/head_dim, equal to "
+        f"standard at hidden_size {config.model.mup_base_width})"), **mup.summary()}
+    config.model.mup_multipliers = resolved
+    return [f"config.model.parametrization=mup -> width multiplier {mup.width:g} (hidden_size "
+            f"{config.model.hidden_size} / mup_base_width {config.model.mup_base_width})"]
 
 
 def _recorded_worker_count(workdir: str) -> int | None:
@@ -111,6 +129,7 @@ def validate_config(config, num_processes: int = 1) -> None:
         raise ValueError(
             f"config.model.num_heads={m.num_heads} does not divide config.model.hidden_size={m.hidden_size}"
         )
+    parametrization.check(m)  # config.model.parametrization, mup_base_width
     if family.validate_config is not None:
         family.validate_config(config)
     family.kernel_choice(m)  # an attention kernel this platform cannot run, or that cannot apply the dropout

@@ -32,5 +32,5 @@ def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf", ema
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export; use --format=params")
     tokenizer = str(run.tokenizer) if run.tokenizer.is_dir() else None
     # The main folder and any beside it (ELECTRA's generator, as OUT/generator).
-    family.hf.to_hf(params, config.model).write(out, tokenizer, model_max_length=config.data.max_seq_length)
+    family.to_hf(params, config.model).write(out, tokenizer, model_max_length=config.data.max_seq_length)
     return step

@@ -24,18 +24,38 @@ def adam_moments(b1: float, b2: float, eps: float, flat: bool) -> optax.Gradient
     return optax.flatten(moments) if flat else moments
 
 
+def scale_by_multipliers(multipliers) -> optax.GradientTransformation:
+    """Each leaf's update times its multiplier (a tree of floats shaped like the params): μP's per-role learning
+    rates (bert_jax/models/parametrization.py). Stateless; a multiplier of 1 leaves its leaf untouched."""
+    def scale(updates, params=None):
+        del params
+        return jax.tree.map(lambda factor, u: u if factor == 1.0 else u * jnp.asarray(factor, u.dtype),
+                            multipliers, updates)
+
+    return optax.stateless(scale)
+
+
+def per_leaf(multipliers) -> list[optax.GradientTransformation]:
+    """[scale_by_multipliers] when there are multipliers (μP), else nothing: the standard chain stays as it was."""
+    return [] if multipliers is None else [scale_by_multipliers(multipliers)]
+
+
 @OPTIMIZERS.register("adamw")
-def adamw(schedule, b1, b2, eps, weight_decay, mask, flat_moments=False) -> optax.GradientTransformation:
-    """optax.adamw's chain, with the moments per leaf or flat."""
-    return optax.chain(adam_moments(b1, b2, eps, flat_moments), optax.add_decayed_weights(weight_decay, mask),
-                       optax.scale_by_learning_rate(schedule))
+def adamw(schedule, b1, b2, eps, weight_decay, mask, flat_moments=False,
+          multipliers=None) -> optax.GradientTransformation:
+    """optax.adamw's chain, with the moments per leaf or flat. μP's multipliers scale Adam's direction before the
+    decay is added, so learning rate x weight decay stays as set (mup's MuAdam with decoupled_wd=False)."""
+    return optax.chain(adam_moments(b1, b2, eps, flat_moments), *per_leaf(multipliers),
+                       optax.add_decayed_weights(weight_decay, mask), optax.scale_by_learning_rate(schedule))
 
 
 @OPTIMIZERS.register("lamb")
-def lamb(schedule, b1, b2, eps, weight_decay, mask, flat_moments=False) -> optax.GradientTransformation:
-    """optax.lamb's chain (the trust ratio stays per leaf), with the moments per leaf or flat."""
+def lamb(schedule, b1, b2, eps, weight_decay, mask, flat_moments=False,
+         multipliers=None) -> optax.GradientTransformation:
+    """optax.lamb's chain (the trust ratio stays per leaf), with the moments per leaf or flat. μP's multipliers come
+    after the trust ratio, which would normalise them away before it."""
     return optax.chain(adam_moments(b1, b2, eps, flat_moments), optax.add_decayed_weights(weight_decay, mask),
-                       optax.scale_by_trust_ratio(), optax.scale_by_learning_rate(schedule))
+                       optax.scale_by_trust_ratio(), *per_leaf(multipliers), optax.scale_by_learning_rate(schedule))
 
 # config.train.schedule -> (train_cfg, warmup ramp) -> the schedule; each starts with a linear warmup from 0 to the
 # peak over `warmup_steps` (the ramp).
@@ -176,7 +196,9 @@ def new_rows_first(warmup_steps: int, first_new_row: int) -> optax.GradientTrans
     return optax.GradientTransformation(init, update)
 
 
-def make_optimizer(train_cfg) -> optax.GradientTransformation:
+def make_optimizer(train_cfg, multipliers=None) -> optax.GradientTransformation:
+    """`config.train`'s optimizer; `multipliers`: μP's learning-rate multipliers, a tree of floats shaped like the
+    params (bert_jax.families.mup_multipliers), or None (standard)."""
     make = OPTIMIZERS.get(train_cfg.optimizer)
     warmup_new_rows, first_new_row = train_cfg.new_rows_warmup_steps, train_cfg.new_rows_start
     if warmup_new_rows and first_new_row <= 0:
@@ -186,7 +208,7 @@ def make_optimizer(train_cfg) -> optax.GradientTransformation:
     opt = make(
         schedule, b1=train_cfg.b1, b2=train_cfg.b2, eps=train_cfg.eps,
         weight_decay=train_cfg.weight_decay, mask=decay_mask,
-        flat_moments=train_cfg.flat_moments,
+        flat_moments=train_cfg.flat_moments, multipliers=multipliers,
     )
     if warmup_new_rows:
         opt = optax.chain(opt, new_rows_first(warmup_new_rows, first_new_row))

@@ -22,9 +22,10 @@ from bert_jax.run.compiler_options import compiler_options
 from bert_jax.run.harness import Program
 from bert_jax.train.config_validation import validate_mesh_fit
 from bert_jax.models.attention import building_for, devices_platform
+from bert_jax.models.parametrization import attention_multiplier, fold_attention
 from bert_jax.checkpoint import reference
 from bert_jax.checkpoint.params import restore_params
-from bert_jax.families import Family, get_family, model_for
+from bert_jax.families import Family, get_family, model_for, mup_multipliers
 from bert_jax.objectives.distillation import distillation_objective
 from bert_jax.objectives.objective import Objective
 from bert_jax.parallel.mesh import batch_sharding, check_divisible, logical_axis_rules
@@ -98,9 +99,11 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
     logging.info("attention kernel: %s (%s%s)", runs, kernel.reason, "" if runs == kernel.impl else f": this family's "
                  f"kernel for {kernel.impl}")
     objective = family.objective_for(config.model)
-    tx = make_optimizer(config.train)
+    mup = mup_multipliers(config.model)  # None under the standard parametrization
+    tx = make_optimizer(config.train, None if mup is None else mup.learning_rate)
     ema_decay = config.train.ema_decay
-    init = make_init_fn(model, tx, config.data, config.seed, ema=ema_decay > 0)
+    init = make_init_fn(model, tx, config.data, config.seed, ema=ema_decay > 0,
+                        init_multipliers=None if mup is None else mup.init)
     abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
     check_divisible(abstract_state.params, shardings.params, _DIVISIBILITY_HINT)
     data_sharding = batch_sharding(mesh, rules)
@@ -146,8 +149,11 @@ def _starting_state(config, family, teacher, teacher_params, init, shardings) ->
     def starting_state() -> TrainState:
         state = create_sharded_state(init, shardings)
         if config.init_from_hf:
-            state = _with_new_params(state, shardings, lambda fresh: hf_folder.import_params(
-                family, config.model, config.init_from_hf, fresh))
+            # An HF folder computes standard attention: under μP its query projection is divided by the logits'
+            # multiplier, the inverse of the export's fold, so the run starts from the function the folder holds.
+            unfold = 1.0 / attention_multiplier(config.model)
+            state = _with_new_params(state, shardings, lambda fresh: fold_attention(hf_folder.import_params(
+                family, config.model, config.init_from_hf, fresh), unfold, family.roles))
         if config.grow_from:  # a smaller run's weights, tiled and repeated (checked with the config)
             source = reference.resolve(config.grow_from, "config.grow_from", allow_ema=True)
             state = _with_new_params(state, shardings, lambda fresh: growth.grow_params(

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bert_jax.models import parametrization
 from bert_jax.parallel.mesh import logical_shardings
 from data_pipelines.loader import pipeline
 
@@ -41,11 +42,13 @@ def example_batch(data_cfg, batch_size: int) -> dict:
 
 
 def make_init_fn(model, tx: optax.GradientTransformation, data_cfg, seed: int, example: dict | None = None,
-                 ema: bool = False):
+                 ema: bool = False, init_multipliers=None):
     """Returns init(boxed: bool) -> TrainState; boxed keeps the logical-axis metadata for shardings.
 
     `example`: a batch of the model's inputs (fine-tuning's); default: the pre-training pipeline's.
     `ema`: keep an EMA of the params (config.train.ema_decay > 0), starting at the initial params.
+    `init_multipliers`: μP's factors on the initial values, a tree of floats shaped like the params
+    (bert_jax.families.mup_multipliers); None (standard) leaves the module's init as it is.
     """
 
     def init(unbox: bool = True) -> TrainState:
@@ -55,6 +58,8 @@ def make_init_fn(model, tx: optax.GradientTransformation, data_cfg, seed: int, e
             example_batch(data_cfg, 1) if example is None else example, deterministic=True,
         )
         params = variables["params"]
+        if init_multipliers is not None:
+            params = parametrization.scale_tree(params, init_multipliers)
         # Optimizer state (and the EMA) is built from the boxed params so Adam's moments inherit
         # their logical names (and shardings) instead of ending up replicated.
         fields = dict(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
