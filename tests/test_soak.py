@@ -46,3 +46,31 @@ def test_other_os_errors_keep_their_traceback():
 
     with pytest.raises(FileExistsError):
         command_line._call(main, ["bert_jax/commands/pretrain.py"])
+
+
+def test_a_failed_save_names_a_folder_that_refuses_writes(tmp_path):
+    """orbax times out waiting for its step folder ("Timeout waiting for key ...step_directory_creation") when the
+    folder cannot be made: the error names what refused it, found by a probe write."""
+    from bert_jax.checkpoint import manager as ckpt  # noqa: PLC0415  (orbax: only these tests need it)
+
+    blocked = tmp_path / "a_file"
+    blocked.write_text("")
+    assert "NotADirectoryError" in ckpt._unwritable(blocked / "checkpoints")
+    assert ckpt._unwritable(tmp_path) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a read-only bind mount needs root (chmod does not stop root)")
+def test_a_read_only_checkpoints_folder_stops_a_resume_before_anything_is_built(tmp_path):
+    from bert_jax.configs import tiny  # noqa: PLC0415
+    from bert_jax.run import harness  # noqa: PLC0415
+    from bert_jax.storage.preflight import StorageError  # noqa: PLC0415
+
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    subprocess.run(["mount", "--bind", str(checkpoints), str(checkpoints)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(checkpoints)], check=True)
+        with pytest.raises(StorageError, match=r"checkpoints"):
+            harness.check_storage(tiny.get_config(), str(tmp_path))
+    finally:
+        subprocess.run(["umount", str(checkpoints)], check=True)

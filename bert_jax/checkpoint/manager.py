@@ -67,9 +67,26 @@ class CheckpointSaveError(StorageFault):
     """A save failed (disk full, permissions, ...); the checkpoints committed before it are intact."""
 
 
+def _unwritable(directory) -> str | None:
+    """Why nothing can be written in `directory` ("OSError: [Errno 30] Read-only file system ..."), or None if a probe
+    can be. orbax creates a step's folder in a thread and the save only times out waiting for it ("Timeout waiting
+    for key '.../step_directory_creation'"), which hides a folder that became read-only or a full disk."""
+    probe = paths.path(directory) / f".save_probe.{jax.process_index()}"
+    try:
+        probe.write_text("bert_jax save probe")
+        probe.unlink()
+    except Exception as error:  # noqa: BLE001  (whatever refuses the write is the cause to name)
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
 def _save_failed(manager: ocp.CheckpointManager, error: Exception) -> CheckpointSaveError:
     # orbax writes into `<step>.orbax-checkpoint-tmp` and renames on commit (in a bucket: its
     # commit marker), so a failed save leaves only a temporary that `all_steps` and resume skip.
+    cause = f"{type(error).__name__}: {error}"
+    refused = _unwritable(manager.directory)
+    if refused is not None:
+        cause = f"{refused}; orbax said {cause}"
     try:
         manager.reload()
         steps = sorted(manager.all_steps())
@@ -78,7 +95,7 @@ def _save_failed(manager: ocp.CheckpointManager, error: Exception) -> Checkpoint
     except Exception:  # noqa: BLE001  (the store may still be unreachable: say what we can)
         steps, resume = "(not listable: the store does not answer)", "run the same command to resume"
     return CheckpointSaveError(
-        f"saving a checkpoint in {manager.directory} failed ({type(error).__name__}: {error}). "
+        f"saving a checkpoint in {manager.directory} failed ({cause}). "
         f"The committed checkpoints {steps} are intact: fix the cause (e.g. free disk space, "
         f"a bucket that is unreachable) and {resume}."
     )

@@ -55,6 +55,9 @@ def check_storage(config, workdir: str) -> lease_lib.Lease | lease_lib.Joined:
     takes its lease (run/lease.py: a second live run there stops here). `run` releases it."""
     determinism.check_xla_flags(config)
     preflight.check_writable(workdir, jax.process_index())
+    checkpoints = Workdir(workdir).checkpoints
+    if checkpoints.exists():  # a resume's checkpoints folder too: a read-only one would fail only at the first save
+        preflight.check_writable(str(checkpoints), jax.process_index())
     if not paths.is_remote(workdir):  # (a bucket has no folders to make)
         paths.path(workdir).mkdir(parents=True, exist_ok=True)
     lease = lease_lib.acquire(workdir, config.lease, jax.process_index(), jax.process_count())
