@@ -132,6 +132,16 @@ def get_config() -> ml_collections.ConfigDict:
     # so a mask-rate sweep trains at the rate it names (train/masked_fraction shows it); a set number
     # below that is refused, naming the value that fits (bert_jax/train/config_validation.py).
     c.data.max_predictions_per_seq = ml_collections.FieldReference("auto", field_type=object)
+    # How masking differs from transformers' DataCollatorForLanguageModeling, key by key (docs/guides/parity.md).
+    # mask_count: exact (round(mask_rate x maskable tokens) per row, BERT's create_pretraining_data) | bernoulli
+    # (each token, or whole word, with probability mask_rate, as the collator; max_predictions_per_seq auto becomes
+    # max_seq_length). random_tokens: ordinary (ids of the tokenizer that are not specials) | any (every id of the
+    # tokenizer, as the collator's randint(len(tokenizer))). The shares of the selected tokens made [MASK] and made
+    # a random token (the collator's mask_replace_prob, random_replace_prob; its whole-word mode uses 1.0, 0.0).
+    c.data.mask_count = "exact"
+    c.data.random_tokens = "ordinary"
+    c.data.mask_token_share = 0.8
+    c.data.random_token_share = 0.1
     c.data.short_seq_prob = 0.1
     c.data.nsp_random_prob = 0.5
     # Examples (data_pipelines/examples/builders.py, packing.py): nsp (BERT) | sop (ALBERT) |

@@ -27,8 +27,17 @@ instead of placing spans at random starts keeps units disjoint without a loop, s
 step is a vectorised numpy operation over the batch.
 
 Of the selected tokens 80% become [MASK], 10% a random ordinary token, 10% stay
-(Devlin et al. 2019, Appendix C.2). Span mode decides once per span, as SpanBERT does;
-the other modes decide per token.
+(Devlin et al. 2019, Appendix C.2; `mask_token_share`, `random_token_share`). Span mode decides
+once per span, as SpanBERT does; the other modes decide per token. A random token is one the
+tokenizer can emit: an id below the tokenizer's size (not config.model.vocab_size, whose extra
+rows no text holds) and, by default, not a special (`random_tokens`).
+
+Where transformers' DataCollatorForLanguageModeling differs, a key chooses (docs/guides/parity.md):
+`mask_count=bernoulli` selects each maskable token (or unit) independently with probability
+mask_rate, as the collator does, instead of an exact budget per row; `random_tokens=any` draws
+replacements from every id of the tokenizer, specials included, as the collator's
+randint(len(tokenizer)) does. A bernoulli row may select any number of tokens, so its gather is
+max_seq_length wide (`auto`), and a narrower one is refused rather than dropping selections.
 """
 
 from __future__ import annotations
@@ -44,6 +53,10 @@ from data_pipelines.tokenizers.tokenizer import SpecialIds
 
 MASK_TOKEN_SHARE = 0.8
 RANDOM_TOKEN_SHARE = 0.1
+# config.data.mask_count: how many tokens a row's selection holds.
+MASK_COUNTS = ("exact", "bernoulli")
+# config.data.random_tokens: which ids a random replacement is drawn from.
+RANDOM_TOKENS = ("ordinary", "any")
 # config.data.max_predictions_per_seq's default: derived from mask_rate and max_seq_length.
 AUTO = "auto"
 
@@ -56,11 +69,19 @@ def expected_predictions(mask_rate: float, max_seq_length: int) -> int:
     return max(1, math.ceil(round(mask_rate * max_seq_length, 6)))
 
 
+def needed_predictions(data_cfg) -> int:
+    """The narrowest gather that never drops a selection: expected_predictions for an exact budget, the whole
+    row for bernoulli selection (any number of a row's tokens may be drawn)."""
+    if data_cfg.get("mask_count", "exact") == "bernoulli":
+        return data_cfg.max_seq_length
+    return expected_predictions(data_cfg.mask_rate, data_cfg.max_seq_length)
+
+
 def max_predictions(data_cfg) -> int:
-    """config.data.max_predictions_per_seq as a number: `auto` resolves to expected_predictions."""
+    """config.data.max_predictions_per_seq as a number: `auto` resolves to needed_predictions."""
     value = data_cfg.max_predictions_per_seq
     if value == AUTO:
-        return expected_predictions(data_cfg.mask_rate, data_cfg.max_seq_length)
+        return needed_predictions(data_cfg)
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -136,6 +157,11 @@ class MaskingSpec:
     span_p: float = 0.2
     max_span_length: int = 10
     max_ngram: int = 3
+    mask_token_share: float = MASK_TOKEN_SHARE  # of the selected tokens, the share that becomes [MASK]
+    random_token_share: float = RANDOM_TOKEN_SHARE  # ... a random token; the rest stay as they are
+    random_tokens: str = "ordinary"  # RANDOM_TOKENS
+    mask_count: str = "exact"  # MASK_COUNTS
+    max_seq_length: int = 0  # the rows' length, where known: a bernoulli gather narrower than it is refused
 
     @classmethod
     def from_config(cls, data_cfg) -> "MaskingSpec":
@@ -147,7 +173,17 @@ class MaskingSpec:
             span_p=data_cfg.span_p,
             max_span_length=data_cfg.max_span_length,
             max_ngram=data_cfg.max_ngram,
+            mask_token_share=data_cfg.get("mask_token_share", MASK_TOKEN_SHARE),
+            random_token_share=data_cfg.get("random_token_share", RANDOM_TOKEN_SHARE),
+            random_tokens=data_cfg.get("random_tokens", "ordinary"),
+            mask_count=data_cfg.get("mask_count", "exact"),
+            max_seq_length=data_cfg.max_seq_length,
         )
+
+    def _bernoulli_cap_error(self, length: int) -> str:
+        return (f"config.data.mask_count='bernoulli' may select all {length} tokens of a row, but "
+                f"config.data.max_predictions_per_seq={self.max_predictions_per_seq}: set it to auto "
+                f"(= max_seq_length) rather than drop selections")
 
     @property
     def kind(self) -> MaskingMode:
@@ -163,6 +199,18 @@ class MaskingSpec:
             raise ValueError(
                 f"config.data.max_predictions_per_seq={self.max_predictions_per_seq} must be >= 1"
             )
+        shares = (self.mask_token_share, self.random_token_share)
+        if min(shares) < 0 or sum(shares) > 1:
+            raise ValueError(
+                f"config.data.mask_token_share={self.mask_token_share} and config.data.random_token_share="
+                f"{self.random_token_share} must be >= 0 and sum to at most 1 (the rest stay unchanged)"
+            )
+        if self.random_tokens not in RANDOM_TOKENS:
+            raise ValueError(f"config.data.random_tokens={self.random_tokens!r}: expected one of {RANDOM_TOKENS}")
+        if self.mask_count not in MASK_COUNTS:
+            raise ValueError(f"config.data.mask_count={self.mask_count!r}: expected one of {MASK_COUNTS}")
+        if self.mask_count == "bernoulli" and 0 < self.max_predictions_per_seq < self.max_seq_length:
+            raise ValueError(self._bernoulli_cap_error(self.max_seq_length))
         kind.validate(self)
 
 
@@ -171,12 +219,15 @@ class Masker:
 
     Args:
       spec: the mode and its rates.
-      special_ids: never selected, never drawn as random replacements.
+      special_ids: never selected; never drawn as random replacements unless spec.random_tokens is "any".
       word_starts: [vocab] bool, True where a token begins a word (the tokenizer's
         `word_start_flags()`); needed by every mode whose units are words (`MaskingMode.by_word`).
+      tokenizer_size: the tokenizer's vocabulary size (`get_vocab_size()`), when smaller than
+        spec.vocab_size: random replacements stay below it, among ids the text can hold.
     """
 
-    def __init__(self, spec: MaskingSpec, special_ids: SpecialIds, word_starts=None):
+    def __init__(self, spec: MaskingSpec, special_ids: SpecialIds, word_starts=None,
+                 tokenizer_size: int | None = None):
         spec.validate()
         self.spec = spec
         self.special_ids = special_ids
@@ -194,7 +245,11 @@ class Masker:
                 )
             self._starts_word = np.ones(table_size, bool)
             self._starts_word[: len(word_starts)] = np.asarray(word_starts, bool)
-        self._replacements = np.flatnonzero(~self._is_special[: spec.vocab_size])
+        pool_size = min(spec.vocab_size, tokenizer_size or spec.vocab_size)
+        if spec.random_tokens == "any":
+            self._replacements = np.arange(pool_size)
+        else:
+            self._replacements = np.flatnonzero(~self._is_special[:pool_size])
         self._lengths = spec.kind.run_lengths(spec) if spec.kind.run_lengths else None
 
     def _units(self, ids: np.ndarray, special: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -238,6 +293,13 @@ class Masker:
         selected = (keys <= threshold[:, None]) & candidate & (budget > 0)[:, None]
         # float64 keys tie with probability ~1e-11; never let a tie exceed the budget.
         return selected & (np.cumsum(selected, axis=1) <= budget[:, None])
+
+    def _select_bernoulli(self, unit, candidate, rng) -> np.ndarray:
+        """[B, L] bool: each candidate token (or each unit, whole) independently with probability mask_rate."""
+        draws = rng.random(candidate.shape) < self.spec.mask_rate  # one draw per token, or per unit index
+        if unit is None:
+            return draws & candidate
+        return np.take_along_axis(draws, unit, axis=1) & candidate
 
     def _select_units(self, unit, candidate, budget, rng) -> np.ndarray:
         """[B, L] bool: whole units in random order while their tokens fit the budget."""
@@ -298,11 +360,14 @@ class Masker:
             np.clip(np.rint(num_candidates * spec.mask_rate), 1, spec.max_predictions_per_seq),
             0,
         ).astype(np.int64)
-        if self._starts_word is None:
-            unit = None
+        unit = None if self._starts_word is None else self._units(ids, special, rng)
+        if spec.mask_count == "bernoulli":
+            if spec.max_predictions_per_seq < length:
+                raise ValueError(spec._bernoulli_cap_error(length))
+            selected = self._select_bernoulli(unit, candidate, rng)
+        elif unit is None:
             selected = self._select_tokens(candidate, budget, rng)
         else:
-            unit = self._units(ids, special, rng)
             selected = self._select_units(unit, candidate, budget, rng)
 
         rows, cols = np.nonzero(selected)  # Row-major: positions increase within a row.
@@ -315,8 +380,9 @@ class Masker:
         else:
             decision = rng.random(len(rows))
         replacement = originals.copy()
-        replacement[decision < MASK_TOKEN_SHARE] = self.special_ids.mask
-        use_random = (decision >= MASK_TOKEN_SHARE) & (decision < MASK_TOKEN_SHARE + RANDOM_TOKEN_SHARE)
+        mask_share, random_share = spec.mask_token_share, spec.random_token_share
+        replacement[decision < mask_share] = self.special_ids.mask
+        use_random = (decision >= mask_share) & (decision < mask_share + random_share)
         replacement[use_random] = self._replacements[
             rng.integers(0, len(self._replacements), size=int(use_random.sum()))
         ]

@@ -191,7 +191,8 @@ class UnpackBatch(grain.transforms.Map):
 def make_mask_batch(cfg, tokenizer, extra_keys: tuple[str, ...] = ()) -> MaskBatch:
     spec = masking.MaskingSpec.from_config(cfg)
     word_starts = tokenizer.word_start_flags() if spec.kind.by_word else None
-    masker = masking.Masker(spec, tokenizer_lib.special_ids(tokenizer), word_starts)
+    masker = masking.Masker(spec, tokenizer_lib.special_ids(tokenizer), word_starts,
+                            tokenizer_size=tokenizer.get_vocab_size())
     return MaskBatch(masker, builders.example_keys(cfg) + extra_keys)
 
 
