@@ -3,6 +3,17 @@
     python bench/step_anatomy.py --shape=128:256                   # BERT-base (seq 128, batch 256)
     python bench/step_anatomy.py --shape=128:256 --set=train.dropout_prng=rbg --hlo_dir=/tmp/hlo
     python bench/step_anatomy.py --from_hlo=/tmp/hlo               # re-read dumped HLO, no compile
+    python bench/step_anatomy.py --gpu=h100                        # XLA's GPU compiler, on any host (`gpu` extra)
+    python bench/step_anatomy.py --gpu=h100 --shapes=base:128:256 --set=train.dropout_prng=rbg
+
+--gpu=CARD compiles with XLA's GPU compiler for that card (bert_jax/plan/gpu_cards.py; no GPU needed) the four
+shapes of docs/results/gpu.md (--shapes: base = configs/base.py, large = it at BERT-large's sizes, or a config
+file's name in configs/, each with its own family, dropout and remat) and counts, with
+bert_jax/plan/hlo_traffic.py (the planner's counter: each loop's body times its trips, a fusion charged only
+the slices it reads and the updates it writes), the kernel launches and HBM bytes of the eval forward and of the
+train step's forward, backward and update (by op_name: `transpose(jvp(...))` is the backward, `jvp(...)` the
+forward, the rest the update: clip, AdamW, the NaN guard, the step's RNG), and the dropout RNG, LayerNorm,
+attention and layout parts across them.
 
 It compiles `configs/base.py`'s train step and eval forward for this host's device (a GPU
 where one is present), keeps their optimised HLO (`--hlo_dir`), and counts each top-level
@@ -35,6 +46,14 @@ _SET = flags.DEFINE_list("set", [], "key=value config overrides, e.g. train.flat
 _HLO_DIR = flags.DEFINE_string("hlo_dir", "", "Write train.hlo and forward.hlo here.")
 _FROM_HLO = flags.DEFINE_string("from_hlo", "", "Read train.hlo and forward.hlo from here instead of compiling.")
 _JSON = flags.DEFINE_string("json", "", "Write the counts to this file.")
+_GPU = flags.DEFINE_string("gpu", "", "Compile with XLA's GPU compiler for this card (h100, h200, a100_80gb, "
+                           "a100_40gb) instead of for this host; counts by bert_jax/plan/hlo_traffic.py.")
+_VARIANTS = flags.DEFINE_multi_string("variant", [], "With --gpu: NAME=key=value[;key=value...]: the first shape's "
+                                      "train step again with these overrides (after --set), one row each (A/B: "
+                                      "bytes are deterministic, no timing).")
+_SHAPES = flags.DEFINE_list("shapes", ["base:128:256", "large:512:32", "modernbert_base:1024:32",
+                                       "deberta_v3_base:512:32"],
+                            "With --gpu: model:seq:batch, model base, large or a config file's name in configs/.")
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(\S+) = (.*?) ([a-z][a-z0-9-]*)\((.*)$")
 _ARRAY = re.compile(r"\b(pred|s8|u8|s16|u16|bf16|f16|s32|u32|f32|s64|u64|f64)\[([0-9,]*)\]")
@@ -226,8 +245,121 @@ def print_anatomy(name: str, a: dict, reference: dict | None = None) -> None:
     print(f"  top opcodes: {a['opcodes']}")
 
 
+LARGE = dict(num_layers=24, hidden_size=1024, num_heads=16, intermediate_size=4096)  # BERT-large on configs/base.py
+
+
+def shape_config(spec: str, overrides: list[str]):
+    """configs/base.py (base, large) or configs/<name>.py at (seq, batch), 15 % (the config's rate) predicted."""
+    import importlib
+
+    name, seq, batch = spec.split(":")
+    c = importlib.import_module(f"bert_jax.configs.{'base' if name in ('base', 'large') else name}").get_config()
+    if name == "large":
+        c.model.update(**LARGE)
+    if "stages" in c.train:
+        c.train.stages = ()
+    c.train.global_batch_size, c.data.max_seq_length = int(batch), int(seq)
+    c.data.max_predictions_per_seq = -(-int(c.data.get("mask_rate", 0.15) * int(seq)) // 4) * 4
+    for assignment in overrides:
+        key, _, text = assignment.partition("=")
+        *parents, leaf = key.split(".")
+        node = c
+        for p in parents:
+            node = node[p]
+        old = node[leaf]
+        node[leaf] = (text.lower() == "true") if isinstance(old, bool) else type(old)(text)
+    return c
+
+
+def coarse_part(opcode: str, op_name: str) -> str:
+    """forward / backward / update of the train step, from the JAX op that made an instruction; instructions no JAX
+    op names are the zero-filled buffers a scan's stacked outputs (the forward's saved residuals) start from."""
+    del opcode
+    if not op_name:
+        return "stacks"
+    if "transpose(" in op_name:
+        return "backward"
+    return "forward" if "jvp(" in op_name else "update"
+
+
+def gpu_anatomy(card: str, spec: str, overrides: list[str], forward_of: dict | None = None) -> dict:
+    """One shape's eval forward and train step compiled by XLA's GPU compiler for `card`, counted by part;
+    forward_of: an earlier result whose eval forward this one shares (a variant of the train step only)."""
+    import flax.linen as nn
+    import jax
+
+    from bert_jax.plan import gpu_cards, hlo_traffic, memory_fit
+    from bert_jax.parallel.mesh import make_mesh
+    from bert_jax.train.program import build_program
+    from data_pipelines.loader import pipeline
+
+    c = shape_config(spec, overrides)
+    program = build_program(c, make_mesh(c.mesh, gpu_cards.gpu_devices(gpu_cards.parse_gpu(card, 1))))
+    batch = c.train.global_batch_size
+    abstract = {k: jax.ShapeDtypeStruct(s, d, sharding=program.data_sharding)
+                for k, (s, d) in pipeline.batch_spec(c.data, batch).items()}
+    with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
+        start = time.perf_counter()
+        train = program.train_step.lower(program.abstract_state, abstract, program.abstract_frozen).compile()
+        seconds = time.perf_counter() - start
+        if forward_of is None:
+            forward = program.eval_step.lower(program.abstract_state.params, abstract, 0,
+                                              program.abstract_frozen).compile()
+    texts = {"train": train.as_text()} if forward_of else {"train": train.as_text(), "forward": forward.as_text()}
+    if _HLO_DIR.value:
+        os.makedirs(_HLO_DIR.value, exist_ok=True)
+        for k, text in texts.items():
+            with open(os.path.join(_HLO_DIR.value, f"{spec.replace(':', '_')}.{k}.hlo"), "w") as f:
+                f.write(text)
+    out = {"shape": spec, "set": overrides, "card": card, "kernel": program.attention_kernel,
+           "remat": c.model.remat_policy, "compile_s": round(seconds, 1),
+           "peak_gib": memory_fit.compiled_peak_bytes(train.memory_analysis()) / 1024**3}
+    for name, text in texts.items():
+        total = hlo_traffic.traffic(text)
+        out[name] = {"launches": total.launches, "bytes": total.hbm + total.on_chip,
+                     "parts": {p: {"launches": k, "bytes": h + o}
+                               for p, (k, h, o) in hlo_traffic.breakdown(text, coarse_part).items()},
+                     "detail": {p: {"launches": k, "bytes": h + o}
+                                for p, (k, h, o) in hlo_traffic.breakdown(text, part_of).items()}}
+    if forward_of is not None:
+        out["forward"] = forward_of["forward"]
+    return out
+
+
+def print_gpu_row(a: dict) -> None:
+    f, t = a["forward"], a["train"]
+    cell = lambda c: f"{c['launches']:,.0f}, {c['bytes'] / 1e9:.1f}"  # noqa: E731
+    parts = [cell(t["parts"].get(p, {"launches": 0, "bytes": 0})) for p in ("forward", "stacks", "backward", "update")]
+    print(f"| {a['shape']}{' ' + ' '.join(a['set']) if a['set'] else ''}{' (' + a['variant'] + ')' if 'variant' in a else ''} | {cell(f)} | {' | '.join(parts)} | "
+          f"**{cell(t)}** | {t['launches'] / f['launches']:.1f}x, {t['bytes'] / f['bytes']:.2f}x | "
+          f"{a['peak_gib']:.1f} |", flush=True)
+    print("    detail: " + "; ".join(f"{p} {c['launches']:,.0f} / {c['bytes'] / 1e9:.1f} GB"
+                                      for p, c in t["detail"].items()), flush=True)
+
+
 def main(argv):
     del argv
+    if _GPU.value:
+        import jax
+
+        jax.config.update("jax_platforms", "cpu")  # the host's backend: the plugin must not look for a driver
+        print("| shape (seq, batch) | eval forward: launches, GB | train forward | zero-filled stacks | train backward | "
+              "update | train step | step / forward (launches, bytes) | peak GiB |\n|---|---|---|---|---|---|---|---|---|",
+              flush=True)
+        results = []
+        for spec in _SHAPES.value:
+            results.append(gpu_anatomy(_GPU.value, spec, _SET.value))
+            print_gpu_row(results[-1])
+            if spec == _SHAPES.value[0]:
+                for variant in _VARIANTS.value:
+                    name, _, assignments = variant.partition("=")
+                    results.append(gpu_anatomy(_GPU.value, spec, _SET.value + assignments.split(";"), results[0]))
+                    results[-1]["variant"] = name
+                    print_gpu_row(results[-1])
+        if _JSON.value:
+            with open(_JSON.value, "w") as f:
+                json.dump(results, f, indent=1)
+        return
     if _FROM_HLO.value:
         texts = {k: open(os.path.join(_FROM_HLO.value, f"{k}.hlo")).read() for k in ("train", "forward")}
     else:
