@@ -78,6 +78,18 @@ def test_each_rule_counts_the_bytes_that_cross_each_memory():
     assert (traffic.hbm, traffic.on_chip, traffic.loops_counted_once) == (hbm, on_chip, 0)
 
 
+def test_launches_and_parts_add_up_to_the_whole_counting_a_loops_trips():
+    """What `plan --gpu` reports as kernel launches and `bench/step_anatomy.py` splits by part: every instruction
+    that moves data, a loop's body once per trip; the parts' bytes sum to the program's."""
+    traffic = hlo_traffic.traffic(MODULE)
+    once = hlo_traffic.traffic(MODULE.replace(', backend_config={"known_trip_count":{"n":"3"}}', ""))
+    assert traffic.launches - once.launches == 2 * (once.launches - hlo_traffic.traffic(MODULE.replace(
+        ', backend_config={"known_trip_count":{"n":"3"}}', ', backend_config={"known_trip_count":{"n":"0"}}')).launches)
+    parts = hlo_traffic.breakdown(MODULE, lambda opcode, op_name: opcode)
+    assert sum(k for k, _, _ in parts.values()) == traffic.launches
+    assert sum(h for _, h, _ in parts.values()) == traffic.hbm and sum(o for _, _, o in parts.values()) == traffic.on_chip
+
+
 def test_a_loop_without_a_known_trip_count_is_counted_once_and_said():
     once = hlo_traffic.traffic(MODULE.replace(', backend_config={"known_trip_count":{"n":"3"}}', ""))
     assert once.loops_counted_once == 1
