@@ -22,6 +22,7 @@ from bert_jax.storage import paths
 from bert_jax.checkpoint.params import restore_params
 from bert_jax.families import model_for
 from bert_jax.storage.workdir import Workdir
+from bert_jax.run import goodput
 from bert_jax.run.metrics_file import read_rows
 from data_pipelines.sources import corpus
 from test_parallel_mesh import FAST_COMPILE
@@ -84,7 +85,8 @@ def gs_run(gcs, xla_cache, tmp_path_factory):
     corpus_glob = write_corpus(bucket)
     # Two steps, a checkpoint after each: the least that still resumes and keeps max_to_keep's history.
     pretrain(f"{bucket}/run", corpus_glob, xla_cache, "--config.train.num_steps=2", "--config.checkpoint.every_steps=1",
-             "--config.train.eval_every_steps=2", cwd=str(cwd))
+             "--config.train.eval_every_steps=2", "--config.train.profile.start_step=2",
+             "--config.train.profile.num_steps=1", cwd=str(cwd))
     assert set(os.listdir(REPO)) == before  # a stray `gs:` folder from a URL taken as a relative path would show
     return f"{bucket}/run", corpus_glob, cwd
 
@@ -98,6 +100,10 @@ def test_a_run_with_workdir_and_corpus_in_gs_writes_everything_there_and_nothing
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["1", "2"]
     assert any((run / "tensorboard").iterdir()) and (run / "plots" / "loss.png").read_bytes()[:4] == b"\x89PNG"
     assert not list(cwd.iterdir())
+    (traced,) = (run / "profile" / "plugins" / "profile").iterdir()  # traced to local disk, then copied whole
+    assert any(p.name.endswith(".xplane.pb") for p in traced.iterdir())
+    (record,) = goodput.read(workdir)  # one object per start, replaced whole: no append
+    assert (record.start_step, record.step) == (0, 2) and goodput.report(workdir)[-1].startswith("goodput ")
 
 
 def test_a_workdir_in_gs_restores_the_params_its_newest_checkpoint_saved(gs_run):

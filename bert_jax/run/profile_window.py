@@ -12,6 +12,7 @@ A bucket workdir: the profiler writes to local disk, and the files are copied to
 own `<host>.xplane.pb` in the same run folder).
 """
 import contextlib
+import pathlib
 import tempfile
 
 import jax
@@ -75,8 +76,8 @@ class ProfileWindow:
         if not self.enabled or not self.first <= step <= self.last:
             return contextlib.nullcontext()
         if self.local is None:
-            self.local = self.target if not paths.is_remote(self.target) else paths.path(
-                tempfile.mkdtemp(prefix="bert_jax_profile_"))
+            self.local = self.target if not paths.is_remote(self.target) else pathlib.Path(
+                tempfile.mkdtemp(prefix="bert_jax_profile_"))  # local disk, ours: copied to the bucket at the end
             options = jax.profiler.ProfileOptions()
             options.python_tracer_level = 0  # every Python call of every thread (the loader's too): 10x the bytes
             jax.profiler.start_trace(str(self.local), profiler_options=options)
@@ -96,10 +97,12 @@ class ProfileWindow:
         _traced.add((self.first, self.last))
         local, self.local, self.enabled = self.local, None, False
         if local != self.target:
-            for file in local.rglob("*"):
+            for file in sorted(local.rglob("*")):
                 if file.is_file():
-                    paths.copy_file(file, self.target / file.relative_to(local))
-            local.rmtree()
+                    paths.copy_file(file, self.target / file.relative_to(local).as_posix())
+            for file in sorted(local.rglob("*"), reverse=True):  # files before their folders
+                file.unlink() if file.is_file() else file.rmdir()
+            local.rmdir()
         logging.info("profile of steps %d to %d written to %s; open it with `xprof server --logdir=%s` (pip "
                      "install xprof), or `tensorboard --logdir=%s` with tensorboard-plugin-profile (its Profile tab)",
                      self.first, self.last, self.target, self.target, self.target)
