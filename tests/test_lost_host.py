@@ -65,14 +65,29 @@ def test_a_silent_peer_is_named_once_its_timeout_passes_and_only_then():
 
 
 def test_a_peer_that_ended_normally_is_not_lost():
-    _, clock, (w0, w1, w2) = watches()
+    service, clock, (w0, w1, w2) = watches()
     for w in (w0, w1, w2):
         w.beat_once()
-    w2.finish()
-    w1.finish()
+    for i in (1, 2):  # what their finish() writes first
+        service.key_value_set(distributed._KEY.format(i), distributed._DONE, allow_overwrite=True)
     clock.now += 60
     w0.beat_once()
     assert w0.lost() is None and w0.peers == []
+    w0.finish(sleep=lambda s: None)  # every peer is done: it returns at once
+
+
+def test_a_process_ending_by_an_exception_names_the_peer_that_died_before_it_exits():
+    """A collective that lost its peer's connection raises; on the way out, finish() waits for the others, so the
+    process ends with the line naming the dead one rather than in JAX's shutdown, which waits for it or aborts."""
+    service, clock, (w0, w1, w2) = watches()
+    stopped = []
+    w0.stop = stopped.append
+    for w in (w0, w1, w2):
+        w.beat_once()
+    service.key_value_set(distributed._KEY.format(1), distributed._DONE, allow_overwrite=True)  # 1 ended; 2 died
+    w0.finish(sleep=lambda s: setattr(clock, "now", clock.now + s))
+    assert len(stopped) == 1 and stopped[0].startswith("process 2 of the run is lost: no heartbeat for 1"), stopped
+    assert service.store[distributed._KEY.format(0)] == distributed._DONE
 
 
 def test_a_coordination_service_that_stops_answering_is_the_coordinator_lost():

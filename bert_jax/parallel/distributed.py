@@ -138,22 +138,37 @@ class PeerWatch:
         atexit.register(self.finish)
         return self
 
-    def finish(self) -> None:
-        """This process ends normally: its peers stop watching it."""
+    def finish(self, sleep=time.sleep) -> None:
+        """This process ends (atexit, after the run or an exception): marks it done, so its peers stop watching it,
+        then waits, still judging, until every peer is done too. A run whose peer died often gets here first by an
+        exception (a collective that lost its peer's connection), and JAX's shutdown would then wait for the dead
+        peer, or abort: the wait ends with the line naming it instead."""
         if self._finished.is_set():
             return
-        self._finished.set()
+        self._finished.set()  # the beating thread stops: our key now says done
         try:
             self.client.key_value_set(_KEY.format(self.id), _DONE, allow_overwrite=True)
-        except Exception:  # noqa: BLE001  (the service may be gone already: the peers then end too)
-            pass
+        except Exception:  # noqa: BLE001  (the service is gone: process 0 ended, nothing left to wait for)
+            return
+        while self.peers:
+            answered = self.last_answer
+            self.beat_once(write=False)
+            if self.last_answer == answered and self.clock() - answered > self.period_s:
+                return  # the service stopped answering after we were done: process 0 finished (or is gone)
+            line = self.lost()
+            if line is not None:
+                self.stop(f"{line}; process {self.id} stops rather than wait for it. Relaunch every process: the "
+                          f"run resumes from its newest checkpoint.")
+                return
+            sleep(self.period_s)
 
-    def beat_once(self) -> None:
-        """Bumps our counter and reads the peers'. These RPCs may block or fail while the service is gone: the
-        judge counts that silence, not this thread."""
+    def beat_once(self, write: bool = True) -> None:
+        """Bumps our counter (`write`) and reads the peers'. These RPCs may block or fail while the service is gone:
+        the judge counts that silence, not this thread."""
         try:
-            self._count += 1
-            self.client.key_value_set(_KEY.format(self.id), str(self._count), allow_overwrite=True)
+            if write:
+                self._count += 1
+                self.client.key_value_set(_KEY.format(self.id), str(self._count), allow_overwrite=True)
             seen = {}
             for peer in self.peers:
                 try:
@@ -177,8 +192,6 @@ class PeerWatch:
     def lost(self) -> str | None:
         """The line naming what is lost, or None while every peer beats."""
         now = self.clock()
-        if self._finished.is_set():
-            return None
         if now - self.last_answer > self.timeout_s:
             return (f"process 0 of the run (the coordinator) is lost: the coordination service has not answered "
                     f"for {now - self.last_answer:.0f} s (config.distributed.heartbeat_timeout_s="
@@ -191,7 +204,7 @@ class PeerWatch:
         return None
 
     def _judge(self) -> None:
-        while not self._finished.wait(self.period_s):
+        while not self._finished.wait(self.period_s):  # after that, finish() judges
             line = self.lost()
             if line is not None:
                 self.stop(f"{line}; process {self.id} stops rather than wait for it in a collective. Relaunch "
