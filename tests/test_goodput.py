@@ -14,6 +14,7 @@ import ml_collections
 import pytest
 
 from bert_jax.run import device_memory, goodput, harness, profile_window, step_clock
+from bert_jax.launch import sweep
 from bert_jax.storage.workdir import Workdir
 from test_pretrain import REPO, micro_overrides, read_metrics
 
@@ -41,6 +42,19 @@ def test_steps_trained_after_the_restored_checkpoint_are_replayed_and_the_gap_is
     assert result.wall_s == pytest.approx(40.0) == pytest.approx(sum(result.seconds.values()))
     assert result.goodput == pytest.approx(10.0 / 40.0)
     assert goodput.report(str(tmp_path))[-1] == "goodput 25.0 %"
+
+
+def test_sweep_summary_shows_each_runs_goodput_beside_its_state(tmp_path):
+    for name in ("lr=1", "lr=2"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps({"step": 8, "eval/loss": 6.0}) + "\n")
+    goodput.write(str(tmp_path / "lr=1"), start(0.0, 0, 8, 20.0, 15.0, startup=5.0))
+    (tmp_path / "sweep.json").write_text(json.dumps({"summary_keys": ["eval/loss"],
+                                                    "runs": [{"name": "lr=1"}, {"name": "lr=2"}]}))
+    table = sweep.summarize(str(tmp_path))
+    assert [row["goodput"] for row in table] == ["75.0 %", None]  # lr=2 kept no records (a run of older code)
+    summary_md = (tmp_path / "summary.md").read_text()
+    assert "| run | state | step | goodput |" in summary_md and "| lr=1 | running | 8 | 75.0 % |" in summary_md
 
 
 def test_a_start_that_never_saved_replays_all_its_steps():
