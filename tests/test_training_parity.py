@@ -3,16 +3,17 @@ trained by torch.optim.AdamW, update for update.
 
 Both sides start from bert_jax's initialisation (exported to transformers through the family's converter), take
 bert_jax's own batches (the real data pipeline on the embedded corpus, a micro config), in float32 with dropout off,
-and train K = 20 updates with the same betas, eps, weight decay (on the parameters transformers' Trainer decays:
-not biases, not LayerNorms), learning-rate schedule (transformers' own LambdaLR schedules of the config's kind) and
-global-norm clipping (torch.nn.utils.clip_grad_norm_). The torch side's losses are written from the papers and
-transformers' semantics in tests/training_reference.py. Where a generator samples replacements (ELECTRA,
-DeBERTa-v3), the torch side takes the tokens bert_jax's step sampled.
+and train K = 20 updates with the same betas, eps, weight decay (on the parameters transformers'
+`Trainer.get_decay_parameter_names` decays: not biases, not LayerNorms), learning-rate schedule (transformers' own
+LambdaLR schedules of the config's kind) and global-norm clipping (torch.nn.utils.clip_grad_norm_). The torch
+side's losses are written from the papers and transformers' semantics in tests/training_reference.py. Where a
+generator samples replacements (ELECTRA, DeBERTa-v3), the torch side takes the tokens bert_jax's step sampled.
 
 Checked: every step's loss equal to LOSS_RTOL (relative), and every parameter after the 20 updates equal to
-PARAM_TOL, compared tensor by tensor in the export's names.
+PARAM_TOL, compared tensor by tensor in the export's names. A mismatch is a bug on one side: no family needs a
+wider bound (docs/results/parity.md, "Lockstep training"). About 6 CPU-minutes, most of it compiling 7 steps:
 
-    python -m pytest -m slow tests/test_training_parity.py
+    python -m pytest -m slow tests/test_training_parity.py -s
 """
 import dataclasses
 import json

@@ -55,9 +55,10 @@ def inputs(batch: dict, *keys) -> dict:
     return {k: torch.from_numpy(np.asarray(batch[k], np.int64)) for k in keys}
 
 
-def takes_decay(param_name: str, module: torch.nn.Module) -> bool:
-    """transformers Trainer's rule: no weight decay on biases nor on any LayerNorm's parameters."""
-    return "bias" not in param_name and not isinstance(module, torch.nn.LayerNorm)
+def decayed_names(model: torch.nn.Module) -> set[str]:
+    """The parameters transformers' Trainer gives weight decay (its own rule: not in a LayerNorm, no bias, no
+    norm in the name)."""
+    return set(transformers.Trainer.get_decay_parameter_names(None, model))  # `self` is unused there
 
 
 class Reference:
@@ -80,13 +81,12 @@ class Reference:
         return ()
 
     def decays(self) -> dict[str, bool]:
-        """{parameter name: takes weight decay} by transformers Trainer's rule."""
+        """{parameter name: takes weight decay} by transformers Trainer's rule, under every name it has."""
         out = {}
         for prefix, model in self.folders.items():
-            for module_name, module in model.named_modules():
-                for name, _ in module.named_parameters(recurse=False):
-                    full = prefix + (f"{module_name}.{name}" if module_name else name)
-                    out[full] = takes_decay(name, module)
+            decayed = decayed_names(model)
+            for name, _ in model.named_parameters(remove_duplicate=False):
+                out[prefix + name] = name in decayed
         return out
 
     def state(self) -> dict[str, np.ndarray]:
