@@ -9,6 +9,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.models import lean_backward
+
 Dtype = Any
 Initializer = Callable[..., jax.Array]
 
@@ -63,7 +65,9 @@ class Dense(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """LayerNorm with named parameters; statistics are computed in float32."""
+    """LayerNorm with named parameters; statistics are computed in float32. flax's LayerNorm's forward and
+    parameters (`norm/scale`, `norm/bias`), with a backward that keeps only the input
+    (bert_jax/models/lean_backward.py)."""
 
     epsilon: float = 1e-12
     dtype: Dtype = jnp.float32
@@ -72,15 +76,22 @@ class LayerNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        return nn.LayerNorm(
-            epsilon=self.epsilon,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            use_bias=self.use_bias,
-            scale_init=logical(nn.initializers.ones, ("embed",)),
-            bias_init=logical(nn.initializers.zeros, ("embed",)),
-            name="norm",
-        )(x)
+        return _Norm(self.epsilon, self.dtype, self.param_dtype, self.use_bias, name="norm")(x)
+
+
+class _Norm(nn.Module):
+    epsilon: float
+    dtype: Dtype
+    param_dtype: Dtype
+    use_bias: bool
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        features = (x.shape[-1],)
+        scale = self.param("scale", logical(nn.initializers.ones, ("embed",)), features, self.param_dtype)
+        bias = (self.param("bias", logical(nn.initializers.zeros, ("embed",)), features, self.param_dtype)
+                if self.use_bias else None)
+        return lean_backward.layer_norm(x, scale, bias, self.epsilon, jnp.dtype(self.dtype))
 
 
 class Embed(nn.Module):
@@ -115,8 +126,9 @@ class Embed(nn.Module):
 
 
 def gelu(x: jax.Array) -> jax.Array:
-    """The exact (erf) GELU of the original BERT, so exported weights match Hugging Face's `gelu`."""
-    return nn.gelu(x, approximate=False)
+    """The exact (erf) GELU of the original BERT, so exported weights match Hugging Face's `gelu`; its backward keeps
+    only x (bert_jax/models/lean_backward.py)."""
+    return lean_backward.gelu(x)
 
 
 # config.model.hidden_act -> function, named as Hugging Face names them ("gelu_new": the tanh

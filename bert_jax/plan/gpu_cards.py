@@ -16,7 +16,6 @@ Peak FLOP/s (dense bf16) and HBM bandwidth are the data sheets' (SXM parts).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.resources
 import importlib.util
 import os
@@ -110,7 +109,7 @@ def gpu_devices(gpus: GpuSet) -> list:
     # Unless JAX_PLATFORMS leaves CUDA out, the plugin checks the driver's CUDA version when JAX starts, and on a host
     # without one it does not register; this skips that check for a registration made here.
     os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
-    from jax.experimental import topologies
+    from jax.experimental import topologies  # after the variable above: the plugin may register on first use
 
     def topology():
         return topologies.get_topology_desc(platform="cuda", topology=gpus.topology,
@@ -118,7 +117,8 @@ def gpu_devices(gpus: GpuSet) -> list:
     try:
         devices = list(topology().devices)
     except NotImplementedError:  # JAX started before that variable was set: the plugin did not register then
-        importlib.import_module("jax_plugins.xla_cuda12").initialize()
+        import jax_plugins.xla_cuda12 as cuda_plugin  # the `gpu` extra's plugin, registered now with the check skipped
+        cuda_plugin.initialize()
         devices = list(topology().devices)
     if len(devices) != gpus.total_chips:
         raise RuntimeError(f"the CUDA plugin gave {len(devices)} devices for {gpus.label} ({gpus.topology}); "
