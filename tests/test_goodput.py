@@ -44,6 +44,7 @@ def test_steps_trained_after_the_restored_checkpoint_are_replayed_and_the_gap_is
     assert goodput.report(str(tmp_path))[-1] == "goodput 25.0 %"
 
 
+@pytest.mark.slow  # summarize draws curves.png (seconds of matplotlib on 2 cores): the default suite's budget
 def test_sweep_summary_shows_each_runs_goodput_beside_its_state(tmp_path):
     for name in ("lr=1", "lr=2"):
         (tmp_path / name).mkdir()
