@@ -149,8 +149,6 @@ def _bert_jax(corpus, **keys):
     data = data.copy_and_resolve_references()
     for key, value in keys.items():
         data[key] = value
-    if keys.get("mask_count") == "bernoulli":
-        data.max_predictions_per_seq = data.max_seq_length
     masker = pipeline.make_mask_batch(data, tokenizer)
     rng = np.random.default_rng(7)
     selected, inputs = [], []
