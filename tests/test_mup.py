@@ -220,7 +220,8 @@ def test_a_mup_run_exports_to_transformers_that_predicts_as_the_run_s_own_eval(t
     workdir, out = tmp_path / "run", str(tmp_path / "hf")
     train_and_evaluate(c, str(workdir))
     evals = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-    run_accuracy = [r["eval/mlm_accuracy"] for r in evals if "eval/mlm_accuracy" in r][-1]
+    last_eval = [r for r in evals if "eval/mlm_accuracy" in r][-1]
+    run_accuracy, run_loss = last_eval["eval/mlm_accuracy"], last_eval["eval/mlm_loss"]
     export(str(workdir), out)
 
     run = Workdir(str(workdir))
@@ -229,14 +230,20 @@ def test_a_mup_run_exports_to_transformers_that_predicts_as_the_run_s_own_eval(t
     batches = pipeline.build_eval_sets(config.data, tokenizer, seed=config.seed,
                                        per_host_batch_size=config.train.global_batch_size)[0][1]
     model = transformers.AutoModelForMaskedLM.from_pretrained(out).eval()
-    hits = weights = 0.0
+    hits = weights = loss = 0.0
     for batch in batches:
         with torch.no_grad():
             logits = model(**{k: torch.tensor(np.asarray(batch[k])) for k in
                               ("input_ids", "attention_mask", "token_type_ids")}).logits.numpy()
-        predicted = np.take_along_axis(logits.argmax(-1), batch["masked_positions"], axis=1)
-        hits += float(np.sum((predicted == batch["masked_ids"]) * batch["masked_weights"]))
-        weights += float(np.sum(batch["masked_weights"]))
-    print(f"μP run: eval/mlm_accuracy {run_accuracy:.4f}; its export in transformers {hits / weights:.4f}")
-    assert run_accuracy > 0.05  # it learnt something: not a comparison of two untrained models
+        logits = np.take_along_axis(logits, np.asarray(batch["masked_positions"])[..., None], axis=1)
+        log_probs = logits - np.log(np.sum(np.exp(logits - logits.max(-1, keepdims=True)), -1, keepdims=True)) - \
+            logits.max(-1, keepdims=True)
+        labels, weight = np.asarray(batch["masked_ids"]), np.asarray(batch["masked_weights"])
+        loss -= float(np.sum(np.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0] * weight))
+        hits += float(np.sum((logits.argmax(-1) == labels) * weight))
+        weights += float(np.sum(weight))
+    print(f"μP run: eval/mlm_loss {run_loss:.5f}, eval/mlm_accuracy {run_accuracy:.4f}; its export in transformers: "
+          f"{loss / weights:.5f}, {hits / weights:.4f}")
+    assert run_loss < 0.95 * math.log(config.model.vocab_size)  # it learnt: not two uniform guessers compared
+    assert loss / weights == pytest.approx(run_loss, rel=1e-4)  # the whole distribution, not just its argmax
     assert abs(hits / weights - run_accuracy) <= 1e-3
