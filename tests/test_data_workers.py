@@ -33,7 +33,10 @@ def test_a_killed_worker_is_an_error_within_a_minute(tmp_path, monkeypatch, firs
     cfg.worker_count = 2
     tokenizer = tokenizer_lib.prepare_tokenizer(cfg, str(tmp_path / "tokenizer"))
     iterator = pipeline.build_train_iterator(cfg, tokenizer, seed=0, per_host_batch_size=8)
-    next(iterator)
+    # Worker w builds batches w, w + 2, ...; grain may start a worker's process only when its first batch is asked
+    # for, so the second batch, not the first, proves both run (at a load of 16 the second had not started yet).
+    for _ in range(2):
+        next(iterator)
     processes = [p for p in multiprocessing.active_children() if p.name.startswith("grain-")]
     assert len(processes) == 2, processes
     os.kill(processes[0].pid, signal.SIGKILL)  # what the kernel's OOM killer does
