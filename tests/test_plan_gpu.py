@@ -157,3 +157,31 @@ print("RESULT", p.peak_bytes / 1024**3)
     stage1 = next(line for line in out.splitlines() if line.startswith("| 1 | 900,001-1,000,000 | 512 | 256 |"))
     assert stage1.rstrip().endswith(("| fits |", "| does not fit |"))
     assert "XLA's GPU compiler's own figure" in out
+
+
+@pytest.mark.slow
+def test_plan_search_ranks_gpu_candidates_and_names_the_gpu_command():
+    """`plan --gpu --search`: the search walks candidates compiled by XLA's GPU compiler as it does a TPU's, and its
+    best's command names --gpu and --num_devices."""
+    if not gpu_cards.plugin_available():
+        pytest.skip(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT})")
+    script = """
+import jax
+jax.config.update("jax_platforms", "cpu")
+import bert_jax.configs.base
+from bert_jax.plan import gpu_cards, plan_search
+from bert_jax.plan.stage_plans import step_config
+c = bert_jax.configs.base.get_config()
+c.model.update(vocab_size=512, hidden_size=256, num_heads=4, intermediate_size=1024, num_layers=4,
+               max_position_embeddings=128, dropout_rate=0.0)
+c.data.update(max_seq_length=128, max_predictions_per_seq=20)
+c.train.update(global_batch_size=16)
+tried = plan_search.search(step_config(c), gpu_cards.parse_gpu("h100", 1), remats=("none",), meshes=("dp",),
+                           scans=(True,))
+print(plan_search.format_search(tried, "h100", 1, flag="gpu", num_devices=1))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=1800,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "| 1 | True | dp | none | 16 x 1 |" in proc.stdout
+    assert "python -m bert_jax.plan --config=CONFIG --gpu=h100 --num_devices=1 " in proc.stdout
