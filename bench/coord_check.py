@@ -6,8 +6,8 @@ configs/tiny.py's 2-layer BERT (2 heads, FFN 4x the width) at each width, under 
 under μP (base width 64: the two are the same model there), trained --steps steps of Adam at one learning rate by
 the run's own code (the family's module and objective, bert_jax.train.state's init, bert_jax.train.optimizer,
 bert_jax.train.step), on random tokens. After each step it records the mean |activation| of the embeddings' output,
-of each layer's attention and feed-forward outputs (before their residual add and LayerNorm), of each layer's output,
-and of the MLM logits, as microsoft/mup's `get_coord_data` does. Under μP each should stay about flat across
+of each layer's attention and feed-forward outputs (what each layer adds to its residual stream, before the post-LN
+LayerNorm, whose output is normalised at any width), and of the MLM logits, as microsoft/mup's `get_coord_data` does. Under μP each should stay about flat across
 widths; under standard the updates' effect grows with the width (each coordinate of Wx moves by ~ lr x fan-in).
 Writes coord_check.json, coord_check.md (a table per parametrization) and coord_check.png into --out.
 """
@@ -62,7 +62,7 @@ def random_batches(config, batch_size: int, steps: int, seed: int = 0) -> list[d
 
 
 def activation_sizes(model, params, batch) -> dict[str, float]:
-    """{name: mean |x| (a traced scalar)} of the embeddings, each layer's sublayer outputs and output, and the MLM logits."""
+    """{name: mean |x| (a traced scalar)} of the embeddings, each layer's sublayer outputs and the MLM logits."""
     outputs, state = model.apply({"params": params}, batch, deterministic=True, capture_intermediates=True,
                                  mutable=["intermediates"])
     found = {"logits": jnp.mean(jnp.abs(outputs["mlm_logits"]))}
@@ -75,8 +75,6 @@ def activation_sizes(model, params, batch) -> dict[str, float]:
         name = None
         if owner[-1:] == ["embeddings"]:
             name = "embeddings"
-        elif len(owner) >= 1 and owner[-1].startswith("layers_"):
-            name = owner[-1]
         elif len(owner) >= 2 and owner[-2].startswith("layers_") and owner[-1] in ("attention", "mlp_output"):
             name = f"{owner[-2]}/{owner[-1]}"
         if name is not None:
@@ -120,7 +118,7 @@ def plot(results: dict, path: str, steps: int) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    shown = ["embeddings", "layers_0/attention", "layers_1/mlp_output", "layers_1", "logits"]
+    shown = [k for k in next(iter(results.values()))[0] if k not in ("width", "step")]
     fig, axes = plt.subplots(2, len(shown), figsize=(3.2 * len(shown), 6), sharex=True)
     for row_axes, (parametrization, rows) in zip(axes, results.items()):
         for ax, name in zip(row_axes, shown):
@@ -135,7 +133,7 @@ def plot(results: dict, path: str, steps: int) -> None:
     axes[1][0].set_ylabel("mean |activation|")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=72)
 
 
 def main() -> None:
