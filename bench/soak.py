@@ -37,6 +37,7 @@ tmpfs and the bind mount; without it the disk_full fault is skipped and `unwrita
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import random
 import re
@@ -231,8 +232,8 @@ def reference_run(storage: Storage, out: Path) -> tuple[list[dict], dict]:
     """The uninterrupted run (on local disk whatever --storage is: losses do not depend on where they are stored),
     and its durations of an evaluation and of the stage switch, which the kills aimed at them are drawn within."""
     workdir = out / "reference"
-    stamp = workdir.parent / "reference.json"  # the command it ran: a soak with the same one reuses it
-    same = stamp.exists() and json.loads(stamp.read_text()) == OVERRIDES
+    stamp = workdir.parent / "reference.json"  # the command and the code it ran: a soak with the same reuses it
+    same = stamp.exists() and json.loads(stamp.read_text()) == [*OVERRIDES, code_digest()]
     if same and (workdir / "DONE").exists():
         print(f"reusing the reference run in {workdir}", flush=True)
         durations = dict(eval_s=1.0, switch_s=10.0)  # until a launch of this soak measures them
@@ -243,10 +244,20 @@ def reference_run(storage: Storage, out: Path) -> tuple[list[dict], dict]:
         rc = launch.finish()
         if rc != 0 or not (workdir / "DONE").exists():
             raise SystemExit(f"the reference run failed (exit {rc}); see {out / 'reference.log'}")
-        stamp.write_text(json.dumps(OVERRIDES))
+        stamp.write_text(json.dumps([*OVERRIDES, code_digest()]))
         durations = observed_durations(launch, {})
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     return rows, durations
+
+
+def code_digest() -> str:
+    """sha256 of the code a run executes (bert_jax, data_pipelines, configs): a reference from other code is stale
+    (a change elsewhere in the tree moved losses by their last bit, which a stale reference reports as differences)."""
+    digest = hashlib.sha256()
+    for folder in ("bert_jax", "data_pipelines", "configs"):
+        for file in sorted((REPO / folder).rglob("*.py")):
+            digest.update(str(file.relative_to(REPO)).encode() + file.read_bytes())
+    return digest.hexdigest()
 
 
 def observed_durations(launch: Launch, durations: dict) -> dict:
