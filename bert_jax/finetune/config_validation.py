@@ -5,12 +5,16 @@ show-config exits 0 exactly when the run would start: the task kind and its keys
 files, and the encoder `config.init_from` names (its weights are read only by the run). A refusal is a
 `bert_jax.UserError` naming the key.
 """
+import json
+
 import bert_jax
 from bert_jax.checkpoint import reference
 from bert_jax.finetune import data, init_from
+from bert_jax.finetune import parametrization as finetune_mup
 from bert_jax.finetune.tasks import get_task
 from bert_jax.run import profile_window
 from bert_jax.storage import paths, preflight
+from bert_jax.storage.workdir import Workdir
 
 SPLITS = ("train", "validation", "test")
 
@@ -23,15 +27,25 @@ def check_config(config):
         task.validate(config.task)
         _check_packing(config.data, task)
         seeds(config)
+        finetune_mup.check_choice(config.train)  # the value itself, whatever the source
         profile_window.check(config.train.profile, None)  # its end is checked by the run, whose length epochs set
         source = reference.split(config.init_from)[0]
         if source and paths.is_remote(source):
             preflight.check_readable(source, "config.init_from")
         init_from.check(config.init_from)
+        finetune_mup.check(config.train, _source_model_config(config.init_from), config.init_from)
         _check_data(config.data)
     except (ValueError, FileNotFoundError) as error:  # every failure here is about what the user asked for
         raise (error if isinstance(error, bert_jax.UserError) else bert_jax.UserError(str(error))) from None
     return config
+
+
+def _source_model_config(init_from_: str) -> dict | None:
+    """The `model` block of the run config.init_from names (a pre-training or fine-tuning workdir's config.json),
+    weights unread; None for a Hugging Face folder (its config.json is transformers', standard: an export folds μP)."""
+    config_json = Workdir(reference.split(init_from_)[0]).config_json
+    model = json.loads(config_json.read_text()).get("model") if config_json.exists() else None
+    return model if isinstance(model, dict) else None
 
 
 def seeds(config) -> list[int]:

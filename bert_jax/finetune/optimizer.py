@@ -13,7 +13,7 @@ import numpy as np
 import optax
 
 from bert_jax.families import Family
-from bert_jax.train.optimizer import decay_mask
+from bert_jax.train.optimizer import OPTIMIZERS, decay_mask
 
 BACKBONE = "backbone"  # bert_jax.finetune.model: the family module's parameters; the rest is the task head
 
@@ -53,13 +53,20 @@ def scale_by_depth(train_cfg, num_layers: int, family: Family) -> optax.Gradient
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def make_optimizer(train_cfg, num_steps: int, num_layers: int,
-                   family: Family) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """family: whose roles give the backbone's depths."""
+def make_optimizer(train_cfg, num_steps: int, num_layers: int, family: Family,
+                   multipliers=None) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """family: whose roles give the backbone's depths. multipliers: μP's learning-rate multipliers of the task
+    model (bert_jax/finetune/parametrization.py), applied as pre-training applies them (pre-training's adamw chain,
+    the same numbers as optax.adamw's); None: optax.adamw."""
     schedule = learning_rate_schedule(train_cfg, num_steps)
     parts = [optax.clip_by_global_norm(train_cfg.max_grad_norm)] if train_cfg.max_grad_norm > 0 else []
-    parts.append(optax.adamw(schedule, b1=train_cfg.b1, b2=train_cfg.b2, eps=train_cfg.eps,
-                             weight_decay=train_cfg.weight_decay, mask=decay_mask))
+    if multipliers is None:
+        parts.append(optax.adamw(schedule, b1=train_cfg.b1, b2=train_cfg.b2, eps=train_cfg.eps,
+                                 weight_decay=train_cfg.weight_decay, mask=decay_mask))
+    else:
+        parts.append(OPTIMIZERS.get("adamw")(schedule, b1=train_cfg.b1, b2=train_cfg.b2, eps=train_cfg.eps,
+                                             weight_decay=train_cfg.weight_decay, mask=decay_mask,
+                                             multipliers=multipliers))
     if train_cfg.layer_lr_decay != 1.0 or train_cfg.freeze_embeddings or train_cfg.freeze_layers:
         parts.append(scale_by_depth(train_cfg, num_layers, family))
     return optax.chain(*parts), schedule

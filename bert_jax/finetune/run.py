@@ -20,6 +20,7 @@ from jax.experimental import multihost_utils
 from bert_jax.hf import folder as hf_folder
 from bert_jax.objectives.objective import Objective
 from bert_jax.finetune import config_validation, data, diagnosis, init_from
+from bert_jax.finetune import parametrization as finetune_mup
 from bert_jax.finetune.cadence import make_cadence
 from bert_jax.finetune.optimizer import make_optimizer
 from bert_jax.finetune.splits import label_names, read_splits
@@ -94,11 +95,16 @@ def build_program(config, task, source: init_from.Source, names: list[str], exam
     has_pooler = "pooler" in source.params
     model = task.build_model(source.family, source.model_cfg, config.task, task.num_outputs(names), has_pooler)
     objective = task.objective(config.task)
-    tx, schedule = make_optimizer(t_cfg, num_steps, source.model_cfg.num_layers, source.family)
+    finetune_mup.check(t_cfg, source.model_cfg, source.path)  # a source handed in (the downstream probe's) too
+    mup = finetune_mup.multipliers(t_cfg, task, source.family, source.model_cfg, config.task,
+                                   task.num_outputs(names), has_pooler, example)  # None: standard
+    tx, schedule = make_optimizer(t_cfg, num_steps, source.model_cfg.num_layers, source.family,
+                                  None if mup is None else mup.learning_rate)
     mesh = make_mesh(config.mesh)
     _check_batch(t_cfg.batch_size, mesh)
     rules = logical_axis_rules(config.mesh)
-    init = make_init_fn(model, tx, None, config.seed, example=example)
+    init = make_init_fn(model, tx, None, config.seed, example=example,
+                        init_multipliers=None if mup is None else mup.init)
     abstract_state, shardings = abstract_state_and_shardings(init, mesh, rules)
     data_sharding = batch_sharding(mesh, rules)
     train_step = jax.jit(task.make_train_step(model, objective, tx, config),

@@ -87,6 +87,10 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.train.freeze_embeddings = False
     c.train.freeze_layers = 0  # freeze the embeddings and the first N layers
     c.train.reinit_pooler = False
+    # standard: one learning rate for all, the head initialised N(0, initializer_range). mup (an encoder pre-trained
+    # under μP only): μP's per-role learning rates for the encoder and the head, the head's classifier initialised
+    # and updated x 1/m (bert_jax/finetune/parametrization.py). Either way the encoder keeps its μP forward pass.
+    c.train.parametrization = "standard"
     c.train.log_every_steps = 10  # or more often, to log at least once per validation
     # Validation (bert_jax/finetune/cadence.py): before the first update, then every eval_every_steps, or with 0 at
     # least evals_per_run times, evenly spaced, whatever the run's length: enough points for the diagnosis.
