@@ -130,7 +130,9 @@ def test_finetuning_from_a_mup_run_keeps_its_encoder_and_trains_under_mup(tmp_pa
     files = {"train.csv": fd.write_csv(tmp_path / "train.csv", fd.sentiment_rows(256, 0)),
              "test.csv": fd.write_csv(tmp_path / "test.csv", fd.sentiment_rows(64, 1))}
     c = micro_config("classification", workdir, files)
-    c.train.parametrization = "mup"
+    # μP's rate is the base width's: 3e-3 (what the standard micro run takes) x m here, or the hidden matrices and
+    # the head learn at a quarter of it and the run stays at chance in 4 epochs.
+    c.train.parametrization, c.train.learning_rate = "mup", 1.2e-2
 
     # The encoder, read as fine-tuning reads it (scanned here, unrolled there), computes the pre-training model's.
     source = init_from.resolve(workdir, c.model)
@@ -173,7 +175,7 @@ def test_finetuning_from_a_mup_run_keeps_its_encoder_and_trains_under_mup(tmp_pa
     np.testing.assert_allclose(start["head/classifier/kernel"], base["head/classifier/kernel"] / WIDTH, rtol=1e-6)
     results = finetune(c, str(tmp_path / "finetune"))
     print(f"fine-tuned under mup: test accuracy {results['test']['accuracy']:.3f}")
-    assert np.isfinite(results["test"]["loss"]) and results["test"]["accuracy"] > 0.5
+    assert np.isfinite(results["test"]["loss"]) and results["test"]["accuracy"] > 0.8  # the majority class: 0.5
 
 
 def task_multipliers_for(c, source, example):
