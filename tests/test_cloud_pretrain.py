@@ -148,6 +148,7 @@ def s3_run(s3, xla_cache, tmp_path_factory):
     return f"{bucket}/run", corpus_glob, None
 
 
+@pytest.mark.slow  # ~41 s of run: the gs:// runs above keep the bucket path in the default suite
 def test_a_workdir_in_s3_holds_committed_checkpoints_that_restore_the_saved_params(s3_run):
     run = Workdir(s3_run[0])
     assert [step for step, _ in losses(run.root)] == [1, 2]

@@ -29,8 +29,9 @@ CONFIGS = {"roberta": bert_jax.configs.roberta_base, "albert": bert_jax.configs.
 STEPS = 40
 # Families whose run goes with -m slow only, to keep the default suite within its time budget
 # (ModernBERT's: ~70 s on a loaded 2-core CPU, training, export and the transformers reload; RoBERTa's ~20 s, whose
-# conversion tests/test_hf_roberta.py checks by default; ModernBERT's export also runs in tests/test_recipes.py).
-SLOW_FAMILIES = ("modernbert", "roberta")
+# conversion tests/test_hf_roberta.py checks by default; ModernBERT's export also runs in tests/test_recipes.py;
+# ALBERT's ~39 s, whose conversion and SOP logits tests/test_hf_albert.py checks by default).
+SLOW_FAMILIES = ("albert", "modernbert", "roberta")
 FAMILIES = [pytest.param(f, marks=pytest.mark.slow) if f in SLOW_FAMILIES else f for f in sorted(CONFIGS)]
 
 
