@@ -55,6 +55,7 @@ def test_sigterm_saves_a_restorable_checkpoint_and_exits_0(tmp_path):
     assert f"exported step {steps[0]}" in exported.stderr
 
 
+@pytest.mark.slow  # budget (~32 s): bench/soak.py and the slow soak test cut the newest checkpoint too
 def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog, xla_compile_cache):
     workdir = str(tmp_path / "run")
     first = train_and_evaluate(micro_config(), workdir)  # checkpoints at steps 4 and 8

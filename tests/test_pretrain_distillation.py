@@ -90,6 +90,7 @@ def hf_teacher(tmp_path_factory):
     return str(out), params, tokens
 
 
+@pytest.mark.slow  # budget (~24 s): tests/test_training_parity.py trains DistilBERT with its teacher (slow too)
 def test_a_distillation_step_trains_the_student_and_leaves_the_teacher_bit_identical(hf_teacher):
     path, params, _ = hf_teacher
     c = fast_student_config(path)
