@@ -463,22 +463,22 @@ def _make_gpu_plan(config, gpus: gpu_cards.GpuSet) -> Plan:
     and kernel launches from the optimised HLO, every loop's trips counted (hlo_traffic); FLOPs from the dots of the
     unoptimised HLO (hlo_flops: cost_analysis() is None for these devices), plus a fused attention kernel's
     from the formula."""
-    with building_for("gpu"):
+    with building_for("gpu"):  # the whole plan, formula FLOPs included, sees the target's devices
         validate_config(config, 1)
-    mesh = tpu_mesh(config, gpus)
-    unoptimised: list[str] = []
-    program, compiled, compile_s = _compile(config, mesh, keep_lowered=unoptimised)
-    memory = compiled.memory_analysis()
-    flops, loops_once = hlo_flops.dot_flops(unoptimised[0])
-    traffic = hlo_traffic.traffic(compiled.as_text())
-    notes = [f"{n} loop(s) whose trip count could not be read: their body counted once, so FLOPs and bytes are too "
-             "low" for n in {traffic.loops_counted_once, loops_once} if n]
-    plan = _plan_from(config, program, mesh, memory, flops / mesh.size, compile_s, "; ".join(notes))
-    kernel_flops = _pallas_flops(config, getattr(program.model, "config", None), program.attention_kernel, mesh.size)
-    return dataclasses.replace(plan, traffic=traffic, bytes_accessed=traffic.total, gpus=gpus,
-                               pallas_flops=kernel_flops, every_loop_counted=True,
-                               compiler_version=f"jax {jax.__version__}, jax-cuda12-plugin "
-                                                f"{importlib.metadata.version('jax-cuda12-plugin')}")
+        mesh = tpu_mesh(config, gpus)
+        unoptimised: list[str] = []
+        program, compiled, compile_s = _compile(config, mesh, keep_lowered=unoptimised)
+        memory = compiled.memory_analysis()
+        flops, loops_once = hlo_flops.dot_flops(unoptimised[0])
+        traffic = hlo_traffic.traffic(compiled.as_text())
+        notes = [f"{n} loop(s) whose trip count could not be read: their body counted once, so FLOPs and bytes are too "
+                 "low" for n in {traffic.loops_counted_once, loops_once} if n]
+        plan = _plan_from(config, program, mesh, memory, flops / mesh.size, compile_s, "; ".join(notes))
+        kernel_flops = _pallas_flops(config, getattr(program.model, "config", None), program.attention_kernel, mesh.size)
+        return dataclasses.replace(plan, traffic=traffic, bytes_accessed=traffic.total, gpus=gpus,
+                                   pallas_flops=kernel_flops, every_loop_counted=True,
+                                   compiler_version=f"jax {jax.__version__}, jax-cuda12-plugin "
+                                                    f"{importlib.metadata.version('jax-cuda12-plugin')}")
 
 
 def _plan_from(config, program, mesh, memory, flops: float, compile_s: float, layers_counted: str) -> Plan:
