@@ -153,7 +153,7 @@ def torch_schedule(optimizer, train_cfg):
         decay = max(int(round(train_cfg.decay_fraction * train_cfg.num_steps)), 1)
         return transformers.get_wsd_schedule(optimizer, train_cfg.warmup_steps, decay, train_cfg.num_steps,
                                              decay_type="1-sqrt")
-    raise NotImplementedError(train_cfg.schedule)
+    raise ValueError(f"no transformers schedule stands for train.schedule={train_cfg.schedule!r}")
 
 
 def run_lockstep(family_name: str, tokenizers, teacher) -> Lockstep:

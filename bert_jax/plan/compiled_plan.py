@@ -398,7 +398,6 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
     memory = compiled.memory_analysis()
     cost = _cost(compiled)
     flops, bytes_accessed = float(cost.get("flops", float("nan"))), float(cost.get("bytes accessed", float("nan")))
-    m = config.model
     layers_counted = ""
     traffic = hlo_traffic.traffic(compiled.as_text()) if tpu_slice is not None else None
     counted = False
@@ -433,30 +432,13 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
             f"with them (an upper bound on {what})")]))
     kernel = program.attention_kernel
     pallas_flops = _pallas_flops(config, getattr(program.model, "config", None), kernel, mesh.size) if tpu_slice is not None else 0.0
-    state = program.abstract_state
-    rows = [
-        ParamRow(_path(path), tuple(leaf.shape), str(tuple(leaf.sharding.spec)),
-                 tuple(leaf.sharding.shard_shape(leaf.shape)), str(leaf.dtype))
-        for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]
-    ]
-    return Plan(
-        mesh_shape=dict(mesh.shape), num_devices=mesh.size,
-        param_count=perf.count_params(state.params),
-        param_bytes=_bytes_per_device(state.params), opt_state_bytes=_bytes_per_device(state.opt_state),
-        frozen_bytes=_bytes_per_device(program.abstract_frozen),
-        argument_bytes=memory.argument_size_in_bytes, output_bytes=memory.output_size_in_bytes,
-        alias_bytes=memory.alias_size_in_bytes, temp_bytes=memory.temp_size_in_bytes,
-        compiled_flops=flops, formula_flops=perf.step_flops(program, config),
-        peak_bytes=memory_fit.compiled_peak_bytes(memory), compile_s=compile_s,
-        compiler=devices_platform(mesh.devices.flat), compiler_version=_compiler_version(tpu_slice),
-        scan_layers=bool(m.scan_layers), params=rows, bytes_accessed=bytes_accessed, kernel=kernel,
-        remat_policy=m.remat_policy, tokens_per_step=config.train.global_batch_size * config.data.max_seq_length,
-        micro_batch_per_chip=config.train.global_batch_size // accum // (mesh.size // mesh.shape["tensor"]),
-        layers_counted=layers_counted, pallas_flops=pallas_flops, tpu_slice=tpu_slice,
+    plan = _plan_from(config, program, mesh, memory, flops, compile_s, layers_counted)
+    return dataclasses.replace(
+        plan, compiler_version=_compiler_version(tpu_slice), bytes_accessed=bytes_accessed, pallas_flops=pallas_flops,
+        tpu_slice=tpu_slice, traffic=traffic, every_loop_counted=counted,
         libtpu_init_args=os.environ.get("LIBTPU_INIT_ARGS", "") if tpu_slice is not None else "",
-        traffic=traffic, every_loop_counted=counted, flops_ceiling=flops if ceiling is None else ceiling,
+        flops_ceiling=flops if ceiling is None else ceiling,
     )
-
 
 def _make_gpu_plan(config, gpus: gpu_cards.GpuSet) -> Plan:
     """config's train step compiled by XLA's GPU compiler for `gpus`: memory from memory_analysis(); HBM bytes
