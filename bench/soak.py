@@ -6,8 +6,8 @@ an emulated bucket: does every resume go on as if the run had never stopped?
 The run: configs/tiny.py shrunk to a micro model (as tests/test_pretrain.py's micro_config), 40 steps in two stages
 (the mask rate 0.15, then 0.3 from step 21: a stage switch recompiles the step), a checkpoint every 5 steps, an
 evaluation every 10. One uninterrupted run is the reference. Then episodes: each a fresh workdir, the same command
-launched again and again until it writes DONE, each launch but the last ended by a SIGKILL that a seeded random
-generator aims at one of four moments, in turn:
+launched again and again until it writes DONE, each launch but the last (at most --kills_per_episode of them) ended
+by a SIGKILL that a seeded random generator aims at one of four moments, in turn:
 
   step        a random moment of the steps (after a random step's log line)
   checkpoint  while a save is being written (a step folder not yet committed is seen, then killed)
@@ -63,6 +63,8 @@ OUT = flags.DEFINE_string("out", "/tmp/bert_jax_soak", "scratch folder: referenc
 UNTIL = flags.DEFINE_string("until", "", "UTC time HH:MM after which no more kills are aimed (the episode under way "
                                          "is finished unkilled and checked); '' = none")
 FAULTS = flags.DEFINE_bool("faults", True, "inject one fault per episode between kills")
+PER_EPISODE = flags.DEFINE_integer("kills_per_episode", 6, "kills in one episode before its launch runs to DONE (a "
+                                   "run resumed near its end is killed again and again there otherwise)")
 
 NUM_STEPS, SWITCH_STEP, EVAL_EVERY, SAVE_EVERY = 40, 20, 10, 5
 OVERRIDES = [
@@ -352,7 +354,8 @@ def soak(argv) -> None:
                 launches += 1
                 committed, _ = storage.checkpoint_state(workdir)
                 resume = committed[-1] if committed else 0
-                out_of_time = kills >= KILLS.value or (deadline is not None and time.time() >= deadline)
+                out_of_time = (kills >= KILLS.value or cycle > PER_EPISODE.value
+                               or (deadline is not None and time.time() >= deadline))
                 if cycle > 200:
                     raise SystemExit(f"episode {episodes} did not finish in 200 launches: {workdir}")
                 log = out / "logs" / f"e{episodes}-c{cycle}.log"
