@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from soak_faults import Storage, Unwritable, fill_disk, inject_half_checkpoint, inject_half_line  # noqa: E402
 
 KILLS = flags.DEFINE_integer("kills", 50, "SIGKILLs to deliver in all (episodes are added until they are)")
-STORAGE = flags.DEFINE_enum("storage", "local", ["local", "gs"], "where the workdirs live")
+STORAGE = flags.DEFINE_enum("storage", "local", ["local", "gs", "s3"], "where the workdirs live")
 SEED = flags.DEFINE_integer("seed", 0, "seeds the kill moments and the fault order")
 OUT = flags.DEFINE_string("out", "/tmp/bert_jax_soak", "scratch folder: reference, logs, XLA cache, tmpfs mount")
 UNTIL = flags.DEFINE_string("until", "", "UTC time HH:MM after which no more kills are aimed (the episode under way "
@@ -180,7 +180,7 @@ class Launch:
 # ------------------------------------------------------------------------------------------------------------------
 
 def read_rows(storage: Storage, workdir: str) -> list[dict]:
-    metrics = storage.paths.path(workdir) / "metrics.jsonl"
+    metrics = storage.paths.fresh(workdir) / "metrics.jsonl"
     return [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
 
 
@@ -391,7 +391,7 @@ def soak(argv) -> None:
                     fault_outcomes.append(f"{inject} ({note}): {outcome}")
                     print(f"  e{episodes} c{cycle} fault {inject} ({note}): {outcome}", flush=True)
                     fault = None
-                    done = rc == 0 and storage.paths.path(f"{workdir}/DONE").exists()
+                    done = rc == 0 and storage.paths.fresh(f"{workdir}/DONE").exists()
                     continue
                 if inject:
                     faults[inject] += 1
@@ -415,7 +415,7 @@ def soak(argv) -> None:
                     rc = launch.finish()
                     durations = observed_durations(launch, durations)
                     if rc == -signal.SIGKILL:
-                        if storage.paths.path(f"{workdir}/DONE").exists() and not _done_complete(storage, workdir):
+                        if storage.paths.fresh(f"{workdir}/DONE").exists() and not _done_complete(storage, workdir):
                             all_differences.append(f"e{episodes} c{cycle}: DONE written before the last step")
                         continue
                 if inject:
@@ -428,8 +428,8 @@ def soak(argv) -> None:
                     if not inject:
                         raise SystemExit(1)
                     continue
-                done = storage.paths.path(f"{workdir}/DONE").exists()
-            checked, wrong = replay_lines([x for x in Launch.started if x.workdir == workdir], storage.kind == "gs")
+                done = storage.paths.fresh(f"{workdir}/DONE").exists()
+            checked, wrong = replay_lines([x for x in Launch.started if x.workdir == workdir], storage.kind != "local")
             replay_checked += checked
             replay_wrong += [f"e{episodes}: {w}" for w in wrong]
             found = differences(read_rows(storage, workdir), reference)
@@ -456,7 +456,7 @@ def soak(argv) -> None:
 
 
 def _done_complete(storage: Storage, workdir: str) -> bool:
-    record = json.loads(storage.paths.path(f"{workdir}/DONE").read_text())
+    record = json.loads(storage.paths.fresh(f"{workdir}/DONE").read_text())
     return record.get("step") == NUM_STEPS
 
 

@@ -1,11 +1,13 @@
 """bench/soak.py's storage and faults: the workdirs' store (local disk on a size-limited tmpfs, or a bucket on the
-fake-gcs-server emulator behind a proxy that can refuse), and the faults injected between kills."""
+fake-gcs-server or moto (S3) emulator behind a proxy that can refuse), and the faults injected between kills."""
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
 import subprocess
+import urllib.request
 from pathlib import Path
 
 TMPFS_MB = 64
@@ -33,6 +35,23 @@ class Storage:
             self.env.update(STORAGE_EMULATOR_HOST=self.proxy.url, TENSORSTORE_GCS_HTTP_URL=self.proxy.url,
                             GOOGLE_AUTH_TOKEN_FOR_TESTING="test")
             self._make_bucket = lambda name: make_gcs_bucket(url, name)
+        elif kind == "s3":
+            from moto.server import ThreadedMotoServer  # noqa: PLC0415
+            from cloud_emulators import FaultyProxy, _free_port, _wait_until_up  # noqa: PLC0415  (tests/)
+
+            logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+            port = _free_port()
+            self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+            self.server.start()
+            url = f"http://127.0.0.1:{port}"
+            _wait_until_up(url)
+            self.proxy = FaultyProxy(url)
+            aws = {"AWS_ENDPOINT_URL": self.proxy.url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
+            os.environ.update(aws)
+            self.env.update(aws)
+            self._make_bucket = lambda name: urllib.request.urlopen(
+                urllib.request.Request(f"{url}/{name}", method="PUT")).close()
         else:
             mount = out / "tmpfs"
             mount.mkdir(parents=True, exist_ok=True)
@@ -42,10 +61,10 @@ class Storage:
             self.root = mount
 
     def new_workdir(self, name: str) -> str:
-        if self.kind == "gs":
+        if self.kind != "local":
             bucket = f"soak-{name}-{random.getrandbits(32):08x}"
             self._make_bucket(bucket)
-            return f"gs://{bucket}/run"
+            return f"{self.kind}://{bucket}/run"
         path = self.root / name
         if path.exists():
             shutil.rmtree(path)
@@ -65,12 +84,12 @@ class Storage:
             subprocess.run(["umount", "-l", str(self.tmpfs)], check=False)
         if self.proxy is not None:
             self.proxy.close()
-            self.server.terminate()
+            self.server.terminate() if self.kind == "gs" else self.server.stop()
 
     # What the checkpoint folder shows: committed steps, and whether a save is being written.
 
     def checkpoint_state(self, workdir: str) -> tuple[list[int], bool]:
-        folder = self.paths.path(workdir) / "checkpoints"
+        folder = self.paths.fresh(workdir) / "checkpoints"
         try:
             names = [p.name for p in folder.iterdir()]
         except (FileNotFoundError, OSError):
@@ -92,14 +111,14 @@ class Storage:
 # ------------------------------------------------------------------------------------------------------------------
 
 def inject_half_line(storage: Storage, workdir: str) -> None:
-    metrics = storage.paths.path(workdir) / "metrics.jsonl"
+    metrics = storage.paths.fresh(workdir) / "metrics.jsonl"
     text = metrics.read_text() if metrics.exists() else ""
     metrics.write_text(text + '{"step": 38, "train/loss": 7.12')  # no newline, no closing brace
 
 
 def inject_half_checkpoint(storage: Storage, workdir: str) -> str:
     committed, _ = storage.checkpoint_state(workdir)
-    state = storage.paths.path(workdir) / "checkpoints" / str(committed[-1]) / "state"
+    state = storage.paths.fresh(workdir) / "checkpoints" / str(committed[-1]) / "state"
     files = list(_files(state))
     largest = max(files, key=lambda p: len(p.read_bytes()))
     data = largest.read_bytes()
@@ -124,7 +143,7 @@ class Unwritable:
         self.how = ""
 
     def __enter__(self):
-        if self.storage.kind == "gs":
+        if self.storage.kind != "local":
             for method in ("POST", "PUT", "DELETE", "PATCH"):
                 self.storage.proxy.deny(method, "run/checkpoints/")
             self.how = "proxy 403 on writes under checkpoints/"
@@ -139,7 +158,7 @@ class Unwritable:
         return self
 
     def __exit__(self, *exc):
-        if self.storage.kind == "gs":
+        if self.storage.kind != "local":
             self.storage.proxy.rules.clear()
         elif self.how.startswith("read-only"):
             subprocess.run(["umount", str(self.folder)], check=True)

@@ -171,7 +171,9 @@ class FaultyProxy:
                 for k, v in response.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # A HEAD's length is the object's, not its empty body's (S3 clients read an object's size from it).
+                length = response.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
                 upstream_conn.close()

@@ -82,3 +82,35 @@ def test_a_kill_in_the_second_stage_resumes_to_the_losses_of_a_straight_run(tmp_
     train_and_evaluate(_two_stage_micro(), killed)
     assert train_losses(killed) == train_losses(straight)
     assert read_done(killed)["step"] == 8
+
+
+def _cut_in_half(workdir: str, step: int) -> None:
+    """The largest file of checkpoint `step` truncated, as a host dying mid-write leaves it."""
+    state = os.path.join(workdir, "checkpoints", str(step), "state")
+    files = [os.path.join(d, f) for d, _, names in os.walk(state) for f in names]
+    largest = max(files, key=os.path.getsize)
+    with open(largest, "r+b") as f:
+        f.truncate(os.path.getsize(largest) // 2)
+
+
+@pytest.mark.slow  # five builds of the micro run: ~2 minutes on 2 cores
+def test_an_unreadable_checkpoint_that_sends_the_restore_back_across_a_switch_plans_the_stages_again(
+        tmp_path, caplog, xla_compile_cache):
+    """The soak's find: with the switch's checkpoint (step 4) cut, stage 2 restored step 2 and trained steps 3-4 at
+    stage 2's config; with step 6 cut, step 4's checkpoint gave stage 2 stage 1's iterator position."""
+    from bert_jax.train.loop import train_and_evaluate  # noqa: PLC0415
+
+    straight, cut = str(tmp_path / "straight"), str(tmp_path / "cut")
+    train_and_evaluate(_two_stage_micro(), straight)
+    shutil.copytree(os.path.join(straight, "tokenizer"), os.path.join(cut, "tokenizer"))
+    train_and_evaluate(_two_stage_micro(), cut, stop_at_step=6)
+    _cut_in_half(cut, 6)  # back to 4, the switch: stage 2 with a new iterator, not step 4's stage 1 position
+    train_and_evaluate(_two_stage_micro(), cut, stop_at_step=6)
+    _cut_in_half(cut, 6)
+    _cut_in_half(cut, 4)  # back to 2: stage 1 again, then stage 2
+    train_and_evaluate(_two_stage_micro(), cut)
+    rewound = [r.getMessage() for r in caplog.records if "planned again" in r.getMessage()]
+    assert len(rewound) == 2 and "from step 4" in rewound[0] and "from step 2" in rewound[1], rewound
+    assert {"4.corrupt", "6.corrupt", "6.corrupt.2"} <= set(os.listdir(os.path.join(cut, "checkpoints")))
+    assert train_losses(cut) == train_losses(straight)
+    assert read_done(cut)["step"] == 8

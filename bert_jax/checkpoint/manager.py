@@ -190,6 +190,15 @@ def _store_unreachable(error: BaseException, folder) -> bool:
     return False
 
 
+def _set_aside_name(bad):
+    """`<step>.corrupt`, or `<step>.corrupt.2`, ... when a step was set aside before (saved again, then cut again)."""
+    name, n = bad.parent / f"{bad.name}.corrupt", 1
+    while name.exists():
+        n += 1
+        name = bad.parent / f"{bad.name}.corrupt.{n}"
+    return name
+
+
 def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
     """Returns the newest readable state (placed by the shardings in `abstract_state`), or None if there is none.
 
@@ -221,7 +230,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
             logging.warning("checkpoint %s cannot be read (%s: %.300s); falling back to an older one",
                             bad, type(error).__name__, error)
             if jax.process_index() == 0 and bad.is_dir():
-                bad.rename(bad.parent / f"{bad.name}.corrupt")  # in a bucket: a copy, then a delete
+                bad.rename(_set_aside_name(bad))  # in a bucket: a copy, then a delete
             manager.reload()
             continue
         logging.info("restored checkpoint step %d from %s", step, manager.directory)

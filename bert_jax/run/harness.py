@@ -169,13 +169,32 @@ class Outcome:
     data_ended: bool = False  # the iterator ended: `step` is the last full batch's (a finished run)
 
 
+class Rewound(Exception):  # noqa: N818  (not an error: the caller plans again)
+    """The newest checkpoint could not be read, and the one restored instead is at or before the start of the span
+    being trained (`Batches.restored_after`): it belongs to the stage before, whose config and iterator differ. The
+    unreadable one is set aside by then, so planning the stages again from the checkpoints resumes as a relaunch
+    would (bert_jax/train/loop.py)."""
+
+    def __init__(self, step: int, newest: int, start: int):
+        super().__init__(f"the newest checkpoint, step {newest}, could not be read; step {step}, restored instead, is "
+                         f"at or before this span's start at step {start}")
+        self.step = step
+
+
 def restore_or_init(program: Program, batches: Batches, manager):
-    """The newest checkpoint's state (and the iterator's position), or a fresh one."""
+    """The newest checkpoint's state (and the iterator's position), or a fresh one; Rewound when an unreadable
+    newest checkpoint sent the restore back to the span before this one."""
     latest = manager.latest_step()
     iterator = batches.iterator if latest is None or latest > batches.restored_after else None
     with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
         state = ckpt.restore_latest(manager, program.abstract_state, iterator)
-        return program.init() if state is None else state
+    if state is None:
+        with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
+            return program.init()
+    step = int(state.step)
+    if step < latest and step <= batches.restored_after:
+        raise Rewound(step, latest, batches.restored_after)
+    return state
 
 
 def next_batch(batches: Batches) -> dict | None:

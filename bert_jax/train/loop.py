@@ -49,6 +49,15 @@ def train(config, workdir: str, stop_at_step: int | None = None, downstream=None
             return {}
         if jax.process_index() == 0:  # trains on (num_steps raised, accepted): not finished until it is again
             paths.fresh(run.done).unlink()
+    while True:
+        try:
+            return _train_stages(config, workdir, stages, stop_at_step, last, downstream)
+        except harness.Rewound as rewound:  # the unreadable checkpoint is set aside: plan as a relaunch would
+            logging.warning("%s: the stages are planned again from step %d", rewound, rewound.step)
+
+
+def _train_stages(config, workdir: str, stages: list, stop_at_step: int | None, last: int, downstream) -> dict:
+    """Trains the stages not yet trained, each from the checkpoint the one before ended with."""
     if len(stages) == 1 and not stages[0].source:  # a stage 0 a ramp or schedule changes is a stage like any other
         return _train_stage(config, workdir, stop_at_step, downstream=downstream)
     metrics = {}
