@@ -45,6 +45,17 @@ def test_auto_max_predictions_trains_a_mask_rate_sweep_at_its_rate(variant):
         assert abs(_realised_rate(resolved.data) - rate) < 0.01  # never 15 % silently
 
 
+def test_auto_under_bernoulli_selection_gathers_the_whole_row_and_says_why(caplog):
+    config = bert_jax.configs.roberta_base.get_config("tiny")
+    config.data.mask_count = "bernoulli"
+    with caplog.at_level(logging.INFO):
+        resolved = resolve_config(config)
+    length = config.data.max_seq_length
+    assert resolved.data.max_predictions_per_seq == length  # any number of a row's tokens may be drawn
+    assert f"max_predictions_per_seq=auto -> {length} (mask_count=bernoulli: the whole row" in caplog.text
+    assert "ceil(mask_rate" not in caplog.text
+
+
 def test_a_cap_that_binds_is_refused_naming_both_keys_and_the_value_that_fits():
     config = bert_jax.configs.roberta_base.get_config()
     config.data.mask_rate = 0.4

@@ -71,8 +71,10 @@ def _resolved(config, workdir: str | None) -> tuple:
     with resolved.unlocked():
         if resolved.data.max_predictions_per_seq == masking.AUTO:
             value = masking.max_predictions(resolved.data)
-            lines.append(f"config.data.max_predictions_per_seq=auto -> {value} (ceil(mask_rate "
-                         f"{resolved.data.mask_rate:g} x max_seq_length {resolved.data.max_seq_length}))")
+            how = (f"mask_count=bernoulli: the whole row, max_seq_length {resolved.data.max_seq_length}"
+                   if resolved.data.get("mask_count", "exact") == "bernoulli" else
+                   f"ceil(mask_rate {resolved.data.mask_rate:g} x max_seq_length {resolved.data.max_seq_length})")
+            lines.append(f"config.data.max_predictions_per_seq=auto -> {value} ({how})")
             del resolved.data["max_predictions_per_seq"]  # a str field once copied: it takes no int in place
             resolved.data.max_predictions_per_seq = value
         if resolved.data.worker_count == workers.AUTO:
