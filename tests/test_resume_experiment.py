@@ -53,6 +53,22 @@ def test_a_derived_key_follows_the_key_the_user_changed_and_values_are_the_resum
                                                 data__max_predictions_per_seq=12), "", "DIR", 300)
 
 
+def test_mup_multipliers_and_a_bernoulli_cap_follow_the_keys_they_derive_from():
+    """μP's resolved multipliers change with the width; under mask_count=bernoulli the auto cap is the row."""
+    mup = {"parametrization": "mup", "mup_base_width": 64, "hidden_size": 128,
+           "mup_multipliers": {"width_multiplier": 2.0, "hidden": {"lr": 0.5}}}
+    recorded = _with(model=mup, data__mask_count="exact")
+    current = _with(model=dict(mup, hidden_size=256, mup_multipliers={"width_multiplier": 4.0, "hidden": {"lr": 0.25}}),
+                    data__mask_count="bernoulli", data__max_predictions_per_seq=64)
+    with pytest.raises(experiment.ExperimentChangedError) as refused:
+        experiment.check_resume(recorded, current, "", "DIR", 8)
+    first, *keys = str(refused.value).splitlines()
+    assert first.endswith("--config.accept_changes=data.mask_count,model.hidden_size")
+    assert keys == ['config.data.mask_count: "exact" -> "bernoulli" (data.max_predictions_per_seq: 20 -> 64: follows it)',
+                    "config.model.hidden_size: 128 -> 256 (model.mup_multipliers.hidden.lr: 0.5 -> 0.25; "
+                    "model.mup_multipliers.width_multiplier: 2.0 -> 4.0: follows it)"]
+
+
 def test_cadence_paths_and_logging_pass_and_are_recorded_as_passed():
     entry = experiment.check_resume(
         RECORDED, _with(train__log_every_steps=1, data__path="b", logging__wandb_mode="offline"), "", "DIR", 4)

@@ -21,7 +21,7 @@ is logged. So is one the new code no longer has.
 A refusal is one line saying what to do (the `--config.accept_changes=` that names every key), then one line per
 key, old and new value as the stage the run resumes into has them (a staged run's sequence length and the
 prediction cap it derives differ by stage). A key the run derives from another (DERIVED: the prediction cap under
-`auto`) follows the key the user changed, on that key's line, and is never asked for on its own: accepting the
+`auto`, μP's resolved multipliers) follows the key the user changed, on that key's line, and is never asked for on its own: accepting the
 user's key accepts it, and the history records both.
 """
 from __future__ import annotations
@@ -53,7 +53,11 @@ PASSING = (
 
 # Keys a run derives from others (`auto`, resolved by bert_jax/train/config_validation.py and per stage by
 # bert_jax/train/stages.py): a change of one that comes with a change of a key it derives from is that key's.
-DERIVED = {"data.max_predictions_per_seq": ("data.mask_rate", "data.max_seq_length")}
+# Keys and sources are fnmatch patterns: μP's multipliers (config_validation._resolve_mup) follow the model's shape.
+DERIVED = {
+    "data.max_predictions_per_seq": ("data.mask_rate", "data.max_seq_length", "data.mask_count"),
+    "model.mup_multipliers*": ("model.parametrization", "model.mup_base_width", "model.*"),
+}
 
 
 class ExperimentChangedError(UserError):
@@ -107,7 +111,15 @@ def followers(changed: dict) -> dict[str, list[str]]:
 
 
 def _follows(key: str, changed: dict) -> str | None:
-    return next((source for source in DERIVED.get(key, ()) if source in changed), None)
+    for pattern, sources in DERIVED.items():
+        if fnmatch.fnmatchcase(key, pattern):
+            return next((other for source in sources for other in sorted(changed)
+                         if fnmatch.fnmatchcase(other, source) and not _derived(other)), None)
+    return None
+
+
+def _derived(key: str) -> bool:
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in DERIVED)
 
 
 def check_resume(recorded: dict | None, current: dict, accept_changes: str, workdir: str, step: int,
