@@ -9,6 +9,8 @@ compiled_peak_bytes), read from the executable the first step compiles. The CPU 
 """
 from absl import logging
 
+from bert_jax.plan.memory_fit import compiled_peak_bytes
+
 GIB = 2**30
 
 
@@ -23,10 +25,7 @@ def peak_bytes(devices) -> list[int] | None:
 def planned_peak_bytes(compiled) -> int | None:
     """The compiled step's peak per device, as the planner computes it; None when the compiler gives no analysis."""
     memory = compiled.memory_analysis()
-    if memory is None:
-        return None
-    return (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
-            + memory.temp_size_in_bytes)
+    return None if memory is None else compiled_peak_bytes(memory)
 
 
 class DeviceMemory:
