@@ -20,6 +20,8 @@ at once. A verdict uses the whole band and never says a bare "fits".
 import dataclasses
 import os
 
+from bert_jax.run.device_memory import compiled_peak_bytes  # noqa: F401  (the planner's peak is the harness's)
+
 GIB = 1024**3
 
 
@@ -68,13 +70,6 @@ class Fit:
     usable_bytes: float
     margin: Margin
     explanation: str
-
-
-def compiled_peak_bytes(memory) -> int:
-    """One device's peak for a compiled step (`compiled.memory_analysis()`): inputs, outputs not
-    aliased to donated inputs, and temporaries."""
-    return (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
-            + memory.temp_size_in_bytes)
 
 
 def gpu_memory_fraction() -> float:

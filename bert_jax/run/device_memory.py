@@ -9,8 +9,6 @@ compiled_peak_bytes), read from the executable the first step compiles. The CPU 
 """
 from absl import logging
 
-from bert_jax.plan.memory_fit import compiled_peak_bytes
-
 GIB = 2**30
 
 
@@ -20,6 +18,13 @@ def peak_bytes(devices) -> list[int] | None:
     if not stats or any(s is None or "peak_bytes_in_use" not in s for s in stats):
         return None
     return [int(s["peak_bytes_in_use"]) for s in stats]
+
+
+def compiled_peak_bytes(memory) -> int:
+    """One device's peak for a compiled step (`compiled.memory_analysis()`): inputs, outputs not
+    aliased to donated inputs, and temporaries. The planner's figure too (bert_jax/plan/memory_fit.py)."""
+    return (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
+            + memory.temp_size_in_bytes)
 
 
 def planned_peak_bytes(compiled) -> int | None:
