@@ -286,11 +286,13 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                     row.update(times)
                     row.update(memory.measure(step))
                     pending = []
+                    # Recorded before the console line and the row: a kill between them counts the step as replayed
+                    # (once too often at worst), never one fewer than the log showed trained (the soak's find).
+                    recorder.logged(step)
                     hooks.logged(step, row)
                     if data_share > DATA_BOUND_SHARE and not data_bound_said:
                         data_bound_said = True
                         logging.warning(data_bound_line(config, step, data_share))
-                    recorder.logged(step)  # before the row: a kill between the two counts the step as replayed
                     writer.write(step, {**row, **extra})
                 elif extra:
                     writer.write(step, extra)
