@@ -119,20 +119,11 @@ def inject_half_line(storage: Storage, workdir: str) -> None:
 def inject_half_checkpoint(storage: Storage, workdir: str) -> str:
     committed, _ = storage.checkpoint_state(workdir)
     state = storage.paths.fresh(workdir) / "checkpoints" / str(committed[-1]) / "state"
-    files = list(_files(state))
+    files = list(storage.paths.files_under(state))
     largest = max(files, key=lambda p: len(p.read_bytes()))
     data = largest.read_bytes()
     largest.write_bytes(data[: len(data) // 2])
     return f"{committed[-1]}/{largest.relative_to(state)}"
-
-
-def _files(folder):
-    """Every file under `folder`, walked a level at a time (a bucket's path has no recursive glob)."""
-    for child in folder.iterdir():
-        if child.is_dir():
-            yield from _files(child)
-        else:
-            yield child
 
 
 class Unwritable:

@@ -82,3 +82,18 @@ def test_an_orbax_without_the_s3_hooks_still_imports_and_refuses_s3_checkpoints_
     s3_store.install()
     with pytest.raises(RuntimeError, match=r"s3://b/run/checkpoints: .*_use_gcs_driver"):
         manager.make_manager("s3://b/run/checkpoints", None)
+
+
+@pytest.mark.parametrize("store", ["gcs", "s3"])
+def test_a_folder_moves_whole_in_a_bucket(store, request):
+    """How a corrupt checkpoint is set aside (bert_jax/checkpoint/manager.py): on S3, fsspec's recursive rename
+    copied the prefixes it listed as objects and failed (NoSuchKey), which ended a resume that should fall back."""
+    root = paths.path(request.getfixturevalue(store).new()) / "run" / "checkpoints"
+    files = {"15/state/manifest.ocdbt": b"m", "15/state/ocdbt.process_0/d/ab12": b"x" * 100, "15/meta.json": b"{}"}
+    for name, data in files.items():
+        paths.write_atomically(root / name, data)
+    paths.move_tree(root / "15", root / "15.corrupt")
+    moved = paths.fresh(root / "15.corrupt")
+    assert {str(f.relative_to(moved)): f.read_bytes() for f in paths.files_under(moved)} == {
+        name.removeprefix("15/"): data for name, data in files.items()}
+    assert sorted(p.name for p in paths.fresh(root).iterdir()) == ["15.corrupt"]

@@ -230,7 +230,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
             logging.warning("checkpoint %s cannot be read (%s: %.300s); falling back to an older one",
                             bad, type(error).__name__, error)
             if jax.process_index() == 0 and bad.is_dir():
-                bad.rename(_set_aside_name(bad))  # in a bucket: a copy, then a delete
+                paths.move_tree(bad, _set_aside_name(bad))
             manager.reload()
             continue
         logging.info("restored checkpoint step %d from %s", step, manager.directory)

@@ -74,6 +74,29 @@ def copy_file(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     write_atomically(dst, path(src).read_bytes())
 
 
+def files_under(folder: str | os.PathLike):
+    """Every file below `folder`, walked a level at a time (a bucket's path has no recursive glob)."""
+    for child in path(folder).iterdir():
+        if child.is_dir():
+            yield from files_under(child)
+        else:
+            yield child
+
+
+def move_tree(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Moves a folder: locally a rename; in a bucket, which has no folders, each object copied (in the store) and then
+    deleted. fsspec's recursive rename also copies the prefixes it lists, which on S3 are no objects (NoSuchKey)."""
+    src, dst = path(src), path(dst)
+    if not is_remote(src):
+        src.rename(dst)
+        return
+    files = list(files_under(src))
+    for file in files:
+        file.copy(dst / file.relative_to(src), overwrite=True)
+    for file in files:
+        file.unlink()
+
+
 def cache_root() -> epath.Path:
     """Where bucket objects are cached: $BERT_JAX_CACHE_DIR, else bert_jax_cache in the temp dir."""
     return epath.Path(os.environ.get(CACHE_ENV) or epath.Path(tempfile.gettempdir()) / "bert_jax_cache")
