@@ -219,8 +219,9 @@ def replay_lines(launches: list[Launch], bucket: bool) -> tuple[int, list[str]]:
         start = said[0] if said else 0
         if said:
             restored, replayed = said
-            # The steps past the restored one that some launch before trained: each is trained again once.
-            expected = max([last - restored for first, last in spans if first <= restored < last], default=0)
+            # The steps past the restored one that some launch before trained: each is trained again once (a launch
+            # that started past it counts too: a corrupt newest checkpoint sends the restore back behind its start).
+            expected = max([last - restored for _, last in spans if last > restored], default=0)
             ok = expected - (0 if not bucket else expected) <= replayed <= expected + 1
             checked += 1
             if not ok:
