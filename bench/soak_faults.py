@@ -2,12 +2,10 @@
 fake-gcs-server or moto (S3) emulator behind a proxy that can refuse), and the faults injected between kills."""
 from __future__ import annotations
 
-import logging
 import os
 import random
 import shutil
 import subprocess
-import urllib.request
 from pathlib import Path
 
 TMPFS_MB = 64
@@ -36,22 +34,13 @@ class Storage:
                             GOOGLE_AUTH_TOKEN_FOR_TESTING="test")
             self._make_bucket = lambda name: make_gcs_bucket(url, name)
         elif kind == "s3":
-            from moto.server import ThreadedMotoServer  # noqa: PLC0415
-            from cloud_emulators import FaultyProxy, _free_port, _wait_until_up  # noqa: PLC0415  (tests/)
+            from cloud_emulators import FaultyProxy, make_s3_bucket, s3_env, start_moto  # noqa: PLC0415  (tests/)
 
-            logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
-            port = _free_port()
-            self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-            self.server.start()
-            url = f"http://127.0.0.1:{port}"
-            _wait_until_up(url)
+            self.server, url = start_moto()
             self.proxy = FaultyProxy(url)
-            aws = {"AWS_ENDPOINT_URL": self.proxy.url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
-            os.environ.update(aws)
-            self.env.update(aws)
-            self._make_bucket = lambda name: urllib.request.urlopen(
-                urllib.request.Request(f"{url}/{name}", method="PUT")).close()
+            os.environ.update(s3_env(self.proxy.url))
+            self.env.update(s3_env(self.proxy.url))
+            self._make_bucket = lambda name: make_s3_bucket(url, name)
         else:
             mount = out / "tmpfs"
             mount.mkdir(parents=True, exist_ok=True)

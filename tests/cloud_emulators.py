@@ -89,8 +89,8 @@ def gcs(tmp_path_factory):
         os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
-@pytest.fixture(scope="session")
-def s3():
+def start_moto():
+    """Starts moto's S3 server on 127.0.0.1, in this process; returns (server, url)."""
     from moto.server import ThreadedMotoServer
 
     port = _free_port()
@@ -99,15 +99,26 @@ def s3():
     server.start()
     url = f"http://127.0.0.1:{port}"
     _wait_until_up(url)
-    env = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
+    return server, url
+
+
+def s3_env(url: str) -> dict:
+    """The environment that points boto, s3fs and TensorStore at an S3 endpoint `url`."""
+    return {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
+
+
+def make_s3_bucket(url: str, name: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(f"{url}/{name}", method="PUT")).close()
+
+
+@pytest.fixture(scope="session")
+def s3():
+    server, url = start_moto()
+    env = s3_env(url)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-
-    def make(name):
-        urllib.request.urlopen(urllib.request.Request(f"{url}/{name}", method="PUT")).close()
-
-    yield Buckets("s3://", make)
+    yield Buckets("s3://", lambda name: make_s3_bucket(url, name))
     server.stop()
     for k, v in saved.items():
         os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)

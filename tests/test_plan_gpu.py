@@ -18,6 +18,25 @@ from bert_jax.plan import gpu_cards, hlo_flops, hlo_traffic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B, D = 64, 256  # a [64, 256] activation through [256, 256] layers
+# The slow tests' micro BERT (4 layers, width 256, seq 128, batch 16), as a script's first lines: `c`.
+MICRO_BERT = """
+import jax
+jax.config.update("jax_platforms", "cpu")
+import bert_jax.configs.base
+c = bert_jax.configs.base.get_config()
+c.model.update(vocab_size=512, hidden_size=256, num_heads=4, intermediate_size=1024, num_layers=4,
+               max_position_embeddings=128, dropout_rate=0.0)
+c.data.update(max_seq_length=128, max_predictions_per_seq=20)
+c.train.update(global_batch_size=16)
+"""
+
+
+def _run_script(script: str, timeout: int) -> subprocess.CompletedProcess:
+    """`script` in a fresh process on the CPU (the GPU compiler compiles without a GPU); its exit status checked."""
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
 
 
 def layers(x, w):
@@ -92,16 +111,9 @@ def test_a_micro_bert_train_step_planned_for_an_h100_by_the_gpu_compiler():
     by trips, the cuDNN kernel's FLOPs added, a verdict against 75 % of the card, a roofline."""
     if not gpu_cards.plugin_available():
         pytest.skip(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT})")
-    script = """
-import json, jax
-jax.config.update("jax_platforms", "cpu")
-import bert_jax.configs.base
+    script = MICRO_BERT + """
+import json
 from bert_jax.plan import compiled_plan, gpu_cards
-c = bert_jax.configs.base.get_config()
-c.model.update(vocab_size=512, hidden_size=256, num_heads=4, intermediate_size=1024, num_layers=4,
-               max_position_embeddings=128, dropout_rate=0.0)
-c.data.update(max_seq_length=128, max_predictions_per_seq=20)
-c.train.update(global_batch_size=16)
 p = compiled_plan.make_plan(c, gpu_cards.parse_gpu("h100", 1))
 r = p.roofline
 print("RESULT " + json.dumps(dict(compiler=p.compiler, kernel=p.kernel, peak=p.peak_bytes, temp=p.temp_bytes,
@@ -109,9 +121,7 @@ print("RESULT " + json.dumps(dict(compiler=p.compiler, kernel=p.kernel, peak=p.p
     launches=p.traffic.launches, hbm=p.hbm_bytes, trips=p.layer_loop_trips, fits=compiled_plan.fits(p)[0],
     bound=r.bound, text=compiled_plan.format_plan(p, param_table=False))))
 """
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = _run_script(script, timeout=900)
     import json
     r = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
     assert r["compiler"] == "gpu" and r["kernel"] == "cudnn" and r["fits"]
@@ -165,23 +175,13 @@ def test_plan_search_ranks_gpu_candidates_and_names_the_gpu_command():
     best's command names --gpu and --num_devices."""
     if not gpu_cards.plugin_available():
         pytest.skip(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT})")
-    script = """
-import jax
-jax.config.update("jax_platforms", "cpu")
-import bert_jax.configs.base
+    script = MICRO_BERT + """
 from bert_jax.plan import gpu_cards, plan_search
 from bert_jax.plan.stage_plans import step_config
-c = bert_jax.configs.base.get_config()
-c.model.update(vocab_size=512, hidden_size=256, num_heads=4, intermediate_size=1024, num_layers=4,
-               max_position_embeddings=128, dropout_rate=0.0)
-c.data.update(max_seq_length=128, max_predictions_per_seq=20)
-c.train.update(global_batch_size=16)
 tried = plan_search.search(step_config(c), gpu_cards.parse_gpu("h100", 1), remats=("none",), meshes=("dp",),
                            scans=(True,))
 print(plan_search.format_search(tried, "h100", 1, flag="gpu", num_devices=1))
 """
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=1800,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = _run_script(script, timeout=1800)
     assert "| 1 | True | dp | none | 16 x 1 |" in proc.stdout
     assert "python -m bert_jax.plan --config=CONFIG --gpu=h100 --num_devices=1 " in proc.stdout

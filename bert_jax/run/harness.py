@@ -188,8 +188,7 @@ def restore_or_init(program: Program, batches: Batches, manager):
     iterator = batches.iterator if latest is None or latest > batches.restored_after else None
     with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
         state = ckpt.restore_latest(manager, program.abstract_state, iterator)
-    if state is None:
-        with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
+        if state is None:
             return program.init()
     step = int(state.step)
     if step < latest and step <= batches.restored_after:
