@@ -47,7 +47,7 @@ def get_config(arg: str | None = None):
     c.model.position_buckets = 256
     c.model.max_relative_positions = 512
     c.model.pad_token_id = 0  # the unigram tokenizer's <pad>
-    # auto: on a TPU target the fused disentangled-attention Pallas kernel (bert_jax/models/disentangled_kernel.py,
+    # auto: on a TPU target the fused disentangled-attention Pallas kernel (bert_jax/kernels/disentangled_attention.py,
     # no [batch, heads, q, k] tensor in HBM; attention dropout in its tiles), elsewhere the xla kernel.
     c.model.attention_impl = "auto"
     c.model.generator_num_layers = 6  # half the discriminator's depth, the same width (GDES shares one table)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import random_batch, small_model_config
 
-from bert_jax.models import attention_kernels as kernels
+from bert_jax.kernels import attention as kernels
 from bert_jax.families import get_family
 from bert_jax.models.attention import attention_mask_from_batch, choose_kernel, platform_name
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bert_jax.models.attention import attention_mask_from_batch
-from bert_jax.models.attention_kernels import allowed_keys
+from bert_jax.kernels.attention import allowed_keys
 from data_pipelines.examples import builders
 from data_pipelines.tokenizers.tokenizer import SpecialIds
 

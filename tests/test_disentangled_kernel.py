@@ -1,4 +1,4 @@
-"""DeBERTa's fused disentangled-attention Pallas kernel (bert_jax/models/disentangled_kernel.py) equals the xla
+"""DeBERTa's fused disentangled-attention Pallas kernel (bert_jax/kernels/disentangled_attention.py) equals the xla
 path (position terms as a [batch, heads, q, k] score bias), forward and backward, with padding and packed
 segments, and with attention dropout (against xla given the kernel's mask); `auto` picks it on a TPU target.
 
@@ -13,11 +13,11 @@ import pytest
 
 from bert_jax.families import get_family
 from bert_jax.models import disentangled_attention as da
-from bert_jax.models import disentangled_kernel as kernel
+from bert_jax.kernels import disentangled_attention as kernel
 from bert_jax.models.attention import building_for
-from bert_jax.models.attention_kernels import xla_attention
+from bert_jax.kernels.attention import xla_attention
 from bert_jax.models.deberta_v3 import DebertaV3Config
-from bert_jax.models.disentangled_kernel import block_size
+from bert_jax.kernels.disentangled_attention import block_size
 
 HEADS, HEAD_DIM, BUCKETS, MAX_POSITION = 2, 8, 8, 32
 

@@ -32,6 +32,8 @@ LAYERS = (
     ("data: shards", ("data_pipelines.shards",)),
     ("data: examples", ("data_pipelines.examples",)),
     ("data: the loader", ("data_pipelines.loader",)),
+    # Kernels (Pallas, custom VJPs) sit below the models that call them and import none (bert_jax/kernels/).
+    ("kernels", ("bert_jax.kernels",)),
     ("models, objectives, meshes", ("bert_jax.models", "bert_jax.objectives", "bert_jax.parallel")),
     ("checkpoints and Hugging Face conversion", ("bert_jax.checkpoint", "bert_jax.hf")),
     ("the family registry", ("bert_jax.families",)),
@@ -280,6 +282,14 @@ def test_the_layer_check_catches_an_upward_import(import_graph):
     assert ("bert_jax.storage.workdir", "bert_jax.families") in _upward(injected)
     beside = {**graph, "data_pipelines.loader.pipeline": graph["data_pipelines.loader.pipeline"] | {"bert_jax.models.bert"}}
     assert ("data_pipelines.loader.pipeline", "bert_jax.models.bert") in _upward(beside)
+    kernel_to_model = {**graph, "bert_jax.kernels.attention": graph["bert_jax.kernels.attention"] | {"bert_jax.models.layers"}}
+    assert ("bert_jax.kernels.attention", "bert_jax.models.layers") in _upward(kernel_to_model)
+
+
+def test_kernels_are_the_floor_below_the_models():
+    """bert_jax/kernels/ is a layer of its own under models/: models import kernels, a kernel imports no model."""
+    kernels, models = _room("bert_jax.kernels.attention"), _room("bert_jax.models.attention")
+    assert kernels[1] == "bert_jax.kernels" and kernels[0] == models[0] - 1
 
 
 def test_no_private_name_crosses_a_package():

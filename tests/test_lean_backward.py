@@ -1,4 +1,4 @@
-"""bert_jax/models/lean_backward.py: LayerNorm and GELU whose backward keeps only their input give the outputs of
+"""bert_jax/kernels/lean_backward.py: LayerNorm and GELU whose backward keeps only their input give the outputs of
 flax's LayerNorm and jax's GELU bit for bit, and their gradients to rounding; a BERT train step's loss and gradients
 equal those through autodiff of the plain ops."""
 import flax.linen as nn
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.models import lean_backward
+from bert_jax.kernels import lean_backward
 
 H = 64
 

@@ -134,7 +134,7 @@ print("RESULT " + json.dumps(dict(compiler=p.compiler, kernel=p.kernel, peak=p.p
 @pytest.mark.slow
 def test_bert_base_on_one_h100_by_the_gpu_compiler_near_the_measured_peak():
     """Issue 58's acceptance. The program the H200 ran on 2026-11-26 (LayerNorm and GELU through autodiff, before
-    bert_jax/models/lean_backward.py) planned for one H100: phase 1 (seq 128, batch 256) within 15 % of the
+    bert_jax/kernels/lean_backward.py) planned for one H100: phase 1 (seq 128, batch 256) within 15 % of the
     24.6 GiB measured (docs/results/gpu.md). Then the command as a user runs it, on today's code: it names the GPU
     compiler and judges phase 2 (seq 512) by that compiler's own figure."""
     if not gpu_cards.plugin_available():
@@ -143,7 +143,7 @@ def test_bert_base_on_one_h100_by_the_gpu_compiler_near_the_measured_peak():
 import jax
 jax.config.update("jax_platforms", "cpu")
 import bert_jax.configs.bert_base
-from bert_jax.models import lean_backward
+from bert_jax.kernels import lean_backward
 from bert_jax.plan import compiled_plan, gpu_cards
 from bert_jax.plan.stage_plans import step_config
 lean_backward.layer_norm = lambda x, s, b, eps, dtype: lean_backward._layer_norm_fwd(x, s, b, eps, dtype)[0]

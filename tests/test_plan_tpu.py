@@ -81,7 +81,7 @@ def test_compiled_flops_with_every_layer_counted_match_the_formula(micro_plan):
     per_chip = micro_plan["compiled_flops"] + micro_plan["pallas_flops"]
     formula = micro_plan["formula_flops"] / micro_plan["devices"]
     # Within 7 %: the compiled count adds elementwise work the formula leaves out, a larger share at hidden 256,
-    # and the norms' and GELU's backward recompute from their input (bert_jax/models/lean_backward.py): 5.5 %.
+    # and the norms' and GELU's backward recompute from their input (bert_jax/kernels/lean_backward.py): 5.5 %.
     assert abs(per_chip / formula - 1) < 0.07, (per_chip, formula)
     assert "scan_unroll=2" in micro_plan["layers_counted"]
     assert micro_plan["bytes"] > 0 and 0 < micro_plan["mfu"] < 1
@@ -92,7 +92,7 @@ def test_a_scanned_step_counts_every_layer_like_the_unrolled_one(micro_plan):
     counts their bytes that many times, and adds the FLOPs of the layers the count missed (from a compile
     with 2 layers per iteration): the scanned step then costs what the unrolled one does."""
     assert micro_plan["trips"] == [4, 4]  # the forward and the backward layer loop
-    # Measured 1.7 %, then 3.0 % with the norms and GELU recomputing in their backward (models/lean_backward.py),
+    # Measured 1.7 %, then 3.0 % with the norms and GELU recomputing in their backward (kernels/lean_backward.py),
     # which the unrolled program's CSE can share with the forward and a loop's cannot.
     assert abs(micro_plan["compiled_flops"] / micro_plan["unrolled_flops"] - 1) < 0.04
     assert abs(micro_plan["hbm"] / micro_plan["unrolled_hbm"] - 1) < 0.1, (micro_plan["hbm"], micro_plan["unrolled_hbm"])

@@ -1,4 +1,4 @@
-"""The Pallas GPU (Triton) flash kernel with a sliding window (bert_jax/models/windowed_kernel.py) equals the xla
+"""The Pallas GPU (Triton) flash kernel with a sliding window (bert_jax/kernels/windowed_attention.py) equals the xla
 reference, values and gradients, for every mask: a bidirectional window or none, packed documents of ragged
 lengths, padding, lengths that are not a multiple of the tile; it never reads a tile outside the window or of
 another document; `auto` picks it for windowed models on an NVIDIA GPU.
@@ -15,8 +15,8 @@ from conftest import small_model_config
 
 from bert_jax.families import get_family
 from bert_jax.models.attention import choose_kernel
-from bert_jax.models.attention_kernels import xla_attention
-from bert_jax.models.windowed_kernel import BlockSizes, segment_spans, windowed_attention
+from bert_jax.kernels.attention import xla_attention
+from bert_jax.kernels.windowed_attention import BlockSizes, segment_spans, windowed_attention
 
 HEADS = 2
 MICRO = BlockSizes(block_q=16, block_k=16, block_outer=16, block_inner=16)
@@ -229,7 +229,7 @@ def test_under_a_mesh_each_gpu_runs_the_kernel_on_its_own_rows_and_heads():
     axes, so each of 8 H100s (4-way data x 2-way tensor) gets its [2, L, 6, 64] shard and nothing is gathered."""
     import flax.linen as nn
 
-    from bert_jax.models.attention_kernels import triton_attention
+    from bert_jax.kernels.attention import triton_attention
     from bert_jax.plan import gpu_cards
 
     if not gpu_cards.plugin_available():

@@ -9,9 +9,9 @@
     splash  the TPU Pallas splash kernel (jax.experimental.pallas.ops.tpu.splash_attention).
             Off TPU it runs only in Pallas interpret mode, with config.model.splash_interpret=True:
             slow, for tests of the kernel on a CPU. For DeBERTa-v3 (disentangled attention) splash
-            means that family's own fused Pallas kernel (models/disentangled_kernel.py), which adds the
+            means that family's own fused Pallas kernel (kernels/disentangled_attention.py), which adds the
             position terms per tile; splash_interpret runs it in interpret mode likewise.
-    triton  our Pallas GPU (Triton) flash kernel (models/windowed_kernel.py): the bidirectional window
+    triton  our Pallas GPU (Triton) flash kernel (kernels/windowed_attention.py): the bidirectional window
             and packed segments, tiles outside the window skipped. Off an NVIDIA GPU it runs only in
             Pallas interpret mode, with config.model.splash_interpret=True (tests).
 
@@ -31,7 +31,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models import attention_kernels as kernels
+from bert_jax.kernels import attention as kernels
 from bert_jax.models.layers import Dense
 
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash", "triton")

@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models import lean_backward
+from bert_jax.kernels import lean_backward
 
 Dtype = Any
 Initializer = Callable[..., jax.Array]
@@ -67,7 +67,7 @@ class Dense(nn.Module):
 class LayerNorm(nn.Module):
     """LayerNorm with named parameters; statistics are computed in float32. flax's LayerNorm's forward and
     parameters (`norm/scale`, `norm/bias`), with a backward that keeps only the input
-    (bert_jax/models/lean_backward.py)."""
+    (bert_jax/kernels/lean_backward.py)."""
 
     epsilon: float = 1e-12
     dtype: Dtype = jnp.float32
@@ -127,7 +127,7 @@ class Embed(nn.Module):
 
 def gelu(x: jax.Array) -> jax.Array:
     """The exact (erf) GELU of the original BERT, so exported weights match Hugging Face's `gelu`; its backward keeps
-    only x (bert_jax/models/lean_backward.py)."""
+    only x (bert_jax/kernels/lean_backward.py)."""
     return lean_backward.gelu(x)
 
 

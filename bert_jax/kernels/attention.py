@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.models import windowed_kernel
+from bert_jax.kernels import windowed_attention
 
 # --- xla: our own einsum path -----------------------------------------------------------
 
@@ -206,13 +206,13 @@ def per_shard(run: Callable, q, k, v, segments) -> jax.Array:
                          check_vma=False)(q, k, v, segments)
 
 
-# --- triton: our Pallas GPU flash kernel with the sliding window (models/windowed_kernel.py) ------------------
+# --- triton: our Pallas GPU flash kernel with the sliding window (kernels/windowed_attention.py) ------------------
 
 
 def triton_attention(q, k, v, segments, window: int | None, interpret: bool, scale: float | None = None) -> jax.Array:
     """The Pallas GPU (Triton) flash kernel: padding, packed segments and a bidirectional window, tiles outside
     the window never visited. `scale` defaults to the xla reference's 1 / sqrt(head_dim)."""
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    run = lambda q, k, v, segments: windowed_kernel.windowed_attention(  # noqa: E731
+    run = lambda q, k, v, segments: windowed_attention.windowed_attention(  # noqa: E731
         q, k, v, segments, window, scale, interpret=interpret)
     return per_shard(run, q, k, v, segments)

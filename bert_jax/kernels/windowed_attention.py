@@ -2,7 +2,7 @@
 
     o = softmax(scale * q k^T + mask) v,  mask: same segment, and |i - j| <= window when a window is given
 
-The mask is `attention_kernels.allowed_keys`' (the xla reference's), applied per tile from [batch, length]
+The mask is `kernels.attention.allowed_keys`' (the xla reference's), applied per tile from [batch, length]
 segment ids: no [batch, heads, q, k] tensor reaches HBM. Scores and probabilities live per tile in registers and
 shared memory, with an online softmax in base 2 (Dao et al. 2022; jax's `pallas/ops/gpu/attention.py` is the
 layout this follows); the statistics and every accumulator are float32 whatever the inputs' dtype.
