@@ -41,9 +41,9 @@ class PretrainHooks:
         row.update(_data_metrics(self.train_iter))
         self.last_metrics.update(row)
         logging.info(
-            "step %d/%d | %s | %.0f tok/s | MFU %.2f%% | ETA %s", step, self.t_cfg.num_steps,
-            harness.headline(row, "train", self.objective.headline),
-            row["perf/tokens_per_s"], 100 * row["perf/mfu"], perf.format_duration(row["perf/eta_s"]),
+            "step %d/%d | %s | %.0f tok/s | %s %.2f%% | ETA %s", step, self.t_cfg.num_steps,
+            harness.headline(row, "train", self.objective.headline), row["perf/tokens_per_s"],
+            self.meter.mfu_label, 100 * row["perf/mfu"], perf.format_duration(row["perf/eta_s"]),
         )
 
     def evaluates_at(self, step):
@@ -96,8 +96,10 @@ def _meter(config, program) -> perf.PerfMeter:
     peak, peak_source = perf.peak_flops_per_device(config.logging.peak_flops_per_device)
     logging.info("%.3g FLOPs/step (formula in bert_jax/train/perf.py); peak %.3g FLOP/s/device (%s)",
                  flops, peak, peak_source)
+    measured = peak_source.startswith(perf.MEASURED)  # a lower bound, measured again when a step beats it
     return perf.PerfMeter(flops, config.train.global_batch_size * config.data.max_seq_length,
-                          peak * jax.device_count(), config.train.num_steps)
+                          peak * jax.device_count(), config.train.num_steps,
+                          (lambda: perf.measure_matmul_peak() * jax.device_count()) if measured else None)
 
 
 def _evaluate(program, params, eval_batches, eval_sources=()) -> dict:
