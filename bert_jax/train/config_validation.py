@@ -24,7 +24,7 @@ from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
 from bert_jax.checkpoint import reference
 from bert_jax.train import branch, growth, optimizer, resume, stages, teacher
-from data_pipelines.loader import masking, pipeline, workers
+from data_pipelines.loader import masking, pipeline, split_check, workers
 from data_pipelines.sources import documents, mixture
 
 
@@ -260,6 +260,7 @@ def check_inputs(config) -> None:
             preflight.check_readable(url, key)
     if not mixture.has_mixture(config.data):  # a mixture's sources were read by check_mixture
         documents.check_source(config.data)
+    split_check.check_both_splits(config.data)  # a one-document corpus stops here, before anything is written
     if tokenizer_path and not paths.path(tokenizer_path).exists():
         raise bert_jax.UserError(f"config.data.tokenizer.path={tokenizer_path!r} does not exist; name a vocab.txt, "
                                  f"tokenizer.json or .model file, or a folder holding one ('' trains one)")
