@@ -20,11 +20,12 @@ from bert_jax.hf import distilbert as hf_distilbert
 from bert_jax.hf import electra as hf_electra
 from bert_jax.hf import modernbert as hf_modernbert
 from bert_jax.hf import roberta as hf_roberta
+from bert_jax.hf import spanbert as hf_spanbert
 from bert_jax.hf.converter import HfConverter
 from bert_jax.registry import Registry
-from bert_jax.models import albert, bert, deberta_v3, distilbert, electra, modernbert, roberta
+from bert_jax.models import albert, bert, deberta_v3, distilbert, electra, modernbert, roberta, spanbert
 from bert_jax.models.attention import KernelChoice, choose_kernel
-from bert_jax.objectives import replaced_token_detection
+from bert_jax.objectives import replaced_token_detection, span_boundary
 from bert_jax.models import parametrization
 from bert_jax.models.param_roles import ParamRoles
 from bert_jax.models.probe import abstract_params
@@ -123,6 +124,13 @@ def _register_builtin_families() -> None:
                            roles=ParamRoles(embeddings=("embeddings", "embedding_hidden_mapping_in"),
                                             top=("group_*", "pooler", "sop") + mlm_head, pooler="pooler",
                                             shared_layers=("group_*",))))
+    # SpanBERT: BERT without NSP or pooler, plus the span boundary head (its position table a lookup, its decoder
+    # tied to the word table and feeding on its last norm, as the MLM head's).
+    register_family(Family(name="spanbert", build_model=spanbert.build_spanbert, objective=span_boundary.objective_for,
+                           hf=hf_spanbert.CONVERTER, validate_config=spanbert.validate_config,
+                           roles=ParamRoles(embedding_tables=ParamRoles().embedding_tables + ("output_bias",),
+                                            top=mlm_head + (spanbert.SBO_HEAD,),
+                                            readout_inputs=("mlm_norm", "norm_2"))))
     register_family(Family(name="distilbert", build_model=distilbert.build_distilbert, objective=MLM_PRETRAINING,
                            hf=hf_distilbert.CONVERTER))
 

@@ -182,7 +182,7 @@ def params_to_hf(params: dict, model_cfg) -> dict[str, np.ndarray]:
     return specs_to_hf(params, tensor_specs(model_cfg), TIED_ON_EXPORT)
 
 
-def _normalise_hf_names(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def normalise_hf_names(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """BertModel checkpoints name tensors without the `bert.` prefix; old TF ports say gamma/beta."""
     prefixed = any(k.startswith("bert.") for k in state)
     out = {}
@@ -241,7 +241,7 @@ def specs_to_params(state: dict[str, np.ndarray], specs: list[TensorSpec], known
 def hf_to_params(state: dict[str, np.ndarray], model_cfg, fallback_params: dict | None = None
                  ) -> tuple[dict, ImportReport]:
     """HF BERT state dict -> our params, scanned if `model_cfg.scan_layers`; see `specs_to_params`."""
-    return specs_to_params(_normalise_hf_names(state), tensor_specs(model_cfg),
+    return specs_to_params(normalise_hf_names(state), tensor_specs(model_cfg),
                            set(TIED_ON_EXPORT) | set(IGNORED_ON_IMPORT), model_cfg, fallback_params)
 
 

@@ -49,3 +49,6 @@ class HfConverter:
     classifier_head: HfClassifierHead = HfClassifierHead()
     # When set, why no HF task class takes our fine-tuned heads (their export then fails with it).
     task_heads_missing: str = ""
+    # Top-level subtrees of our params that serve pre-training only and that the export leaves out, as the
+    # family's released checkpoints do (SpanBERT's span boundary head): from_hf takes them from the fallback.
+    pretraining_only: tuple[str, ...] = ()

@@ -16,7 +16,9 @@ def probe_batch(length: int = 8) -> dict:
     predictions = jnp.zeros((1, 1), jnp.int32)
     return {"input_ids": ids, "attention_mask": jnp.ones_like(ids), "token_type_ids": ids,
             "masked_positions": predictions, "masked_ids": predictions,  # replaced-token detection reads these
-            "masked_weights": jnp.ones((1, 1), jnp.float32)}
+            "masked_weights": jnp.ones((1, 1), jnp.float32),
+            # SpanBERT's boundary head reads these (data_pipelines/loader/span_boundaries.py)
+            "masked_span_left": predictions, "masked_span_right": predictions, "masked_span_offset": predictions}
 
 
 def abstract_params(model: nn.Module) -> dict:

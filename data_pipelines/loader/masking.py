@@ -26,6 +26,9 @@ tokens per row, so a run can log the realised rate (`train/masked_fraction`). Cu
 instead of placing spans at random starts keeps units disjoint without a loop, so every
 step is a vectorised numpy operation over the batch.
 
+With `span_boundaries` (config.data.span_boundaries) each prediction also gets its span's boundary
+positions and its offset within the span, for SpanBERT's span boundary objective (span_boundaries.py).
+
 Of the selected tokens 80% become [MASK], 10% a random ordinary token, 10% stay
 (Devlin et al. 2019, Appendix C.2; `mask_token_share`, `random_token_share`). Span mode decides
 once per span, as SpanBERT does; the other modes decide per token. A random token is one the
@@ -49,6 +52,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from bert_jax.registry import Registry
+from data_pipelines.loader.span_boundaries import SPAN_BOUNDARY_KEYS, span_boundaries
 from data_pipelines.tokenizers.tokenizer import SpecialIds
 
 MASK_TOKEN_SHARE = 0.8
@@ -162,6 +166,8 @@ class MaskingSpec:
     random_tokens: str = "ordinary"  # RANDOM_TOKENS
     mask_count: str = "exact"  # MASK_COUNTS
     max_seq_length: int = 0  # the rows' length, where known: a bernoulli gather narrower than it is refused
+    # Add each prediction's span boundaries and offset (span_boundaries.py; SpanBERT's SBO reads them).
+    span_boundaries: bool = False
 
     @classmethod
     def from_config(cls, data_cfg) -> "MaskingSpec":
@@ -178,6 +184,7 @@ class MaskingSpec:
             random_tokens=data_cfg.get("random_tokens", "ordinary"),
             mask_count=data_cfg.get("mask_count", "exact"),
             max_seq_length=data_cfg.max_seq_length,
+            span_boundaries=bool(data_cfg.get("span_boundaries", False)),
         )
 
     def _bernoulli_cap_error(self, length: int) -> str:
@@ -345,6 +352,8 @@ class Masker:
           masked_ids: [B, P] int32, the original ids there, then 0s.
           masked_weights: [B, P] float32, 1.0 for a real prediction, 0.0 for padding.
           maskable_tokens: [B] int32, the row's non-special tokens (what mask_rate is a share of).
+          with spec.span_boundaries, masked_span_left, masked_span_right, masked_span_offset: [B, P] int32,
+            each prediction's span boundary positions and its offset in the span (span_boundaries.py), then 0s.
           P = max_predictions_per_seq.
         """
         ids = np.asarray(input_ids)
@@ -396,10 +405,15 @@ class Masker:
         masked_positions[rows, slots] = cols
         masked_ids[rows, slots] = originals
         masked_weights[rows, slots] = 1.0
-        return {
+        features = {
             "input_ids": masked,
             "masked_positions": masked_positions,
             "masked_ids": masked_ids,
             "masked_weights": masked_weights,
             "maskable_tokens": num_candidates.astype(np.int32),
         }
+        if spec.span_boundaries:  # computed from the selection alone: no draw, so the masks above are unchanged
+            for key, per_token in zip(SPAN_BOUNDARY_KEYS, span_boundaries(selected), strict=True):
+                features[key] = np.zeros((batch, predictions), np.int32)
+                features[key][rows, slots] = per_token[rows, cols]
+        return features

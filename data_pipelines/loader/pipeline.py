@@ -39,7 +39,7 @@ from absl import flags, logging
 import bert_jax
 from data_pipelines.examples import builders
 from data_pipelines.sources import corpus, documents as sources, mixture, readers
-from data_pipelines.loader import file_order, masking, mixing, stream, window_shuffle, workers
+from data_pipelines.loader import file_order, masking, mixing, span_boundaries, stream, window_shuffle, workers
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 SPLITS = ("train", "eval")
@@ -63,7 +63,8 @@ def batch_spec(data_cfg: ml_collections.ConfigDict, batch_size: int) -> dict[str
     input_ids, token_type_ids, attention_mask [B, L] int32; masked_positions, masked_ids
     [B, P] int32; masked_weights [B, P] float32; maskable_tokens [B] int32 (non-special tokens
     per row, for the realised mask rate); P = masking.max_predictions(data_cfg); by builder next_sentence_label or
-    sentence_order_label [B] int32, or segment_ids and position_ids [B, L] int32.
+    sentence_order_label [B] int32, or segment_ids and position_ids [B, L] int32; with data.span_boundaries,
+    masked_span_left, masked_span_right, masked_span_offset [B, P] int32 (span_boundaries.py).
     """
     extra_keys = builders.example_keys(data_cfg)  # fails now, naming the key, on an unknown builder
     rows, preds = (batch_size, data_cfg.max_seq_length), (batch_size, masking.max_predictions(data_cfg))
@@ -78,6 +79,8 @@ def batch_spec(data_cfg: ml_collections.ConfigDict, batch_size: int) -> dict[str
     }
     for key in extra_keys:
         spec[key] = (rows if key in ("segment_ids", "position_ids") else (batch_size,), np.int32)
+    if data_cfg.get("span_boundaries", False):
+        spec.update({key: (preds, np.int32) for key in span_boundaries.SPAN_BOUNDARY_KEYS})
     return spec
 
 
