@@ -5,6 +5,7 @@ for the same weights, and equal whether the layers ran scanned or unrolled.
 """
 import importlib.util
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -158,3 +159,109 @@ def test_minilm_attention_png_and_fill_mask(tmp_path, capsys):
     candidates = views.fill_mask(inspector, text, top_k=5)
     assert len(candidates) == 1 and len(candidates[0]) == 5
     assert "no trained MLM head" in capsys.readouterr().out
+
+
+# --- What the heads look at across a corpus (`--mode=heads`, bert_jax/inspect/heads.py) ---
+
+HEADS_CORPUS = ["the history of the module is long .", "a list , a tuple and a dictionary .",
+                "return the value of the object", "see also : the class , its method and the function ( here ) .",
+                "it is", "the documentation of the interpreter says so , and the tutorial agrees ."]
+
+
+def _clark_statistics(tokens: list[str], attns: np.ndarray) -> dict[str, np.ndarray]:
+    """One sentence's statistics [layers, heads] as clarkkev/attention-analysis's General_Analysis.ipynb computes
+    them (its selectors; entropy unsmoothed, 0 log 0 = 0), from transformers' attentions [layers, heads, n, n]."""
+    import unicodedata
+
+    n = attns.shape[-1]
+
+    def is_punct(token):
+        token = token.removeprefix("##")
+        return bool(token) and all(unicodedata.category(c).startswith("P") for c in token)
+
+    def keys(flags):
+        return np.tile(np.array(flags, float)[None], [n, 1])
+
+    selectors = {"cls": keys([t == "[CLS]" for t in tokens]), "sep": keys([t == "[SEP]" for t in tokens]),
+                 "punctuation": keys([is_punct(t) for t in tokens]), "previous": np.eye(n, n, -1),
+                 "next": np.eye(n, n, 1), "self": np.eye(n, n)}
+    out = {key: (attns * selector[None, None]).sum(-1).sum(-1) / n for key, selector in selectors.items()}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["entropy"] = -np.nan_to_num(attns * np.log(attns)).sum(-1).mean(-1)
+    return out
+
+
+def test_head_statistics_equal_those_of_transformers_attentions(hf_dir, hf_inspector, tmp_path):
+    from bert_jax import UserError
+    from bert_jax.inspect import head_statistics, heads
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(HEADS_CORPUS[:3]) + "\n\n" + "\n".join(HEADS_CORPUS[3:]) + "\n")
+    sentence_ids = heads.sentences(hf_dir, str(corpus), hf_inspector.tokenizer, hf_inspector.max_length, 100)
+    assert len(sentence_ids) == len(HEADS_CORPUS)  # the blank line is no sentence
+    stats, count = heads.measure(hf_inspector, sentence_ids, batch_size=4)  # padded batches of 4 and 2
+    assert count == len(HEADS_CORPUS) and list(stats) == list(head_statistics.STATISTICS)
+
+    model = transformers.AutoModelForMaskedLM.from_pretrained(hf_dir, attn_implementation="eager").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    theirs = []
+    for ids in sentence_ids:
+        with torch.no_grad():
+            attns = model(torch.tensor(ids[None], dtype=torch.long), output_attentions=True).attentions
+        theirs.append(_clark_statistics(tokenizer.convert_ids_to_tokens(ids.tolist()),
+                                        np.stack([a[0].numpy() for a in attns]).astype(np.float64)))
+    for name in head_statistics.STATISTICS:
+        expected = np.mean([sentence[name] for sentence in theirs], axis=0)
+        assert stats[name].shape == (2, 2)
+        np.testing.assert_allclose(stats[name], expected, atol=1e-4, rtol=0, err_msg=name)
+    assert stats["punctuation"].min() > 0 and stats["entropy"].min() > 0  # the corpus exercises every statistic
+
+    written = heads.write(stats, count, str(corpus), str(tmp_path / "heads"))
+    assert len(written) == len(head_statistics.STATISTICS) + 3
+    assert (tmp_path / "heads" / "heads_entropy.png").read_bytes()[:8] == PNG_MAGIC
+    table = json.loads((tmp_path / "heads" / "heads.json").read_text())
+    assert table["sentences"] == count and len(table["heads"]) == 4
+    assert table["heads"][3]["next"] == pytest.approx(stats["next"][1, 1])
+    assert (tmp_path / "heads" / "heads.csv").read_text().splitlines()[0] == \
+        "layer,head,cls,sep,punctuation,previous,next,self,entropy"
+
+    with pytest.raises(UserError, match="no pre-training run.*--corpus=FILE"):
+        heads.check_corpus(hf_dir, None)  # an HF folder has no eval split
+    with pytest.raises(UserError, match="--corpus=.*no such file"):
+        heads.check_corpus(hf_dir, str(tmp_path / "missing.txt"))
+
+
+@pytest.mark.slow
+def test_heads_command_on_a_run_equals_transformers_on_its_export(tiny_run, tmp_path):
+    """`bert-jax inspect --mode=heads --from=<a tiny run> --out=D` (its eval split) against the run's export."""
+    from bert_jax.inspect import head_statistics, heads
+    from bert_jax.train.export import export
+
+    out = tmp_path / "heads"
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-m", "bert_jax.commands.inspect", f"--from={tiny_run}", "--mode=heads",
+                           f"--out={out}", "--max_sentences=40"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "over 40 sentences" in done.stdout
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["heads.csv", "heads.json", "heads.md", *(f"heads_{name}.png" for name in head_statistics.STATISTICS)])
+    table = json.loads((out / "heads.json").read_text())
+
+    hf = tmp_path / "hf"
+    export(tiny_run, str(hf))
+    inspector = views.load(tiny_run)
+    sentence_ids = heads.sentences(tiny_run, None, inspector.tokenizer, inspector.max_length, 40)
+    model = transformers.AutoModelForMaskedLM.from_pretrained(str(hf), attn_implementation="eager").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf))
+    theirs = []
+    for ids in sentence_ids:
+        with torch.no_grad():
+            attns = model(torch.tensor(ids[None], dtype=torch.long), output_attentions=True).attentions
+        theirs.append(_clark_statistics(tokenizer.convert_ids_to_tokens(ids.tolist()),
+                                        np.stack([a[0].numpy() for a in attns]).astype(np.float64)))
+    for name in head_statistics.STATISTICS:
+        expected = np.mean([sentence[name] for sentence in theirs], axis=0)
+        ours = np.array([[row[name] for row in table["heads"] if row["layer"] == layer]
+                         for layer in range(expected.shape[0])])
+        np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0, err_msg=name)

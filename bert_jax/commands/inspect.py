@@ -1,9 +1,15 @@
-r"""Look inside a model: fill-mask candidates and attention maps for one sentence; or inside a run: its goodput.
+r"""Look inside a model: fill-mask candidates and attention maps for one sentence, what each head looks at across
+a corpus; or inside a run: its goodput.
 
     bert-jax inspect --from=runs/tiny --text="the cat sat on the [MASK]." --mode=fill_mask --top_k=5
     bert-jax inspect --from=/path/to/hf_folder --text="the cat sat on the mat." \
         --mode=attention --out=attention.png
+    bert-jax inspect --from=runs/tiny --mode=heads --out=runs/tiny/heads [--corpus=FILE]
     bert-jax inspect --from=runs/tiny --mode=goodput
+
+`--mode=heads` measures every layer's and head's attention to [CLS], [SEP] and punctuation, to the previous, next
+and same token, and its entropy, averaged over a corpus's sentences (`--corpus`, a sentence per line; default: the
+run's own eval split), and writes a grid per statistic and a table into `--out` (bert_jax/inspect/heads.py).
 
 `--mode=goodput` reads a workdir's goodput records (DIR/goodput/, one per start of the run) and prints where its
 wall time went across every start, preemption and restart: productive steps against start-up, compiles, restores,
@@ -20,7 +26,7 @@ look at?", Clark et al. 2019, reads the same maps).
 """
 from absl import app, flags
 
-from bert_jax.inspect import views
+from bert_jax.inspect import heads, views
 from bert_jax.run import command_line, goodput
 
 GOODPUT = "goodput"
@@ -30,10 +36,14 @@ def _define_flags():
     flags.DEFINE_string("from", None, "A pre-training workdir (DIR or DIR:STEP) or a Hugging Face model folder.")
     flags.DEFINE_string("text", None, "The sentence; fill_mask: with [MASK] or <mask> where words are hidden. Not "
                         "for goodput.")
-    flags.DEFINE_enum("mode", "fill_mask", [*views.MODES, GOODPUT], "fill_mask: top-k tokens per mask; attention: a "
-                      "PNG grid; goodput: a run's wall time by category across its restarts (--from=DIR).")
+    flags.DEFINE_enum("mode", "fill_mask", [*views.MODES, heads.MODE, GOODPUT], "fill_mask: top-k tokens per mask; "
+                      "attention: a PNG grid; heads: what each head looks at across a corpus (grids and a table); "
+                      "goodput: a run's wall time by category across its restarts (--from=DIR).")
     flags.DEFINE_integer("top_k", 5, "fill_mask: candidates per mask.")
-    flags.DEFINE_string("out", "attention.png", "attention: where to write the PNG (local or a bucket).")
+    flags.DEFINE_string("out", "attention.png", "attention: where to write the PNG; heads: the directory for the "
+                        "grids and the table (local or a bucket).")
+    flags.DEFINE_string("corpus", None, "heads: a text file, a sentence per line; default: the run's eval split.")
+    flags.DEFINE_integer("max_sentences", 1000, "heads: the corpus's first sentences measured, at most.")
     flags.mark_flags_as_required(["from"])
 
 
@@ -44,6 +54,9 @@ def _main(argv) -> None:
     if f.mode == GOODPUT:
         for line in goodput.report(f["from"].value):
             print(line)
+        return
+    if f.mode == heads.MODE:
+        _heads(f)
         return
     if f.text is None:
         raise app.UsageError(f"--mode={f.mode} needs --text")
@@ -57,6 +70,23 @@ def _main(argv) -> None:
     tokens, probs = views.attention_maps(inspector, f.text)
     views.plot_attention(tokens, probs, f.out)
     print(f"attention of {probs.shape[0]} layers x {probs.shape[1]} heads over {len(tokens)} tokens: {f.out}")
+
+
+def _heads(f) -> None:
+    source = f["from"].value
+    if not f["out"].present:
+        raise app.UsageError("--mode=heads needs --out=DIR, the directory for the grids and the table")
+    if f.max_sentences < 1:
+        raise app.UsageError(f"--max_sentences={f.max_sentences}: measure at least 1")
+    heads.check_corpus(source, f.corpus)
+    inspector = views.load(source)
+    for line in views.provenance(source):
+        print(line)
+    sentence_ids = heads.sentences(source, f.corpus, inspector.tokenizer, inspector.max_length, f.max_sentences)
+    stats, count = heads.measure(inspector, sentence_ids)
+    written = heads.write(stats, count, f.corpus or f"the eval split of {source}", f.out)
+    layers, num_heads = stats["cls"].shape
+    print(f"heads: {layers} layers x {num_heads} heads over {count} sentences: {len(written)} files in {f.out}")
 
 
 def main() -> None:

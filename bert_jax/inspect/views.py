@@ -122,16 +122,23 @@ def _collect_probs(tree) -> list[np.ndarray]:
     return found
 
 
-def attention_maps(inspector: Inspector, text: str) -> tuple[list[str], np.ndarray]:
-    """The tokens of `text` and its attention probabilities [layers, heads, length, length] (query, key)."""
-    ids, positions = encode(inspector.tokenizer, text, inspector.max_length)
-    _, state = inspector.apply(_batch(ids, positions), mutable=("intermediates",))
+def batch_attention(inspector: Inspector, batch: dict) -> np.ndarray:
+    """The attention probabilities of a batch (input_ids, attention_mask, token_type_ids, masked_positions), as
+    the model sows them: [batch, layers, heads, length, length] (query, key)."""
+    _, state = inspector.apply(batch, mutable=("intermediates",))
     layers = _collect_probs(state.get("intermediates", {}))
     if not layers:
         raise ValueError("the model sowed no attention probabilities: its attention does not run through "
                          "bert_jax.models.attention.Attend's xla kernel")
+    return np.stack(layers, axis=1)
+
+
+def attention_maps(inspector: Inspector, text: str) -> tuple[list[str], np.ndarray]:
+    """The tokens of `text` and its attention probabilities [layers, heads, length, length] (query, key)."""
+    ids, positions = encode(inspector.tokenizer, text, inspector.max_length)
+    probs = batch_attention(inspector, _batch(ids, positions))
     tokens = [inspector.tokenizer.id_to_token(int(i)) for i in ids]
-    return tokens, np.stack([layer[0] for layer in layers])
+    return tokens, probs[0]
 
 
 def plot_attention(tokens: list[str], probs: np.ndarray, out: str) -> None:
