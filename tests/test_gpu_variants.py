@@ -86,6 +86,24 @@ def test_flat_moments_and_unrolled_scan_train_the_same_losses():
     np.testing.assert_allclose(losses({"scan_unroll": 2}, flat_moments=True), losses(), rtol=1e-5)
 
 
+def test_an_nvidia_gpu_target_runs_the_scanned_stack_unrolled_and_other_platforms_keep_the_loop():
+    """config.model.unroll_on_gpu (configs/base.py: on): on a GPU target a scan_unroll of 1 becomes the whole stack,
+    parameters still stacked; an explicit scan_unroll, unroll_on_gpu=False and every other platform keep theirs.
+    The unrolled program computes the same losses (test_flat_moments_and_unrolled_scan_train_the_same_losses)."""
+    from bert_jax.models.bert import BertConfig
+    from bert_jax.models.modernbert import ModernBertConfig
+
+    bert = lambda **o: BertConfig.from_config(small_model_config(**{"unroll_on_gpu": True, **o})).scan_unroll  # noqa: E731
+    with building_for("gpu"):
+        assert bert() == 2 and bert(num_layers=5) == 5
+        assert bert(scan_unroll=3) == 3 and bert(unroll_on_gpu=False) == 1
+        assert ModernBertConfig.from_config(modernbert_config(unroll_on_gpu=True)).scan_unroll == 22
+    for platform in ("cpu", "tpu"):
+        with building_for(platform):
+            assert bert() == 1
+    assert base.get_config().model.unroll_on_gpu
+
+
 @pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
 def test_rbg_dropout_keeps_the_rate_and_follows_from_the_key(impl):
     """config.train.dropout_prng: other masks than threefry's, the same keep rate, the same masks for the same key."""

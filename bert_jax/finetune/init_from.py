@@ -31,7 +31,7 @@ from bert_jax.storage.workdir import Workdir
 from bert_jax.run import completion
 
 # config.model keys a fine-tuning config sets whatever the source says: how to run, not what was trained.
-RUNTIME_KEYS = ("dtype", "param_dtype", "scan_layers", "scan_unroll", "remat_policy", "attention_impl", "splash_interpret",
+RUNTIME_KEYS = ("dtype", "param_dtype", "scan_layers", "scan_unroll", "unroll_on_gpu", "remat_policy", "attention_impl", "splash_interpret",
                 "dropout_rate", "attention_dropout_rate")
 
 

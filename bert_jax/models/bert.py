@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from bert_jax.models.attention import KernelChoice, attention_mask_from_batch, choose_kernel
 from bert_jax.models import parametrization
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
-from bert_jax.models.transformer import REMAT_POLICIES, TransformerStack
+from bert_jax.models.transformer import REMAT_POLICIES, TransformerStack, layers_per_iteration
 
 DROPOUT_MASKS = ("per_layer", "per_step")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -33,7 +33,8 @@ class BertConfig:
     hidden_act: str = "gelu"  # a key of layers.ACTIVATIONS
     scan_layers: bool = True
     # Layers per iteration of the scanned loop (nn.scan's unroll; >= the loop's length unrolls it whole, which
-    # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/plan/compiled_plan.py).
+    # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/plan/compiled_plan.py). from_config
+    # resolves config.model.unroll_on_gpu for the platform (transformer.layers_per_iteration).
     scan_unroll: int = 1
     remat_policy: str = "none"
     # Hidden dropout's masks: per_layer (drawn in each layer) | per_step (all layers' at once; models/transformer.py)
@@ -72,6 +73,7 @@ class BertConfig:
         # cannot run (or that cannot apply the configured dropout) fails naming the key.
         values["attention_impl"] = cls.kernel_choice(model_cfg).impl
         values["attention_multiplier"] = parametrization.attention_multiplier(model_cfg)
+        values["scan_unroll"] = layers_per_iteration(model_cfg)
         return cls(**values)
 
     @classmethod

@@ -33,7 +33,7 @@ from bert_jax.models.attention import Attend, KernelChoice, attention_mask_from_
 from bert_jax.models import parametrization
 from bert_jax.models.bert import DTYPES
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
-from bert_jax.models.transformer import REMAT_POLICIES
+from bert_jax.models.transformer import REMAT_POLICIES, layers_per_iteration
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +64,8 @@ class ModernBertConfig:
     pad_token_id: int = 0
     scan_layers: bool = True
     # Layers per iteration of the scanned loop (nn.scan's unroll; >= the loop's length unrolls it whole, which
-    # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/plan/compiled_plan.py).
+    # the TPU planner does to count every layer's FLOPs and bytes, bert_jax/plan/compiled_plan.py). from_config
+    # resolves config.model.unroll_on_gpu for the platform (transformer.layers_per_iteration).
     scan_unroll: int = 1
     remat_policy: str = "none"
     attention_impl: str = "xla"
@@ -88,6 +89,7 @@ class ModernBertConfig:
                 values[key] = DTYPES[values[key]]
         values["attention_impl"] = cls.kernel_choice(model_cfg).impl
         values["attention_multiplier"] = parametrization.attention_multiplier(model_cfg)
+        values["scan_unroll"] = layers_per_iteration(model_cfg)
         return cls(**values)
 
     @classmethod

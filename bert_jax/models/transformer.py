@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models.attention import AttentionMask, SelfAttention
+from bert_jax.models.attention import AttentionMask, SelfAttention, platform_name
 from bert_jax.models.layers import ACTIVATIONS, Dense, LayerNorm
 
 REMAT_POLICIES = {
@@ -20,6 +20,23 @@ REMAT_POLICIES = {
     "dots": jax.checkpoint_policies.dots_saveable,
     "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
+
+
+def layers_per_iteration(model_cfg) -> int:
+    """nn.scan's unroll as the model runs it: `config.model.scan_unroll`, except that an NVIDIA GPU target with
+    `config.model.unroll_on_gpu` (the default) runs a scan_unroll of 1 as the whole stack (num_layers: >= every
+    layer loop's length), parameters still stacked [layers, ...].
+
+    Why: a rolled scan's forward writes every saved residual into a zero-filled [layers, ...] stack (the fill,
+    then a copy of each cuBLAS or cuDNN output into its slot) and its backward copies each slot out again. On
+    XLA's GPU compiler that is 44 GB of BERT-base (128, 256)'s 136 GB per step; unrolled, the residuals stay
+    where their kernels wrote them: 89 GB (docs/results/gpu.md, 2026-12-04). Other platforms keep the loop
+    (the TPU compiler fuses those slots; a CPU compiles it faster).
+    """
+    unroll = model_cfg.get("scan_unroll", 1)
+    if unroll == 1 and model_cfg.get("unroll_on_gpu", False) and platform_name() == "gpu":
+        return model_cfg.get("num_layers", 1)
+    return unroll
 
 
 class TransformerLayer(nn.Module):

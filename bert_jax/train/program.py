@@ -98,6 +98,10 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
     runs = getattr(getattr(model, "config", None), "attention_impl", kernel.impl)
     logging.info("attention kernel: %s (%s%s)", runs, kernel.reason, "" if runs == kernel.impl else f": this family's "
                  f"kernel for {kernel.impl}")
+    unroll = getattr(getattr(model, "config", None), "scan_unroll", None)
+    if unroll is not None and config.model.get("scan_layers", True):  # config.model.unroll_on_gpu, realised
+        logging.info("layer loop: %d layer(s) per iteration (config.model.scan_unroll=%d, unroll_on_gpu=%s)", unroll,
+                     config.model.get("scan_unroll", 1), config.model.get("unroll_on_gpu", False))
     objective = family.objective_for(config.model)
     mup = mup_multipliers(config.model)  # None under the standard parametrization
     tx = make_optimizer(config.train, None if mup is None else mup.learning_rate)

@@ -27,7 +27,7 @@ from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 EVERY_OTHER_LAYER = "every_other_layer"
 INIT_CHOICES = ("", EVERY_OTHER_LAYER)
 # How the student runs, which an HF teacher (whose folder says nothing about it) runs the same way.
-_EXECUTION_KEYS = ("dtype", "param_dtype", "scan_layers", "scan_unroll", "remat_policy", "attention_impl", "splash_interpret")
+_EXECUTION_KEYS = ("dtype", "param_dtype", "scan_layers", "scan_unroll", "unroll_on_gpu", "remat_policy", "attention_impl", "splash_interpret")
 
 
 @dataclasses.dataclass
