@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = """
 import json, sys
 sys.path.insert(0, "tests")
-from bert_jax.plan import compiled_plan as plan
+from bert_jax.plan import compiled_plan as plan, plan_report
 plan.use_simulated_devices(8)
 import jax
 from parallel_steps import initial_state, tiny_config
@@ -29,7 +29,7 @@ device_bytes = lambda tree: sum(x.addressable_shards[0].data.nbytes for x in jax
 out = dict(param_count=p.param_count, param_bytes=p.param_bytes, opt_state_bytes=p.opt_state_bytes,
            real_param_bytes=device_bytes(state.params), real_opt_state_bytes=device_bytes(state.opt_state),
            temp_bytes=p.temp_bytes, compiled_flops=p.compiled_flops, formula_flops=p.formula_flops,
-           report=plan.format_plan(p, hbm_gib=1e-4), h100_report=plan.format_plan(p, target="h100"))
+           report=plan_report.format_plan(p, hbm_gib=1e-4), h100_report=plan_report.format_plan(p, target="h100"))
 print("RESULT " + json.dumps(out))
 """
 

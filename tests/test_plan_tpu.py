@@ -47,7 +47,7 @@ def test_libtpu_is_installed():
 def micro_plan():
     return run_script("""
 import json
-from bert_jax.plan import compiled_plan as plan
+from bert_jax.plan import compiled_plan as plan, plan_report
 from bert_jax.parallel import tpu_slices
 screened = plan.make_plan(micro_config(layers=4), tpu_slices.parse_slice("v5e-4"), count_every_layer=False)
 p, _ = plan.count_every_layer(screened, micro_config(layers=4))  # what make_plan counts, in the same compiles
@@ -61,7 +61,7 @@ print("RESULT " + json.dumps(dict(unrolled_flops=u.compiled_flops, unrolled_hbm=
     mfu=r.mfu, step_s=r.step_s, bound=r.bound, screened_step_s=screened.roofline.step_s,
     screened_flops=screened.compiled_flops, screened_hbm=screened.hbm_bytes, ceiling=screened.flops_ceiling,
     screened_exact=screened.step_is_exact,
-    layers_counted=p.layers_counted, report=plan.format_plan(p))))
+    layers_counted=p.layers_counted, report=plan_report.format_plan(p))))
 """)
 
 
@@ -277,11 +277,11 @@ def test_bert_base_plans_on_v4_8():
     result = run_script("""
 import json
 import bert_jax.configs.bert_base
-from bert_jax.plan import compiled_plan as plan
+from bert_jax.plan import compiled_plan as plan, plan_report
 from bert_jax.parallel import tpu_slices
 p = plan.make_plan(bert_jax.configs.bert_base.get_config(), tpu_slices.parse_slice("v4-8"))
 print("RESULT " + json.dumps(dict(devices=p.num_devices, kernel=p.kernel, peak=p.peak_bytes,
-    flops=p.compiled_flops + p.pallas_flops, formula=p.formula_flops / p.num_devices, report=plan.format_plan(p))))
+    flops=p.compiled_flops + p.pallas_flops, formula=p.formula_flops / p.num_devices, report=plan_report.format_plan(p))))
 """, timeout=3600)  # a scanned compile, then one with scan_unroll=2 that counts a layer: about a minute each
     print(result["report"].split("\n\n| parameter")[0])
     assert result["devices"] == 4 and result["kernel"] == "splash"  # v4-8: 4 megacore chips
@@ -293,12 +293,12 @@ print("RESULT " + json.dumps(dict(devices=p.num_devices, kernel=p.kernel, peak=p
 def test_a_two_slice_plan_puts_data_parallelism_across_slices():
     result = run_script("""
 import json
-from bert_jax.plan import compiled_plan as plan
+from bert_jax.plan import compiled_plan as plan, plan_report
 from bert_jax.parallel import tpu_slices
 c = micro_config(batch=16)
 c.mesh.dcn_shape = (2, 1, 1)
 p = plan.make_plan(c, tpu_slices.parse_slice("v5e-4", num_slices=2))
-print("RESULT " + json.dumps(dict(devices=p.num_devices, mesh=p.mesh_shape, report=plan.format_plan(p))))
+print("RESULT " + json.dumps(dict(devices=p.num_devices, mesh=p.mesh_shape, report=plan_report.format_plan(p))))
 """)
     assert result["devices"] == 8 and result["mesh"]["data"] == 8
     assert "2 x v5e-4: 8 TPU v5 lite chips" in result["report"] and "DCN" in result["report"]

@@ -289,11 +289,11 @@ def test_a_distilled_student_beats_one_trained_from_scratch(tmp_path):
 
 @pytest.mark.slow
 def test_the_planner_compiles_the_distillation_step_with_the_teacher(teacher_dir):
-    from bert_jax.plan import compiled_plan as plan
+    from bert_jax.plan import compiled_plan as plan, plan_report
 
     c = student_config(teacher_dir)
     result = plan.make_plan(c)
-    text = plan.format_plan(result)
+    text = plan_report.format_plan(result)
     teacher_bytes = sum(x.size * 4 for x in jax.tree.leaves(_teacher_params(teacher_dir)))
     print(text.split("\n\n| parameter")[0])
     assert result.frozen_bytes == teacher_bytes and "frozen teacher parameters" in text

@@ -1,10 +1,11 @@
 """A train step compiled ahead of time for devices this host may not have, and what it costs per device.
 
 `make_plan` lowers the exact step `bert_jax.train.program.build_program` makes from abstract shapes
-and compiles it: with the TPU compiler for a TPU slice (`tpu_slices`), or with the XLA CPU compiler
-for simulated CPU devices. `format_plan` is the part of `bert-jax plan`'s report about one stage's step
-(bert_jax/plan/stage_report.py); the module docstring of bert_jax/commands/plan.py says what each figure means and
-where it comes from.
+and compiles it: with the TPU compiler for a TPU slice (`tpu_slices`), XLA's GPU compiler for GPUs (`gpu_cards`),
+or the XLA CPU compiler for simulated CPU devices, and reads memory, FLOPs, bytes (hlo_traffic) and collectives
+(collectives) off the result. bert_jax/plan/plan_report.py writes a Plan's report, one file per kind of target
+(report_tpu, report_gpu, report_cpu); the module docstring of bert_jax/commands/plan.py says what each figure means
+and where it comes from.
 """
 import dataclasses
 import importlib.metadata
@@ -17,7 +18,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from bert_jax.plan import gpu_cards, hlo_flops, hlo_traffic, memory_fit
+from bert_jax.plan import collectives as collective_ops, gpu_cards, hlo_flops, hlo_traffic, links as link_table, memory_fit
 from bert_jax.parallel import tpu_slices
 from bert_jax.train.config_validation import validate_config
 from bert_jax.models import disentangled_attention
@@ -79,6 +80,8 @@ class Plan:
     # The most compiled_flops can be once every loop's trips are counted (they are, or need not be: equal).
     flops_ceiling: float = math.inf
     dots_whole: bool = False  # compiled_flops are from the step compiled with windowed einsums off (WHOLE_DOTS)
+    # Every collective of the step, bytes per device and the link each crosses (bert_jax/plan/collectives.py).
+    collectives: tuple[collective_ops.Collective, ...] = ()
 
     @property
     def hbm_bytes(self) -> float:
@@ -99,12 +102,17 @@ class Plan:
         it is memory-bound even at its FLOPs ceiling (the bytes, counted by trips, are exact either way)."""
         if self.flops_ceiling <= self.compiled_flops or self.roofline is None:
             return True
-        return self.roofline.memory_s >= (self.flops_ceiling + self.pallas_flops) / self.roofline.peak_flops
+        return self.roofline.floor_s >= (self.flops_ceiling + self.pallas_flops) / self.roofline.peak_flops
 
     @property
     def accelerator(self) -> "tpu_slices.TpuSlice | gpu_cards.GpuSet | None":
         """The TPU slice or the GPUs this plan was compiled for by their own compiler; None: simulated CPU devices."""
         return self.tpu_slice or self.gpus
+
+    @property
+    def links(self) -> link_table.Links | None:
+        """The links between the accelerator's devices, from the data sheets (bert_jax/plan/links.toml)."""
+        return link_table.links_for(self.accelerator) if self.accelerator is not None else None
 
     @property
     def roofline(self) -> Roofline | None:
@@ -113,7 +121,8 @@ class Plan:
         chip = self.accelerator.chip
         return Roofline(flops=self.compiled_flops + self.pallas_flops, bytes=self.hbm_bytes,
                         formula_flops=self.formula_flops / self.num_devices, tokens=self.tokens_per_step / self.num_devices,
-                        peak_flops=chip.peak_flops, hbm_bytes_per_s=chip.hbm_bytes_per_s)
+                        peak_flops=chip.peak_flops, hbm_bytes_per_s=chip.hbm_bytes_per_s,
+                        links=link_table.link_times(self.collectives, self.links))
 
 
 def _path(path) -> str:
@@ -194,6 +203,13 @@ def tpu_mesh(config, tpu_slice: "tpu_slices.TpuSlice | gpu_cards.GpuSet"):
                          f"{tuple(config.mesh.get('dcn_shape', (1, 1, 1)))}) does not fit the {len(devices)} chips of "
                          f"{tpu_slice.label}: {e}") from None
     return make_mesh(config.mesh, devices)
+
+
+def partition_domains(mesh) -> list[int]:
+    """The slice (TPU) or node (GPU) each partition of a program compiled over `mesh` runs on: partition p runs on
+    the mesh's p-th device (jit's device assignment is the mesh's devices in order)."""
+    return [getattr(d, "slice_index", None) or 0 if getattr(d, "platform", "") == "tpu" else d.process_index
+            for d in mesh.devices.flat]
 
 
 def _pallas_flops(config, model_config, kernel: str, num_devices: int) -> float:
@@ -399,7 +415,9 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
     cost = _cost(compiled)
     flops, bytes_accessed = float(cost.get("flops", float("nan"))), float(cost.get("bytes accessed", float("nan")))
     layers_counted = ""
-    traffic = hlo_traffic.traffic(compiled.as_text()) if tpu_slice is not None else None
+    text = compiled.as_text()
+    traffic = hlo_traffic.traffic(text) if tpu_slice is not None else None
+    found = collective_ops.collectives(text, partition_domains(mesh), tpu_slice.num_slices if tpu_slice else 1)
     counted = False
     accum = config.train.grad_accum_steps
     ceiling = None  # the FLOPs are exact
@@ -435,7 +453,7 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
     plan = _plan_from(config, program, mesh, memory, flops, compile_s, layers_counted)
     return dataclasses.replace(
         plan, compiler_version=_compiler_version(tpu_slice), bytes_accessed=bytes_accessed, pallas_flops=pallas_flops,
-        tpu_slice=tpu_slice, traffic=traffic, every_loop_counted=counted,
+        tpu_slice=tpu_slice, traffic=traffic, every_loop_counted=counted, collectives=tuple(found),
         libtpu_init_args=os.environ.get("LIBTPU_INIT_ARGS", "") if tpu_slice is not None else "",
         flops_ceiling=flops if ceiling is None else ceiling,
     )
@@ -452,12 +470,14 @@ def _make_gpu_plan(config, gpus: gpu_cards.GpuSet) -> Plan:
         program, compiled, compile_s = _compile(config, mesh, keep_lowered=unoptimised)
         memory = compiled.memory_analysis()
         flops, loops_once = hlo_flops.dot_flops(unoptimised[0])
-        traffic = hlo_traffic.traffic(compiled.as_text())
+        text = compiled.as_text()
+        traffic = hlo_traffic.traffic(text)
+        found = collective_ops.collectives(text, partition_domains(mesh))
         notes = [f"{n} loop(s) whose trip count could not be read: their body counted once, so FLOPs and bytes are too "
                  "low" for n in {traffic.loops_counted_once, loops_once} if n]
         plan = _plan_from(config, program, mesh, memory, flops / mesh.size, compile_s, "; ".join(notes))
         kernel_flops = _pallas_flops(config, getattr(program.model, "config", None), program.attention_kernel, mesh.size)
-        return dataclasses.replace(plan, traffic=traffic, bytes_accessed=traffic.total, gpus=gpus,
+        return dataclasses.replace(plan, traffic=traffic, bytes_accessed=traffic.total, gpus=gpus, collectives=tuple(found),
                                    pallas_flops=kernel_flops, every_loop_counted=True,
                                    compiler_version=f"jax {jax.__version__}, jax-cuda12-plugin "
                                                     f"{importlib.metadata.version('jax-cuda12-plugin')}")
@@ -507,147 +527,6 @@ def fits(plan: Plan, hbm_gib: float = 0.0) -> tuple[bool, float]:
 def compiler_name(accelerator) -> str:
     """Which compiler plans for a TPU slice or GPU set, in words."""
     return "XLA's GPU compiler" if isinstance(accelerator, gpu_cards.GpuSet) else "the TPU compiler"
-
-
-def format_plan(plan: Plan, target: str = "", hbm_gib: float = 0.0, max_rows: int = 0, param_table: bool = True) -> str:
-    """The Markdown report of one compiled step; a fit verdict when a TPU slice, a target or hbm_gib is given; the
-    parameter table (at most max_rows rows, 0 = all) unless param_table is False (`format_params`)."""
-    gib = lambda b: f"{b / GIB:.3f}"  # noqa: E731
-    mesh = ", ".join(f"{k}={v}" for k, v in plan.mesh_shape.items())
-    unit = "chip" if plan.tpu_slice else "device"
-    if plan.gpus:
-        g = plan.gpus
-        where = f"{g.label}: {g.total_chips} {g.chip.device_kind} ({g.topology})"
-        source = (f"Memory, launches and bytes below come from XLA's GPU compiler ({plan.compiler_version}) compiling "
-                  f"for {where} on this host, from the card's target config (bert_jax/plan/gpu_targets/"
-                  f"{g.chip.key}.txtpb): exact for this program, no band; FLOPs are the unoptimised program's dots "
-                  "(bert_jax/plan/hlo_flops.py).")
-    elif plan.tpu_slice:
-        s = plan.tpu_slice
-        where = f"{s.label}: {s.total_chips} {s.chip.device_kind} chips ({s.topology})"
-        source = (f"Memory, FLOPs and bytes below come from the TPU compiler ({plan.compiler_version}) compiling for "
-                  f"{where}, with LIBTPU_INIT_ARGS={plan.libtpu_init_args!r}: exact for this program, no band.")
-    else:
-        where = f"{plan.num_devices} devices"
-        source = (f"Memory and FLOPs below come from the XLA {plan.compiler.upper()} compiler ({plan.compiler_version}) "
-                  f"compiling for {plan.num_devices} simulated {plan.compiler.upper()} device(s): parameter and optimizer "
-                  "bytes are exact, temporaries are this compiler's schedule and differ on accelerators: any accelerator "
-                  "figure from them is an estimate.")
-    lines = [
-        f"mesh ({mesh}) = {where}; {plan.param_count:,} parameters; attention kernel {plan.kernel or '?'}, "
-        f"remat {plan.remat_policy or '?'}, scan_layers {plan.scan_layers}; compiled in {plan.compile_s:.1f} s",
-        "",
-        source,
-        "",
-        f"| per {unit} | GiB |",
-        "|---|---|",
-        f"| parameters | {gib(plan.param_bytes)} |",
-        f"| optimizer state | {gib(plan.opt_state_bytes)} |",
-        *([f"| frozen teacher parameters | {gib(plan.frozen_bytes)} |"] if plan.frozen_bytes else []),
-        f"| temporaries (activations, gradients) | {gib(plan.temp_bytes)} |",
-        f"| arguments / outputs / aliased (donated) | {gib(plan.argument_bytes)} / {gib(plan.output_bytes)} / "
-        f"{gib(plan.alias_bytes)} |",
-        f"| **peak** (arguments + outputs - aliased + temporaries) | **{gib(plan.peak_bytes)}** |",
-        "",
-        f"FLOPs per step: compiled {plan.compiled_flops:.4g} per {unit} x {plan.num_devices} = "
-        f"{plan.compiled_flops * plan.num_devices:.4g}; formula {plan.formula_flops:.4g} "
-        "(6*N*B*S + 12*layers*hidden*S*(S + R)*B for each network of the module, R DeBERTa's relative rows, "
-        "+ 6*hidden*vocab*B*P, plus a teacher's forward, a third of that with its sizes, bert_jax/train/perf.py; "
-        + ("the program's dots, every layer and rematerialisation counted, no elementwise work)" if plan.gpus else
-           "the compiled count adds rematerialisation, optimizer and softmax/norm work"
-           + ("; with scan_layers XLA counts the scanned layer once, not once per layer)"
-              if plan.scan_layers and not plan.layers_counted else ")")),
-    ]
-    if plan.layers_counted:
-        lines.append(f"({plan.layers_counted})")
-    if plan.accelerator:
-        lines += _tpu_lines(plan, hbm_gib)
-    else:
-        kind, usable_gib = memory_fit.resolve_target(target, hbm_gib)
-        if usable_gib > 0:
-            fit = memory_fit.judge(plan.peak_bytes, usable_gib, kind, planned_on=plan.compiler)
-            device = kind.name if kind else "an unknown device kind"
-            if kind and kind.compiler == "gpu":
-                device += (f" ({hbm_gib or kind.hbm_gib:g} GiB, of which JAX lets a program use "
-                           f"{memory_fit.gpu_memory_fraction():.0%}, XLA_PYTHON_CLIENT_MEM_FRACTION)")
-            lines.append(f"\n**{fit.verdict}** on {device} (an estimate): {fit.explanation}")
-    if param_table:
-        lines += ["", format_params(plan, max_rows)]
-    return "\n".join(lines)
-
-
-def format_params(plan: Plan, max_rows: int = 0) -> str:
-    """The Markdown table of the step's parameters: shapes, partition specs, per-device shapes (max_rows: 0 = all)."""
-    rows = plan.params if max_rows <= 0 else plan.params[:max_rows]
-    lines = ["| parameter | global shape | partition spec | per-device shape | dtype |", "|---|---|---|---|---|"]
-    lines += [f"| {r.path} | {r.global_shape} | {r.spec} | {r.shard_shape} | {r.dtype} |" for r in rows]
-    if len(rows) < len(plan.params):
-        lines.append(f"| ... {len(plan.params) - len(rows)} more (--max_param_rows=0 for all) | | | | |")
-    return "\n".join(lines)
-
-
-def _tpu_lines(plan: Plan, hbm_gib: float) -> list[str]:
-    """The verdict, bytes and roofline of a plan compiled for a TPU slice or GPUs by their own compiler."""
-    if plan.gpus:
-        return _gpu_lines(plan, hbm_gib)
-    chip = plan.tpu_slice.chip
-    ok, usable = fits(plan, hbm_gib)
-    memory = f"{hbm_gib:g} GiB (--hbm_gib)" if hbm_gib else f"{chip.hbm_gib:g} GiB of HBM"
-    if ok:
-        verdict = f"**fits**: {plan.peak_bytes / GIB:.2f} GiB of {memory} per chip ({(usable - plan.peak_bytes) / GIB:.2f} GiB free)"
-    else:
-        verdict = (f"**does not fit**: {plan.peak_bytes / GIB:.2f} GiB per chip against {memory}, "
-                   f"{(plan.peak_bytes - usable) / GIB:.2f} GiB over")
-    r = plan.roofline
-    lines = ["", verdict, ""]
-    if plan.pallas_flops:
-        lines.append(f"The {plan.kernel} kernel is Pallas, its FLOPs invisible to the compiler's count: added from "
-                     f"{PALLAS_FLOPS_SOURCE[plan.kernel]}, {plan.pallas_flops:.4g} FLOPs per chip; its bytes are "
-                     "its operands and results in the program.")
-    lines += [
-        f"Bytes per chip per step: {r.bytes / 1e9:.4g} GB through HBM ({r.bytes_per_token / 1e3:.4g} kB per token), "
-        f"of the compiler's {plan.bytes_accessed / 1e9:.4g} GB accessed ({plan.on_chip_bytes / 1e9:.4g} GB stay in "
-        "on-chip memory, bert_jax/plan/hlo_traffic.py); "
-        f"FLOPs per chip: {r.flops:.4g} (formula {r.formula_flops:.4g}).",
-        f"Roofline ({chip.device_kind}: {chip.peak_flops / 1e12:g} TFLOP/s bf16, {chip.hbm_bytes_per_s / 1e9:g} GB/s HBM, "
-        f"data sheet): compute {r.compute_s * 1e3:.2f} ms, memory {r.memory_s * 1e3:.2f} ms -> step >= "
-        f"{r.step_s * 1e3:.2f} ms, **{r.bound}**; at most {r.tokens_per_s:,.0f} tokens/s per chip, "
-        f"**MFU <= {r.mfu:.1%}**.",
-    ]
-    if plan.tpu_slice.num_slices > 1:
-        lines.append("Collectives across slices (DCN) are not in this bound: it counts each chip's FLOPs and HBM bytes.")
-    return lines
-
-
-def _gpu_lines(plan: Plan, hbm_gib: float) -> list[str]:
-    chip, (ok, usable) = plan.gpus.chip, fits(plan, hbm_gib)
-    fraction = memory_fit.gpu_memory_fraction()
-    memory = (f"{usable / GIB:.2f} GiB usable ({fraction:.0%} of "
-              + (f"{hbm_gib:g} GiB, --hbm_gib" if hbm_gib else f"the {chip.device_memory_bytes / GIB:.2f} GiB the card "
-                 "reports") + ", XLA_PYTHON_CLIENT_MEM_FRACTION)")
-    if ok:
-        verdict = f"**fits**: {plan.peak_bytes / GIB:.2f} GiB per GPU of {memory}, {(usable - plan.peak_bytes) / GIB:.2f} GiB free"
-    else:
-        verdict = (f"**does not fit**: {plan.peak_bytes / GIB:.2f} GiB per GPU against {memory}, "
-                   f"{(plan.peak_bytes - usable) / GIB:.2f} GiB over")
-    r = plan.roofline
-    lines = ["", verdict + " (XLA's GPU compiler's own figure)", ""]
-    if plan.pallas_flops:
-        lines.append(f"The {plan.kernel} attention kernel is a custom call, its FLOPs invisible in the program's dots: "
-                     f"added from {PALLAS_FLOPS_SOURCE[plan.kernel]}, {plan.pallas_flops:.4g} FLOPs per GPU; its bytes "
-                     "are its operands and results in the program.")
-    lines += [
-        f"Per GPU per step: {plan.traffic.launches:,.0f} kernel launches and {r.bytes / 1e9:.4g} GB through HBM "
-        f"({r.bytes_per_token / 1e3:.4g} kB per token), each loop's body times its trips, every instruction's operands "
-        "read and result written once (bert_jax/plan/hlo_traffic.py; no cache reuse); "
-        f"FLOPs {r.flops:.4g} (formula {r.formula_flops:.4g}; the dots, rematerialisation included).",
-        f"Roofline ({chip.device_kind}: {chip.peak_flops / 1e12:g} TFLOP/s bf16 dense, {chip.hbm_bytes_per_s / 1e9:g} GB/s "
-        f"HBM, data sheet): compute {r.compute_s * 1e3:.2f} ms, memory {r.memory_s * 1e3:.2f} ms -> step >= "
-        f"{r.step_s * 1e3:.2f} ms, **{r.bound}**; at most {r.tokens_per_s:,.0f} tokens/s per GPU, "
-        f"**MFU <= {r.mfu:.1%}** (launch overhead and GEMM efficiency not in the bound; autotuning is off when "
-        "compiling without a GPU).",
-    ]
-    return lines
 
 
 def use_simulated_devices(num_devices: int) -> None:

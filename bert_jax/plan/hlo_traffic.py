@@ -431,6 +431,24 @@ def traffic(hlo_text: str) -> Traffic:
                    compiler_loop_trips=tuple(made), launches=launches)
 
 
+def computation_trips(hlo_text: str) -> dict[str, float]:
+    """{computation: its runs in one run of the program} for the entry and every loop body, call and conditional
+    branch `traffic` walks (each loop's body times its trips; fusions run with the instruction that calls them and
+    are not listed): where bert_jax/plan/collectives.py finds how often each collective runs."""
+    computations, entry = _computations(hlo_text)
+    memo: dict = {}
+    _count(entry, computations, memo, [], [], [])
+    runs: dict[str, float] = {}
+
+    def walk(name: str, times: float) -> None:
+        runs[name] = runs.get(name, 0.0) + times
+        for item in memo.get(("items", name), []):
+            if item[0] == "loop":
+                walk(item[1], times * item[2])
+    walk(entry, 1.0)
+    return runs
+
+
 def breakdown(hlo_text: str, part_of) -> dict[str, tuple[float, float, float]]:
     """{part: (instructions that move data, HBM bytes, other bytes)} of one run of a compiled program, each loop's
     body times its trips, as `traffic` counts them. `part_of(opcode, op_name)` names an instruction's part from

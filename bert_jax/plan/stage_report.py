@@ -5,7 +5,7 @@ The end of the report is what a reader needs first (a terminal shows the end): t
 """
 from __future__ import annotations
 
-from bert_jax.plan import compiled_plan, run_length, stage_fixes
+from bert_jax.plan import plan_report, run_length, stage_fixes
 from bert_jax.plan.stage_plans import DOES_NOT_FIT, GIB, SEVERITY, StagePlan, StagePlanner, worst
 
 # One line: what "FLOPs per step" counts, as bert_jax/train/perf.py does (and MFU divides by).
@@ -25,7 +25,7 @@ def report(planner: StagePlanner, stage_plans: list[StagePlan], target: str = ""
     first = next((sp.step.plan for sp in stage_plans if sp.step.plan is not None), None)
     if first is not None:
         lines += ["## parameters (the model is the run's: the same in every stage)", "",
-                  compiled_plan.format_params(first, max_rows), ""]
+                  plan_report.format_params(first, max_rows), ""]
     lines += ["## the run", "", *_table(stage_plans, judge.judges, judge.unit), "", FLOPS_FORMULA, ""]
     if not judge.judges:
         devices = first.num_devices if first else "the"
@@ -55,7 +55,7 @@ def _details(sp: StagePlan, judge, target: str) -> str:
     step = sp.step
     if step.plan is None:
         return f"**{DOES_NOT_FIT}** on {judge.device}: {step.verdict.explanation}."
-    return compiled_plan.format_plan(step.plan, target, judge.hbm_gib, param_table=False)
+    return plan_report.format_plan(step.plan, target, judge.hbm_gib, param_table=False)
 
 
 def _table(stage_plans: list[StagePlan], judged: bool, unit: str) -> list[str]:
