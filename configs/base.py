@@ -175,9 +175,14 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.end_learning_rate = 0.0
     # Learning-rate schedule (bert_jax/train/optimizer.py), all after a linear warmup: linear | wsd
     # (warmup-stable-decay, 1-sqrt decay over the last decay_fraction of num_steps) | cosine | constant (the
-    # stable phase a recipe branches its decays from) | decay (a decay branch: see decay_steps).
+    # stable phase a recipe branches its decays from) | decay (a decay branch: see decay_steps) | onecycle (a
+    # triangle: Cramming's, configs/crammed.py; no warmup, the rise is one).
     c.train.schedule = "linear"
     c.train.decay_fraction = 0.1  # wsd only
+    # onecycle only: the share of num_steps over which the rate rises to the peak, and the first step's rate as a
+    # share of the peak (then linear down to end_learning_rate at the last step).
+    c.train.onecycle_peak_fraction = 0.75
+    c.train.onecycle_start_factor = 0.25
     # decay (a decay branch): from decay_from_learning_rate at step decay_from_step to end_learning_rate over
     # decay_steps; on a branch the two `from` keys resolve to the branch step and the parent's rate there (-1 =
     # resolve), and train.num_steps to decay_from_step + decay_steps (0 = decay to num_steps).
@@ -224,6 +229,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.batch_size_warmup.start_batch_size = 0
     c.train.batch_size_warmup.tokens = 0.0  # float: 50e9 on a command line
     c.train.batch_size_warmup.max_changes = 8
+    # True: the micro-batch stays start_batch_size / grad_accum_steps and each larger batch accumulates more of them
+    # (Cramming's ramp, configs/crammed.py); False: grad_accum_steps stays and the micro-batch grows with the batch.
+    c.train.batch_size_warmup.accumulate = False
     # After extend-vocab: train only the new tokens' rows (ids from new_rows_start on) for this many steps first.
     c.train.new_rows_warmup_steps = 0
     c.train.new_rows_start = 0

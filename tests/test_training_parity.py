@@ -11,7 +11,8 @@ generator samples replacements (ELECTRA, DeBERTa-v3), the torch side takes the t
 
 Checked: every step's loss equal to LOSS_RTOL (relative), and every parameter after the 20 updates equal to
 PARAM_TOL, compared tensor by tensor in the export's names. A mismatch is a bug on one side: no family needs a
-wider bound (docs/results/parity.md, "Lockstep training"). About 6 CPU-minutes, most of it compiling 7 steps:
+wider bound (docs/results/parity.md, "Lockstep training"). Recipes that are a family's configuration (crammed: Cramming's
+on the modernbert family) join as entries of their own. About 7 CPU-minutes, most of it compiling 8 steps:
 
     python -m pytest -m slow tests/test_training_parity.py -s
 """
@@ -24,6 +25,7 @@ import numpy as np
 import pytest
 
 import bert_jax.configs.albert_base
+import bert_jax.configs.crammed
 import bert_jax.configs.deberta_v3_base
 import bert_jax.configs.distilbert_base
 import bert_jax.configs.electra_small
@@ -60,20 +62,28 @@ CONFIGS = {
     "deberta_v3": (bert_jax.configs.deberta_v3_base, "tiny"),
     "modernbert": (bert_jax.configs.modernbert_base, "tiny"),
     "distilbert": (bert_jax.configs.distilbert_base, "tiny"),
+    "crammed": (bert_jax.configs.crammed, "tiny"),  # Cramming's recipe on the modernbert family
 }
 SAMPLING = ("electra", "deberta_v3")  # a generator samples the discriminator's input
 
 
-def micro_config(family: str):
-    """The family's tiny recipe at micro shapes: 2 layers x 64, seq 32, batch 4, 20 updates with 5 of warmup."""
-    module, arg = CONFIGS[family]
+def micro_config(name: str):
+    """The entry's tiny recipe at micro shapes: 2 layers x 64, seq 32, batch 4, 20 updates with 5 of warmup (a
+    one-cycle schedule's rise is its own)."""
+    module, arg = CONFIGS[name]
     c = module.get_config(arg)
     c.model.update(vocab_size=VOCAB, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128,
                    max_position_embeddings=64, dtype="float32", scan_layers=False, dropout_rate=0.0,
                    attention_dropout_rate=0.0, attention_impl="xla")
     c.data.update(max_seq_length=32, worker_count=0, num_eval_batches=1)
     c.data.tokenizer.sample_bytes = 200_000  # plenty for 512 tokens, and seconds to train
-    c.train.update(global_batch_size=4, num_steps=STEPS, warmup_steps=5, optimizer="adamw", weight_decay=0.01)
+    c.train.update(global_batch_size=4, num_steps=STEPS, warmup_steps=0 if c.train.schedule == "onecycle" else 5,
+                   optimizer="adamw", weight_decay=0.01)
+    if c.train.batch_size_warmup.start_batch_size:
+        # A ramp's stages are programs of their own (tests/test_stage_ramps.py): one program here. One ramped by
+        # accumulation (crammed) accumulates two micro-batches of 2, which transformers trains as one batch of 4.
+        c.train.batch_size_warmup.start_batch_size = 0
+        c.train.grad_accum_steps = 2 if c.train.batch_size_warmup.accumulate else 1
     c.mesh.shape = (1, 1, 1)
     return c
 
@@ -108,7 +118,7 @@ def teacher_folder(tokenizers, tmp_path_factory):
 
 @dataclasses.dataclass
 class Lockstep:
-    family: str
+    family: str  # the entry of CONFIGS: a family, or a recipe on one (crammed)
     losses: np.ndarray  # [STEPS, 2]: bert_jax's, torch's
     terms: list  # per step: {term: (bert_jax, torch)}
     ours: dict  # the export of bert_jax's params after STEPS updates
@@ -153,11 +163,19 @@ def torch_schedule(optimizer, train_cfg):
         decay = max(int(round(train_cfg.decay_fraction * train_cfg.num_steps)), 1)
         return transformers.get_wsd_schedule(optimizer, train_cfg.warmup_steps, decay, train_cfg.num_steps,
                                              decay_type="1-sqrt")
+    if train_cfg.schedule == "onecycle":  # transformers has none: torch's, two linear phases, Adam's betas left alone
+        start, end = train_cfg.onecycle_start_factor * train_cfg.learning_rate, train_cfg.end_learning_rate
+        return torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, max_lr=train_cfg.learning_rate, total_steps=train_cfg.num_steps,
+            pct_start=train_cfg.onecycle_peak_fraction, anneal_strategy="linear", three_phase=False,
+            div_factor=train_cfg.learning_rate / start, final_div_factor=start / end if end else float("inf"),
+            cycle_momentum=False)
     raise ValueError(f"no transformers schedule stands for train.schedule={train_cfg.schedule!r}")
 
 
-def run_lockstep(family_name: str, tokenizers, teacher) -> Lockstep:
-    config = micro_config(family_name)
+def run_lockstep(name: str, tokenizers, teacher) -> Lockstep:
+    config = micro_config(name)
+    family_name = config.model.family
     if family_name == "distilbert":
         config.distill.update(teacher=teacher[0], cosine_weight=1.0, init_student_from_teacher="")
     family = get_family(family_name)
@@ -206,7 +224,7 @@ def run_lockstep(family_name: str, tokenizers, teacher) -> Lockstep:
             losses.append((float(metrics["loss"]), loss.item()))
             terms.append({k: (float(metrics[k]), v.item()) for k, v in their_terms.items()})
         ours = exported_state(family, jax.device_get(state.params), config.model)
-    return Lockstep(family_name, np.array(losses), terms, ours, ref.state(), our_decay, their_decay)
+    return Lockstep(name, np.array(losses), terms, ours, ref.state(), our_decay, their_decay)
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))

@@ -72,6 +72,9 @@ def learning_rate_schedule(train_cfg) -> optax.Schedule:
     constant  then the peak: a stable phase whose decays are branches (bert_jax/train/branch.py)
     decay   a decay branch: from `decay_from_learning_rate` (the parent's rate at the branch step) to
             `end_learning_rate` over `decay_steps`, `linear` or `1-sqrt` (`decay_shape`); no warmup
+    onecycle  a triangle (Smith & Topin's one cycle, Cramming's budget-triangle): linear from
+            `onecycle_start_factor` x the peak up to the peak over `onecycle_peak_fraction` of `num_steps`, then
+            linear down to `end_learning_rate` at the last step; the rise is its warmup
     """
     schedule = SCHEDULES.get(train_cfg.schedule)
     ramp = optax.linear_schedule(0.0, train_cfg.learning_rate, max(train_cfg.warmup_steps, 1))
@@ -112,6 +115,32 @@ def _cosine(train_cfg, ramp) -> optax.Schedule:
 @SCHEDULES.register("constant")
 def _constant(train_cfg, ramp) -> optax.Schedule:
     return optax.join_schedules([ramp, optax.constant_schedule(train_cfg.learning_rate)], [train_cfg.warmup_steps])
+
+
+@SCHEDULES.register("onecycle")
+def _onecycle(train_cfg, ramp) -> optax.Schedule:
+    """Two lines joined at the peak: the first step trains at start_factor x the peak, step round(peak_fraction x
+    num_steps) at the peak, the last step at end_learning_rate; torch's OneCycleLR(anneal_strategy="linear",
+    three_phase=False) where peak_fraction x num_steps is a whole number (tests/test_training_parity.py).
+    Geiping & Goldstein 2022 (§4.3) found this triangle best for a fixed budget; their released recipe starts at
+    0.25 x the peak and peaks at 0.75 of the budget (cramming's budget-triangle2)."""
+    del ramp  # the rise is the warmup
+    peak, end, total = train_cfg.learning_rate, train_cfg.end_learning_rate, train_cfg.num_steps
+    fraction, factor = train_cfg.onecycle_peak_fraction, train_cfg.onecycle_start_factor
+    if not 0 < fraction < 1:
+        raise ValueError(f"config.train.onecycle_peak_fraction={fraction} must be in (0, 1): the share of "
+                         f"config.train.num_steps over which the rate rises to its peak")
+    if not 0 <= factor <= 1:
+        raise ValueError(f"config.train.onecycle_start_factor={factor} must be in [0, 1]: the first step's rate "
+                         f"as a share of config.train.learning_rate")
+    if train_cfg.warmup_steps:
+        raise ValueError(f"config.train.warmup_steps={train_cfg.warmup_steps} with config.train.schedule='onecycle',"
+                         f" whose rise is its warmup: set warmup_steps=0 and shape the rise with "
+                         f"onecycle_peak_fraction and onecycle_start_factor")
+    # The peak's count (the first step's is 0): at most total - 2, so that a run of 2 steps or more ends at `end`.
+    rise = min(max(int(round(fraction * total)), 1) - 1, max(total - 2, 0))
+    return optax.join_schedules([optax.linear_schedule(factor * peak, peak, rise),
+                                 optax.linear_schedule(peak, end, total - 1 - rise)], [rise])
 
 
 # config.train.decay_shape -> f(t), t in [0, 1]: the share of the way from the start rate to the end rate.

@@ -18,7 +18,10 @@ Two declarations expand into more stages of the same kind, merged with the decla
   tokens, so the batch follows the line from the start batch (0 tokens) to the full one (`tokens`) from
   below, and the full batch starts once `tokens` are seen. A ramp the run ends before finishing
   stops where the run ends (`show-config` and the loop's stage lines say the batch it reached).
-  ModernBERT: 768 -> 4608 sequences over 50B tokens.
+  ModernBERT: 768 -> 4608 sequences over 50B tokens. With `accumulate`, the micro-batch stays
+  (start_batch_size / train.grad_accum_steps) and each larger batch accumulates more of them, its stages
+  changing `train.grad_accum_steps` too: Cramming's ramp (Geiping & Goldstein 2022, §4.3), which fits
+  the memory of the first batch all run long.
 - `config.data.mask_rate_schedule` ((step, rate), ...): `data.mask_rate` from each step on (mmBERT's
   30 -> 15 -> 5 %, Ettin's 30 -> 15 %).
 
@@ -89,6 +92,7 @@ def declared(config) -> list[tuple[int, dict]]:
     """[(start, {config path: value})] of config.train.stages, checked: ValueError naming the stage and key."""
     stages = config.train.stages
     driven = {"train.global_batch_size": WARMUP if _warmup_on(config) else "",
+              "train.grad_accum_steps": WARMUP if _warmup_on(config) and _accumulates(config) else "",
               "data.mask_rate": MASK_SCHEDULE if config.data.get("mask_rate_schedule", ()) else ""}
     out, previous = [], 0
     for i, stage in enumerate(stages):
@@ -114,6 +118,27 @@ def declared(config) -> list[tuple[int, dict]]:
 def _warmup_on(config) -> bool:
     warmup = config.train.get("batch_size_warmup")
     return bool(warmup) and warmup.get("start_batch_size", 0) != 0
+
+
+def _accumulates(config) -> bool:
+    """config.train.batch_size_warmup.accumulate, checked: the ramp grows the accumulation, not the micro-batch."""
+    accumulate = config.train.batch_size_warmup.get("accumulate", False)
+    if not isinstance(accumulate, bool):
+        raise ValueError(f"{WARMUP}.accumulate={accumulate!r} must be True (the micro-batch stays, the accumulation "
+                         f"grows) or False (the accumulation stays, the micro-batch grows)")
+    return accumulate
+
+
+def ramp_changes(config, batch: int) -> dict:
+    """{config path: value} of the ramp's stage training `batch`: the batch, and under `accumulate` the
+    accumulation that keeps the first stage's micro-batch (start_batch_size / train.grad_accum_steps)."""
+    if not _accumulates(config):
+        return {"train.global_batch_size": batch}
+    first, accum = config.train.batch_size_warmup.start_batch_size, config.train.grad_accum_steps
+    if accum < 1 or first % accum:
+        raise ValueError(f"{WARMUP}.start_batch_size={first} with accumulate=True must be a multiple of "
+                         f"config.train.grad_accum_steps={accum}: their quotient is the micro-batch every stage keeps")
+    return {"train.global_batch_size": batch, "train.grad_accum_steps": batch // (first // accum)}
 
 
 def batch_ramp(config, declared_stages: list[tuple[int, dict]]) -> list[tuple[int, int]]:
@@ -188,8 +213,7 @@ def _is_int(value) -> bool:
 def plan(config) -> list[Stage]:
     """Every stage of the run, stage 0 first; a config without stages is one stage."""
     declared_stages = declared(config)
-    generated = [(start, {"train.global_batch_size": batch}, WARMUP) for start, batch in
-                 batch_ramp(config, declared_stages)]
+    generated = [(start, ramp_changes(config, batch), WARMUP) for start, batch in batch_ramp(config, declared_stages)]
     generated += [(step, {"data.mask_rate": rate}, f"{MASK_SCHEDULE}[{i}]") for i, (step, rate) in
                   enumerate(mask_schedule(config))]
     by_start: dict[int, list] = {0: [{}, [], None]}  # start -> [changes, sources, declared index]
