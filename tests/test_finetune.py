@@ -2,6 +2,7 @@
 trivial baseline), exports to transformers with our logits, resumes exactly; bad input fails or is counted."""
 import json
 import os
+import pathlib
 
 import flax.linen as nn
 import jax
@@ -127,9 +128,16 @@ def our_logits(workdir: str, enc: dict) -> np.ndarray:
 
 def check_export(workdir: str, out: str, kind: str, texts) -> float:
     """Exports, loads with transformers' Auto class and id2label, and returns the relative logit error."""
+    from huggingface_hub import ModelCard
+
     from bert_jax.finetune.hf_export import export
 
     export(workdir, out)
+    card = ModelCard.load(pathlib.Path(out) / "README.md")  # the model card: its final validation metrics
+    validation = json.load(open(os.path.join(workdir, "results.json")))["validation"]
+    assert {r.metric_name: r.metric_value for r in card.data.eval_results}["validation/loss"] == pytest.approx(
+        validation["loss"], abs=1e-6)
+    assert card.data.library_name == "transformers" and kind in card.data.tags
     auto = {"token_classification": transformers.AutoModelForTokenClassification,
             "span_qa": transformers.AutoModelForQuestionAnswering}.get(kind,
                                                                         transformers.AutoModelForSequenceClassification)

@@ -196,6 +196,28 @@ def test_exported_run_fills_mask_in_transformers_with_our_logits(exported_run):
     assert diff <= TRANSFORMERS
 
 
+def test_export_writes_a_model_card_the_hub_reads_with_the_final_eval(exported_run):
+    """OUT/README.md: huggingface_hub parses it; its model-index and body carry the run's final eval/mlm_accuracy."""
+    import pathlib
+
+    from huggingface_hub import ModelCard
+
+    workdir, out = exported_run
+    card = ModelCard.load(pathlib.Path(out) / "README.md")
+    from test_pretrain import read_metrics
+
+    final = [r for r in read_metrics(workdir) if "eval/mlm_accuracy" in r][-1]
+    results = {r.metric_name: r.metric_value for r in card.data.eval_results}
+    assert results["eval/mlm_accuracy"] == pytest.approx(final["eval/mlm_accuracy"], abs=1e-6)
+    assert results["eval/loss"] == pytest.approx(final["eval/loss"], abs=1e-6)
+    assert (card.data.library_name, card.data.pipeline_tag, card.data.license) == ("transformers", "fill-mask",
+                                                                                   "unknown")
+    assert card.data.datasets == ["embedded"] and {"bert_jax", "bert"} <= set(card.data.tags)
+    assert f"| eval/mlm_accuracy | {final['eval/mlm_accuracy']:.4f} |" in card.text
+    assert f"bert-jax export --workdir={workdir} --out={out}" in card.text  # the command that made it
+    assert "initialised from" in card.text and "- steps: 1 of 1" in card.text  # lineage: init_from_hf
+
+
 def test_params_export_restores_the_trained_params(exported_run, tmp_path):
     import orbax.checkpoint as ocp
 

@@ -12,6 +12,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from huggingface_hub import ModelCard
 
 import bert_jax.configs.tiny
 from bert_jax import UserError
@@ -119,6 +120,9 @@ def test_average_of_two_is_their_weighted_mean_and_records_its_sources(tmp_path)
     assert config["averaged_from"] == [{"workdir": a, "step": 4, "ema": False, "weight": 0.25},
                                        {"workdir": b, "step": 6, "ema": True, "weight": 0.75}]
     assert config["model"]["family"] == "bert"
+    card = ModelCard.load(tmp_path / "weighted" / "README.md")  # the average's model card names its sources
+    assert card.data.library_name == "bert_jax" and not card.data.eval_results
+    assert f"averaged from: {a}@4 ×0.25 + {b}@6:ema ×0.75" in card.text and "Not evaluated" in card.text
 
 
 @pytest.mark.parametrize("second, weights, says", [

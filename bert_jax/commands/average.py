@@ -8,7 +8,8 @@ config.train.ema_decay); `--weights` weighs them (normalised to sum to 1; defaul
 float64 and cast back to each parameter's dtype. OUT gets the first source's config.json (plus `averaged_from`: each
 source's workdir, step, ema and weight), its tokenizer/, a checkpoint at its step (params: the average; optimizer
 state and step: the first source's) and DONE: `bert-jax export --workdir=OUT`, `config.init_from=OUT` and
-`bert-jax evaluate --checkpoint=OUT` read it as they read any run. Checkpoints of different families, or whose
+`bert-jax evaluate --checkpoint=OUT` read it as they read any run; OUT/README.md is its Hub model card (its sources
+and weights, bert_jax/train/model_card.py). Checkpoints of different families, or whose
 parameter trees or shapes differ, are refused naming the first parameter that differs, before OUT is created.
 """
 from absl import app, flags, logging
@@ -16,6 +17,7 @@ from absl import app, flags, logging
 from bert_jax.checkpoint import averaging
 from bert_jax.run import command_line, completion
 from bert_jax.run.log_filter import log_info_quietly
+from bert_jax.train import model_card
 
 
 def _define_flags():
@@ -27,10 +29,13 @@ def _define_flags():
     flags.mark_flags_as_required(["from", "out"])
 
 
-def average(from_text: str, weights: str | None, out: str) -> int:
-    """Checks everything, then writes the averaged run to `out` and marks it DONE; returns its step."""
+def average(from_text: str, weights: str | None, out: str,
+            command: str = "bert_jax.commands.average.average (a library call)") -> int:
+    """Checks everything, then writes the averaged run to `out`, its model card, and marks it DONE; returns its
+    step. `command`: what made it, for the card."""
     sources = averaging.check(from_text, weights, out)
     step = averaging.write_average(sources, out)
+    model_card.write_card(out, out, step, command)
     completion.write_done(out, step, step, "average")  # last: a reader may take the run as complete
     return step
 
@@ -40,7 +45,7 @@ def _main(argv) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_info_quietly()
     f = flags.FLAGS
-    step = average(f["from"].value, f.weights, f.out)
+    step = average(f["from"].value, f.weights, f.out, command=model_card.command_line("average"))
     logging.info("averaged %s into %s (step %d)", f["from"].value, f.out, step)
 
 

@@ -6,12 +6,14 @@
 `transformers.AutoModelForMaskedLM.from_pretrained(OUT)` and `AutoTokenizer` load;
 `--format=params` writes OUT/params (orbax, params only) and OUT/config.json, for JAX users.
 `--ema` exports the step's EMA of the params (a run trained with `config.train.ema_decay` > 0; what
-`DIR:STEP:ema` names to fine-tuning and `evaluate`) instead of the params themselves.
+`DIR:STEP:ema` names to fine-tuning and `evaluate`) instead of the params themselves. Either way OUT/README.md is
+the Hub model card (bert_jax/train/model_card.py): family, data, steps, tokens, lineage, final eval, this command.
 """
 from absl import app, flags, logging
 
 from bert_jax.run import command_line
 from bert_jax.train.export import FORMATS, export
+from bert_jax.train.model_card import command_line as card_command
 from bert_jax.run.log_filter import log_info_quietly
 
 
@@ -30,7 +32,8 @@ def _main(argv) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_info_quietly()
     flag_values = flags.FLAGS
-    step = export(flag_values.workdir, flag_values.out, flag_values.step, flag_values.format, ema=flag_values.ema)
+    step = export(flag_values.workdir, flag_values.out, flag_values.step, flag_values.format, ema=flag_values.ema,
+                  command=card_command("export"))
     logging.info("exported step %d%s of %s to %s (%s)", step, " (EMA)" if flag_values.ema else "", flag_values.workdir,
                  flag_values.out, flag_values.format)
 

@@ -1,6 +1,7 @@
 """A fine-tuned run -> a Hugging Face folder that AutoModelFor{SequenceClassification, TokenClassification,
 QuestionAnswering} loads, with `id2label`, giving our logits; a sentence-embedding run -> a sentence-transformers
-folder. The task of the run's kind writes it (bert_jax/finetune/tasks/, renaming by bert_jax/finetune/hf_heads.py);
+folder. The task of the run's kind writes it (bert_jax/finetune/tasks/, renaming by bert_jax/finetune/hf_heads.py),
+and OUT/README.md is its Hub model card (bert_jax/train/model_card.py, with the run's final validation metrics);
 `bert-jax finetune-export` (bert_jax/commands/finetune_export.py) is the command.
 """
 import json
@@ -14,8 +15,10 @@ from absl import logging
 from bert_jax import UserError
 from bert_jax.families import get_family
 from bert_jax.finetune.tasks import get_task
+from bert_jax.run import completion
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
+from bert_jax.train import model_card
 
 
 def load_finetuned(workdir: str):
@@ -50,8 +53,11 @@ def hf_task_state(params: dict, config, names: list[str]) -> tuple[dict, dict]:
     return get_task(config.task.kind).hf_state(params, config, names)
 
 
-def export(workdir: str, out: str) -> None:
+def export(workdir: str, out: str, command: str = "bert_jax.finetune.hf_export.export (a library call)") -> None:
+    """Writes the fine-tuned model to `out`, its model card last; `command`: what made it, for the card."""
     _, params, config, names = load_finetuned(workdir)
     tokenizer_dir = str(Workdir(workdir).tokenizer)
     wrote = get_task(config.task.kind).export(out, params, config, names, tokenizer_dir)
+    done = completion.read_done(workdir)  # the step it finished at (early stopping may end it before the last)
+    model_card.write_card(workdir, out, done["step"] if done else None, command, params)
     logging.info("exported %s (%s) to %s", workdir, wrote, out)

@@ -12,6 +12,8 @@ from bert_jax.run import lease
 def get_config(kind: str) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
+    # The license of the fine-tuned model, a Hub license id: its export's model card (bert_jax/train/model_card.py).
+    c.license = "unknown"
     # "0,1,2": one run per seed in DIR/seed_<s>, then the mean ± std of their metrics (DIR/seeds.json).
     c.seeds = ""
     # A pre-training workdir (its newest checkpoint, or DIR:STEP) or a Hugging Face folder of a registered family.
