@@ -12,6 +12,9 @@ from bert_jax.run import lease
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
+    # The license the run's exports are given under, a Hub license id ("apache-2.0", "mit", "cc-by-4.0", ...): the
+    # `license` of every export's model card (OUT/README.md, bert_jax/train/model_card.py).
+    c.license = "unknown"
     # A Hugging Face folder of config.model.family's kind (config.json, model.safetensors, tokenizer
     # files) to start from instead of a random init, e.g. a BertModel-only checkpoint (its missing
     # MLM/NSP heads stay random), a RobertaForMaskedLM or an AlbertForPreTraining folder.

@@ -41,6 +41,7 @@ from bert_jax.storage.workdir import Workdir
 PASSING = (
     "logging.*", "checkpoint.*", "mesh.*", "distributed.*", "lease.*",
     "compilation_cache_dir", "libtpu_init_args", "deterministic_gpu_ops", "allow_data_change", "accept_changes",
+    "license",  # what the exports' model cards say (bert_jax/train/model_card.py), not what is trained
     "init_from_hf", "grow_from",  # read only by a fresh start
     "lineage", "lineage.*", "averaged_from", "averaged_from.*",  # what a run came from (bert_jax/run/lineage.py)
     "run_identity", "run_identity.*",  # checked by bert_jax/run/run_identity.py
