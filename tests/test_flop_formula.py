@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 
 import bert_jax.configs.albert_base
+import bert_jax.configs.bert_base
 from bert_jax.families import get_family
 from bert_jax.train import perf
 from data_pipelines.loader import masking
@@ -105,3 +106,18 @@ def test_a_generator_adds_its_own_attention_at_its_own_width():
     assert both == perf.attention_flops(768, m.num_layers, s, b) + perf.attention_flops(256, m.num_layers, s, b)
     bert = bert_jax.configs.bert_base.get_config().model
     assert len(perf.networks(get_family(bert.family).build_model(bert).config)) == 1
+
+
+def test_the_decoder_counts_at_the_word_tables_width():
+    """ALBERT's tied decoder multiplies at embedding_size (128), not hidden_size: 6 * E * vocab * B * P."""
+    c = bert_jax.configs.albert_base.get_config()
+    bert_jax.configs.albert_base.shrink_to_tiny(c)
+    assert c.model.embedding_size != c.model.hidden_size
+    params = abstract_params(c.model)
+    flops = perf.train_flops_per_step(params, c.model, c.data, 4)
+    wide = c.model.copy_and_resolve_references()
+    wide.embedding_size = c.model.hidden_size  # what the formula counted before: the head at hidden_size
+    p = masking.max_predictions(c.data)
+    head = 6.0 * 4 * p * c.model.vocab_size
+    assert perf.train_flops_per_step(params, wide, c.data, 4) - flops == head * (c.model.hidden_size - c.model.embedding_size)
+    assert perf.decoder_width(bert_jax.configs.bert_base.get_config().model) == 768

@@ -61,7 +61,7 @@ def test_plain_plan_prints_each_stage_and_the_flags_that_give_a_verdict(planned)
                 f"{step.formula_flops:.4g} | {step.plan.peak_bytes / GIB:.2f} | - |") in text
     flops = [sp.step.formula_flops for sp in planned["plain_stages"]]
     assert flops[1] > 4 * flops[0]  # 4x the tokens, and attention grows with S^2
-    assert "FLOPs per step = 6*N*B*S + 12*layers*hidden*S^2*B + 6*hidden*vocab*B*P" in text
+    assert "FLOPs per step = 6*N*B*S + 12*layers*hidden*S^2*B + 6*E*vocab*B*P" in text
     assert "No verdict" in text and "`--gpu=h100`" in text and "`--tpu=v5e-16`" in text
     assert planned["plain_fits"] and "**does not fit**" not in text
 

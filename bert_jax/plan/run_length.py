@@ -5,8 +5,8 @@ its FLOPs at peak or its HBM bytes at bandwidth, whichever is longer). A user ab
 the whole run: config.train.num_steps of that step, or, for a run in stages
 (bert_jax/train/stages.py), each stage's steps of its own step (each stage is compiled).
 
-It is a lower bound: collectives (over ICI, and DCN across slices), the input pipeline, evaluation,
-checkpoints and compiles all add to it, and a step whose FLOPs the compiler could not count in
+It is a lower bound: the step's collectives are in it (bert_jax/plan/roofline.py), but the input pipeline,
+evaluation, checkpoints and compiles all add to it, and a step whose FLOPs the compiler could not count in
 full is itself bounded from below (`Plan.step_is_exact`).
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ class StageLength:
 
 def format_run_length(stages: list[StageLength]) -> str:
     """Markdown lines: each stage's hours and chip-hours, and the run's total, labelled as a lower bound."""
-    lines = ["", "**Run length (a lower bound)**: steps x the roofline step time; collectives, input, evaluation "
-             "and checkpoints add to it.", "", "| stage | steps | step (ms) | hours | chip-hours |", "|---|---|---|---|---|"]
+    lines = ["", "**Run length (a lower bound)**: steps x the roofline step time (collectives in it); input, "
+             "evaluation and checkpoints add to it.", "", "| stage | steps | step (ms) | hours | chip-hours |", "|---|---|---|---|---|"]
     for s in stages:
         lines.append(f"| {s.label} | {s.steps:,} | {'≥ ' if not s.exact_step else ''}{s.step_s * 1e3:.2f} | "
                      f"≥ {_number(s.hours)} | ≥ {_number(s.chip_hours)} |")
