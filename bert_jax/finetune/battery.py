@@ -1,7 +1,8 @@
 """A battery of fine-tuning tasks over seeds (and a learning-rate grid): `bert-jax evaluate`'s work.
 
     OUT/battery.json                    what was asked: the checkpoint, the suite, its tasks and seeds
-    OUT/data/<task>/{train,dev}.jsonl   each task's rows as read and checked (the runs read these)
+    OUT/data/<task>/{train,dev}.jsonl   each task's rows as read and checked (the runs read these); a SQuAD-format
+                                        task's (span_qa, tasks.<task>.format="squad") as its reader gives them
     OUT/data/<task>/sample.json         how they were drawn: the file, its rows, the cap, the seed, the label counts
     OUT/runs/<task>/lr=<lr>/seed=<s>/   one fine-tuning run each (bert_jax/finetune/run.py), DONE when finished
     OUT/scoreboard.{json,csv,md,png}    bert_jax/finetune/scoreboard.py, once every run is done
@@ -26,7 +27,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax import UserError
-from bert_jax.finetune import data, init_from, scoreboard, zero_shot
+from bert_jax.finetune import data, init_from, scoreboard, squad, zero_shot
 from bert_jax.finetune.tasks import get_task
 from bert_jax.parallel import distributed
 from bert_jax.storage import paths
@@ -222,12 +223,15 @@ def read_task(suite, name: str, glue_dir: str = "", tfds_data_dir: str = "") -> 
                 raise ValueError(f"{folder} does not exist: task {name} reads {spec.dir}/ under --glue_dir "
                                  f"(tasks.{name}.dir)")
             source = str(folder / spec[split])
-            records, from_tfds = _tsv(source, spec, name, skipped), False
+            if spec.get("format", "tsv") == "squad":  # SQuAD JSON (span_qa): rows as its reader checks them
+                rows, squad_skipped = squad.read_squad(source)
+                skipped.update(squad_skipped)
+            else:
+                rows = _checked(_tsv(source, spec, name, skipped), spec, name, source, False, skipped)
         else:
             tfds_split = "train" if split == "train" else spec.tfds_dev
-            source, from_tfds = f"TFDS {spec.tfds}[{tfds_split}]", True
-            records = _tfds(spec, tfds_split, tfds_data_dir, name)
-        rows = _checked(records, spec, name, source, from_tfds, skipped)
+            source = f"TFDS {spec.tfds}[{tfds_split}]"
+            rows = _checked(_tfds(spec, tfds_split, tfds_data_dir, name), spec, name, source, True, skipped)
         cap = spec[f"max_{split}_rows"]
         kept = sample_rows(rows, cap, spec.sample_seed, stratified)
         samples[split] = {"source": source, "rows": len(rows), "kept": len(kept),

@@ -18,7 +18,7 @@ def task(kind: str, directory: str, text_fields: str, label_field: str, metric: 
          tfds_dev: str = "validation", tfds_labels: str = "", init_from_task: str = "",
          learning_rates=(2e-5, 3e-5), epochs: float = 3.0, batch_size: int = 32, warmup_fraction: float = 0.1,
          max_seq_length: int = 128, max_train_rows: int = 0, max_dev_rows: int = 0,
-         sample_seed: int = 0) -> ml_collections.ConfigDict:
+         sample_seed: int = 0, format: str = "tsv") -> ml_collections.ConfigDict:  # noqa: A002 (the key's name)
     """One task of a suite.
 
     directory/train/dev: the task's folder under --glue_dir and its files (GLUE's TSV layout; scored on dev).
@@ -29,6 +29,7 @@ def task(kind: str, directory: str, text_fields: str, label_field: str, metric: 
     tfds: the TFDS name to read instead when --tfds_data_dir is given (e.g. "glue/sst2"), its text and label
       fields (`tfds_fields`, label last), its dev split, and its label names by index (`tfds_labels`).
     init_from_task: start from this task's fine-tuned encoder (the suite's `start_from_mnli`).
+    format: tsv (GLUE's layout) | squad (SQuAD JSON files, for span_qa: text_fields, label_field, labels unused).
     max_train_rows, max_dev_rows: use at most this many rows of each split (0: all), for a task that must stay short
       whatever the folder holds (the smoke suite, the pre-training probe): a sample of the whole file by
       `sample_seed`, stratified by label for a classification (OUT/data/<task>/sample.json records it).
@@ -37,7 +38,7 @@ def task(kind: str, directory: str, text_fields: str, label_field: str, metric: 
     t.dir, t.train, t.dev, t.columns = directory, train, dev, columns
     t.text_fields, t.label_field, t.labels, t.metric = text_fields, label_field, labels, metric
     t.tfds, t.tfds_fields, t.tfds_dev, t.tfds_labels = tfds, tfds_fields, tfds_dev, tfds_labels
-    t.init_from_task = init_from_task
+    t.init_from_task, t.format = init_from_task, format
     t.max_train_rows, t.max_dev_rows, t.sample_seed = max_train_rows, max_dev_rows, sample_seed
     t.learning_rates = tuple(float(lr) for lr in learning_rates)
     c = common.get_config(kind)

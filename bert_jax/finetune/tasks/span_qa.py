@@ -48,7 +48,14 @@ class SpanQA(Task):
     packs = False
 
     def read(self, data_cfg, task_cfg, split, source) -> tuple[list[dict], collections.Counter]:
+        if data_cfg.format == "jsonl":  # rows as read_squad gives them, one a line: bert-jax evaluate's OUT/data
+            return super().read(data_cfg, task_cfg, split, source)
         return squad.read_squad(source)
+
+    def parse(self, task_cfg, record: dict, split: str, skipped: collections.Counter) -> dict | None:
+        """A JSONL record in read_squad's row form {id, question, context, answers: [[text, start], ...]}."""
+        return {"id": str(record["id"]), "question": record["question"], "context": record["context"],
+                "answers": [(str(text), int(start)) for text, start in record["answers"]]}
 
     def has_labels(self, task_cfg):
         return False
