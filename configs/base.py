@@ -172,6 +172,16 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.global_batch_size = 256
     c.train.grad_accum_steps = 1
     c.train.num_steps = 1_000_000
+    # A budget instead of a step count (bert_jax/train/budget.py, docs/guides/budget.md): "" (off) | wall-clock time
+    # ("8m", "24h") | tokens ("2e9tokens") | FLOPs ("3e18flops"). num_steps stays the schedule's length as written;
+    # the run trains the steps the budget buys, every schedule running over the fraction of it spent.
+    c.train.budget = ""
+    # Wall-clock budgets: seconds per step of stage 0; 0 = timed over budget_calibration_steps steps at the run's
+    # first start and recorded in DIR/config.json (set it to repeat a run exactly in a new workdir).
+    c.train.budget_step_s = 0.0
+    c.train.budget_calibration_steps = 20
+    # Resolved from budget, never set by hand: ((run step, schedule step), ...) at each stage's end.
+    c.train.budget_clock = ()
     c.train.optimizer = "adamw"  # adamw | lamb
     c.train.learning_rate = 1e-4
     c.train.warmup_steps = 10_000

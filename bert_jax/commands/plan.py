@@ -5,6 +5,7 @@
     bert-jax plan --config=configs/bert_large.py --tpu=v5e-16
     bert-jax plan --config=configs/bert_large.py --tpu=v5p-128 --num_slices=2
     bert-jax plan --config=configs/bert_base.py --tpu=v5e-4 --search
+    bert-jax plan --config=configs/bert_base.py --gpu=h100 --num_devices=1 --budget=24h   (what a day buys)
 
 Every stage of the run (config.train.stages and those train.batch_size_warmup and data.mask_rate_schedule expand
 into, bert_jax/train/stages.py: BERT's seq 512 phase, ModernBERT's batch ramp, say) is planned: the
@@ -28,7 +29,9 @@ roofline bound (bert_jax/plan/roofline.py) divides only the HBM part by HBM band
 (bert_jax/plan/hlo_traffic.py splits the compiled program's bytes by memory space).
 For a run whose every stage fits, --tpu also prints the run's length, a lower bound: each stage's steps x its
 roofline step time (bert_jax/plan/run_length.py), in hours and chip-hours. --search ranks remat x mesh x per-chip
-batch x scan for each stage (bert_jax/plan/plan_search.py).
+batch x scan for each stage (bert_jax/plan/plan_search.py). --budget (or config.train.budget) adds what the budget
+buys, per stage, as the run would resolve it (bert_jax/plan/budget_plan.py): for wall-clock time an upper bound on
+steps and tokens (each step at its roofline bound), for tokens and FLOPs exact steps.
 
 --gpu=h100|h200|a100_80gb|a100_40gb [--num_devices=N]: by XLA's GPU compiler for N such cards, on any host
 (the CUDA plugin, the `gpu` extra; bert_jax/plan/gpu_cards.py, the cards' target configs in
@@ -53,11 +56,11 @@ from ml_collections import config_flags
 
 from bert_jax import UserError
 from bert_jax.parallel import tpu_slices
-from bert_jax.plan import gpu_cards, memory_fit, plan_search, stage_report
+from bert_jax.plan import budget_plan, gpu_cards, memory_fit, plan_search, stage_report
 from bert_jax.plan.compiled_plan import use_simulated_devices
 from bert_jax.plan.stage_plans import Judge, StagePlanner, step_config
 from bert_jax.run import command_line
-from bert_jax.train import stages
+from bert_jax.train import budget, stages
 
 
 def _define_flags() -> None:
@@ -79,6 +82,9 @@ def _define_flags() -> None:
                         + ", ".join(memory_fit.TARGETS) + ".")
     flags.DEFINE_float("hbm_gib", 0.0, "Memory of one device in GiB; 0 = the target's (or no verdict).")
     flags.DEFINE_integer("max_param_rows", 0, "Print at most this many parameter rows; 0 = all.")
+    flags.DEFINE_string("budget", "", "What a budget buys per stage (bert_jax/plan/budget_plan.py): wall-clock (24h; "
+                        "needs --gpu or --tpu's roofline), tokens (2e9tokens) or FLOPs (3e18flops); default "
+                        "config.train.budget.")
     flags.mark_flags_as_required(["config"])
 
 
@@ -131,6 +137,10 @@ def _main(argv) -> None:
     target = check_flags(argv, f.tpu, f.gpu, f.cpu, f.target, f.search, f.num_slices, f.num_devices, f.hbm_gib,
                          f.search_enough_mfu)
     try:
+        budget.parse(f.budget, "--budget")
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    try:
         fits = _plan(f.config, target)
     except UserError:
         raise
@@ -169,8 +179,13 @@ def _plan(config, target: str) -> bool:
             print(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT}): --gpu={f.gpu} is judged on the "
                   "XLA CPU compiler's figure, within the band measured around it.\n")
     planner = StagePlanner(Judge.of(tpu_slice, target, f.hbm_gib))
-    text, fits = stage_report.report(planner, planner.stages(config), target, f.max_param_rows)
+    stage_plans = planner.stages(config)
+    text, fits = stage_report.report(planner, stage_plans, target, f.max_param_rows)
     print(text)
+    bought = budget.parse(f.budget or config.train.get("budget", ""), "--budget" if f.budget else budget.KEY)
+    if bought is not None:
+        device = planner.judge.device if planner.judge.tpu_slice is not None else "the CPU compiler (no roofline)"
+        print(budget_plan.format_buys(bought, budget_plan.buys(bought, stage_plans), device))
     return fits
 
 

@@ -46,6 +46,7 @@ PASSING = (
     "lineage", "lineage.*", "averaged_from", "averaged_from.*",  # what a run came from (bert_jax/run/lineage.py)
     "run_identity", "run_identity.*",  # checked by bert_jax/run/run_identity.py
     "train.log_every_steps", "train.eval_every_steps", "train.nan_policy", "train.max_steps_ahead", "train.profile.*",
+    "train.budget_calibration_steps",  # read by a wall-clock budget's first start alone (bert_jax/train/budget.py)
     "data.num_eval_batches", "data.prefetch_buffer_size", "data.shard_cache_bytes",
     # Paths: what they hold is checked by the data fingerprint and the tokenizer's hash (run_identity.py).
     "data.path", "data.tokenizer.path", "data.tfds_data_dir", "data.mixture.*.path",
@@ -58,6 +59,11 @@ PASSING = (
 DERIVED = {
     "data.max_predictions_per_seq": ("data.mask_rate", "data.max_seq_length", "data.mask_count"),
     "model.mup_multipliers*": ("model.parametrization", "model.mup_base_width", "model.*"),
+    # Under train.budget (bert_jax/train/budget.py): the steps it buys and the schedule's clock follow the budget, its
+    # measured speed, and whatever changes a step's cost or the schedule's stages.
+    "train.budget_step_s": ("train.budget",),
+    "train.num_steps": ("train.budget", "train.budget_step_s"),
+    "train.budget_clock": ("train.budget", "train.budget_step_s", "train.*", "data.*", "model.*"),
 }
 
 

@@ -23,7 +23,8 @@ from bert_jax.run import profile_window
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
 from bert_jax.checkpoint import reference
-from bert_jax.train import branch, growth, optimizer, resume, stages, teacher
+from bert_jax.train import branch, budget, growth, optimizer, resume, stages, teacher
+from bert_jax.train.budget_clock import BudgetClock
 from data_pipelines.loader import masking, pipeline, split_check, workers
 from data_pipelines.sources import documents, mixture
 
@@ -39,6 +40,8 @@ def check_config(config, workdir: str | None = None, num_processes: int = 1):
         config, resolved = _resolved(config, workdir)
         config, branched = branch.resolve(config, workdir)  # DIR:last named, a decay's start, the data order
         resolved += branched
+        config, budgeted = budget.resolve(config, workdir)  # train.budget: the steps it buys, the schedule's clock
+        resolved += budgeted
         validate_config(config, num_processes)
         _check_growth(config, workdir)
         check_inputs(config)
@@ -91,6 +94,8 @@ def _resolved(config, workdir: str | None) -> tuple:
                 resolved.data.worker_count = value
         workers.worker_count(resolved.data.worker_count)  # anything else fails now, naming the key
         lines += _resolve_mup(resolved)
+        # Temperature sampling: each source's size, counted once (or the recorded one on a resume), and its weights.
+        lines += mixture.resolve_sizes(resolved.data, _recorded_data(workdir))
     return resolved, lines
 
 
@@ -108,6 +113,14 @@ def _resolve_mup(config) -> list[str]:
     config.model.mup_multipliers = resolved
     return [f"config.model.parametrization=mup -> width multiplier {mup.width:g} (hidden_size "
             f"{config.model.hidden_size} / mup_base_width {config.model.mup_base_width})"]
+
+
+def _recorded_data(workdir: str | None) -> dict | None:
+    """DIR/config.json's data section when DIR holds checkpoints (a resume); None for a fresh run."""
+    run = Workdir(workdir) if workdir else None
+    if run is None or not run.checkpoint_steps() or not paths.fresh(run.config_json).exists():
+        return None
+    return json.loads(paths.fresh(run.config_json).read_text()).get("data")
 
 
 def _recorded_worker_count(workdir: str) -> int | None:
@@ -143,9 +156,11 @@ def validate_config(config, num_processes: int = 1) -> None:
         raise ValueError(f"config.train.num_steps={t.num_steps} must be >= 1")
     optimizer.make_optimizer(t)  # config.train.optimizer and its keys
     optimizer.learning_rate_schedule(t)  # config.train.schedule and its keys
-    if not 0 <= t.warmup_steps <= t.num_steps:
+    clock = BudgetClock.of(t)  # under a budget, warmup is a position on the schedule as written
+    length = t.num_steps if clock is None else clock.schedule_length
+    if not 0 <= t.warmup_steps <= length:
         raise ValueError(f"config.train.warmup_steps={t.warmup_steps} must be in [0, "
-                         f"config.train.num_steps={t.num_steps}]")
+                         f"config.train.num_steps={length}]")
     if t.nan_policy not in ("stop", "skip"):
         raise ValueError(f"config.train.nan_policy={t.nan_policy!r}; expected 'stop' or 'skip'")
     profile_window.check(t.profile, t.num_steps)  # a window past the run's end is refused here

@@ -11,7 +11,7 @@ from bert_jax.parallel.mesh import make_mesh
 from bert_jax.run import completion, experiment, harness, lineage, run_identity
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import branch
+from bert_jax.train import branch, budget, budget_calibration
 from bert_jax.train import stages as stages_lib
 from bert_jax.train.config_validation import check_config
 from bert_jax.train.hooks import PretrainHooks
@@ -35,8 +35,11 @@ def train(config, workdir: str, stop_at_step: int | None = None, downstream=None
     which is how tests interrupt a run. Returns the last logged metrics. `downstream`: a probe
     (bert_jax/finetune/downstream_probe.py) that eval steps call when it is due; its row joins theirs. A config with
     stages (config.train.stages, bert_jax/train/stages.py) trains them one after another,
-    each resumed from the checkpoint the stage before ended with; DONE follows the last.
+    each resumed from the checkpoint the stage before ended with; DONE follows the last. A wall-clock budget
+    (config.train.budget) whose speed no start has measured yet is calibrated first (bert_jax/train/budget.py).
     """
+    if budget.needs_calibration(config):
+        config = budget_calibration.calibrate(config, workdir)
     stages = stages_lib.plan(config)
     last = config.train.num_steps if stop_at_step is None else min(stop_at_step, config.train.num_steps)
     # A finished run is a resume like any other: a changed experiment stops here, before anything is created.
@@ -120,7 +123,8 @@ def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=N
     # ----------------------------------------------------------------------------------------------------------
     # Train, evaluate, checkpoint (the harness, with pre-training's hooks); DONE once the last step is reached.
     # ----------------------------------------------------------------------------------------------------------
-    hooks = PretrainHooks(config, program, workdir, last_step, train_iter, eval_sets, downstream)
+    hooks = PretrainHooks(config, program, workdir, last_step, train_iter, eval_sets, downstream,
+                          stages_lib.plan(record or config))
     outcome = harness.run(program, batches, hooks, workdir, config, last_step, lease)
     num_steps = config.train.num_steps
     if (outcome.step >= num_steps or outcome.data_ended) and not outcome.preempted and jax.process_index() == 0:

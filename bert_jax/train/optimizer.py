@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.registry import Registry
+from bert_jax.train.budget_clock import BudgetClock
 
 # config.train.optimizer -> (schedule, b1, b2, eps, weight_decay, mask, flat_moments) -> the optimizer it names.
 OPTIMIZERS: Registry = Registry("config.train.optimizer", "optimizers")
@@ -76,6 +77,9 @@ def learning_rate_schedule(train_cfg) -> optax.Schedule:
             `onecycle_start_factor` x the peak up to the peak over `onecycle_peak_fraction` of `num_steps`, then
             linear down to `end_learning_rate` at the last step; the rise is its warmup
     """
+    clock = BudgetClock.of(train_cfg)
+    if clock is not None:  # under config.train.budget: the schedule as written, run by the fraction of it spent
+        return clock.compose(learning_rate_schedule(clock.schedule_view(train_cfg)))
     schedule = SCHEDULES.get(train_cfg.schedule)
     ramp = optax.linear_schedule(0.0, train_cfg.learning_rate, max(train_cfg.warmup_steps, 1))
     return schedule(train_cfg, ramp)

@@ -50,6 +50,7 @@ import math
 
 import ml_collections
 
+from bert_jax.train.budget_clock import BudgetClock
 from data_pipelines.loader import masking
 
 # The keys a stage may change, as config paths.
@@ -211,7 +212,13 @@ def _is_int(value) -> bool:
 
 
 def plan(config) -> list[Stage]:
-    """Every stage of the run, stage 0 first; a config without stages is one stage."""
+    """Every stage of the run, stage 0 first; a config without stages is one stage. Under a budget
+    (config.train.budget_clock, bert_jax/train/budget_clock.py) the stages are declared on the schedule as written
+    and start and end at the run steps where the budget's clock reaches them."""
+    clock = BudgetClock.of(config.train)
+    if clock is not None:
+        return [dataclasses.replace(s, start=clock.run_step(s.start), end=clock.run_step(s.end),
+                                    config=stage_config(config, s.changes)) for s in plan(clock.schedule_view(config))]
     declared_stages = declared(config)
     generated = [(start, ramp_changes(config, batch), WARMUP) for start, batch in batch_ramp(config, declared_stages)]
     generated += [(step, {"data.mask_rate": rate}, f"{MASK_SCHEDULE}[{i}]") for i, (step, rate) in
