@@ -8,6 +8,7 @@ configs, and one `register_family` call below, which declares what its parameter
 tests/test_family_conformance.py then checks it like every other, with no table to edit.
 """
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -126,7 +127,9 @@ def _register_builtin_families() -> None:
                                             shared_layers=("group_*",))))
     # SpanBERT: BERT without NSP or pooler, plus the span boundary head (its position table a lookup, its decoder
     # tied to the word table and feeding on its last norm, as the MLM head's).
-    register_family(Family(name="spanbert", build_model=spanbert.build_spanbert, objective=span_boundary.objective_for,
+    register_family(Family(name="spanbert", build_model=functools.partial(spanbert.build_spanbert,
+                                                                        boundary_head=span_boundary.head_for),
+                           objective=span_boundary.objective_for,
                            hf=hf_spanbert.CONVERTER, validate_config=spanbert.validate_config,
                            roles=ParamRoles(embedding_tables=ParamRoles().embedding_tables + ("output_bias",),
                                             top=mlm_head + (spanbert.SBO_HEAD,),

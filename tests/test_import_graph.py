@@ -34,7 +34,10 @@ LAYERS = (
     ("data: the loader", ("data_pipelines.loader",)),
     # Kernels (Pallas, custom VJPs) sit below the models that call them and import none (bert_jax/kernels/).
     ("kernels", ("bert_jax.kernels",)),
-    ("models, objectives, meshes", ("bert_jax.models", "bert_jax.objectives", "bert_jax.parallel")),
+    ("models, meshes", ("bert_jax.models", "bert_jax.parallel")),
+    # An objective is a loss, and may be a head too, built of the models' layers (SpanBERT's span boundary head):
+    # the family registry hands the head to its model.
+    ("objectives", ("bert_jax.objectives",)),
     ("checkpoints and Hugging Face conversion", ("bert_jax.checkpoint", "bert_jax.hf")),
     ("the family registry", ("bert_jax.families",)),
     ("run infrastructure", ("bert_jax.run",)),

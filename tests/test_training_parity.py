@@ -31,6 +31,7 @@ import bert_jax.configs.distilbert_base
 import bert_jax.configs.electra_small
 import bert_jax.configs.modernbert_base
 import bert_jax.configs.roberta_base
+import bert_jax.configs.spanbert_base
 import bert_jax.configs.tiny
 from bert_jax.families import get_family
 from bert_jax.hf import folder as hf_folder
@@ -127,8 +128,10 @@ class Lockstep:
     their_decay: dict  # transformers Trainer's: name -> bool
 
 
-def make_reference(family: str, exported, config, teacher):
+def make_reference(family: str, exported, config, teacher, params):
     weight = config.model.get("discriminator_loss_weight", 50.0)
+    if family == "spanbert":
+        return reference.SpanBert(exported, params[reference.SpanBert.HEAD], config.model)
     if family == "bert":
         return reference.PreTraining("BertForPreTraining", exported, "next_sentence_label")
     if family == "albert":
@@ -147,11 +150,15 @@ def make_reference(family: str, exported, config, teacher):
 
 
 def exported_state(family, params, model_cfg) -> dict:
-    """{name: array} of the export, a subfolder's names behind `generator/`."""
+    """{name: array} of the export, a subfolder's names behind `generator/`, and the heads the export leaves out
+    (SpanBERT's SBO) by their paths in our params."""
     exported = family.hf.to_hf(params, model_cfg)
     state = dict(exported.state)
     for folder, (sub, _) in exported.subfolders.items():
         state.update({f"{folder}/{k}": v for k, v in sub.items()})
+    for head in family.hf.pretraining_only:
+        for path, leaf in jax.tree_util.tree_flatten_with_path(params[head])[0]:
+            state["/".join([head, *(str(k.key) for k in path)])] = np.asarray(leaf)
     return state
 
 
@@ -197,7 +204,7 @@ def run_lockstep(name: str, tokenizers, teacher) -> Lockstep:
     with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
         state = program.init()
         params = jax.device_get(state.params)
-        ref = make_reference(family_name, family.hf.to_hf(params, config.model), config, teacher)
+        ref = make_reference(family_name, family.hf.to_hf(params, config.model), config, teacher, params)
         our_decay = {k: bool(np.all(v > 0)) for k, v in exported_state(
             family, jax.tree.map(lambda p, m: np.full(p.shape, float(m), np.float32), params, decay_mask(params)),
             config.model).items()}

@@ -13,7 +13,10 @@ export, with the loss written from the paper and transformers' own semantics, no
   computes), a local layer seeing `local_attention // 2` tokens either side;
 - DistilBERT (Sanh et al. 2019, the distiller of transformers' research project): alpha_ce * T^2 *
   KL(teacher_T || student_T) over the masked tokens (batchmean), alpha_mlm * MLM, alpha_cos * (1 - cos) of the
-  last hidden states over real tokens (CosineEmbeddingLoss), the teacher frozen.
+  last hidden states over real tokens (CosineEmbeddingLoss), the teacher frozen;
+- SpanBERT (Joshi et al. 2020, §3.2): BertForMaskedLM's MLM + the span boundary objective, its spans found here
+  from the masked positions (maximal runs, as SpanBERT's merge_intervals), each span token predicted by
+  LayerNorm(GeLU(W2 LayerNorm(GeLU(W1 [x_{s-1}; x_{e+1}; p_{i-s+1}])))) decoded by the tied word embeddings.
 
 Parameters are named as the export names them (`generator/` before a subfolder's), so the test compares the two
 sides through the converter's own mapping. Replacements a generator samples come from bert_jax's step (the
@@ -265,3 +268,91 @@ class Distillation(Reference):
             cos = torch.nn.CosineEmbeddingLoss(reduction="mean")(s_hidden, t_hidden, torch.ones(len(s_hidden)))
             loss, terms["cosine_loss"] = loss + self.alpha_cos * cos, cos
         return loss, terms
+
+
+class SpanBoundaryHead(torch.nn.Module):
+    """The SBO's predictor as the paper writes it (§3.2, eq. 1-2), with SpanBERT's tied decoder and bias."""
+
+    def __init__(self, hidden: int, position_size: int, max_span_tokens: int, vocab: int, eps: float):
+        super().__init__()
+        self.position_embeddings = torch.nn.Embedding(max_span_tokens, position_size)
+        self.dense_1 = torch.nn.Linear(2 * hidden + position_size, hidden)
+        self.layer_norm_1 = torch.nn.LayerNorm(hidden, eps=eps)
+        self.dense_2 = torch.nn.Linear(hidden, hidden)
+        self.layer_norm_2 = torch.nn.LayerNorm(hidden, eps=eps)
+        self.bias = torch.nn.Parameter(torch.zeros(vocab))
+
+    def forward(self, hidden, rows, left, right, offset, word):
+        h0 = torch.cat([hidden[rows, left], hidden[rows, right], self.position_embeddings(offset)], -1)
+        h1 = self.layer_norm_1(F.gelu(self.dense_1(h0)))
+        y = self.layer_norm_2(F.gelu(self.dense_2(h1)))
+        return y @ word.T + self.bias
+
+
+def span_targets(labels: np.ndarray, max_span_tokens: int):
+    """(rows, left, right, offset, target) of every span token the SBO predicts: the spans are the maximal runs of
+    labelled positions; a span at the row's edge (no boundary token) and offsets past the table are left out."""
+    out = []
+    length = labels.shape[1]
+    for r, row in enumerate(labels):
+        masked = np.flatnonzero(row != IGNORE)
+        runs = np.split(masked, np.flatnonzero(np.diff(masked) > 1) + 1) if len(masked) else []
+        for run in runs:
+            s, e = int(run[0]), int(run[-1])
+            if s - 1 < 0 or e + 1 >= length:
+                continue
+            out += [(r, s - 1, e + 1, i - s, int(row[i])) for i in range(s, e + 1) if i - s < max_span_tokens]
+    return [torch.tensor(column) for column in zip(*out)]
+
+
+class SpanBert(Reference):
+    """BertForMaskedLM (the export) and the SBO head (not exported: initialised from bert_jax's `span_boundary`
+    params, and named by their paths there, so the test compares them too)."""
+
+    HEAD = "span_boundary"
+    # torch name -> (our path under HEAD, transposed)
+    NAMES = {"position_embeddings.weight": ("position/embedding", False), "dense_1.weight": ("dense_1/kernel", True),
+             "dense_1.bias": ("dense_1/bias", False), "layer_norm_1.weight": ("norm_1/norm/scale", False),
+             "layer_norm_1.bias": ("norm_1/norm/bias", False), "dense_2.weight": ("dense_2/kernel", True),
+             "dense_2.bias": ("dense_2/bias", False), "layer_norm_2.weight": ("norm_2/norm/scale", False),
+             "layer_norm_2.bias": ("norm_2/norm/bias", False), "bias": ("output_bias", False)}
+
+    def __init__(self, exported, head_params: dict, model_cfg):
+        self.model = hf_model("BertForMaskedLM", exported.config).eval()
+        load(self.model, exported.state)
+        self.folders = {"": self.model}
+        self.max_span_tokens, self.weight = model_cfg.sbo_max_span_tokens, float(model_cfg.sbo_loss_weight)
+        self.head = SpanBoundaryHead(model_cfg.hidden_size, model_cfg.sbo_position_size, self.max_span_tokens,
+                                     model_cfg.vocab_size, model_cfg.layer_norm_eps).eval()
+        state = {}
+        for name, (path, transposed) in self.NAMES.items():
+            value = head_params
+            for key in path.split("/"):
+                value = value[key]
+            state[name] = torch.from_numpy(np.array(value.T if transposed else value))
+        self.head.load_state_dict(state, strict=True)
+
+    def _ours(self, name: str) -> str:
+        return f"{self.HEAD}/{self.NAMES[name][0]}"
+
+    def named_parameters(self):
+        return super().named_parameters() + [(self._ours(n), p) for n, p in self.head.named_parameters()]
+
+    def decays(self) -> dict[str, bool]:
+        decayed = decayed_names(self.head)
+        return {**super().decays(), **{self._ours(n): n in decayed for n, _ in self.head.named_parameters()}}
+
+    def state(self) -> dict[str, np.ndarray]:
+        head = {self._ours(n): (v.T if self.NAMES[n][1] else v).detach().numpy().copy()
+                for n, v in self.head.state_dict().items()}
+        return {**super().state(), **head}
+
+    def loss(self, batch: dict, corrupted=None):
+        labels = mlm_labels(batch)
+        out = self.model(**inputs(batch, "input_ids", "attention_mask", "token_type_ids"), labels=labels,
+                         output_hidden_states=True)
+        rows, left, right, offset, target = span_targets(labels.numpy(), self.max_span_tokens)
+        logits = self.head(out.hidden_states[-1], rows, left, right, offset,
+                           self.model.bert.embeddings.word_embeddings.weight)
+        sbo = F.cross_entropy(logits, target)
+        return out.loss + self.weight * sbo, {"mlm_loss": out.loss, "sbo_loss": sbo}

@@ -2,16 +2,17 @@
 
 The paper trains single contiguous segments without NSP (§3.3, "Single-Sequence Training"), so the module has
 no NSP head and no pooler: what it exports is a BertForMaskedLM, as SpanBERT's released checkpoints load. The
-SBO head (bert_jax/objectives/span_boundary.py) serves pre-training only and is left out of the export.
+SBO head is the objective's (bert_jax/objectives/span_boundary.py, a layer above the models): the family registry
+hands it in (`build_spanbert`'s `boundary_head`). It serves pre-training only and is left out of the export.
 """
 import dataclasses
+from typing import Callable
 
 import flax.linen as nn
 import jax
 
 from bert_jax.models.bert import BertConfig, BertEncoder
 from bert_jax.models.layers import EncoderModel, MaskedLMHead
-from bert_jax.objectives import span_boundary
 
 SBO_HEAD = "span_boundary"  # the head's submodule, the one subtree the export leaves out
 
@@ -21,8 +22,8 @@ class SpanBertConfig(BertConfig):
     vocab_size: int = 28996  # BERT's cased WordPiece, which SpanBERT kept
     # The SBO's position table: offsets within a span up to sbo_max_span_tokens - 1 are predicted (SpanBERT's
     # --max-pair-targets 15), each embedded in sbo_position_size features (its pair_bert.py: 200).
-    sbo_max_span_tokens: int = span_boundary.DEFAULT_MAX_SPAN_TOKENS
-    sbo_position_size: int = span_boundary.DEFAULT_POSITION_SIZE
+    sbo_max_span_tokens: int = 15
+    sbo_position_size: int = 200
 
     @classmethod
     def from_config(cls, model_cfg) -> "SpanBertConfig":
@@ -38,6 +39,9 @@ class SpanBertForPreTraining(EncoderModel):
     word table."""
 
     config: SpanBertConfig
+    # (hidden [batch, length, hidden], left, right, offset [batch, predictions], word table) -> logits
+    # [batch, predictions, vocab]: objectives/span_boundary.py's SpanBoundaryHead.
+    span_boundary: nn.Module
 
     def setup(self):
         cfg = self.config
@@ -46,10 +50,6 @@ class SpanBertForPreTraining(EncoderModel):
         self.mlm_head = MaskedLMHead(cfg.hidden_size, cfg.vocab_size, "gelu", cfg.layer_norm_eps, cfg.dtype,
                                      cfg.param_dtype, init)
         nn.share_scope(self, self.mlm_head)
-        # The paper's GeLU, exact, as the MLM head's (SpanBERT's MLPWithLayerNorm takes config.hidden_act: gelu).
-        self.span_boundary = span_boundary.SpanBoundaryHead(
-            cfg.hidden_size, cfg.vocab_size, cfg.sbo_max_span_tokens, cfg.sbo_position_size, "gelu",
-            cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, init)
 
     def hidden_states(self, batch: dict, deterministic: bool) -> jax.Array:
         return self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
@@ -70,8 +70,11 @@ class SpanBertForPreTraining(EncoderModel):
                 "last_hidden_state": hidden}
 
 
-def build_spanbert(model_cfg) -> nn.Module:
-    return SpanBertForPreTraining(SpanBertConfig.from_config(model_cfg))
+def build_spanbert(model_cfg, boundary_head: Callable[[SpanBertConfig], nn.Module]) -> nn.Module:
+    """The module for `config.model`, its SBO head `boundary_head(config)` (the family registry passes the
+    objective's)."""
+    config = SpanBertConfig.from_config(model_cfg)
+    return SpanBertForPreTraining(config, boundary_head(config))
 
 
 def validate_config(config) -> None:

@@ -22,12 +22,12 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, LayerNorm, gather_positions, logical
+from bert_jax.models.spanbert import SpanBertConfig
 from bert_jax.objectives.mlm import mlm_sums, mlm_weights
 from bert_jax.objectives.objective import Objective
 
-# SpanBERT's released settings (pretraining/README.md's command and pair_bert.py's defaults).
-DEFAULT_MAX_SPAN_TOKENS = 15
-DEFAULT_POSITION_SIZE = 200
+# SpanBERT's released settings (pretraining/README.md's command and pair_bert.py's defaults): SpanBertConfig's.
+DEFAULT_MAX_SPAN_TOKENS = SpanBertConfig.sbo_max_span_tokens
 DEFAULT_LOSS_WEIGHT = 1.0
 
 
@@ -70,6 +70,14 @@ class SpanBoundaryHead(nn.Module):
                           self.param_dtype)
         logits = word.attend(h) + bias.astype(self.dtype)
         return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", None, "vocab"))
+
+
+def head_for(config: SpanBertConfig) -> SpanBoundaryHead:
+    """The SBO head of a SpanBERT module (models/spanbert.py's `boundary_head`): the paper's GeLU, exact, as the MLM
+    head's (SpanBERT's MLPWithLayerNorm takes config.hidden_act, gelu)."""
+    return SpanBoundaryHead(config.hidden_size, config.vocab_size, config.sbo_max_span_tokens,
+                            config.sbo_position_size, "gelu", config.layer_norm_eps, config.dtype, config.param_dtype,
+                            nn.initializers.normal(config.initializer_range))
 
 
 def sbo_weights(batch: dict, max_span_tokens: int) -> jax.Array:
