@@ -2,6 +2,7 @@
 and the config errors, on micro corpora without training (one slow test trains)."""
 
 import json
+import logging
 import re
 
 import numpy as np
@@ -204,6 +205,78 @@ def test_prepare_refuses_a_mixture_naming_what_to_do(corpora, tmp_path):
         prepare_lib.prepare(corpora[0], str(tmp_path / "out"))
 
 
+def _temperature_config(corpora, root):
+    """The corpora's prepared wiki (120 documents: its manifest) beside a text source of 12 documents and a JSONL
+    source of 240 (both counted), weighted by temperature; the full pre-training config."""
+    cfg, _ = corpora
+    documents = list(corpus.embedded_documents())
+    (root / "small.txt").write_text("\n\n".join("\n".join(d) for d in documents[:12]))
+    with open(root / "large.jsonl", "w") as out:
+        for document in documents[120:360]:
+            out.write(json.dumps({"text": "\n".join(document)}) + "\n")
+    config = base.get_config()
+    config.data = cfg.copy_and_resolve_references()
+    config.data.mixture = dict(small=dict(source="text", path=str(root / "small.txt")),
+                               large=dict(source="jsonl", path=str(root / "large.jsonl")),
+                               wiki=dict(cfg.mixture.wiki, weight=None))
+    del config.data.mixture.wiki["weight"]
+    config.data.mixture_alpha = 0.3
+    return config
+
+
+def test_temperature_sampling_realises_shares_proportional_to_size_to_the_alpha(corpora, tmp_path, caplog):
+    """XLM-R's alpha = 0.3 over sources of 12, 120 and 240 documents: each source's realised share of the
+    sequences is n ** 0.3 / sum(n ** 0.3) within 1 % (relative); the sizes and weights are logged and recorded."""
+    from bert_jax.train.config_validation import resolve_config
+
+    config = _temperature_config(corpora, tmp_path)
+    with caplog.at_level(logging.INFO):
+        resolved = resolve_config(config)
+    sizes = {name: resolved.data.mixture[name].size for name in mixture.source_names(resolved.data)}
+    assert sizes == {"large": 240, "small": 12, "wiki": 120}  # counted, counted, the manifest's
+    assert "config.data.mixture.wiki.size -> 120 documents (its manifest)" in caplog.text
+    assert "config.data.mixture.small.size -> 12 documents (a counting pass over 1 file)" in caplog.text
+    expected = np.array([240, 12, 120], float) ** 0.3
+    expected /= expected.sum()
+    assert "config.data.mixture_alpha=0.3 -> weights large 0.4506, small 0.1834, wiki 0.3660" in caplog.text
+    assert json.loads(resolved.to_json_best_effort())["data"]["mixture"]["small"]["size"] == 12  # recorded
+    iterator = _iterator(resolved.data, corpora[1])
+    for _ in range(1_600 // BATCH):
+        next(iterator)
+    realised = iterator.sequences / iterator.sequences.sum()
+    np.testing.assert_allclose(realised, expected, rtol=0.01)
+    print(f"realised {np.round(realised, 4).tolist()} for n ** 0.3 shares {np.round(expected, 4).tolist()}")
+
+
+def test_temperature_alpha_changes_by_stage_and_refuses_a_weight_beside_it(corpora, tmp_path):
+    """mmBERT's alpha lowered across phases: each mixture_alpha_schedule entry is a stage of its own weights."""
+    config = _temperature_config(corpora, tmp_path)
+    config.data.mixture_alpha, config.data.mixture_alpha_schedule = 1.0, ((40, 0.0),)
+    for name, size in (("large", 240), ("small", 12), ("wiki", 120)):
+        config.data.mixture[name].size = size  # given: no counting pass
+    assert mixture.resolve_sizes(config.data) == [
+        "config.data.mixture.large.size -> 240 documents (set)", "config.data.mixture.small.size -> 12 documents (set)",
+        "config.data.mixture.wiki.size -> 120 documents (set)",
+        "config.data.mixture_alpha=1 -> weights large 0.6452, small 0.0323, wiki 0.3226 (p ~ size ** alpha)",
+        "config.data.mixture_alpha=0 from step 40 -> weights large 0.3333, small 0.3333, wiki 0.3333 (p ~ size ** "
+        "alpha)"]
+    assert mixture.stages(config.data)[1] == (40, (1 / 3, 1 / 3, 1 / 3))
+    for change, message in [
+            (lambda d: d.mixture.small.update(weight=0.5), r"config.data.mixture.small.weight=0.5 and "
+                                                           r"config.data.mixture_alpha=1.0 are both set"),
+            (lambda d: setattr(d, "mixture_schedule", ((10, dict(small=1.0)),)),
+             r"config.data.mixture_schedule and config.data.mixture_alpha are both set"),
+            (lambda d: setattr(d, "mixture_alpha_schedule", ((40, 0.5), (20, 0.3))),
+             r"config.data.mixture_alpha_schedule\[1\]: step 20 must be an integer above"),
+            (lambda d: setattr(d, "mixture_alpha", -0.3), r"config.data.mixture_alpha=-0.3 must be >= 0"),
+            (lambda d: d.mixture.small.update(size=0), r"config.data.mixture.small.size=0 must be a whole number"),
+            (lambda d: setattr(d, "mixture_alpha", None), r"mixture_alpha_schedule is set but .*mixture_alpha is not")]:
+        data = config.data.copy_and_resolve_references()
+        change(data)
+        with pytest.raises(ValueError, match=message):
+            mixture.check_mixture(data)
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda c: c.mixture.web.update(weight=-1), r"config.data.mixture.web.weight=-1(\.0)? must be >= 0"),
     (lambda c: [c.mixture[n].update(weight=0) for n in c.mixture], r"every source's weight is 0"),
@@ -239,7 +312,7 @@ def test_overrides_alone_add_a_source_and_set_any_documented_key_of_the_files_so
         "web": {"source": "jsonl", "path": "web/*.jsonl", "weight": 0.5, "on_exhausted": "stop"},
         "books": {"source": "text", "max_line_bytes": 100}}
     for flag, says in [("--config.data.mixture.web.fraction=0.5", "has no key 'fraction'; its keys: weight, "
-                                                                 "on_exhausted, source, path, field"),
+                                                                 "on_exhausted, size, source, path, field"),
                        ("--config.data.mixture.web.weight=half", "weight takes a number (float), not 'half'")]:
         with pytest.raises(UserError, match=re.escape(f"{flag}: ") + ".*" + re.escape(says)):
             mixture_overrides.apply(config, mixture_overrides.take([flag])[1])

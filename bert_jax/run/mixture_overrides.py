@@ -20,7 +20,7 @@ from bert_jax import UserError
 from data_pipelines.sources import mixture
 
 PREFIX = "--config.data.mixture."
-_TYPES = {"weight": float, "on_exhausted": str}  # the mixture's own keys; the others are typed as config.data's
+_TYPES = {"weight": float, "on_exhausted": str, "size": int}  # the mixture's own keys; the others are typed as config.data's
 
 
 @dataclasses.dataclass(frozen=True)
