@@ -92,6 +92,9 @@ CASES = [
     # inspect
     (["inspect", "--from=nope", "--text=the [MASK] sat"], ["--from", "nope"]),
     (["inspect", "--from=run_at_4", "--text=the [MASK] sat", "--mode=pca"], ["--mode", "pca"]),
+    (["inspect", "--from=run_at_4", "--mode=heads", "--corpus=nope.txt", "--out=h"], ["--corpus", "nope.txt"]),
+    (["inspect", "--from=run_at_4", "--mode=heads"], ["--mode=heads", "--out"]),
+    (["inspect", "--from=notarun", "--mode=heads", "--out=h"], ["--from", "notarun", "--corpus"]),
     # plan
     (["plan", TINY, "--search"], ["--search", "--tpu"]),
     (["plan", TINY, "--tpu=v9-8"], ["--tpu", "v9-8"]),
