@@ -44,6 +44,20 @@ def test_a_bad_budget_fails_in_one_line_naming_the_key_before_anything_is_create
     assert "\n" not in str(refused.value) and not workdir.exists()
 
 
+@pytest.mark.parametrize("key, value, named", [
+    ("branch_from", "/runs/parent:100", "config.branch_from"),
+    ("data.mixture_schedule", ((4, dict(web=1.0)),), "config.data.mixture_schedule"),
+])
+def test_a_budget_with_a_schedule_it_cannot_drive_is_refused_naming_both_keys(key, value, named):
+    config = micro_config()
+    config.train.budget = "1e6tokens"
+    section, _, leaf = key.rpartition(".")
+    with (config[section] if section else config).unlocked():
+        (config[section] if section else config)[leaf] = value
+    with pytest.raises(ValueError, match=rf"^config.train.budget='1e6tokens' and {named}: "):
+        budget.resolve(config)
+
+
 def _token_budget(config, steps: int):
     """`config` with a token budget of `steps` of its stage 0's steps."""
     config.train.budget = f"{steps * config.train.global_batch_size * config.data.max_seq_length}tokens"
