@@ -261,6 +261,10 @@ def test_temperature_alpha_changes_by_stage_and_refuses_a_weight_beside_it(corpo
         "config.data.mixture_alpha=0 from step 40 -> weights large 0.3333, small 0.3333, wiki 0.3333 (p ~ size ** "
         "alpha)"]
     assert mixture.stages(config.data)[1] == (40, (1 / 3, 1 / 3, 1 / 3))
+    resumed = config.data.copy_and_resolve_references()
+    del resumed.mixture.small["size"]  # a resume reads the size its run recorded, and counts nothing
+    assert mixture.resolve_sizes(resumed, {"mixture": {"small": {"size": 12}}})[1] == \
+        "config.data.mixture.small.size -> 12 documents (as the run recorded it)"
     for change, message in [
             (lambda d: d.mixture.small.update(weight=0.5), r"config.data.mixture.small.weight=0.5 and "
                                                            r"config.data.mixture_alpha=1.0 are both set"),

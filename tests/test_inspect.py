@@ -199,7 +199,7 @@ def test_head_statistics_equal_those_of_transformers_attentions(hf_dir, hf_inspe
     corpus.write_text("\n".join(HEADS_CORPUS[:3]) + "\n\n" + "\n".join(HEADS_CORPUS[3:]) + "\n")
     sentence_ids = heads.sentences(hf_dir, str(corpus), hf_inspector.tokenizer, hf_inspector.max_length, 100)
     assert len(sentence_ids) == len(HEADS_CORPUS)  # the blank line is no sentence
-    stats, count = heads.measure(hf_inspector, sentence_ids, batch_size=4)  # padded batches of 4 and 2
+    stats, count = heads.measure(hf_inspector, sentence_ids, batch_size=8)  # one padded batch of 6 lengths
     assert count == len(HEADS_CORPUS) and list(stats) == list(head_statistics.STATISTICS)
 
     model = transformers.AutoModelForMaskedLM.from_pretrained(hf_dir, attn_implementation="eager").eval()
