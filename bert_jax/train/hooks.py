@@ -8,16 +8,18 @@ from jax.experimental import multihost_utils
 
 from bert_jax.parallel.mesh import global_batch
 from bert_jax.run import harness
-from bert_jax.train import perf
+from bert_jax.train import counters, perf
 from bert_jax.train.budget_clock import BudgetClock
 from data_pipelines.loader import mixing, pipeline
 
 
 class PretrainHooks:
     """`eval_sets`: [(source name, or "" for the whole stream; its host batches)] from pipeline.build_eval_sets.
-    `downstream`: a probe (bert_jax/finetune/downstream_probe.py) that evaluations call when it is due, or None."""
+    `downstream`: a probe (bert_jax/finetune/downstream_probe.py) that evaluations call when it is due, or None.
+    `stages`: the whole run's (bert_jax/train/stages.py plan), whose batches and lengths count the tokens seen."""
 
-    def __init__(self, config, program, workdir: str, last_step: int, train_iter, eval_sets, downstream=None):
+    def __init__(self, config, program, workdir: str, last_step: int, train_iter, eval_sets, downstream=None,
+                 stages=()):
         self.config, self.program, self.workdir, self.last_step = config, program, workdir, last_step
         self.train_iter, self.downstream = train_iter, downstream
         self.t_cfg, self.objective = config.train, program.objective
@@ -26,6 +28,10 @@ class PretrainHooks:
         self.eval_sources = [(name, len(batches)) for name, batches in eval_sets if name]
         self.baseline = pipeline.most_frequent_token_accuracy(self.eval_host_batches)
         self.meter = _meter(config, program)
+        # (start, end, tokens per step) of each stage, padding included: train/tokens_seen (bert_jax/train/counters.py)
+        self.spans = [(s.start, s.end, s.config.train.global_batch_size * s.config.data.max_seq_length)
+                      for s in stages] or [(0, config.train.num_steps,
+                                            config.train.global_batch_size * config.data.max_seq_length)]
         self.budget_clock = BudgetClock.of(config.train)  # None without config.train.budget
         self.last_metrics: dict = {}
 
@@ -38,7 +44,8 @@ class PretrainHooks:
         return step % self.t_cfg.log_every_steps == 0
 
     def logged(self, step, row):
-        row["train/learning_rate"] = float(self.program.schedule(step - 1))
+        row["train/learning_rate"] = counters.schedule_at(self.program.schedule, step - 1)
+        row["train/tokens_seen"] = float(counters.tokens_seen(step, self.spans))
         if self.budget_clock is not None:  # the share of config.train.budget spent: what every schedule runs by
             row["train/budget_spent"] = self.budget_clock.fraction(step)
         row.update(self.meter.measure(step))

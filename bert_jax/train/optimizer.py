@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.registry import Registry
+from bert_jax.train import counters
 from bert_jax.train.budget_clock import BudgetClock
 
 # config.train.optimizer -> (schedule, b1, b2, eps, weight_decay, mask, flat_moments) -> the optimizer it names.
@@ -47,7 +48,7 @@ def adamw(schedule, b1, b2, eps, weight_decay, mask, flat_moments=False,
     """optax.adamw's chain, with the moments per leaf or flat. μP's multipliers scale Adam's direction before the
     decay is added, so learning rate x weight decay stays as set (mup's MuAdam with decoupled_wd=False)."""
     return optax.chain(adam_moments(b1, b2, eps, flat_moments), *per_leaf(multipliers),
-                       optax.add_decayed_weights(weight_decay, mask), optax.scale_by_learning_rate(schedule))
+                       optax.add_decayed_weights(weight_decay, mask), counters.scale_by_learning_rate(schedule))
 
 
 @OPTIMIZERS.register("lamb")
@@ -56,7 +57,7 @@ def lamb(schedule, b1, b2, eps, weight_decay, mask, flat_moments=False,
     """optax.lamb's chain (the trust ratio stays per leaf), with the moments per leaf or flat. μP's multipliers come
     after the trust ratio, which would normalise them away before it."""
     return optax.chain(adam_moments(b1, b2, eps, flat_moments), optax.add_decayed_weights(weight_decay, mask),
-                       optax.scale_by_trust_ratio(), *per_leaf(multipliers), optax.scale_by_learning_rate(schedule))
+                       optax.scale_by_trust_ratio(), *per_leaf(multipliers), counters.scale_by_learning_rate(schedule))
 
 # config.train.schedule -> (train_cfg, warmup ramp) -> the schedule; each starts with a linear warmup from 0 to the
 # peak over `warmup_steps` (the ramp).
@@ -81,6 +82,7 @@ def learning_rate_schedule(train_cfg) -> optax.Schedule:
     if clock is not None:  # under config.train.budget: the schedule as written, run by the fraction of it spent
         return clock.compose(learning_rate_schedule(clock.schedule_view(train_cfg)))
     schedule = SCHEDULES.get(train_cfg.schedule)
+    train_cfg = counters.with_uint32_steps(train_cfg)  # its count is uint32, past 2^31 too (train/counters.py)
     ramp = optax.linear_schedule(0.0, train_cfg.learning_rate, max(train_cfg.warmup_steps, 1))
     return schedule(train_cfg, ramp)
 
@@ -170,7 +172,8 @@ def _decay(train_cfg, ramp) -> optax.Schedule:
     fraction = DECAY_SHAPES[shape]
 
     def schedule(count):
-        t = jnp.clip((count - start) / max(steps - 1, 1), 0.0, 1.0)
+        # Clamped before the difference: the count is uint32 (bert_jax/train/counters.py), where count - start wraps.
+        t = jnp.clip((jnp.maximum(count, start) - start) / max(steps - 1, 1), 0.0, 1.0)
         return rate + (end - rate) * fraction(t)
 
     return schedule

@@ -7,13 +7,14 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.models import parametrization
+from bert_jax.train import counters
 from bert_jax.parallel.mesh import logical_shardings
 from data_pipelines.loader import pipeline
 
 
 @flax.struct.dataclass
 class TrainState:
-    step: jax.Array  # int32 scalar: optimizer updates applied so far
+    step: jax.Array  # uint32 scalar: optimizer updates applied so far (bert_jax/train/counters.py)
     params: Any
     opt_state: Any
     # Raw key data of the run's base key; per-step keys are fold_in(key, step), so
@@ -62,7 +63,7 @@ def make_init_fn(model, tx: optax.GradientTransformation, data_cfg, seed: int, e
             params = parametrization.scale_tree(params, init_multipliers)
         # Optimizer state (and the EMA) is built from the boxed params so Adam's moments inherit
         # their logical names (and shardings) instead of ending up replicated.
-        fields = dict(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+        fields = dict(step=jnp.zeros((), counters.STEP_DTYPE), params=params, opt_state=tx.init(params),
                       rng=jax.random.key_data(base))
         state = EmaTrainState(**fields, ema=jax.tree.map(jnp.copy, params)) if ema else TrainState(**fields)
         return flax.linen.meta.unbox(state) if unbox else state

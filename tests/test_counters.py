@@ -1,0 +1,160 @@
+"""Counters past 2^31 (issue 69, bert_jax/train/counters.py): a run whose state says step 2^31 - 16 resumes and trains
+32 steps across the boundary; its WSD schedule (its decay included), data position, RNG folds, metrics rows,
+checkpoint names, goodput and tokens seen are each right, and a stop and resume past 2^31 repeats it bit for bit."""
+import json
+import shutil
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from grain import checkpoint as grain_checkpoint
+
+from bert_jax.checkpoint import manager as ckpt
+from bert_jax.parallel.mesh import make_mesh
+from bert_jax.run import goodput
+from bert_jax.run.metrics_file import read_rows, truncate_metrics
+from bert_jax.storage.workdir import Workdir
+from bert_jax.train import counters
+from bert_jax.train.config_validation import check_config
+from bert_jax.train.loop import train
+from bert_jax.train.program import build_program
+from test_pretrain import micro_config
+
+START = 2**31 - 16
+END = START + 32
+DECAY = 24  # the WSD decay's steps, the last of num_steps = 2^31 + 24: from count 2^31 on, inside the 32
+
+
+def counter_config():
+    c = micro_config()
+    c.train.num_steps = 2**31 + DECAY
+    c.train.schedule = "wsd"
+    c.train.decay_fraction = DECAY / c.train.num_steps
+    c.train.end_learning_rate = 0.0
+    c.train.eval_every_steps = 16
+    c.checkpoint.every_steps = 16
+    c.checkpoint.async_save = False
+    return c
+
+
+def wsd_reference(train_cfg, count: int) -> float:
+    """The WSD learning rate at optax count `count`, in float64 Python arithmetic."""
+    peak, total, warmup = train_cfg.learning_rate, train_cfg.num_steps, train_cfg.warmup_steps
+    decay_steps = max(int(round(train_cfg.decay_fraction * total)), 1)
+    stable_until = max(total - decay_steps, warmup)
+    if count < warmup:
+        return peak * count / warmup
+    if count < stable_until:
+        return peak
+    return peak * (1.0 - min((count - stable_until) / decay_steps, 1.0) ** 0.5)
+
+
+def move_to(workdir, config, step_from: int, step_to: int) -> None:
+    """The checkpoint of `step_from` rewritten as the state of `step_to`: its step and the optimizer's counts set
+    (as a run that trained that far would hold them), the data iterator's position kept; its metrics rows dropped."""
+    program = build_program(config, make_mesh(config.mesh))
+    manager = ckpt.make_manager(str(Workdir(workdir).checkpoints), config.checkpoint)
+    with jax.set_mesh(program.mesh):
+        state = manager.restore(step_from, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(program.abstract_state)))["state"]
+    data = (Workdir(workdir).checkpoints / str(step_from) / ckpt.DATA_ITEM)
+    iterator_state = next(p for p in data.iterdir() if p.name.endswith(".json")).read_bytes()
+
+    def to_step(path, leaf):
+        name = str(getattr(path[-1], "name", getattr(path[-1], "key", "")))
+        return np.asarray(step_to, leaf.dtype) if name in ("step", "count") and leaf.ndim == 0 else leaf
+
+    state = jax.tree_util.tree_map_with_path(to_step, state)
+
+    class Snapshot:
+        def get_state(self):
+            return iterator_state
+
+    manager.save(step_to, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                  data=grain_checkpoint.CheckpointSave(Snapshot())))
+    manager.wait_until_finished()
+    manager.close()
+    shutil.rmtree(Workdir(workdir).checkpoints / str(step_from))
+    truncate_metrics(Workdir(workdir).metrics_jsonl, 0)
+
+
+@pytest.fixture(scope="module")
+def resumed_past_2_31(tmp_path_factory, xla_compile_cache):
+    """(config, workdir): 16 steps trained, moved to step 2^31 - 16, then 32 steps trained past 2^31."""
+    workdir = str(tmp_path_factory.mktemp("counters") / "run")
+    config = check_config(counter_config(), workdir)
+    train(config, workdir, stop_at_step=16)
+    move_to(workdir, config, 16, START)
+    shutil.copytree(workdir, workdir + "_at_start")
+    train(config, workdir, stop_at_step=END)
+    return config, workdir
+
+
+@pytest.mark.slow  # three micro runs and a resume: minutes on 2 loaded cores
+def test_the_state_steps_and_schedule_count_go_past_2_31(resumed_past_2_31):
+    config, workdir = resumed_past_2_31
+    program = build_program(config, make_mesh(config.mesh))
+    manager = ckpt.make_manager(str(Workdir(workdir).checkpoints), config.checkpoint)
+    # Checkpoint names past 2^31, at the cadence of 16.
+    assert sorted(manager.all_steps()) == [START, START + 16, END]
+    with jax.set_mesh(program.mesh):
+        state = manager.restore(END, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(program.abstract_state)))["state"]
+    manager.close()
+    assert state.step.dtype == np.uint32 and int(state.step) == END
+    counts = {str(leaf.dtype): int(leaf) for leaf in jax.tree.leaves(state.opt_state) if leaf.ndim == 0}
+    # The schedule's count goes past 2^31; Adam's (int32, its bias correction 1.0 long before) stops at 2^31 - 1.
+    assert counts == {"uint32": END, "int32": 2**31 - 1}
+
+
+@pytest.mark.slow  # three micro runs and a resume: minutes on 2 loaded cores
+def test_metrics_rows_learning_rate_and_tokens_past_2_31(resumed_past_2_31):
+    config, workdir = resumed_past_2_31
+    train_rows = [r for r in read_rows(Workdir(workdir).metrics_jsonl) if "train/loss" in r]
+    assert [r["step"] for r in train_rows] == list(range(START + 1, END + 1))  # one row per step, none twice
+    for row in train_rows:
+        want = wsd_reference(config.train, row["step"] - 1)
+        assert row["train/learning_rate"] == pytest.approx(want, rel=1e-5, abs=1e-9), row["step"]
+        assert np.isfinite(row["train/loss"])
+        assert row["train/tokens_seen"] == row["step"] * 8 * 64
+        assert 0 <= row["perf/mfu"] <= 1
+    decaying = [r["train/learning_rate"] for r in train_rows if r["step"] > 2**31 + 1]
+    assert decaying[0] < config.train.learning_rate and all(np.diff(decaying) < 0)  # the decay runs, down
+    evals = [r["step"] for r in read_rows(Workdir(workdir).metrics_jsonl) if "eval/loss" in r]
+    assert evals == [START + 16, END]
+
+
+def test_tokens_seen_are_exact_at_10_13():
+    per_step = 4657  # 2^31 steps of it: 10^13 tokens
+    step = 2**31 + 5
+    seen = counters.tokens_seen(step, [(0, 2**40, per_step)])
+    assert seen == step * per_step > 10**13
+    assert json.loads(json.dumps({"train/tokens_seen": float(seen)}))["train/tokens_seen"] == seen  # as a row holds it
+    staged = counters.tokens_seen(3 * 10**9, [(0, 10**9, 1000), (10**9, 2**40, 4000)])
+    assert staged == 10**9 * 1000 + 2 * 10**9 * 4000 == 9 * 10**12
+    assert float(staged) == staged
+
+
+@pytest.mark.slow  # three micro runs and a resume: minutes on 2 loaded cores
+def test_goodput_counts_the_steps_past_2_31(resumed_past_2_31):
+    config, workdir = resumed_past_2_31
+    lines = goodput.report(workdir)
+    assert f"steps 0 -> {END}" in lines[0]
+    result = goodput.account(goodput.read(workdir))
+    assert result.replayed_steps == 0 and all(v >= 0 for v in result.seconds.values())
+
+
+@pytest.mark.slow  # three micro runs and a resume: minutes on 2 loaded cores
+def test_a_stop_and_resume_past_2_31_repeats_the_run(resumed_past_2_31, tmp_path):
+    """The RNG folds (dropout is on) and the data position, across a stop at step 2^31."""
+    config, workdir = resumed_past_2_31
+    again = str(tmp_path / "run")
+    shutil.copytree(workdir + "_at_start", again)
+    train(config, again, stop_at_step=2**31)
+    train(config, again, stop_at_step=END)
+    losses = lambda d: [(r["step"], r["train/loss"]) for r in read_rows(Workdir(d).metrics_jsonl) if "train/loss" in r]  # noqa: E731
+    assert losses(again) == losses(workdir)
+    assert json.loads((Workdir(again).checkpoints / str(END) / ckpt.DATA_ITEM).iterdir().__next__().read_text()) \
+        == json.loads((Workdir(workdir).checkpoints / str(END) / ckpt.DATA_ITEM).iterdir().__next__().read_text())
+
