@@ -6,7 +6,7 @@ can be overridden on the command line: `--config.train.learning_rate=2e-4`.
 import ml_collections
 
 from bert_jax.parallel import distributed
-from bert_jax.run import lease
+from bert_jax.run import lease, spike
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -217,6 +217,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.log_every_steps = 100
     c.train.eval_every_steps = 10_000
     c.train.nan_policy = "stop"  # stop: raise with the step number
+    # Loss spikes (bert_jax/run/spike.py), off by default: with factor k > 1, a step whose loss exceeds k x the median
+    # of the last `window` logged losses, or is not finite, restores the last checkpoint before it and skips the
+    # batches that led to it, as PaLM's training did (Chowdhery et al. 2022, §5.1); counted in train/rollbacks.
+    c.train.spike = spike.default_config()
     # A profiler window (bert_jax/run/profile_window.py): a jax.profiler trace of num_steps steps from start_step (steps
     # count from 1; skip the first few, whose compile fills a trace) in DIR/profile/, for XProf; 0 steps = off.
     # hosts: first (process 0) | all. Changing it on a resume changes no experiment.

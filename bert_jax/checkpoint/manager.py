@@ -238,3 +238,12 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
     if steps:
         raise RuntimeError(f"none of the checkpoints {steps} in {manager.directory} can be read")
     return None
+
+
+def restore_step(manager: ocp.CheckpointManager, step: int, abstract_state, iterator):
+    """The state of checkpoint `step` (placed by the shardings in `abstract_state`); the iterator is restored in place
+    to that step's position. A rollback's (bert_jax/run/spike.py): the step is one this run saved and read back."""
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state), data=grain_checkpoint.CheckpointRestore(iterator)))
+    logging.info("restored checkpoint step %d from %s", step, manager.directory)
+    return restored["state"]

@@ -17,6 +17,7 @@ Breakdown Details" and `BadputType`); that library records to Cloud Logging, thi
 | restores | UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME | reading the newest checkpoint and the data iterator's position |
 | checkpoint saves | UNPRODUCTIVE_CHECKPOINT_SAVE_TIME | the time the loop spends in a save (orbax writes the rest in the background) |
 | replayed steps | WASTED_PROGRESS_FROM_DISRUPTION | steps trained after the checkpoint the next start restored: trained twice |
+| rolled back (spikes) | WASTED_PROGRESS_FROM_DISRUPTION | steps a loss spike rolled back (config.train.spike, run/spike.py): trained twice |
 | between starts | INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION | a start's last record to the next start: the kill, the relaunch, a queue |
 | data waits | DATA_LOADING_SYNC | waiting for the next batch |
 | evaluation | CUSTOM_BADPUT_EVENTS | evaluation (and a fine-tuning run's validation) |
@@ -52,6 +53,7 @@ CATEGORIES = (
     ("restore", "restores", "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME"),
     ("checkpoint", "checkpoint saves", "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"),
     ("replayed", "replayed steps", "WASTED_PROGRESS_FROM_DISRUPTION"),
+    ("rolled_back", "rolled back (spikes)", "WASTED_PROGRESS_FROM_DISRUPTION"),
     ("between_starts", "between starts", "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"),
     ("data_wait", "data waits", "DATA_LOADING_SYNC"),
     ("evaluation", "evaluation", "CUSTOM_BADPUT_EVENTS"),
@@ -87,6 +89,9 @@ class StartRecord:
     step: int = 0
     seconds: dict = dataclasses.field(default_factory=dict)
     step_seconds_at_save: dict = dataclasses.field(default_factory=dict)
+    # Loss spikes rolled back (run/spike.py), and the step time of the steps they trained again.
+    rollbacks: int = 0
+    rolled_back_seconds: float = 0.0
     host: str = dataclasses.field(default_factory=socket.gethostname)
     pid: int = dataclasses.field(default_factory=os.getpid)
 
@@ -154,6 +159,7 @@ class Account:
     replayed_steps: int
     first_step: int  # the step the first start began at
     last_step: int
+    rollbacks: int = 0  # loss spikes rolled back (run/spike.py)
 
     @property
     def goodput(self) -> float:
@@ -169,16 +175,18 @@ def account(records: list[StartRecord]) -> Account | None:
     for index, record in enumerate(records):
         later = [r.start_step for r in records[index + 1:]]
         steps, lost = replayed_by(record, min(later)) if later else (0, 0.0)
+        lost = min(lost, record.step_seconds - record.rolled_back_seconds)  # a rolled-back second is not lost twice
         replayed_steps += steps
         seconds["replayed"] += lost
-        seconds["productive"] += record.step_seconds - lost
+        seconds["rolled_back"] += record.rolled_back_seconds
+        seconds["productive"] += record.step_seconds - lost - record.rolled_back_seconds
         for key in ("startup", "compile", "restore", "checkpoint", "data_wait", "evaluation", "other"):
             seconds[key] += record.seconds.get(key, 0.0)
         if index:
             seconds["between_starts"] += max(record.started_at - records[index - 1].recorded_at, 0.0)
     wall = records[-1].recorded_at - records[0].started_at
     return Account(seconds, wall, len(records), replayed_steps, records[0].start_step,
-                   max(r.step for r in records))
+                   max(r.step for r in records), sum(r.rollbacks for r in records))
 
 
 def report(workdir: str) -> list[str]:
@@ -196,6 +204,8 @@ def report(workdir: str) -> list[str]:
         value = result.seconds[key]
         if key == "replayed":
             label = f"replayed steps ({result.replayed_steps})"
+        elif key == "rolled_back":
+            label = f"rolled back ({result.rollbacks})"
         share = 100 * value / result.wall_s if result.wall_s > 0 else 0.0
         lines.append(f"  {label:<26}{value:>12.1f}{share:>8.1f} %   {theirs}")
     total = sum(result.seconds.values())
@@ -241,6 +251,18 @@ class Recorder:
         marks[str(step)] = self.record.step_seconds
         for old in sorted(marks, key=int)[:-KEPT_SAVES]:
             del marks[old]
+        self._write(force=True)
+
+    def rolled_back(self, good: int) -> None:
+        """A spike rolled the run back to the save of step `good`: the step time since then was spent on steps trained
+        again. That save's mark moves to now, so a second rollback to it, or a later start restoring it, counts only
+        what came after."""
+        self._refresh()
+        marks = self.record.step_seconds_at_save
+        self.record.rolled_back_seconds += max(self.record.step_seconds - marks.get(str(good), 0.0), 0.0)
+        marks[str(good)] = self.record.step_seconds
+        self.record.rollbacks += 1
+        self.record.step = good
         self._write(force=True)
 
     def close(self) -> None:

@@ -26,9 +26,10 @@ from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import global_batch
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
-from bert_jax.run import determinism, goodput
+from bert_jax.run import determinism, goodput, spike
 from bert_jax.run import lease as lease_lib
 from bert_jax.run.device_memory import DeviceMemory, planned_peak_bytes
+from bert_jax.run.metrics_file import read_rows
 from bert_jax.run.metrics_writer import MetricsWriter
 from bert_jax.run.preemption import PreemptionWatch
 from bert_jax.run.profile_window import ProfileWindow
@@ -243,7 +244,8 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
 
     Where the time goes: a clock (run/step_clock.py) charges every second since the process started to one activity;
     each logged row gets its `time/*` split, and this start's goodput record (run/goodput.py) its totals. A profiler
-    window (config.train.profile, run/profile_window.py) traces the steps it names."""
+    window (config.train.profile, run/profile_window.py) traces the steps it names. A loss spike (config.train.spike,
+    run/spike.py) rolls the run back to its last good checkpoint, past the batches that led to it."""
     end_step = last_step if end_step is None else end_step
     clock = StepClock("startup", goodput.start_origin())  # imports, devices, the program, the data: start-up
     manager = ckpt.make_manager(paths.absolute(Workdir(workdir).checkpoints), config.checkpoint)
@@ -266,6 +268,7 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
         if start >= last_step:
             logging.info("the checkpoint is already at step %d: nothing to train", start)
         nan_policy = config.train.nan_policy
+        spikes = spikes_for(config, workdir, start)
         with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules), PreemptionWatch() as watch:
             with clock.timing("evaluation"):  # a fine-tuning run validates the untrained model here
                 hooks.started(start, state, writer)
@@ -285,6 +288,8 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                     row.update(times)
                     row.update(memory.measure(step))
                     pending = []
+                    if spikes is not None:
+                        spikes.logged(step, row)
                     # Recorded before the console line and the row: a kill between them counts the step as replayed
                     # (once too often at worst), never one fewer than the log showed trained (the soak's find).
                     recorder.logged(step)
@@ -329,7 +334,24 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                     memory.measure(step)
                 return state, metrics
 
-            for step in range(start + 1, last_step + 1):
+            def roll_back(found: tuple[int, float, float]):
+                """Back to the newest checkpoint before the spike `found`, past its batches: (state, its step)."""
+                nonlocal pending, evaluated, saved
+                ckpt.wait_until_finished(manager)
+                good = spikes.good_step(found[0], sorted(manager.all_steps()))
+                jax.block_until_ready(pending[-1][1])
+                restored = ckpt.restore_step(manager, good, program.abstract_state, batches.iterator)
+                for _ in range(found[0] - good):  # the batches that led to the spike: the data position moves past
+                    next_batch(batches)
+                pending, evaluated, saved = [], min(evaluated, good), good
+                writer.rewind(good)
+                recorder.rolled_back(good)
+                spikes.rolled_back(found, good)
+                return restored, good
+
+            step = start
+            while step < last_step:
+                step += 1
                 if lease is not None:
                     lease.check()
                 with profile.annotate(step):  # the step's span in a trace: its data wait and its dispatch
@@ -349,6 +371,12 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                 with clock.timing("device"):
                     ahead.dispatched(metrics)
                 profile.after_step(step, metrics)
+                if spikes is not None and (hooks.logs_at(step) or hooks.saves_at(step) or step == last_step):
+                    found = spikes.first_spike(jax.device_get(pending))  # before a row or a save holds the spike
+                    if found is not None:
+                        with clock.timing("restore"):
+                            state, step = roll_back(found)
+                        continue
                 stop, preempted = finish_step(step, step == last_step, {})
                 outcome = Outcome(state, start, step, stopped_early=stop, preempted=preempted)
                 if preempted:
@@ -364,6 +392,15 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                 ckpt.wait_until_finished(manager)
         finally:
             _close(manager, hooks, writer, lease, recorder)
+
+
+def spikes_for(config, workdir: str, start: int) -> spike.Spikes | None:
+    """config.train.spike's detector, its window and counts rebuilt from the rows up to `start`; None when off."""
+    spike_cfg = config.train.get("spike")
+    if spike_cfg is None or not spike_cfg.factor:
+        return None
+    rows = [r for r in read_rows(Workdir(workdir).metrics_jsonl) if r["step"] <= start] if start else []
+    return spike.Spikes(spike_cfg, rows)
 
 
 def _close(manager, hooks: Hooks, writer: MetricsWriter | None, lease, recorder: goodput.Recorder | None) -> None:

@@ -97,6 +97,12 @@ class MetricsWriter:
         if self.wandb_run is not None:
             self.wandb_run.log(dict(metrics), step=int(step))
 
+    def rewind(self, step: int) -> None:
+        """Drops the rows after `step`, which a rollback trains again (bert_jax/run/spike.py); TensorBoard's events and
+        wandb's history keep theirs (neither can drop a step), and get the new rows beside."""
+        if self.active:
+            truncate_metrics(self.path, step)
+
     def sync(self) -> None:
         """Uploads metrics.jsonl and the TensorBoard event files, each whole, to a bucket workdir."""
         if not (self.active and self.remote):

@@ -19,7 +19,7 @@ import bert_jax
 from bert_jax.families import get_family, mup_multipliers
 from bert_jax.models import parametrization
 from bert_jax.hf import folder as hf_folder
-from bert_jax.run import profile_window
+from bert_jax.run import profile_window, spike
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
 from bert_jax.checkpoint import reference
@@ -153,6 +153,7 @@ def validate_config(config, num_processes: int = 1) -> None:
                          f"config.train.num_steps={length}]")
     if t.nan_policy not in ("stop", "skip"):
         raise ValueError(f"config.train.nan_policy={t.nan_policy!r}; expected 'stop' or 'skip'")
+    spike.check_config(t.spike)
     profile_window.check(t.profile, t.num_steps)  # a window past the run's end is refused here
     for key in ("log_every_steps", "eval_every_steps"):
         if t[key] < 1:
