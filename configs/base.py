@@ -4,6 +4,7 @@ Other configs start from `get_config()` here and change what differs. Every key
 can be overridden on the command line: `--config.train.learning_rate=2e-4`.
 """
 import ml_collections
+from ml_collections import config_dict
 
 from bert_jax.parallel import distributed
 from bert_jax.run import lease, spike
@@ -117,6 +118,12 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.mixture = ml_collections.ConfigDict()
     # Weights by step: ((step, dict(name=weight, ...)), ...), each stage from that step's batch on.
     c.data.mixture_schedule = ()
+    # Weights from the sources' sizes instead, sampled by temperature (a source then sets no weight): p_i ~ n_i **
+    # alpha, n_i the documents it holds (XLM-R: 0.3; 1 = the sizes' shares, 0 = uniform); None = off. Each size is
+    # counted (or read from a prepared manifest) once and recorded as config.data.mixture.<name>.size.
+    c.data.mixture_alpha = config_dict.placeholder(float)
+    # alpha by step: ((step, alpha), ...), each a stage from that step's batch on (mmBERT: 0.7 -> 0.5 -> 0.3).
+    c.data.mixture_alpha_schedule = ()
     # Tokenizer (data_pipelines/tokenizers/tokenizer.py): trained once per workdir unless `path` is set.
     c.data.tokenizer = ml_collections.ConfigDict()
     c.data.tokenizer.kind = "wordpiece"  # wordpiece | bpe (RoBERTa) | unigram | sentencepiece_bpe (ALBERT)

@@ -94,6 +94,8 @@ def _resolved(config, workdir: str | None) -> tuple:
                 resolved.data.worker_count = value
         workers.worker_count(resolved.data.worker_count)  # anything else fails now, naming the key
         lines += _resolve_mup(resolved)
+        # Temperature sampling: each source's size, counted once (or the recorded one on a resume), and its weights.
+        lines += mixture.resolve_sizes(resolved.data, _recorded_data(workdir))
     return resolved, lines
 
 
@@ -111,6 +113,14 @@ def _resolve_mup(config) -> list[str]:
     config.model.mup_multipliers = resolved
     return [f"config.model.parametrization=mup -> width multiplier {mup.width:g} (hidden_size "
             f"{config.model.hidden_size} / mup_base_width {config.model.mup_base_width})"]
+
+
+def _recorded_data(workdir: str | None) -> dict | None:
+    """DIR/config.json's data section when DIR holds checkpoints (a resume); None for a fresh run."""
+    run = Workdir(workdir) if workdir else None
+    if run is None or not run.checkpoint_steps() or not paths.fresh(run.config_json).exists():
+        return None
+    return json.loads(paths.fresh(run.config_json).read_text()).get("data")
 
 
 def _recorded_worker_count(workdir: str) -> int | None:
