@@ -136,3 +136,62 @@ def test_the_bound_overlaps_asynchronous_collectives_and_adds_synchronous_ones()
     assert r.bound == "NVLink-bound" and r.step_s == pytest.approx(0.155)
     assert r.mfu == pytest.approx(0.100 / 0.155)
     assert Roofline(**base).bound == "compute-bound" and Roofline(**base).step_s == pytest.approx(0.1)
+
+
+GPU_SCRIPT = """
+import json, math, jax
+jax.config.update("jax_platforms", "cpu")
+import bert_jax.configs.base
+from bert_jax.plan import compiled_plan, gpu_cards
+c = bert_jax.configs.base.get_config()
+c.model.update(vocab_size=512, hidden_size=256, num_heads=4, intermediate_size=1024, num_layers=4,
+               max_position_embeddings=128, dropout_rate=0.0)
+c.data.update(max_seq_length=128, max_predictions_per_seq=20)
+c.train.update(global_batch_size=16)
+out = {}
+for name, shape, n in (("fsdp", (1, -1, 1), 8), ("dp", (-1, 1, 1), 16)):
+    c.mesh.shape = shape
+    p = compiled_plan.make_plan(c, gpu_cards.parse_gpu("h100", n))
+    out[name] = dict(
+        found=[(x.kind, x.payload * x.times, x.within_bytes, x.between_bytes, x.group_size, x.domains, x.asynchronous)
+               for x in p.collectives],
+        sharded=sum(math.prod(r.global_shape) for r in p.params if "fsdp" in r.spec),
+        total=sum(math.prod(r.global_shape) for r in p.params),
+        links=[(t.name, t.overlapped_s, t.serial_s) for t in p.roofline.links])
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_the_gpu_compilers_fsdp_step_gathers_and_reduce_scatters_over_nvlink_and_dp_crosses_two_nodes():
+    """A 4-layer BERT (width 256) compiled by XLA's GPU compiler, deviceless (about 70 s): under FSDP on 8 H100s
+    every sharded parameter is gathered and its gradient reduce-scattered, once a step (the GPU step runs its layers
+    unrolled and keeps the gathered weights for the backward), at bf16 (matmul weights) to f32 (norms, tables), each
+    sending (n-1)/n of it over NVLink, nearly all of it asynchronous; data parallel on 16 (two nodes of 8), the gradients' all-reduce sends
+    2(8-1)/8 of them over NVLink and an eighth of them over the network, a term of the bound of its own."""
+    if not gpu_cards.plugin_available():
+        pytest.skip(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT})")
+    proc = subprocess.run([sys.executable, "-c", GPU_SCRIPT], cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+
+    fsdp = out["fsdp"]
+    for kind in ("all-gather", "reduce-scatter"):
+        rows = [f for f in fsdp["found"] if f[0] == kind]
+        payload = sum(f[1] for f in rows)
+        assert 2 * fsdp["sharded"] <= payload < 4 * fsdp["sharded"], (kind, payload, fsdp["sharded"])
+        assert sum(f[2] for f in rows) == pytest.approx(7 / 8 * payload) and not any(f[3] for f in rows)
+        assert {f[4] for f in rows} == {8}
+        assert sum(f[1] for f in rows if f[6]) > 0.9 * payload  # asynchronous: start/done pairs, nearly all
+    assert [name for name, *_ in fsdp["links"]] == ["NVLink"]
+
+    dp = out["dp"]
+    reduces = [f for f in dp["found"] if f[0] == "all-reduce"]
+    payload = sum(f[1] for f in reduces)
+    assert 2 * dp["total"] <= payload < 4 * dp["total"]  # every gradient, bf16 to f32
+    assert {(f[4], f[5]) for f in reduces} == {(16, 2)}
+    assert sum(f[2] for f in reduces) == pytest.approx(2 * 7 / 8 * payload)
+    assert sum(f[3] for f in reduces) == pytest.approx(payload / 8)  # 2(2-1)/2 of each GPU's eighth
+    links_ = dict((name, overlapped + serial) for name, overlapped, serial in dp["links"])
+    assert links_["network"] == pytest.approx(payload / 8 / 50e9) and "NVLink" in links_
