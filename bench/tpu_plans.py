@@ -62,7 +62,10 @@ try:
     row.update(kernel=p.kernel, fits=plan.fits(p)[0], peak_gib=p.peak_bytes / 2**30, tokens_per_s_per_chip=r.tokens_per_s,
                mfu_bound=r.mfu, bound=r.bound, hbm_gb_per_step=r.bytes / 1e9, compiler_gb_per_step=p.bytes_accessed / 1e9,
                kb_per_token=r.bytes_per_token / 1e3, flops_vs_formula=r.flops / r.formula_flops, compile_s=p.compile_s,
-               layers_counted=p.layers_counted)
+               layers_counted=p.layers_counted, compute_ms=r.compute_s * 1e3, memory_ms=r.memory_s * 1e3,
+               links_ms={t.name: [t.overlapped_s * 1e3, t.serial_s * 1e3] for t in r.links},  # [async, sync]
+               sent_gb={"within": sum(x.within_bytes for x in p.collectives) / 1e9,
+                        "between": sum(x.between_bytes for x in p.collectives) / 1e9})
 except plan.DoesNotFit as e:  # refused by the compiler: no memory analysis, only what it needs for temporaries
     row.update(fits=False, refused=str(e), needed_gib=e.needed_gib)
 except LookupError:  # --search_only
