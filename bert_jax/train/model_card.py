@@ -80,6 +80,11 @@ def _mixture_lines(config) -> list[str]:
     """A mixture's weights by stage (and its sources' sizes, for weights taken from them), as markdown lines."""
     names = mixture.source_names(config.data)
     out = []
+    if mixture.by_temperature(config.data):
+        sizes = ", ".join(f"{name} {size:,}" for name, size in zip(names, mixture.sizes(config.data)))
+        alphas = [config.data.mixture_alpha, *(a for _, a in config.data.get("mixture_alpha_schedule", ()) or ())]
+        out.append(f"- sampled by temperature, p ~ size ** alpha (alpha {' then '.join(f'{a:g}' for a in alphas)}); "
+                   f"sizes: {sizes}")
     for step, weights in mixture.stages(config.data):
         shares = ", ".join(f"{name} {w:.3f}" for name, w in zip(names, weights))
         out.append(f"- from step {step}: {shares}")
@@ -176,7 +181,7 @@ def card_text(workdir: str, out: str, step: int | None, command: str, params: di
         f"{f' at step {step}' if step is not None else ''}.", "",
         "## Data", "",
         *[f"- `{source}`: {reads}" for source, reads in sources.items()],
-        *(["", "Mixture weights (realised shares of sequences; `data/<name>/fraction` in metrics.jsonl):", "",
+        *(["", "Mixture weights by stage (the shares realised are `data/<name>/fraction` in metrics.jsonl):", "",
            *_mixture_lines(config)] if mixture.has_mixture(config.data) else []),
         *(["", f"Masking: rate {config.data.get('mask_rate')}, sequences of {config.data.get('max_seq_length')} "
                "tokens."] if not task_kind else []),
