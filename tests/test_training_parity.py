@@ -64,6 +64,7 @@ CONFIGS = {
     "modernbert": (bert_jax.configs.modernbert_base, "tiny"),
     "distilbert": (bert_jax.configs.distilbert_base, "tiny"),
     "crammed": (bert_jax.configs.crammed, "tiny"),  # Cramming's recipe on the modernbert family
+    "spanbert": (bert_jax.configs.spanbert_base, "tiny"),  # MLM + the span boundary objective
 }
 SAMPLING = ("electra", "deberta_v3")  # a generator samples the discriminator's input
 
