@@ -84,6 +84,12 @@ def get_config() -> ml_collections.ConfigDict:
     # Hidden dropout's masks: per_layer (drawn in each layer) | per_step (all layers' in one draw before the stack:
     # the same keep rate, other masks; families on models/transformer.py's stack: bert, roberta, electra, distilbert).
     c.model.dropout_masks = "per_layer"
+    # Post-LN's LayerNorm(x + dropout(h)) as one custom VJP whose backward re-draws the mask from its key instead of
+    # keeping it (bert_jax/kernels/dropout_add_layer_norm.py): the same values, gradients and masks.
+    c.model.fused_dropout_norm = False
+    # query, key and value as one matmul against their three kernels side by side (models/attention.py): the same
+    # parameters; x read once, one input-gradient matmul in the backward.
+    c.model.fused_qkv = False
     # Attention kernel (bert_jax/models/attention.py): auto | xla | cudnn | splash. auto: splash on
     # TPU, cudnn on NVIDIA GPUs (bf16), xla otherwise or when attention dropout is on; the one line
     # logged at start-up names the kernel and why.

@@ -184,3 +184,24 @@ def test_auto_picks_the_fastest_kernel_the_platform_and_dropout_allow(platform, 
     cfg = small_model_config(attention_impl="auto", **{"attention_dropout_rate": 0.0, **overrides})
     choice = choose_kernel(cfg, platform=platform)
     assert choice.impl == impl and why in choice.reason
+
+
+@pytest.mark.slow  # two BERTs' gradients compiled: about 10 s quiet, 2 min under the shared CPU's load
+def test_fused_projections_keep_the_parameters_and_give_the_same_loss_and_gradients():
+    """config.model.fused_qkv: query, key and value as one matmul over their kernels side by side; the parameter
+    tree, its init values, the loss and the gradients are the three Dense layers'."""
+    batch = random_batch(0)
+    models = [get_family("bert").build_model(small_model_config(fused_qkv=fused, attention_dropout_rate=0.0))
+              for fused in (False, True)]
+    params = [m.init({"params": jax.random.key(0)}, batch, deterministic=True)["params"] for m in models]
+    jax.tree.map(np.testing.assert_array_equal, params[0], params[1])
+
+    def value_and_grad(model):
+        def loss(p):
+            out = model.apply({"params": p}, batch, deterministic=False, rngs={"dropout": jax.random.key(1)})
+            return jnp.mean(jnp.square(out["mlm_logits"]))
+        return jax.jit(jax.value_and_grad(loss))(params[0])
+
+    (loss, grads), (fused_loss, fused_grads) = map(value_and_grad, models)
+    np.testing.assert_allclose(float(fused_loss), float(loss), rtol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), fused_grads, grads)

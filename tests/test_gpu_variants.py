@@ -212,17 +212,21 @@ def test_step_anatomy_counts_the_backward_rng_and_update_apart():
 
 @pytest.mark.slow
 def test_gpu_variants_script_runs_end_to_end_on_the_cpu(tmp_path):
-    """bench/gpu_variants.sh, the one call a lent GPU runs, with a micro shape: every variant and HF eager run
-    in the same rounds and land as JSON lines."""
+    """bench/gpu_variants.sh, the one call a lent GPU runs, with a micro shape: the kernel checks pass, every
+    variant and HF eager run in the same rounds and land as JSON lines."""
     micro = "mini:32:4"
-    env = {**os.environ, "SHAPES": micro, "VARIANT_SHAPES": micro, "UNROLL_ALL_SHAPES": micro,
+    env = {**os.environ, "SHAPES": micro, "VARIANT_SHAPES": micro,
            "SIDES": "bert_jax,hf_eager", "STEPS": "1", "ROUNDS": "2", "WARMUP": "1", "BUDGET_S": "0", "ANATOMY": "0",
-           "OUT": str(tmp_path), "JAX_PLATFORMS": "cpu"}
+           "KERNEL_CHECK_FLAGS": "--width=64 --heads=2 --seq=32 --batch=4", "OUT": str(tmp_path),
+           "JAX_PLATFORMS": "cpu"}
     subprocess.run(["bash", "bench/gpu_variants.sh"], cwd=REPO, env=env, check=True, timeout=3000)
     shape, done = [json.loads(line) for line in (tmp_path / "gpu_variants.jsonl").read_text().splitlines()]
-    variants = ("rbg", "unsafe_rbg", "masks_per_step", "flat_adam", "unroll2", "unroll4", "unroll_all", "all")
+    variants = ("rbg", "unsafe_rbg", "masks_per_step", "flat_adam", "unroll2", "unroll4", "rolled", "fused_norm",
+                "fused_qkv", "all")
     expected = {"bert_jax", "hf_eager", *(f"bert_jax[{v}]" for v in variants)}
     assert set(shape["sides"]) == expected
     assert all(side["tokens_per_s"] > 0 for side in shape["sides"].values()), shape["sides"]
     assert {f"bert_jax[{v}]/bert_jax" for v in variants} <= set(shape["ratios"])
     assert done["run"] == "done" and done["shapes_left_out"] == []
+    checks = json.loads((tmp_path / "kernel_checks.json").read_text())
+    assert checks["ok"] and checks["dropout_add_layer_norm"]["mask_equal"], checks

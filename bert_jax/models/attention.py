@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.kernels import attention as kernels
-from bert_jax.models.layers import Dense
+from bert_jax.models.layers import Dense, logical
 
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash", "triton")
 
@@ -242,7 +242,11 @@ class SelfAttention(nn.Module):
             kernel_init=nn.initializers.normal(cfg.initializer_range), name=name,
         )
         axes = ("batch", "length", "heads", "kv")
-        q, k, v = (nn.with_logical_constraint(dense(name)(x), axes) for name in ("query", "key", "value"))
+        if getattr(cfg, "fused_qkv", False):
+            q, k, v = _fused_projections(cfg, x, heads, head_dim)
+        else:
+            q, k, v = (dense(name)(x) for name in ("query", "key", "value"))
+        q, k, v = (nn.with_logical_constraint(y, axes) for y in (q, k, v))
         context = Attend(cfg, self.window, name="attend")(q, k, v, mask, deterministic)
         context = nn.with_logical_constraint(context, axes)
         return Dense(
@@ -250,3 +254,32 @@ class SelfAttention(nn.Module):
             dtype=cfg.dtype, param_dtype=cfg.param_dtype,
             kernel_init=nn.initializers.normal(cfg.initializer_range), name="output",
         )(context)
+
+
+class _ProjectionParams(nn.Module):
+    """The kernel [hidden, heads, head_dim] and bias [heads, head_dim] of a `Dense` named like this one: the same
+    names, shapes, initialisers and logical axes, so the same parameters (and init values) as the unfused path."""
+
+    config: Any
+    heads: int
+    head_dim: int
+
+    @nn.compact
+    def __call__(self) -> tuple[jax.Array, jax.Array]:
+        cfg = self.config
+        kernel = self.param("kernel", logical(nn.initializers.normal(cfg.initializer_range), ("embed", "heads", "kv")),
+                            (cfg.hidden_size, self.heads, self.head_dim), cfg.param_dtype)
+        bias = self.param("bias", logical(nn.initializers.zeros, ("heads", "kv")), (self.heads, self.head_dim),
+                          cfg.param_dtype)
+        return kernel, bias
+
+
+def _fused_projections(cfg, x: jax.Array, heads: int, head_dim: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """q, k, v [batch, length, heads, head_dim] from one matmul against the three kernels side by side (config.model
+    .fused_qkv): x is read once, and the backward's input gradient is one matmul, not three accumulated ones.
+    Parameters stay `query`, `key`, `value` (checkpoints and converters see no change)."""
+    params = [_ProjectionParams(cfg, heads, head_dim, name=name)() for name in ("query", "key", "value")]
+    kernel = jnp.stack([w.astype(cfg.dtype) for w, _ in params], axis=1)  # [hidden, 3, heads, head_dim]
+    bias = jnp.stack([b.astype(cfg.dtype) for _, b in params])
+    y = jnp.einsum("bsh,hjnd->bsjnd", x.astype(cfg.dtype), kernel) + bias
+    return y[:, :, 0], y[:, :, 1], y[:, :, 2]

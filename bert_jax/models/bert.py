@@ -39,6 +39,11 @@ class BertConfig:
     remat_policy: str = "none"
     # Hidden dropout's masks: per_layer (drawn in each layer) | per_step (all layers' at once; models/transformer.py)
     dropout_masks: str = "per_layer"
+    # Post-LN's LayerNorm(x + dropout(h)) as one custom VJP that re-draws the mask in the backward
+    # (bert_jax/kernels/dropout_add_layer_norm.py): the same values, gradients and masks, no mask kept.
+    fused_dropout_norm: bool = False
+    # query, key and value as one matmul against their kernels side by side (models/attention.py); same parameters.
+    fused_qkv: bool = False
     # A kernel of models.attention: xla | cudnn | splash; from_config resolves "auto" for this platform.
     attention_impl: str = "xla"
     splash_interpret: bool = False

@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.kernels import lean_backward
+from bert_jax.kernels import dropout_add_layer_norm, lean_backward
 
 Dtype = Any
 Initializer = Callable[..., jax.Array]
@@ -75,8 +75,12 @@ class LayerNorm(nn.Module):
     use_bias: bool = True  # False: scale only (ModernBERT's norm_bias=False)
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return _Norm(self.epsilon, self.dtype, self.param_dtype, self.use_bias, name="norm")(x)
+    def __call__(self, x: jax.Array, h: jax.Array | None = None, dropout_key: jax.Array | None = None,
+                 dropout_rate: float = 0.0) -> jax.Array:
+        """LayerNorm(x); with h, LayerNorm(x + dropout(h)) in one custom VJP that keeps no dropout mask
+        (bert_jax/kernels/dropout_add_layer_norm.py; the mask of `dropout_key`, at dropout_rate > 0)."""
+        return _Norm(self.epsilon, self.dtype, self.param_dtype, self.use_bias, name="norm")(x, h, dropout_key,
+                                                                                            dropout_rate)
 
 
 class _Norm(nn.Module):
@@ -86,12 +90,27 @@ class _Norm(nn.Module):
     use_bias: bool
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, h: jax.Array | None, dropout_key: jax.Array | None,
+                 dropout_rate: float) -> jax.Array:
         features = (x.shape[-1],)
         scale = self.param("scale", logical(nn.initializers.ones, ("embed",)), features, self.param_dtype)
         bias = (self.param("bias", logical(nn.initializers.zeros, ("embed",)), features, self.param_dtype)
                 if self.use_bias else None)
+        if h is not None:
+            return dropout_add_layer_norm.dropout_add_layer_norm(x, h, dropout_key, scale, bias, dropout_rate,
+                                                                 self.epsilon, jnp.dtype(self.dtype))
         return lean_backward.layer_norm(x, scale, bias, self.epsilon, jnp.dtype(self.dtype))
+
+
+class DropoutKey(nn.Module):
+    """The key an `nn.Dropout` placed here (this name, this scope) would draw its mask from: flax folds the module's
+    path into its rng, so naming this `Dropout_0` where `nn.Dropout` was the first dropout gives its masks."""
+
+    rng_collection: str = "dropout"
+
+    @nn.compact
+    def __call__(self) -> jax.Array:
+        return self.make_rng(self.rng_collection)
 
 
 class Embed(nn.Module):

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.attention import AttentionMask, SelfAttention, platform_name
-from bert_jax.models.layers import ACTIVATIONS, Dense, LayerNorm
+from bert_jax.models.layers import ACTIVATIONS, Dense, DropoutKey, LayerNorm
 
 REMAT_POLICIES = {
     "none": None,
@@ -55,10 +55,15 @@ class TransformerLayer(nn.Module):
                 return nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
             return jax.lax.select(keep[i], h / jnp.asarray(1.0 - cfg.dropout_rate, h.dtype), jnp.zeros_like(h))
 
+        def add_and_norm(x, h, i, name):
+            norm = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, name=name)
+            if keep is None and not deterministic and cfg.dropout_rate > 0 and cfg.fused_dropout_norm:
+                # The mask nn.Dropout (auto-named Dropout_{i} here) would draw, re-drawn in the backward.
+                return norm(x, h, DropoutKey(name=f"Dropout_{i}")(), cfg.dropout_rate)
+            return norm(x + dropout(h, i))
+
         h = SelfAttention(cfg, name="attention")(x, mask, deterministic)
-        x = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, name="attention_norm")(
-            x + dropout(h, 0)
-        )
+        x = add_and_norm(x, h, 0, "attention_norm")
         h = Dense(
             (cfg.hidden_size,), (cfg.intermediate_size,), ("embed", "mlp"),
             dtype=cfg.dtype, param_dtype=cfg.param_dtype,
@@ -70,9 +75,7 @@ class TransformerLayer(nn.Module):
             dtype=cfg.dtype, param_dtype=cfg.param_dtype,
             kernel_init=nn.initializers.normal(cfg.initializer_range), name="mlp_output",
         )(h)
-        x = LayerNorm(cfg.layer_norm_eps, cfg.dtype, cfg.param_dtype, name="mlp_norm")(
-            x + dropout(h, 1)
-        )
+        x = add_and_norm(x, h, 1, "mlp_norm")
         return nn.with_logical_constraint(x, ("batch", "length", "embed")), None
 
 
