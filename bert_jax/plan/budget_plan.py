@@ -1,8 +1,8 @@
 """What a budget buys on a target: `bert-jax plan --budget=24h --gpu=h100` (or --tpu=SLICE; or 2e9tokens, 3e18flops).
 
-The run resolves `config.train.budget` into steps by the fraction of the budget each stage's share of the schedule
-is (bert_jax/train/budget.py); this does the same with what the plan knows of each stage's step, so the table is
-the run's clock as that target would resolve it:
+The run resolves `config.train.budget` into steps by stretching the schedule as written to spend it, each stage's
+steps x the budget / what the schedule as written costs (bert_jax/train/budget.py); this does the same with what the
+plan knows of each stage's step, so the table is the run's clock as that target would resolve it:
 
 - a wall-clock budget: each stage's step at its roofline bound (bert_jax/plan/roofline.py: its FLOPs at peak or its
   HBM bytes at bandwidth, whichever is longer), each stage compiled for the target. No step runs faster, so the
@@ -48,10 +48,10 @@ def stage_buys(budget: budget_lib.Budget, stages: list, step_s: list, exact_step
         costs = list(step_s)
     else:
         costs = budget_lib.stage_costs(stages, budget.kind)
-    clock = budget_lib.budget_clock(stages, costs, budget.amount, stages[-1].end)
+    clock = budget_lib.budget_clock(stages, costs, budget.amount)
     exact_steps = exact_steps or [True] * len(stages)
     out = []
-    for stage, t, exact, (before, _), (after, _) in zip(stages, step_s, exact_steps, clock, clock[1:]):
+    for stage, t, exact, (before, *_), (after, *_) in zip(stages, step_s, exact_steps, clock, clock[1:]):
         c, steps = stage.config, after - before
         out.append(StageBuy(stage.index, (stage.start, stage.end), steps,
                             steps * c.train.global_batch_size * c.data.max_seq_length, t, exact))

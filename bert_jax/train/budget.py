@@ -11,8 +11,9 @@ Goldstein 2022). `resolve` turns the budget into that clock where the config is 
 anything is created: the resolved config's `train.num_steps` is the steps the budget buys, and `train.budget_clock`
 maps them onto the schedule. The run ends there as any run ends: saved, evaluated, DONE.
 
-Tokens and FLOPs convert exactly: each stage's share of the budget over what one of its steps costs, rounded down
-(at least one step). A resume resolves the same clock from the same config, so it continues its budget.
+Tokens and FLOPs convert exactly: each stage's steps as written x the budget / what the schedule as written costs
+(its steps x their tokens or FLOPs), rounded down (at least one step). A resume resolves the same clock from the same
+config, so it continues its budget.
 
 Wall-clock time is not reproducible as such. Its first start calibrates (bert_jax/train/budget_calibration.py): it
 times `train.budget_calibration_steps` steps of stage 0 (after the step that compiles) and records the seconds per
@@ -101,7 +102,7 @@ def resolve(config, workdir: str | None = None) -> tuple[ml_collections.ConfigDi
                         f"of stage 0), then recorded as config.train.budget_step_s"]
     stages = stages_lib.plan(config)  # the schedule as written
     costs = stage_costs(stages, budget.kind, step_s)
-    clock = budget_clock(stages, costs, budget.amount, config.train.num_steps)
+    clock = budget_clock(stages, costs, budget.amount)
     resolved = config.copy_and_resolve_references()
     with resolved.unlocked(), resolved.train.ignore_type():
         resolved.train.budget_step_s = float(step_s)
@@ -124,14 +125,16 @@ def stage_costs(stages: list, kind: str, step_s: float = 0.0) -> list[float]:
     return [step_s * f / flops[0] for f in flops]
 
 
-def budget_clock(stages: list, costs: list[float], amount: float, schedule_length: int) -> tuple:
-    """((run step, schedule step), ...): each stage's share of `amount` (its share of the schedule) over its cost
-    per step, rounded down, at least one step."""
-    points, run = [(0, 0)], 0
+def budget_clock(stages: list, costs: list[float], amount: float) -> tuple:
+    """((run step, schedule step, budget spent), ...) at each stage's end: the schedule as written stretched to spend
+    `amount`, each stage's steps scaled by amount / what the schedule as written costs (its steps x `costs`),
+    rounded down, at least one; `budget spent` the fraction of `amount` spent by then."""
+    written = sum((s.end - s.start) * cost for s, cost in zip(stages, costs))
+    points, run, spent = [(0, 0, 0.0)], 0, 0.0
     for stage, cost in zip(stages, costs):
-        share = amount * (stage.end - stage.start) / schedule_length
-        run += max(1, math.floor(share / cost * (1 + 1e-12)))  # (a share that is a whole number of steps stays so)
-        points.append((run, stage.end))
+        steps = max(1, math.floor((stage.end - stage.start) * amount / written * (1 + 1e-12)))  # whole numbers stay
+        run, spent = run + steps, spent + steps * cost
+        points.append((run, stage.end, spent / amount))
     return tuple(points)
 
 

@@ -1,21 +1,21 @@
 """The schedule's clock under a budget: a run step -> the step of the schedule as written that it trains at.
 
 A run sized by `config.train.budget` (bert_jax/train/budget.py) keeps its schedule as written: `train.num_steps`
-steps of it, with every position in it (warmup_steps, decay_fraction, onecycle's peak, the stages' starts, the batch
-and mask-rate ramps) a share of that length. What the budget buys is another number of steps. The clock maps one onto
-the other by the fraction of the budget spent, as Cramming does (Geiping & Goldstein 2022; its schedulers feed
-`elapsed / budget x num_training_steps` to a step-based schedule):
+steps of it, every position in it (warmup_steps, decay_fraction, onecycle's peak, the stages' starts, the batch and
+mask-rate ramps) a step of that schedule. The budget buys another number of steps, and the run is that schedule
+stretched to spend the budget: the share of the budget spent when the run reaches a point of the schedule is the
+share of its own cost (tokens, FLOPs or seconds) the schedule as written has spent by that point. Every schedule thus
+runs over the fraction of the budget spent, as Cramming's do (Geiping & Goldstein 2022; its schedulers feed
+`elapsed / budget x num_training_steps` to a step-based schedule); a run in stages keeps the share of steps each
+stage has as written (BERT's 90 % at seq 128), and a budget of exactly what the schedule as written costs trains it
+step for step.
 
-    schedule step = schedule length x (budget spent up to the run step) / budget
-
-Within a stage a step costs the same (tokens, FLOPs or seconds), so the clock is linear there, and the whole clock is
-piecewise linear with a breakpoint at each stage's end. The resolved config holds it as
-`train.budget_clock = ((run step, schedule step), ...)`, (0, 0) first and (the run's num_steps, the schedule's
-length) last: every schedule reads it from there, in one place each (the learning rate: optimizer.py; the stages:
-stages.py), and a config without it runs on steps as before.
-
-Each stage's budget share is rounded down to whole steps (at least one); its stage ends where it is declared on the
-schedule all the same, so the rounding stays inside the stage that made it.
+Each stage's steps are its steps as written x budget / the schedule's cost, rounded down (at least one step), so a
+stage ends where it is declared on the schedule and the rounding stays inside the stage that made it. The clock is
+piecewise linear, with a breakpoint at each stage's end; the resolved config holds it as `train.budget_clock =
+((run step, schedule step, budget spent), ...)`, (0, 0, 0.0) first and (the run's num_steps, the schedule's length,
+the share spent, at most 1) last. Every schedule reads it from there, in one place each (the learning rate:
+optimizer.py; the stages: stages.py), and a config without it runs on steps as before.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import numpy as np
 class BudgetClock:
     run_steps: tuple[int, ...]  # breakpoints, ascending from 0: the run's steps at the stages' ends
     schedule_steps: tuple[int, ...]  # the schedule's steps there, ascending from 0
+    spent: tuple[float, ...]  # the share of the budget spent there, from 0.0
 
     @classmethod
     def of(cls, train_cfg) -> "BudgetClock | None":
@@ -37,15 +38,18 @@ class BudgetClock:
         points = train_cfg.get("budget_clock", ()) or ()
         if not points:
             return None
-        run, schedule = zip(*((int(r), int(s)) for r, s in points))
+        if any(len(point) != 3 for point in points):
+            raise ValueError(f"config.train.budget_clock={points!r} must be (run step, schedule step, budget spent) "
+                             "triples: it is resolved from config.train.budget, not set by hand")
+        run, schedule, spent = zip(*((int(r), int(s), float(f)) for r, s, f in points))
         if run[0] != 0 or schedule[0] != 0 or any(b <= a for a, b in zip(run, run[1:])) or any(
                 b <= a for a, b in zip(schedule, schedule[1:])):
-            raise ValueError(f"config.train.budget_clock={points!r} must be (run step, schedule step) pairs from "
-                             "(0, 0), both ascending: it is resolved from config.train.budget, not set by hand")
+            raise ValueError(f"config.train.budget_clock={points!r} must start at (0, 0, 0.0), its steps ascending: "
+                             "it is resolved from config.train.budget, not set by hand")
         if run[-1] != train_cfg.num_steps:
             raise ValueError(f"config.train.budget_clock ends at run step {run[-1]}, not at config.train.num_steps="
                              f"{train_cfg.num_steps}: it is resolved from config.train.budget, not set by hand")
-        return cls(run, schedule)
+        return cls(run, schedule, spent)
 
     @property
     def schedule_length(self) -> int:
@@ -58,8 +62,8 @@ class BudgetClock:
                           jnp.asarray(self.schedule_steps, jnp.float32))
 
     def fraction(self, step: int) -> float:
-        """The share of the budget spent after run step `step` (host side, for logs): the clock over its length."""
-        return float(np.interp(step, self.run_steps, self.schedule_steps)) / self.schedule_length
+        """The share of the budget spent after run step `step` (host side, for logs)."""
+        return float(np.interp(step, self.run_steps, self.spent))
 
     def run_step(self, schedule_step: int) -> int:
         """The run step at which the schedule reaches `schedule_step`: exact at a breakpoint (a stage's end), else
