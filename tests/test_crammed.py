@@ -17,7 +17,7 @@ def onecycle(**keys):
 
 def test_onecycle_rises_from_its_start_factor_to_the_peak_then_falls_to_the_end():
     s = learning_rate_schedule(onecycle())
-    rates = np.array([float(s(count)) for count in range(20)])  # count 0 is the first step's
+    rates = np.asarray(s(np.arange(20)))  # count 0 is the first step's
     # 0.25 x the peak, the peak at step 15 (0.75 x 20), 0 at the last: a float32 rounding of 1e-3 is < 1e-10.
     np.testing.assert_allclose(rates[[0, 7, 14, 19]], [2.5e-4, 2.5e-4 + 7 * 7.5e-4 / 14, 1e-3, 0.0], atol=1e-9)
     assert np.all(np.diff(rates[:15]) > 0) and np.all(np.diff(rates[14:]) < 0)
