@@ -18,7 +18,8 @@ kept uncounted. Its FLOPs have a ceiling too (no instruction runs more often tha
 fit memory-bound even at that ceiling has its step time, its bytes', without the count (DeBERTa-v3-large, two
 layer loops, memory-bound at 24 %, would need three more compiles of ten minutes each per remat policy); under
 FSDP, whose windowed einsums' loops loosen that ceiling, after one compile with them off. They are ranked by the
-roofline step time, lower bounds last. A candidate the compiler fails on (out of on-chip vmem, say) is named
+roofline step time (compute, HBM and each link's collectives: bert_jax/plan/roofline.py), lower bounds last. A
+candidate the compiler fails on (out of on-chip vmem, say) is named
 and the walk goes on. The search prints as it goes.
 
 It stops at the first fit whose MFU bound reaches `enough_mfu` (plan's default 98 %), beginning with the config as
@@ -266,7 +267,8 @@ def _describe(t: Tried, tpu_slice) -> str:
     text = f"{head}: peak {t.plan.peak_bytes / GIB:.2f} GiB per chip, compiled in {t.plan.compile_s:.0f} s"
     if t.fits:
         r = t.plan.roofline
-        text += f", fits; roofline {r.step_s * 1e3:.1f} ms, {r.tokens_per_s:,.0f} tok/s per chip, MFU <= {r.mfu:.1%}"
+        text += (f", fits; roofline {r.step_s * 1e3:.1f} ms ({r.bound}, collectives counted), {r.tokens_per_s:,.0f} "
+                 f"tok/s per chip, MFU <= {r.mfu:.1%}")
         text += f" ({t.error.split(':')[0]})" if t.error else ""
     else:
         text += ", does not fit"
