@@ -102,14 +102,17 @@ class ShardWriter:
         self.tokens += int(batch.tokens.sum())
 
     def close(self) -> dict:
-        """Puts the shard in place; returns its summary (path, documents, segments, tokens)."""
+        """Puts the shard in place; returns its summary (path, documents, segments, tokens, and its bytes and crc32,
+        which the manifest keeps so a reader can tell a damaged shard: sources/prepared.py)."""
         self._writer.close()
+        size, crc32 = self._tmp.stat().length, prepared.file_crc32(self._tmp)
         if paths.is_remote(self._out):
             paths.copy_file(self._tmp, self._out / self.name)
             self._tmp.unlink()
         else:
             self._tmp.replace(self._out / self.name)
-        return {"path": self.name, "documents": self.documents, "segments": self.segments, "tokens": self.tokens}
+        return {"path": self.name, "documents": self.documents, "segments": self.segments, "tokens": self.tokens,
+                "bytes": size, "crc32": crc32}
 
 
 def _finish_shard(out: str, writer: ShardWriter, skipped: dict[str, int]) -> dict:
@@ -276,7 +279,7 @@ def _manifest(out: str, num_parts: int, docs_per_shard: int, tokenizer, data_cfg
         skipped.merge(progress["skipped"])
         for shard in progress["shards"]:
             skipped.merge(shard["skipped"])
-            shards.append({k: shard[k] for k in ("path", "documents", "segments", "tokens")})
+            shards.append({k: shard[k] for k in prepared.SHARD_KEYS if k in shard})  # (bytes, crc32: since issue 69)
     return {
         "format": prepared.FORMAT,
         "documents": sum(s["documents"] for s in shards),

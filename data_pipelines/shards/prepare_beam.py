@@ -200,7 +200,7 @@ def sum_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
 def write_manifest(_, out: str, base: dict, shards: list[dict], skipped: dict[str, int]) -> dict:
     shards = sorted(shards, key=lambda s: s["path"])
     fingerprint = hashlib.sha256("".join(f"{s['path']}:{s['sha256']}\n" for s in shards).encode()).hexdigest()
-    shards = [{k: s[k] for k in ("path", "documents", "segments", "tokens")} for s in shards]
+    shards = [{k: s[k] for k in prepared.SHARD_KEYS} for s in shards]
     manifest = {
         "format": prepared.FORMAT,
         "documents": sum(s["documents"] for s in shards),

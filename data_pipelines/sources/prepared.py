@@ -9,8 +9,15 @@ One record holds one tokenized document (its segments of int32 ids; decoded as a
 
 little-endian, so shards written on one machine read on any other. `manifest.json` in the
 output directory lists the shards with their document counts (the order that gives each
-document its global index), totals, skipped records by reason and the tokenizer
-(`tokenizer/` beside the shards).
+document its global index), their sizes in bytes and CRC-32s, totals, skipped records by reason and
+the tokenizer (`tokenizer/` beside the shards).
+
+A damaged shard stops the run, named in one line (docs/guides/data.md, "Damaged shards"): a missing one, or one
+whose size is not the manifest's (a truncated copy), when the config is checked, before anything is written
+(`check_shards`); one whose bytes changed at the same size (a flipped byte) when it is first opened, by its CRC-32,
+before any of its records is read (for a bucket: its local copy, which is then deleted); a record that does not
+decode, and a shard gone from a bucket mid-run, when read. A manifest written before sizes and CRCs were kept is
+checked by document counts alone, as before.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,6 +34,9 @@ from bert_jax.storage import paths
 
 MANIFEST_FILE = "manifest.json"
 FORMAT = "bert_jax.prepared.v1"
+# What the manifest says of each shard.
+SHARD_KEYS = ("path", "documents", "segments", "tokens", "bytes", "crc32")
+_CHUNK = 1 << 22
 _U32 = np.dtype("<u4")
 _I32 = np.dtype("<i4")
 
@@ -73,6 +84,44 @@ def read_manifest(directory: str) -> dict:
     if manifest.get("format") != FORMAT:
         raise ValueError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
     return manifest
+
+
+def file_crc32(path) -> str:
+    """The CRC-32 of a file's bytes, 8 hex digits (zlib's: a gigabyte a second or more, read once)."""
+    crc = 0
+    with paths.path(path).open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}"
+
+
+class DamagedShardError(ValueError):
+    """A prepared shard is missing, or its bytes are not those `prepare` wrote. Its message is one line."""
+
+
+def _damaged(directory: str, name: str, what: str) -> DamagedShardError:
+    return DamagedShardError(f"config.data.path={directory!r}: shard {name} {what}; the prepared corpus is damaged: "
+                             f"restore the file, or prepare again into a new folder")
+
+
+# Prepared folders whose shard sizes this process checked (a config check, then the loader, check once).
+_SIZES_CHECKED: set[str] = set()
+
+
+def check_shards(directory: str) -> None:
+    """Every shard the manifest lists exists at the size it gives (a stat each; a bucket's too); DamagedShardError
+    naming the first that does not. Once per folder and process."""
+    if directory in _SIZES_CHECKED:
+        return
+    for shard in read_manifest(directory)["shards"]:
+        file = paths.path(directory) / shard["path"]
+        if not file.exists():
+            raise _damaged(directory, shard["path"], "is missing")
+        size = file.stat().length
+        if "bytes" in shard and size != shard["bytes"]:
+            raise _damaged(directory, shard["path"], f"is {size} bytes, the manifest says {shard['bytes']} "
+                                                     f"(truncated, or another file)")
+    _SIZES_CHECKED.add(directory)
 
 
 class FlatDocument:
@@ -124,6 +173,8 @@ class PreparedDocuments(Sequence):
         self._cache_bytes = cache_bytes
         shards = [s for s in manifest["shards"] if s["documents"]]
         self._paths = [s["path"] for s in shards]
+        self._crc32 = [s.get("crc32") for s in shards]
+        self._verified: set[int] = set()  # shards whose CRC this object (and the workers it is pickled into) checked
         self._counts = [s["documents"] for s in shards]
         self._starts = [0, *itertools.accumulate(self._counts)]
         self._length = manifest["documents"]
@@ -153,7 +204,12 @@ class PreparedDocuments(Sequence):
             import grain  # noqa: PLC0415 (slow import; only readers of shards need it)
 
             in_use = [local for local, _ in self._readers.values()]
-            local = paths.local_copy(paths.path(self._directory) / self._paths[shard], self._cache_bytes, in_use)
+            name = self._paths[shard]
+            try:
+                local = paths.local_copy(paths.path(self._directory) / name, self._cache_bytes, in_use)
+            except FileNotFoundError:
+                raise _damaged(self._directory, name, "is gone (the manifest lists it)") from None
+            self._verify(shard, local)
             reader = (local, grain.sources.ArrayRecordDataSource([local]))
             if len(reader[1]) != self._counts[shard]:
                 raise ValueError(
@@ -163,8 +219,29 @@ class PreparedDocuments(Sequence):
             self._readers[shard] = reader
         return reader[1]
 
+    def _verify(self, shard: int, local: str) -> None:
+        """The shard's CRC-32 against the manifest's, once: a flipped byte keeps the size. A bad copy from a bucket
+        is deleted, so that the next read downloads it again."""
+        want = self._crc32[shard]
+        if want is None or shard in self._verified:
+            return
+        have = file_crc32(local)
+        if have != want:
+            if paths.is_remote(self._directory):
+                paths.path(local).unlink(missing_ok=True)
+            raise _damaged(self._directory, self._paths[shard], f"has CRC-32 {have}, the manifest says {want} "
+                                                                f"(its bytes changed)")
+        self._verified.add(shard)
+
     def __getitem__(self, index: int) -> FlatDocument:
         if not 0 <= index < self._length:
             raise IndexError(f"document {index} of {self._length}")
         shard = bisect.bisect_right(self._starts, index) - 1
-        return decode_document(self._reader(shard)[index - self._starts[shard]])
+        record = index - self._starts[shard]
+        try:
+            return decode_document(self._reader(shard)[record])
+        except DamagedShardError:
+            raise
+        except Exception as error:  # noqa: BLE001  (ArrayRecord's and the decoder's errors alike: name the shard)
+            raise _damaged(self._directory, self._paths[shard], f"record {record} cannot be read "
+                                                                f"({type(error).__name__}: {error})") from None

@@ -61,6 +61,7 @@ class PreparedSource(TableSource):
     def check(self) -> list[str]:
         super().check()
         prepared.read_manifest(self.cfg.path)  # names config.data.path if it is not prepared
+        prepared.check_shards(self.cfg.path)  # a missing or truncated shard, named before anything is written
         return []
 
     def table(self, stats: SkipStats | None = None) -> Sequence:
