@@ -54,11 +54,12 @@ def _main(argv) -> None:
     if not 0.0 < _EVAL_FRACTION.value < 1.0:
         raise UserError(f"--eval_fraction={_EVAL_FRACTION.value}: a share strictly between 0 and 1")
     from bert_jax.finetune import mining  # noqa: PLC0415
+    from bert_jax.progress import progress  # noqa: PLC0415
     from bert_jax.storage import paths  # noqa: PLC0415
 
     documents = _documents(_CORPUS.value, _MAX_DOCUMENTS.value)
     train, held_out = mining.split(documents, _EVAL_FRACTION.value)
-    pairs = list(mining.neighbour_pairs(train, _SENTENCES.value))
+    pairs = list(mining.neighbour_pairs(progress(train, desc="mine-pairs", unit="doc"), _SENTENCES.value))
     if not pairs or not held_out:
         raise UserError(f"--corpus={_CORPUS.value!r}: {len(documents)} documents give {len(pairs)} pairs and "
                         f"{len(held_out)} held-out documents; give more documents (or a lower --sentences)")

@@ -27,6 +27,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax import UserError
+from bert_jax.progress import progress
 from bert_jax.finetune import data, init_from, scoreboard, squad, zero_shot
 from bert_jax.finetune.tasks import get_task
 from bert_jax.parallel import distributed
@@ -421,8 +422,9 @@ class Job:
     source: init_from.Source | None = None
 
 
-def local_executor(suite, finetune_fn=None):
-    """Runs jobs here, one after another, in this process: (jobs) -> False when one was preempted."""
+def local_executor(suite, finetune_fn=None, finished=None):
+    """Runs jobs here, one after another, in this process: (jobs) -> False when one was preempted. `finished()` is
+    called after each run that finishes (the battery's progress)."""
     from bert_jax.finetune.run import run as finetune_run  # noqa: PLC0415 (run imports the whole harness)
 
     finetune_fn = finetune_fn or finetune_run
@@ -435,6 +437,8 @@ def local_executor(suite, finetune_fn=None):
             config = run_config(suite, run, data_files(job.out, run.task), init)
             if "validation" not in finetune_fn(config, run.workdir, source=job.source):
                 return False
+            if finished is not None:
+                finished()
         return True
 
     return execute
@@ -451,7 +455,8 @@ def run_battery(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_
       one after another. launch/executors.py's `ray_battery` submits each as a `ray-tpu` job.
     """
     runs, _, source = prepare(checkpoint, suite, out, glue_dir, tfds_data_dir, tasks, seeds)
-    execute = executor or local_executor(suite, finetune_fn)
+    bar = progress(total=len(runs), desc="evaluate", unit="run")  # runs done of all, the rate, the ETA
+    execute = executor or local_executor(suite, finetune_fn, lambda: bar.update(1))
     results: dict[Run, dict] = {}
     for wave in waves(suite, runs):
         jobs = []
@@ -459,6 +464,7 @@ def run_battery(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_
             finished = finished_result(run.workdir)
             if finished is not None:
                 results[run] = finished
+                bar.update(1)
                 metric = suite.tasks[run.task].metric
                 print(f"[evaluate] kept {run.task} lr={run.learning_rate:g} seed={run.seed}: done before, "
                       f"{metric} {finished['validation'].get(metric, float('nan')):.4f} ({run.workdir})", flush=True)
@@ -473,6 +479,8 @@ def run_battery(checkpoint: str, suite, out: str, glue_dir: str = "", tfds_data_
             if result is None:
                 raise RuntimeError(f"{job.run.workdir} holds no finished run after its executor returned")
             results[job.run] = result
+        bar.update(len(results) - bar.n)  # another executor's runs: a wave at a time
+    bar.close()
     return results
 
 

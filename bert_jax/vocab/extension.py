@@ -14,11 +14,13 @@ import ml_collections
 from absl import logging
 
 from bert_jax import UserError
+from bert_jax.progress import progress
 from bert_jax.train import export
 from bert_jax.hf import folder as hf_folder
 from bert_jax.vocab import rows as vocab_rows
 from bert_jax.families import family_of_hf_config
 from bert_jax.storage import paths
+from data_pipelines.shards import prepare
 from data_pipelines.sources import documents as sources
 from data_pipelines.tokenizers import extension as tokenizer_extension
 from bert_jax.vocab import mining as vocab_mining
@@ -51,9 +53,13 @@ def corpus_config(corpus: str, source: str = "", field: str = "text") -> ml_coll
                                           segmenter="line", max_line_bytes=1_000_000))
 
 
-def corpus_segments(data_cfg: ml_collections.ConfigDict):
+def corpus_segments(data_cfg: ml_collections.ConfigDict, desc: str = "extend-vocab: corpus"):
+    """The corpus's segments, a progress bar over its text bytes (a rate alone where the size is unknown)."""
+    bar = progress(total=prepare.text_bytes(sources.check_source(data_cfg)), desc=desc, unit="B", unit_scale=True)
     for document in sources.iter_documents(data_cfg):
+        bar.update(prepare.document_bytes(document))
         yield from document
+    bar.close()
 
 
 def _check_out(out: str, overwrite: bool) -> None:
@@ -134,7 +140,8 @@ def _extend_folder(request: ExtendRequest, hf_dir: str, data_cfg, scratch: str) 
         dst = str(paths.path(request.out) / folder) if folder else request.out
         hf_folder.write_hf_folder(dst, state, cfg, tokenizer_dir)
 
-    after = vocab_mining.count_corpus(load_tokenizer(request.out), corpus_segments(data_cfg), with_words=False)
+    after = vocab_mining.count_corpus(load_tokenizer(request.out), corpus_segments(data_cfg, "extend-vocab: recount"),
+                                      with_words=False)
     report = _report(request, family.name, tokenizer.kind, chosen, pieces, first_new_id, new_vocab_size, before,
                      after)
     paths.write_atomically(paths.path(request.out) / REPORT_FILE, json.dumps(report, indent=2) + "\n")

@@ -31,6 +31,7 @@ documents, segments, tokens, shards (in document order), skipped records by reas
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -41,6 +42,7 @@ import ml_collections
 from absl import logging
 
 import bert_jax
+from bert_jax.progress import progress
 from bert_jax.storage import paths
 from data_pipelines.shards import document_records
 from data_pipelines.sources import documents as sources, mixture, prepared
@@ -130,6 +132,26 @@ def _finished_shards(out: str, part: int) -> list[dict]:
     return finished
 
 
+# Where the text bytes this process tokenizes are counted, for the progress bar: prepare() sets it (the bar itself
+# in its own process; a process-shared counter in worker processes, through the pool's initializer).
+_count_tokenized = None
+
+
+def _count_bytes(count) -> None:
+    global _count_tokenized
+    _count_tokenized = count
+
+
+def _add_to(counter, count: int) -> None:
+    with counter.get_lock():
+        counter.value += count
+
+
+def document_bytes(document: list[str]) -> int:
+    """The text bytes of a document's segments, a line each: what the progress counts against the files' sizes."""
+    return sum(len(segment.encode("utf-8")) + 1 for segment in document)
+
+
 def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_shard: int) -> dict:
     """Tokenizes part `part` of `num_parts` into shards in `out`; resumes after finished shards.
 
@@ -157,6 +179,8 @@ def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_
         nonlocal pending, pending_segments
         if pending:
             writer.write(tokenizer.tokenize(pending))
+            if _count_tokenized is not None:
+                _count_tokenized(sum(document_bytes(d) for d in pending))
         pending, pending_segments = [], 0
 
     for document in documents:
@@ -186,6 +210,19 @@ def prepare_part(out: str, data_dict: dict, part: int, num_parts: int, docs_per_
 
 def _prepare_part_task(task: tuple) -> dict:
     return prepare_part(*task)
+
+
+def text_bytes(files: list[str]) -> int | None:
+    """The progress bar's total: the input files' bytes, when none is compressed (a compressed file's text size is
+    not known before it is read; then the bar shows the rate alone). A resume counts from 0 again."""
+    if not files or any(f.endswith((".gz", ".bz2", ".xz", ".zst", ".parquet")) for f in files):
+        return None
+    return sum(paths.path(f).stat().length for f in files)
+
+
+def _start_worker(counter) -> None:
+    limit_threads()
+    _count_bytes(functools.partial(_add_to, counter))
 
 
 def limit_threads() -> None:
@@ -258,15 +295,33 @@ def prepare(
             stale.unlink()  # Shards a killed run left unfinished.
     data_dict = data_cfg.to_dict()
     tasks = [(out, data_dict, p, num_parts, docs_per_shard) for p in todo]
+    # spawn: the parent's tokenizers thread pool must not be forked mid-use.
+    context = multiprocessing.get_context("spawn")
+    counter = context.Value("q", 0)
+    bar = progress(total=text_bytes(files), desc="prepare", unit="B", unit_scale=True)
     if num_workers == 1:
-        for task in tasks:
-            _prepare_part_task(task)
+        _count_bytes(bar.update)
+        try:
+            for task in tasks:
+                _prepare_part_task(task)
+        finally:
+            _count_bytes(None)
     else:
-        # spawn: the parent's tokenizers thread pool must not be forked mid-use.
-        context = multiprocessing.get_context("spawn")
-        with context.Pool(num_workers, initializer=limit_threads) as pool:
-            for progress in pool.imap_unordered(_prepare_part_task, tasks):
-                logging.info("part %d done: %d shard(s)", progress["part"], len(progress["shards"]))
+        with context.Pool(num_workers, initializer=_start_worker, initargs=(counter,)) as pool:
+            parts = pool.imap_unordered(_prepare_part_task, tasks)
+            while True:
+                try:
+                    done = parts.next(timeout=1.0)
+                except multiprocessing.TimeoutError:
+                    bar.update(counter.value - bar.n)
+                    continue
+                except StopIteration:
+                    break
+                bar.update(counter.value - bar.n)
+                logging.info("part %d done: %d shard(s)", done["part"], len(done["shards"]))
+    if bar.total:  # every file read: the blank lines and markup between documents, and a resume's skip, count too
+        bar.update(bar.total - bar.n)
+    bar.close()
     manifest = _manifest(out, num_parts, docs_per_shard, tokenizer, data_cfg)
     write_json(paths.path(out) / prepared.MANIFEST_FILE, manifest)
     return manifest

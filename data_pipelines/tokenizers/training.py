@@ -43,6 +43,7 @@ from collections.abc import Iterable, Iterator
 import ml_collections
 from absl import logging
 
+from bert_jax.progress import progress
 from data_pipelines.sources import documents as sources
 from data_pipelines.tokenizers import kinds as tokenizer_kinds, sample
 
@@ -90,14 +91,17 @@ class SampleRecord:
 class _RecordedSample:
     """Iterates the sample once, counting and hashing what the trainer is given."""
 
-    def __init__(self, texts: Iterable[tuple[str, str, str]], record: SampleRecord):
+    def __init__(self, texts: Iterable[tuple[str, str, str]], record: SampleRecord, sample_bytes: int):
         self._texts = texts  # (source name or "", file, segment): sample.sample_segments
         self._record = record
         self._digest = hashlib.sha256()
+        self._sample_bytes = sample_bytes  # the cap: the progress bar's total (a small corpus gives less)
 
     def __iter__(self) -> Iterator[str]:
+        bar = progress(total=self._sample_bytes, desc="tokenizer sample", unit="B", unit_scale=True)
         for source, origin, text in self._texts:
             data = text.encode("utf-8")
+            bar.update(len(data))
             self._digest.update(data + b"\n")
             self._record.bytes += len(data)
             self._record.segments += 1
@@ -105,6 +109,8 @@ class _RecordedSample:
             if source:
                 self._record.sources[source] = self._record.sources.get(source, 0) + len(data)
             yield text
+        bar.total = max(bar.n, 1)  # a corpus smaller than the cap ends the sample early: all of it was read
+        bar.close()
         self._record.sha256 = self._digest.hexdigest()
 
 
@@ -132,7 +138,8 @@ def train_from_config(data_cfg: ml_collections.ConfigDict) -> tuple[tokenizer_ki
     stats = sources.SkipStats()
     seed = tok_cfg.get("sample_seed", 0)
     record = SampleRecord(vocab_size_asked=data_cfg.vocab_size, sample_seed=seed)
-    texts = _RecordedSample(sample.sample_segments(data_cfg, tok_cfg.sample_bytes, seed, stats), record)
+    texts = _RecordedSample(sample.sample_segments(data_cfg, tok_cfg.sample_bytes, seed, stats), record,
+                            tok_cfg.sample_bytes)
     min_frequency = tok_cfg.get("min_frequency", 2)
     tokenizer = tokenizer_kinds.get_kind(kind).train(
         texts, data_cfg.vocab_size, min_frequency, lowercase=tok_cfg.lowercase, specials=specials
