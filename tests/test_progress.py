@@ -3,6 +3,8 @@ cadence otherwise, each with done of total, the rate and the ETA; `prepare` repo
 import logging
 import time
 
+import pytest
+
 from bert_jax.progress import progress
 from data_pipelines.shards import prepare as prepare_lib
 from test_data_prepare import corpus_cfg, write_corpus
@@ -36,3 +38,17 @@ def test_prepare_reports_its_input_bytes_with_a_rate(tmp_path, caplog):
     total = sum(f.stat().st_size for f in corpus.iterdir())
     assert lines and "100%" in lines[-1] and "B/s" in lines[-1], lines
     assert prepare_lib.text_bytes([str(f) for f in corpus.iterdir()]) == total
+
+
+@pytest.mark.slow  # a Beam pipeline: 12 s on 2 loaded cores
+def test_prepare_beam_on_the_direct_runner_reports_the_parts_bytes_and_leaves_no_progress_files(tmp_path, caplog):
+    from data_pipelines.shards import prepare_beam
+
+    corpus = write_corpus(tmp_path / "corpus")
+    out = tmp_path / "out"
+    with caplog.at_level(logging.INFO):
+        prepare_beam.prepare_beam(corpus_cfg(corpus), str(out), ["--runner=DirectRunner",
+                                                                  "--direct_running_mode=in_memory"], num_shards=2)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("prepare-beam:")]
+    assert lines and "100%" in lines[-1] and "B/s" in lines[-1], lines
+    assert not (out / prepare_beam.PROGRESS_DIR).exists()

@@ -33,11 +33,19 @@ is well under a worker's RAM, e.g. 4 per GB of text). An `--out` that holds a ma
 other settings (another source, tokenizer, shard count, or `prepare`'s) is refused unless
 `--overwrite`, which deletes that output first. Re-running the same command rewrites the
 same bytes.
+
+Progress. Each part's worker writes the text bytes it has tokenized to `out/.progress/<part>.json` (at most every
+PROGRESS_EVERY_S seconds, and at its end); the launching process sums them for a progress bar against the input
+files' size (bert_jax/progress.py: a bar on a terminal, a line a minute in a log), whatever the runner, and deletes
+the folder at the end. It is no part of the output.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import threading
+import time
 from collections.abc import Iterable, Sequence
 
 import ml_collections
@@ -45,6 +53,7 @@ import numpy as np
 from absl import logging
 
 import bert_jax
+from bert_jax.progress import progress
 from bert_jax.storage import paths
 from data_pipelines.shards import document_records
 from data_pipelines.sources import documents as sources, prepared
@@ -135,6 +144,11 @@ def record_hash(record: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(record, digest_size=8).digest(), "little")
 
 
+# The folder (in --out) where parts report their progress, and how often a part rewrites its file.
+PROGRESS_DIR = ".progress"
+PROGRESS_EVERY_S = 5.0
+
+
 def read_and_tokenize(part: int, data_dict: dict, out: str, num_parts: int, num_shards: int):
     """Part `part`'s documents as (shard, record); then one (_SKIPPED, counts) output."""
     import apache_beam as beam  # noqa: PLC0415
@@ -144,9 +158,16 @@ def read_and_tokenize(part: int, data_dict: dict, out: str, num_parts: int, num_
     documents = sources.iter_documents(
         ml_collections.ConfigDict(data_dict), shard_index=part, shard_count=num_parts, stats=stats
     )
+    report = paths.path(out) / PROGRESS_DIR / f"part-{part:05d}.json"
+    done, reported = 0, time.monotonic()
     for batch in _batches(documents):
         for record in tokenizer.tokenize(batch).records:
             yield record_hash(record) % num_shards, record
+        done += sum(prepare_lib.document_bytes(d) for d in batch)
+        if time.monotonic() - reported >= PROGRESS_EVERY_S:
+            paths.write_atomically(report, json.dumps({"bytes": done}))
+            reported = time.monotonic()
+    paths.write_atomically(report, json.dumps({"bytes": done}))
     for reason, count in stats.as_dict().items():
         beam.metrics.Metrics.counter("prepare_beam", reason).inc(count)
     yield beam.pvalue.TaggedOutput(_SKIPPED, stats.as_dict())
@@ -276,10 +297,46 @@ def prepare_beam(
     logging.info("preparing %d part(s) into %d shard(s) in %s on Beam", num_parts, num_shards, out)
     pipeline = beam.Pipeline(runner=runner, options=options)
     build(pipeline, data_cfg, out, num_parts, num_shards, base)
-    result = pipeline.run()
-    result.wait_until_finish()
+    with _ProgressWatch(out, prepare_lib.text_bytes(files)):
+        result = pipeline.run()
+        result.wait_until_finish()
     logging.info("Beam counters: %s", skip_counters(result) or "none (nothing skipped, or the runner reports no metrics)")
     return prepared.read_manifest(out)
+
+
+class _ProgressWatch:
+    """While the pipeline runs, a thread sums the parts' progress files into the bar; at the end, the folder goes."""
+
+    def __init__(self, out: str, total: int | None):
+        self.folder = paths.path(out) / PROGRESS_DIR
+        self.bar = progress(total=total, desc="prepare-beam", unit="B", unit_scale=True)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _done(self) -> int:
+        try:
+            return sum(json.loads(f.read_text())["bytes"] for f in self.folder.iterdir() if f.name.endswith(".json"))
+        except (OSError, ValueError, KeyError):  # a folder not made yet, a file replaced while read: next time
+            return self.bar.n
+
+    def _watch(self) -> None:
+        while not self.stop.wait(PROGRESS_EVERY_S):
+            self.bar.update(self._done() - self.bar.n)
+
+    def __enter__(self):
+        if self.folder.exists():
+            self.folder.rmtree()  # a killed run's
+        self.thread.start()
+        return self
+
+    def __exit__(self, *error) -> None:
+        self.stop.set()
+        self.thread.join()
+        if error[0] is None and self.bar.total:
+            self.bar.update(self.bar.total - self.bar.n)  # every file read (blank lines and markup count too)
+        self.bar.close()
+        if self.folder.exists():
+            self.folder.rmtree()
 
 
 def skip_counters(result) -> dict[str, int]:
