@@ -93,16 +93,19 @@ def write_sst2(root: Path) -> Path:
 def tree_figures(root: psutil.Process) -> dict:
     """RSS, open file descriptors and threads summed over `root` and its descendants (gone ones skipped)."""
     rss = fds = threads = count = 0
+    by_process = {}  # "<name> <pid>" -> RSS: which one grows, if one does
     for proc in [root] + root.children(recursive=True):
         try:
             with proc.oneshot():
-                rss += proc.memory_info().rss
+                mine = proc.memory_info().rss
+                by_process[f"{proc.name()} {proc.pid}"] = mine
+                rss += mine
                 fds += proc.num_fds()
                 threads += proc.num_threads()
                 count += 1
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             continue
-    return dict(rss_bytes=rss, open_fds=fds, threads=threads, processes=count)
+    return dict(rss_bytes=rss, open_fds=fds, threads=threads, processes=count, rss_by_process=by_process)
 
 
 def folder_bytes(folder: Path) -> int:
