@@ -156,7 +156,10 @@ def sample(root: psutil.Process, workdir: Path, log: Path, rows: RowReader, t0: 
     total = folder_bytes(workdir)
     checkpoints, probes = folder_bytes(workdir / "checkpoints"), folder_bytes(workdir / "downstream")
     return dict(
-        t_s=time.time() - t0, load_1m=os.getloadavg()[0], **tree_figures(root),
+        # The machine's available memory: under pressure the kernel reclaims a process's file-backed pages and its
+        # RSS falls, which a fit would read as a leak's opposite.
+        t_s=time.time() - t0, load_1m=os.getloadavg()[0], available_bytes=psutil.virtual_memory().available,
+        **tree_figures(root),
         step=max((r["step"] for r in new), default=None),
         step_time_s=float(np.median([r["perf/step_time_s"] for r in new])) if new else None,
         workdir_bytes=total, checkpoint_bytes=checkpoints, probe_bytes=probes,
