@@ -77,8 +77,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.initializer_range = 0.02
     c.model.scan_layers = True
     c.model.scan_unroll = 1  # layers per iteration of the scanned loop (nn.scan unroll)
-    # An NVIDIA GPU target runs a scan_unroll of 1 as the whole stack, parameters still stacked: a rolled scan's saved
-    # residuals cost a third of BERT-base's bytes per step there (models/transformer.py's layers_per_iteration).
+    # An NVIDIA GPU target without remat runs a scan_unroll of 1 as the whole stack, parameters still stacked: a rolled
+    # scan's saved residuals cost a third of BERT-base's bytes per step there (models/transformer.py's
+    # layers_per_iteration).
     c.model.unroll_on_gpu = True
     c.model.remat_policy = "none"  # none | full | dots | dots_no_batch
     # Hidden dropout's masks: per_layer (drawn in each layer) | per_step (all layers' in one draw before the stack:

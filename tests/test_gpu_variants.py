@@ -88,15 +88,18 @@ def test_flat_moments_and_unrolled_scan_train_the_same_losses():
 
 def test_an_nvidia_gpu_target_runs_the_scanned_stack_unrolled_and_other_platforms_keep_the_loop():
     """config.model.unroll_on_gpu (configs/base.py: on): on a GPU target a scan_unroll of 1 becomes the whole stack,
-    parameters still stacked; an explicit scan_unroll, unroll_on_gpu=False and every other platform keep theirs.
+    parameters still stacked; an explicit scan_unroll, unroll_on_gpu=False, a remat policy and every other platform
+    keep the loop.
     The unrolled program computes the same losses (test_flat_moments_and_unrolled_scan_train_the_same_losses)."""
     from bert_jax.models.bert import BertConfig
     from bert_jax.models.modernbert import ModernBertConfig
 
-    bert = lambda **o: BertConfig.from_config(small_model_config(**{"unroll_on_gpu": True, **o})).scan_unroll  # noqa: E731
+    def bert(**overrides):
+        return BertConfig.from_config(small_model_config(**{"unroll_on_gpu": True, **overrides})).scan_unroll
+
     with building_for("gpu"):
         assert bert() == 2 and bert(num_layers=5) == 5
-        assert bert(scan_unroll=3) == 3 and bert(unroll_on_gpu=False) == 1
+        assert bert(scan_unroll=3) == 3 and bert(unroll_on_gpu=False) == 1 and bert(remat_policy="dots") == 1
         assert ModernBertConfig.from_config(modernbert_config(unroll_on_gpu=True)).scan_unroll == 22
     for platform in ("cpu", "tpu"):
         with building_for(platform):

@@ -135,8 +135,8 @@ print("RESULT " + json.dumps(dict(compiler=p.compiler, kernel=p.kernel, peak=p.p
 @pytest.mark.slow
 def test_bert_base_on_one_h100_by_the_gpu_compiler_near_the_measured_peak():
     """Issue 58's acceptance. The program the H200 ran on 2026-11-26 (LayerNorm and GELU through autodiff, before
-    bert_jax/kernels/lean_backward.py; the layer scan rolled, before config.model.unroll_on_gpu) planned for one H100: phase 1 (seq 128, batch 256) within 15 % of the
-    24.6 GiB measured (docs/results/gpu.md). Then the command as a user runs it, on today's code: it names the GPU
+    bert_jax/kernels/lean_backward.py; the layer scan rolled, before config.model.unroll_on_gpu) planned for one
+    H100: phase 1 (seq 128, batch 256) within 15 % of the 24.6 GiB measured (docs/results/gpu.md). Then the command as a user runs it, on today's code: it names the GPU
     compiler and judges phase 2 (seq 512) by that compiler's own figure."""
     if not gpu_cards.plugin_available():
         pytest.skip(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT})")

@@ -77,7 +77,7 @@ def fused_attention(q, k, v, pos_q, pos_k, segments, buckets: int, max_position:
     (unscaled), pos_q, pos_k [2 * buckets, heads, head_dim], segments [batch, length] -> [batch, length,
     heads, head_dim]; `dropout_seed` [2] int32 where dropout_rate > 0. Under a mesh it runs in shard_map over the
     batch and heads axes, as splash does, each shard drawing the dropout of its global rows and heads."""
-    from bert_jax.kernels import disentangled_attention as kernel  # noqa: PLC0415 (imports Pallas, for TPU targets only)
+    from bert_jax.kernels import disentangled_attention as kernel  # noqa: PLC0415 (Pallas: for TPU targets only)
 
     length, head_dim = q.shape[1], q.shape[-1]
     index = jnp.asarray(distance_table_index(length, buckets, max_position))

@@ -24,17 +24,20 @@ REMAT_POLICIES = {
 
 def layers_per_iteration(model_cfg) -> int:
     """nn.scan's unroll as the model runs it: `config.model.scan_unroll`, except that an NVIDIA GPU target with
-    `config.model.unroll_on_gpu` (the default) runs a scan_unroll of 1 as the whole stack (num_layers: >= every
-    layer loop's length), parameters still stacked [layers, ...].
+    `config.model.unroll_on_gpu` (the default) and no remat runs a scan_unroll of 1 as the whole stack (num_layers:
+    >= every layer loop's length), parameters still stacked [layers, ...]. With a remat policy the loop stays: in
+    one straight-line program the compiler may merge a layer's recomputation with its forward (nn.remat's
+    prevent_cse is off for scanned layers), and that was not measured.
 
     Why: a rolled scan's forward writes every saved residual into a zero-filled [layers, ...] stack (the fill,
     then a copy of each cuBLAS or cuDNN output into its slot) and its backward copies each slot out again. On
     XLA's GPU compiler that is 44 GB of BERT-base (128, 256)'s 136 GB per step; unrolled, the residuals stay
     where their kernels wrote them: 89 GB (docs/results/gpu.md, 2026-12-04). Other platforms keep the loop
-    (the TPU compiler fuses those slots; a CPU compiles it faster).
+    (not measured unrolled).
     """
     unroll = model_cfg.get("scan_unroll", 1)
-    if unroll == 1 and model_cfg.get("unroll_on_gpu", False) and platform_name() == "gpu":
+    if (unroll == 1 and model_cfg.get("unroll_on_gpu", False) and model_cfg.get("remat_policy", "none") == "none"
+            and platform_name() == "gpu"):
         return model_cfg.get("num_layers", 1)
     return unroll
 
