@@ -185,7 +185,8 @@ def test_plan_for_an_h100_says_what_a_day_buys_per_stage():
                          timeout=900, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert "## what --budget=24h buys on 1 x h100" in out.stdout and "**An upper bound on steps and tokens**" in out.stdout
-    rows = [line for line in out.stdout.splitlines() if line.startswith(("| 0 | 1-6 |", "| 1 | 7-8 |", "| all |"))]
+    bought = out.stdout.split("## what --budget=24h buys on 1 x h100")[1]
+    rows = [line for line in bought.splitlines() if line.startswith(("| 0 | 1-6 |", "| 1 | 7-8 |", "| all |"))]
     assert len(rows) == 3 and all("| ≤ " in row for row in rows), out.stdout[-2000:]
 
 
