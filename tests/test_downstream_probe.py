@@ -80,6 +80,8 @@ def test_pretraining_logs_downstream_rows_at_its_probe_steps(tmp_path, xla_compi
     assert [r["step"] for r in probe_rows] == [4, 8]
     assert all("eval/mlm_accuracy" in r for r in probe_rows)  # beside MLM accuracy, in the eval row
     assert os.path.exists(os.path.join(workdir, "downstream", "step_8", "sst2", "DONE"))
+    # A finished probe keeps its results, not its weights: the workdir does not grow by a checkpoint per probe.
+    assert not os.path.exists(os.path.join(workdir, "downstream", "step_4", "sst2", "checkpoints"))
     plain_rows = [json.loads(line) for line in open(tmp_path / "plain" / "metrics.jsonl")]
     losses = lambda rs: [(r["step"], r["train/loss"]) for r in rs if "train/loss" in r]  # noqa: E731
     assert losses(rows) == losses(plain_rows)  # the probe leaves the pre-training itself untouched

@@ -7,7 +7,10 @@ and on the same mesh, logged as `downstream/<task>/<metric>` in the eval row bes
 
 Pre-training losses do not say what a representation is worth; a curve of a short task does.
 Each probe is one seed (config.eval.downstream_seed) at each task's first learning rate, in
-WORKDIR/downstream/step_<N>/<task>/ (a resumed pre-training keeps the probes that are DONE).
+WORKDIR/downstream/step_<N>/<task>/ (a resumed pre-training keeps the probes that are DONE). A finished probe's
+weights are deleted, its results, metrics and plots kept: each probe kept its fine-tuned checkpoint (params and Adam's
+moments, 8.4 MB for configs/tiny.py, some 1.3 GB for BERT-base), and the workdir grew by one per probe, past
+checkpoint.max_to_keep's bound (bench/long_haul.py's find, docs/results/long-haul.md).
 The bert_jax.commands.pretrain command builds the probe (bert_jax/commands/pretrain.py) and the loop calls it at
 its eval steps (bert_jax/train/loop.py); the suite is read and checked before the first step.
 """
@@ -87,7 +90,18 @@ class DownstreamProbe:
             if "validation" not in result:  # preempted inside the probe: the pre-training's watch must see it
                 os.kill(os.getpid(), signal.SIGTERM)
                 return row
+            _drop_weights(workdir)
             row.update({f"downstream/{name}/{k}": float(v) for k, v in result["validation"].items() if "/" not in k})
         logging.info("downstream probe at step %d | %s", step, " | ".join(f"{k} {v:.4f}" for k, v in row.items()
                                                                           if not k.endswith("/loss")))
         return row
+
+
+def _drop_weights(workdir: str) -> None:
+    """A finished probe's checkpoints (and best params): its row is written and DONE marks it, nothing reads them."""
+    if jax.process_index() != 0:
+        return
+    run = Workdir(workdir)
+    for folder in (run.checkpoints, run.best):
+        if folder.exists():
+            folder.rmtree()
