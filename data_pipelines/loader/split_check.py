@@ -13,13 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import bert_jax
-from data_pipelines.sources import corpus, documents, mixture
+from data_pipelines.sources import corpus, documents, mixture, prepared
 from data_pipelines.sources.readers import DiscardStats
 
 
 def _document_ids(data_cfg) -> Iterator[int]:
     """The ids corpus.is_eval_document takes, for every document of the source, in file (or table) order."""
     source = documents.source_of(data_cfg)
+    if source.tokenized:  # prepared shards: the manifest counts them (nothing opened)
+        return iter(range(prepared.read_manifest(data_cfg.path)["documents"]))
     if isinstance(source, documents.TableSource):
         return iter(range(len(source.table(DiscardStats()))))
     return (corpus.file_document_id(file_index, index_in_file)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import os
 import zlib
 from collections.abc import Sequence
 
@@ -106,6 +107,8 @@ def _damaged(directory: str, name: str, what: str) -> DamagedShardError:
 
 # Prepared folders whose shard sizes this process checked (a config check, then the loader, check once).
 _SIZES_CHECKED: set[str] = set()
+# Local shard files whose CRC this process checked, by (path, size, mtime): the train and eval feeds open the same.
+_CRC_CHECKED: set[tuple[str, int, int]] = set()
 
 
 def check_shards(directory: str) -> None:
@@ -223,7 +226,9 @@ class PreparedDocuments(Sequence):
         """The shard's CRC-32 against the manifest's, once: a flipped byte keeps the size. A bad copy from a bucket
         is deleted, so that the next read downloads it again."""
         want = self._crc32[shard]
-        if want is None or shard in self._verified:
+        stat = os.stat(local)  # (a local file: the reader's own copy)
+        key = (local, stat.st_size, stat.st_mtime_ns)
+        if want is None or shard in self._verified or key in _CRC_CHECKED:
             return
         have = file_crc32(local)
         if have != want:
@@ -232,6 +237,7 @@ class PreparedDocuments(Sequence):
             raise _damaged(self._directory, self._paths[shard], f"has CRC-32 {have}, the manifest says {want} "
                                                                 f"(its bytes changed)")
         self._verified.add(shard)
+        _CRC_CHECKED.add(key)
 
     def __getitem__(self, index: int) -> FlatDocument:
         if not 0 <= index < self._length:
