@@ -50,6 +50,9 @@ def get_config(arg: str | None = None):
     # auto: on a TPU target the fused disentangled-attention Pallas kernel (bert_jax/kernels/disentangled_attention.py,
     # no [batch, heads, q, k] tensor in HBM; attention dropout in its tiles), elsewhere the xla kernel.
     c.model.attention_impl = "auto"
+    # The layer loop stays on a GPU too: unrolled, XLA's GPU compiler counted 10 % fewer bytes per step at (512, 32)
+    # but 2.3x the peak (14.6 -> 33.5 GiB; docs/results/gpu.md, 2026-12-04).
+    c.model.unroll_on_gpu = False
     c.model.generator_num_layers = 6  # half the discriminator's depth, the same width (GDES shares one table)
     c.model.discriminator_loss_weight = 50.0  # lambda (He et al. 2023 §3, after Clark et al. 2020)
     c.model.sampling_temperature = 1.0
