@@ -64,11 +64,14 @@ def collective_lines(plan, unit: str) -> list[str]:
     return lines
 
 
-def bound_line(r: Roofline, unit: str) -> str:
-    """The bound's model in words: every term, which binds, what it allows."""
+def bound_line(r: Roofline, unit: str, flops_counted: bool = True) -> str:
+    """The bound's model in words: every term, which binds, what it allows; flops_counted=False: the compute term
+    counts a loop's body once (a screened plan), so the bound and MFU are not the step's, and it says so."""
     terms = ", ".join(f"{name} {seconds * 1e3:.2f} ms" + (" (async)" if name not in ("compute", "memory") else "")
                       for name, seconds in r.terms.items())
     serial = f" + {r.serial_s * 1e3:.2f} ms of synchronous collectives" if r.serial_s else ""
     return (f"Step bound = max(compute, HBM memory, each link's asynchronous collectives) + synchronous collectives: "
             f"max({terms}){serial} -> step >= {r.step_s * 1e3:.2f} ms, **{r.bound}**; at most "
-            f"{r.tokens_per_s:,.0f} tokens/s per {unit}, **MFU <= {r.mfu:.1%}**.")
+            f"{r.tokens_per_s:,.0f} tokens/s per {unit}, **MFU <= {r.mfu:.1%}**."
+            + ("" if flops_counted else " Not this step's bound: its FLOPs count each loop's body once (compute too "
+               "low); the bytes and collectives are exact."))
