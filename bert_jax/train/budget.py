@@ -27,6 +27,7 @@ outside it, as the goodput record separates them (`bert-jax inspect --mode=goodp
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -77,7 +78,14 @@ def step_cost(config, kind: str) -> float:
     batch, data = config.train.global_batch_size, config.data
     if kind == "tokens":
         return float(batch * data.max_seq_length)
-    return perf.train_flops_per_step(abstract_params_for(config.model), config.model, data, batch)
+    return perf.train_flops_per_step(_abstract_params(config.model.to_json_best_effort(sort_keys=True)), config.model,
+                                     data, batch)
+
+
+@functools.lru_cache(maxsize=4)
+def _abstract_params(model_json: str):
+    """The model's parameter shapes, traced once for every stage (a stage never changes the model)."""
+    return abstract_params_for(ml_collections.ConfigDict(json.loads(model_json)))
 
 
 def resolve(config, workdir: str | None = None) -> tuple[ml_collections.ConfigDict, list[str]]:
