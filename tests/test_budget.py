@@ -184,7 +184,8 @@ def test_plan_for_an_h100_says_what_a_day_buys_per_stage():
                           "--gpu=h100", "--num_devices=1", "--budget=24h"], cwd=REPO, capture_output=True, text=True,
                          timeout=900, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "## what --budget=24h buys on 1 x h100" in out.stdout and "**An upper bound on steps and tokens**" in out.stdout
+    assert "## what --budget=24h buys on 1 x h100" in out.stdout
+    assert "**An upper bound on steps and tokens**" in out.stdout
     bought = out.stdout.split("## what --budget=24h buys on 1 x h100")[1]
     rows = [line for line in bought.splitlines() if line.startswith(("| 0 | 1-6 |", "| 1 | 7-8 |", "| all |"))]
     assert len(rows) == 3 and all("| ≤ " in row for row in rows), out.stdout[-2000:]

@@ -42,8 +42,8 @@ def stage_buys(budget: budget_lib.Budget, stages: list, step_s: list, exact_step
     `step_s` each one's roofline step time or None; ValueError for a wall-clock budget without every step time."""
     if budget.kind == "seconds":
         if any(t is None for t in step_s):
-            raise ValueError(f"--budget={budget.text} is wall-clock time: what it buys needs each stage's roofline step "
-                             "time, which --gpu=CARD (XLA's GPU compiler) or --tpu=SLICE gives; a token or FLOP "
+            raise ValueError(f"--budget={budget.text} is wall-clock time: what it buys needs each stage's roofline "
+                             "step time, which --gpu=CARD (XLA's GPU compiler) or --tpu=SLICE gives; a token or FLOP "
                              "budget (2e9tokens, 3e18flops) converts without one")
         costs = list(step_s)
     else:
@@ -63,8 +63,8 @@ def format_buys(budget: budget_lib.Budget, bought: list[StageBuy], device: str) 
     wall = budget.kind == "seconds"
     lines = ["", f"## what --budget={budget.text} buys on {device}", ""]
     if wall:
-        lines.append("**An upper bound on steps and tokens**: each step at its roofline bound (its FLOPs at peak or its "
-                     "HBM bytes at bandwidth, whichever is longer); collectives, the input pipeline, evaluation, "
+        lines.append("**An upper bound on steps and tokens**: each step at its roofline bound (its FLOPs at peak or "
+                     "its HBM bytes at bandwidth, whichever is longer); collectives, the input pipeline, evaluation, "
                      "checkpoints and compiles make every real step slower. The run measures its own speed at its "
                      "first start and fixes its steps then (docs/guides/budget.md).")
     else:
