@@ -25,6 +25,8 @@ fi
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 SHAPES=${SHAPES:-base:128:256,large:512:32,modernbert_base:1024:32,large:128:256,deberta_v3_base:512:32}
 VARIANT_SHAPES=${VARIANT_SHAPES:-base:128:256|large:512:32}
+VARIANTS=${VARIANTS:-}  # given: only these (name:key=value+...@shape|shape, comma-separated)
+if [ -z "$VARIANTS" ]; then
 VARIANTS="rbg:train.dropout_prng=rbg@$VARIANT_SHAPES"
 VARIANTS+=",unsafe_rbg:train.dropout_prng=unsafe_rbg@$VARIANT_SHAPES"
 VARIANTS+=",masks_per_step:model.dropout_masks=per_step@$VARIANT_SHAPES"
@@ -35,6 +37,7 @@ VARIANTS+=",rolled:model.unroll_on_gpu=false@$VARIANT_SHAPES"
 VARIANTS+=",fused_norm:model.fused_dropout_norm=true@$VARIANT_SHAPES"
 VARIANTS+=",fused_qkv:model.fused_qkv=true@$VARIANT_SHAPES"
 VARIANTS+=",all:train.dropout_prng=unsafe_rbg+train.flat_moments=true+model.scan_unroll=2@$VARIANT_SHAPES"
+fi
 if [ "${KERNEL_CHECKS:-1}" = 1 ]; then  # exit status 1 (and the script stops) if the GPU defaults compute otherwise
   python3 bench/gpu_kernel_checks.py ${KERNEL_CHECK_FLAGS:-} | tee "$OUT/kernel_checks.json"
 fi
