@@ -188,3 +188,28 @@ print(plan_search.format_search(tried, "h100", 1, flag="gpu", num_devices=1))
     proc = _run_script(script, timeout=1800)
     assert "| 1 | True | dp | none | 16 x 1 |" in proc.stdout
     assert "python -m bert_jax.plan --config=CONFIG --gpu=h100 --num_devices=1 " in proc.stdout
+
+
+@pytest.mark.slow
+def test_packed_rows_plan_with_cudnn_for_a_hopper_card_on_a_host_without_one():
+    """jax's cuDNN attention asks the host's GPU whether packed rows may run (Hopper or later); the planner answers
+    for the target card, so crammed's packed, all-global rows plan with cuDNN for an H100 on a host without one."""
+    if not gpu_cards.plugin_available():
+        pytest.skip(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT})")
+    script = """
+import jax
+jax.config.update("jax_platforms", "cpu")
+import json
+from bert_jax.configs import crammed
+from bert_jax.plan import compiled_plan, gpu_cards
+c = crammed.get_config("tiny")
+c.model.dtype = "bfloat16"  # cuDNN's dtypes
+c.train.batch_size_warmup.start_batch_size = 0  # one stage
+c.train.update(global_batch_size=8, grad_accum_steps=1)
+p = compiled_plan.make_plan(c, gpu_cards.parse_gpu("h100", 1))
+print("RESULT " + json.dumps(dict(kernel=p.kernel, builder=c.data.example_builder, fits=compiled_plan.fits(p)[0])))
+"""
+    proc = _run_script(script, timeout=900)
+    import json
+    r = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+    assert r["builder"] == "packed" and r["kernel"] == "cudnn" and r["fits"]

@@ -163,6 +163,8 @@ class ModernBertLayer(nn.Module):
         qkv = dense((cfg.hidden_size,), (3, heads, head_dim), ("embed", None, "heads", "kv"), cfg.attention_bias,
                     init_in, "Wqkv")(h)
         axes = ("batch", "length", "heads", "kv")
+        if cfg.global_attn_every_n_layers == 1 or cfg.num_layers == 1:  # every layer global (Cramming's): no local
+            is_global = True  # branch to trace, no window for cuDNN
         theta = jnp.where(is_global, cfg.global_rope_theta, cfg.local_rope_theta)
         q = nn.with_logical_constraint(rotary(qkv[:, :, 0], positions, theta), axes)
         k = nn.with_logical_constraint(rotary(qkv[:, :, 1], positions, theta), axes)

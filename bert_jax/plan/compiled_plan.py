@@ -463,7 +463,8 @@ def _make_gpu_plan(config, gpus: gpu_cards.GpuSet) -> Plan:
     and kernel launches from the optimised HLO, every loop's trips counted (hlo_traffic); FLOPs from the dots of the
     unoptimised HLO (hlo_flops: cost_analysis() is None for these devices), plus a fused attention kernel's
     from the formula."""
-    with building_for("gpu"):  # the whole plan, formula FLOPs included, sees the target's devices
+    # The whole plan, formula FLOPs included, sees the target's devices, and jax's cuDNN checks ask the card.
+    with building_for("gpu"), gpu_cards.cudnn_checks_answered_for(gpus.chip):
         validate_config(config, 1)
         mesh = tpu_mesh(config, gpus)
         unoptimised: list[str] = []

@@ -15,6 +15,7 @@ Peak FLOP/s (dense bf16) and HBM bandwidth are the data sheets' (SXM parts).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.resources
 import importlib.util
@@ -39,6 +40,12 @@ class GpuCard:
     def target_config(self) -> str:
         """The card's GpuTargetConfigProto, text form (package data)."""
         return importlib.resources.files("bert_jax.plan").joinpath("gpu_targets", f"{self.key}.txtpb").read_text()
+
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        """(major, minor), as the target config gives it."""
+        m = re.search(r"cuda_compute_capability \{\s*major: (\d+)\s*minor: (\d+)", self.target_config)
+        return int(m.group(1)), int(m.group(2))
 
     @property
     def device_memory_bytes(self) -> int:
@@ -124,3 +131,28 @@ def gpu_devices(gpus: GpuSet) -> list:
         raise RuntimeError(f"the CUDA plugin gave {len(devices)} devices for {gpus.label} ({gpus.topology}); "
                            f"expected {gpus.total_chips}")
     return devices
+
+
+@contextlib.contextmanager
+def cudnn_checks_answered_for(card: GpuCard):
+    """Within it, jax's cuDNN attention asks `card` (not the host) which compute capability it has.
+
+    jax 0.10 decides what cuDNN's fused attention may do (the packed layout of `attention_impl=cudnn`
+    needs Hopper) by asking the first local GPU; on a host without one the answer is "none", and a
+    packed step planned for an H100 fails with "Packed layout requires a GPU with at least Hopper
+    architecture" although the card would run it. The answer is the card's; nothing else changes.
+    """
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn  # the module that asks
+
+    def at_least(capability: str) -> bool:
+        return card.compute_capability >= tuple(int(x) for x in capability.split("."))
+
+    def equal(capability: str) -> bool:
+        return card.compute_capability == tuple(int(x) for x in capability.split("."))
+
+    saved = cudnn.check_compute_capability, cudnn.is_cuda_compute_capability_equal
+    cudnn.check_compute_capability, cudnn.is_cuda_compute_capability_equal = at_least, equal
+    try:
+        yield
+    finally:
+        cudnn.check_compute_capability, cudnn.is_cuda_compute_capability_equal = saved
