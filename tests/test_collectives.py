@@ -167,7 +167,7 @@ def test_the_gpu_compilers_fsdp_step_gathers_and_reduce_scatters_over_nvlink_and
     """A 4-layer BERT (width 256) compiled by XLA's GPU compiler, deviceless (about 70 s): under FSDP on 8 H100s
     every sharded parameter is gathered and its gradient reduce-scattered, once a step (the GPU step runs its layers
     unrolled and keeps the gathered weights for the backward), at bf16 (matmul weights) to f32 (norms, tables), each
-    sending (n-1)/n of it over NVLink, nearly all of it asynchronous; data parallel on 16 (two nodes of 8), the gradients' all-reduce sends
+    sending (n-1)/n of it over NVLink; data parallel on 16 (two nodes of 8), the gradients' all-reduce sends
     2(8-1)/8 of them over NVLink and an eighth of them over the network, a term of the bound of its own."""
     if not gpu_cards.plugin_available():
         pytest.skip(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT})")
@@ -182,8 +182,7 @@ def test_the_gpu_compilers_fsdp_step_gathers_and_reduce_scatters_over_nvlink_and
         payload = sum(f[1] for f in rows)
         assert 2 * fsdp["sharded"] <= payload < 4 * fsdp["sharded"], (kind, payload, fsdp["sharded"])
         assert sum(f[2] for f in rows) == pytest.approx(7 / 8 * payload) and not any(f[3] for f in rows)
-        assert {f[4] for f in rows} == {8}
-        assert sum(f[1] for f in rows if f[6]) > 0.9 * payload  # asynchronous: start/done pairs, nearly all
+        assert {f[4] for f in rows} == {8}  # (start/done pairs; at this size the compiler leaves most synchronous)
     assert [name for name, *_ in fsdp["links"]] == ["NVLink"]
 
     dp = out["dp"]
