@@ -309,6 +309,12 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                     logging.warning("preempted: saving the checkpoint of step %d (the device was at most %d steps "
                                     "behind)", step, ahead.limit)
                 if saved < step and (hooks.saves_at(step) or is_last or preempted or stop):
+                    # A save the spike check did not see coming (a preemption's, a stop's) never holds a spike: the
+                    # next start resumes from the checkpoint before it, and meets (and rolls back) the spike again.
+                    if spikes is not None and pending and spikes.first_spike(jax.device_get(pending)) is not None:
+                        logging.warning("a loss spike since step %d is not saved: the next start resumes from the "
+                                        "checkpoint of step %d", saved, saved)
+                        return stop, preempted
                     nonfinite_steps(pending, nan_policy)  # a NaN step stops the run before it is saved
                     with clock.timing("checkpoint"):
                         ckpt.save(manager, step, state, batches.iterator)
