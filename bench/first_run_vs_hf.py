@@ -3,17 +3,18 @@
     python bench/first_run_vs_hf.py --out=/tmp/first_run_vs_hf [--minutes=8] [--rounds=1] \\
         [--hf_flax_python=/tmp/hf457/bin/python]
 
-Three sides train the same BERT shape (configs/tiny.py's model) on the embedded corpus's training split, with one
-WordPiece tokenizer trained once up front (configs/tiny.py's settings) and given to all three, each for --minutes of
-wall-clock time counted from its process's start (imports, data preparation and compiles included), one side at a
-time, the order rotated every round (A B C, then B C A, ...) so that a machine's changing load falls on each:
+Three sides pre-train on the embedded corpus's training split with one WordPiece tokenizer, trained once up front
+as README (a)'s config trains it and given to all three, each for --minutes of wall-clock time counted from its
+process's start (imports, data preparation and compiles included), one side at a time, the order rotated every round
+(A B C, then B C A, ...) so that a machine's changing load falls on each:
 
-  bert_jax      README (a)'s command, `bert-jax pretrain --config=configs/tiny.py`, with the shared tokenizer and a
-                checkpoint every 100 steps; a run not DONE at the deadline gets SIGTERM (it saves the step it is at) and
-                its newest checkpoint is scored. Its step count is the config's (times --minutes / 8 when shortened).
+  bert_jax      README (a)'s command, `bert-jax pretrain --config=configs/first_run.py` (--config), with the shared
+                tokenizer and a checkpoint every 100 steps; a run not DONE at the deadline gets SIGTERM (it saves the
+                step it is at) and its newest checkpoint is scored. Its step count is the config's (times
+                --minutes / 8 when shortened).
   hf_flax       transformers' examples/flax/language-modeling/run_mlm_flax.py, its training step as written there:
                 FlaxBertForMaskedLM, the documents tokenised and concatenated into rows of max_seq_length
-                (`group_texts`), FlaxDataCollatorForLanguageModeling's 15 % masking (80/10/10), the cross-entropy
+                (`group_texts`), its FlaxDataCollatorForLanguageModeling's masking (80/10/10), the cross-entropy
                 over the whole vocabulary at every position weighted by `labels > 0`, optax.adamw without weight decay
                 on biases and LayerNorm scales, linear warmup then linear decay to 0. transformers 4.57.6 is the
                 last release with Flax models and it cannot share the project's venv (transformers 5): it runs in
@@ -21,14 +22,17 @@ time, the order rotated every round (A B C, then B C A, ...) so that a machine's
                 /tmp/hf457/lib/python3.11/site-packages/project.pth && /tmp/hf457/bin/pip install transformers==4.57.6`
                 (its jax, flax, optax and torch are the project's). Its trained params are converted to a PyTorch
                 folder there (transformers' load_flax_weights_in_pytorch_model) for the evaluator.
-  transformers  the same with PyTorch (the run_mlm.py recipe): BertForMaskedLM, the same rows,
-                DataCollatorForLanguageModeling, torch.optim.AdamW with the same decay mask, gradient clipping at
-                1.0 (the Trainer's default), get_linear_schedule_with_warmup.
+  transformers  the same with PyTorch (run_mlm.py's recipe): BertForMaskedLM on the same rows,
+                DataCollatorForLanguageModeling, torch.optim.AdamW with the same decay mask, gradient clipping,
+                get_linear_schedule_with_warmup's shape.
 
-All three take configs/tiny.py's optimizer settings (learning rate, warmup, betas, eps, weight decay), batch,
-sequence length and mask rate. The two Hugging Face sides do not know in advance how many steps fit: each times
-its steps 5 to 20 and then fixes its schedule's length to fill 95 % of what is left of its minutes (the decay ends
-there); each also stops at the deadline whatever happens.
+The Hugging Face sides are BERTs (post-LN, learned positions) of --hf_config's shape and optimizer settings
+(configs/tiny.py: 2 x 128, 2 heads, feed-forward 512, peak learning rate 2e-3 with 50 warmup steps, Adam's betas
+and eps, weight decay, clipping, batch 32), the values the screens found good for a post-LN BERT on this corpus
+(5e-3 collapsed to the most frequent token; docs/results/first-run.md), at the shared tokenizer's vocabulary,
+sequence length and mask rate. They do not know in advance how many steps fit: each times its steps 5 to 20 and
+then fixes its schedule's length to fill 95 % of what is left of its minutes (the decay ends there); each also
+stops at the deadline whatever happens.
 
 One evaluator (`evaluate`, PyTorch, transformers 5) scores every side's final folder on one fixed masked set: the
 held-out documents (bert_jax's split of the embedded corpus), tokenised and concatenated into rows of
@@ -49,10 +53,11 @@ import numpy as np
 from absl import app, flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG_FILE = "configs/tiny.py"
 SIDES = ("bert_jax", "hf_flax", "transformers")
 
 FLAGS = flags.FLAGS
+flags.DEFINE_string("config", "configs/first_run.py", "bert_jax's side: README (a)'s config")
+flags.DEFINE_string("hf_config", "configs/tiny.py", "the Hugging Face sides' BERT shape and optimizer settings")
 flags.DEFINE_string("out", None, "folder for the tokenizer, the data, the runs and results.json", required=True)
 flags.DEFINE_float("minutes", 8.0, "wall-clock minutes each side trains, from its process's start")
 flags.DEFINE_integer("rounds", 1, "rounds of all sides, the order rotated each round")
@@ -68,33 +73,34 @@ flags.DEFINE_float("deadline", 0.0, "internal: the time.time() at which the side
 # ------------------------------------------------------------------------------------------------------------
 # What every side shares: the recipe's numbers, the tokenizer, the texts of the two splits.
 # ------------------------------------------------------------------------------------------------------------
-def resolved_config():
-    from bert_jax.configs import tiny
+def resolved_config(config_file: str):
+    from bert_jax.launch import sweep
 
-    return tiny.get_config().copy_and_resolve_references()
+    return sweep.resolved_config(config_file, {}).copy_and_resolve_references()
 
 
 def prepare(out: str) -> dict:
-    """OUT/tokenizer (trained as configs/tiny.py trains it), OUT/texts.json (both splits' documents as text) and
-    OUT/recipe.json (the numbers every side takes)."""
+    """OUT/tokenizer (trained as --config trains it), OUT/texts.json (both splits' documents as text) and
+    OUT/recipe.json (the numbers the Hugging Face sides take: --hf_config's, at the tokenizer's vocabulary)."""
     from data_pipelines.sources import corpus
 
-    config = resolved_config()
+    config, hf_config = resolved_config(FLAGS.config), resolved_config(FLAGS.hf_config)
     tokenizer = os.path.join(out, "tokenizer")
     if not os.path.isdir(tokenizer):
-        subprocess.run([sys.executable, "-m", "bert_jax.commands.tokenizer", f"--config={CONFIG_FILE}",
+        subprocess.run([sys.executable, "-m", "bert_jax.commands.tokenizer", f"--config={FLAGS.config}",
                         f"--out={tokenizer}"], cwd=ROOT, check=True)
     split = {"train": [], "eval": []}
     for index, document in enumerate(corpus.embedded_documents()):
-        split["eval" if corpus.is_eval_document(index, config.data.eval_fraction) else "train"].append(" ".join(document))
+        held_out = corpus.is_eval_document(index, config.data.eval_fraction)
+        split["eval" if held_out else "train"].append(" ".join(document))
     with open(os.path.join(out, "texts.json"), "w") as f:
         json.dump(split, f)
-    m, t = config.model, config.train
-    recipe = dict(tokenizer=tokenizer, vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_layers=m.num_layers,
-                  num_heads=m.num_heads, intermediate_size=m.intermediate_size,
+    m, t = hf_config.model, hf_config.train
+    recipe = dict(tokenizer=tokenizer, vocab_size=config.model.vocab_size, hidden_size=m.hidden_size,
+                  num_layers=m.num_layers, num_heads=m.num_heads, intermediate_size=m.intermediate_size,
                   max_position_embeddings=m.max_position_embeddings, dropout=m.dropout_rate,
                   max_seq_length=config.data.max_seq_length, mask_rate=config.data.mask_rate,
-                  batch_size=t.global_batch_size, num_steps=t.num_steps, learning_rate=t.learning_rate,
+                  batch_size=t.global_batch_size, num_steps=config.train.num_steps, learning_rate=t.learning_rate,
                   warmup_steps=t.warmup_steps, b1=t.b1, b2=t.b2, eps=t.eps, weight_decay=t.weight_decay,
                   max_grad_norm=t.max_grad_norm)
     with open(os.path.join(out, "recipe.json"), "w") as f:
@@ -280,7 +286,7 @@ def bert_jax_side(out: str, run_dir: str, recipe: dict, deadline: float) -> dict
     from bert_jax.train import export
 
     steps = max(1, round(recipe["num_steps"] * FLAGS.minutes / 8.0))
-    command = [sys.executable, "-m", "bert_jax.pretrain", f"--config={CONFIG_FILE}", f"--workdir={run_dir}",
+    command = [sys.executable, "-m", "bert_jax.pretrain", f"--config={FLAGS.config}", f"--workdir={run_dir}",
                f"--config.data.tokenizer.path={recipe['tokenizer']}", "--config.checkpoint.every_steps=100",
                f"--config.train.num_steps={steps}", "--config.logging.plots=False"]
     with open(os.path.join(out, os.path.basename(run_dir) + ".log"), "w") as log:
@@ -312,7 +318,8 @@ def run_side(out: str, side: str, round_index: int, recipe: dict) -> dict:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
                    JAX_PLATFORMS="cpu")
         with open(os.path.join(out, f"r{round_index}_{side}.log"), "w") as log:
-            subprocess.run([python, os.path.abspath(__file__), f"--out={out}", f"--side={side}",
+            subprocess.run([python, os.path.abspath(__file__), f"--config={FLAGS.config}",
+                            f"--hf_config={FLAGS.hf_config}", f"--out={out}", f"--side={side}",
                             f"--run_dir={run_dir}", f"--deadline={deadline}"], cwd=ROOT, env=env, stdout=log,
                            stderr=subprocess.STDOUT, check=True)
     with open(os.path.join(run_dir, "side.json")) as f:
@@ -364,7 +371,8 @@ def evaluate(folder: str, eval_set: dict, batch_size: int = 64) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| round | side | steps | seconds | eval MLM loss | eval MLM accuracy | load average (1 min) before, after |",
+    lines = ["| round | side | steps | seconds | eval MLM loss | eval MLM accuracy | load average (1 min) before, "
+             "after |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['round']} | {r['side']} | {r['steps']} | {r['seconds']:.0f} | {r['loss']:.3f} | "
