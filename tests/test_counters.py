@@ -15,7 +15,9 @@ from bert_jax.parallel.mesh import make_mesh
 from bert_jax.run import goodput
 from bert_jax.run.metrics_file import read_rows, truncate_metrics
 from bert_jax.storage.workdir import Workdir
+import bert_jax.configs.tiny
 from bert_jax.train import counters
+from bert_jax.train import stages as stages_lib
 from bert_jax.train.config_validation import check_config
 from bert_jax.train.loop import train
 from bert_jax.train.program import build_program
@@ -123,6 +125,13 @@ def test_metrics_rows_learning_rate_and_tokens_past_2_31(resumed_past_2_31):
     assert decaying[0] < config.train.learning_rate and all(np.diff(decaying) < 0)  # the decay runs, down
     evals = [r["step"] for r in read_rows(Workdir(workdir).metrics_jsonl) if "eval/loss" in r]
     assert evals == [START + 16, END]
+
+
+def test_tokens_seen_follow_the_stages_of_a_staged_run():
+    config = bert_jax.configs.tiny.get_config("two_stage")  # 240 steps at seq 64, then 60 at seq 128, batch 32
+    spans = counters.token_spans(stages_lib.plan(config), config)
+    assert spans == [(0, 240, 32 * 64), (240, 300, 32 * 128)]
+    assert counters.tokens_seen(250, spans) == 240 * 32 * 64 + 10 * 32 * 128
 
 
 def test_tokens_seen_are_exact_at_10_13():

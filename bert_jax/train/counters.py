@@ -69,6 +69,13 @@ def schedule_at(schedule: optax.Schedule, count: int) -> float:
     return float(schedule(jnp.asarray(count, STEP_DTYPE)))
 
 
+def token_spans(stages, config) -> list[tuple[int, int, int]]:
+    """[(start step, end step, tokens per step)] of the run's stages (bert_jax/train/stages.py plan; none: `config`'s
+    one stage): a step's tokens are its global batch x max_seq_length, padding included."""
+    per_step = lambda c: c.train.global_batch_size * c.data.max_seq_length  # noqa: E731
+    return [(s.start, s.end, per_step(s.config)) for s in stages] or [(0, config.train.num_steps, per_step(config))]
+
+
 def tokens_seen(step: int, spans: list[tuple[int, int, int]]) -> int:
     """Tokens the first `step` steps trained on, padding included: `spans` [(start step, end step, tokens per step)]
     of the run's stages, in order (a run without stages has one). Python ints: exact at any size."""

@@ -28,10 +28,7 @@ class PretrainHooks:
         self.eval_sources = [(name, len(batches)) for name, batches in eval_sets if name]
         self.baseline = pipeline.most_frequent_token_accuracy(self.eval_host_batches)
         self.meter = _meter(config, program)
-        # (start, end, tokens per step) of each stage, padding included: train/tokens_seen (bert_jax/train/counters.py)
-        self.spans = [(s.start, s.end, s.config.train.global_batch_size * s.config.data.max_seq_length)
-                      for s in stages] or [(0, config.train.num_steps,
-                                            config.train.global_batch_size * config.data.max_seq_length)]
+        self.spans = counters.token_spans(stages, config)  # train/tokens_seen's stages (bert_jax/train/counters.py)
         self.budget_clock = BudgetClock.of(config.train)  # None without config.train.budget
         self.last_metrics: dict = {}
 
