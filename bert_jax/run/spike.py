@@ -9,7 +9,8 @@ spike, so that the data position moves past them; then it trains on from the che
 past the checkpoint are trained again, on the batches after the skipped ones.
 
 Where it is checked: at every logged step and before every save, over each step since the last check (the host
-reads their metrics there anyway), so a spike never reaches a checkpoint. The median is of the logged losses (the
+reads their metrics there anyway), so a spike never reaches a checkpoint (a preemption's save with a spike pending
+is skipped: the next start resumes before it, meets the spike again and rolls it back). The median is of the logged losses (the
 rows' `train/loss`, each a mean over its steps), so a resume rebuilds it exactly from metrics.jsonl's rows up to the
 checkpoint it restores: a run resumed after a rollback goes on as the run that never stopped.
 
