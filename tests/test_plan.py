@@ -114,3 +114,14 @@ def test_bad_target_or_memory_names_the_flag():
         memory_fit.resolve_target("h1000", 0.0)
     with pytest.raises(ValueError, match="--hbm_gib=-1"):
         memory_fit.resolve_target("h100", -1.0)
+
+
+def test_with_overrides_sets_a_key_of_several_types_and_leaves_the_config_alone():
+    """bench/tpu_plans.py plans phase 2 at max_predictions_per_seq=80, a key that is 'auto' or an int."""
+    from bert_jax.configs import base
+    from bert_jax.plan import plan_search
+
+    config = base.get_config()
+    planned = plan_search.with_overrides(config, {"data.max_predictions_per_seq": 80, "data.max_seq_length": 512})
+    assert planned.data.max_predictions_per_seq == 80 and planned.data.max_seq_length == 512
+    assert config.data.max_predictions_per_seq == "auto" and config.data.max_seq_length == 128

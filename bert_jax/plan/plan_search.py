@@ -92,7 +92,12 @@ def with_overrides(config, overrides: dict[str, object]):
     c = config.copy_and_resolve_references()
     for key, value in overrides.items():
         section, name = key.split(".")
-        c[section][name] = value
+        try:
+            c[section][name] = value
+        except TypeError:  # a key of several types ('auto' or an int), which the resolved copy pinned to its value's
+            with c[section].unlocked():
+                del c[section][name]
+                c[section][name] = value
     return c
 
 
