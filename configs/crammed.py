@@ -9,12 +9,11 @@ runs for a day of step time (the default budget, the paper's), then saves, evalu
 `AutoModelForMaskedLM` loads as a `ModernBertForMaskedLM`, unchanged: the recipe is the modernbert family with
 every layer global, which is pre-LN, bias-free, GeGLU and dropout-free already. What a day buys on a card:
 
-    bert-jax plan --config=configs/crammed.py --gpu=h100 --num_devices=1 --budget=24h \
-        --config.model.attention_impl=xla
+    bert-jax plan --config=configs/crammed.py --gpu=h100 --num_devices=1 --budget=24h
 
-prints 11.2 to 11.7 GiB per device in each of the ramp's 9 stages (its micro-batch stays 128) and at most 449,844
-steps, 6.1e10 tokens, in a day (a roofline bound; XLA's GPU compiler without a GPU, 2026-12-04). The planner
-compiles the xla attention: jax's cuDNN API checks the host's own GPU for Hopper before it lays out packed rows.
+prints 9.1 to 9.5 GiB per device in each of the ramp's 9 stages (its micro-batch stays 128; cuDNN attention on
+packed rows) and at most 647,143 steps, 8.8e10 tokens, in a day (a roofline bound; XLA's GPU compiler without a
+GPU, 2026-12-04).
 
 The budget runs the schedule as written over the share of the day spent (bert_jax/train/budget.py): its first
 start times 20 steps and records the speed (train.budget_step_s), so a relaunch trains the same steps. The
