@@ -101,7 +101,7 @@ SHOW_CONFIG = [
     # A mixture from overrides alone, on a config that defines none.
     ["show-config", "--config=configs/tiny.py", "--config.data.mixture.a.source=text",
      "--config.data.mixture.a.path=README.md", "--config.data.mixture.a.weight=0.7",
-     "--config.data.mixture.b.source=text", "--config.data.mixture.b.path=pyproject.toml",
+     "--config.data.mixture.b.source=text", "--config.data.mixture.b.path=docs/guides/runs.md",
      "--config.data.mixture.b.weight=0.3"],
     ["show-config", "--config=configs/tiny.py:two_stage"],
     ["show-config", "--config=configs/tiny.py:nosuch"],  # the config file's own message, not ml_collections' wrapper
@@ -165,7 +165,7 @@ def test_show_config_prints_the_resolved_config_with_the_override(ran):
     (8, "config.data.path='no_such_corpus/*.txt'"), (9, "config.init_from='no_such_run'"),
     (10, "config.data.mask_rate=1.5 must be in (0, 1)"),  # the key the user set, not the cap derived from it
     (11, "--config.data.mixture.books.fraction=0.5: a mixture source has no key 'fraction'; its keys: weight, "
-         "on_exhausted, source, path"),
+         "on_exhausted, size, source, path"),
     (14, "show-config: --config=configs/tiny.py:nosuch: the only variant is 'two_stage'")])
 def test_show_config_refuses_a_bad_value_or_file_in_one_line(ran, run, says):
     result = ran[" ".join(SHOW_CONFIG[run])]
@@ -177,9 +177,9 @@ def test_show_config_refuses_a_bad_value_or_file_in_one_line(ran, run, says):
 def test_show_config_resolves_a_mixture_given_by_overrides_alone(ran):
     result = ran[" ".join(SHOW_CONFIG[12])]
     assert result["code"] == 0, result["err"]
-    mixture = result["out"].split("  mixture:\n", 1)[1].split("  mixture_schedule:", 1)[0]
+    mixture = result["out"].split("  mixture:\n", 1)[1].split("  mixture_alpha:", 1)[0]
     assert mixture.split() == ["a:", "path:", "README.md", "source:", "text", "weight:", "0.7",
-                               "b:", "path:", "pyproject.toml", "source:", "text", "weight:", "0.3"]
+                               "b:", "path:", "docs/guides/runs.md", "source:", "text", "weight:", "0.3"]
 
 
 def test_show_config_prints_what_each_later_stage_changes(ran):
