@@ -23,14 +23,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_pretrain import REPO, micro_config, micro_overrides, read_metrics  # noqa: E402
 
 
-@pytest.mark.parametrize("text, amount, kind", [
+@pytest.mark.parametrize("text, amount, unit", [
     ("8m", 480.0, "seconds"), ("24h", 86400.0, "seconds"), ("1.5h", 5400.0, "seconds"), ("90s", 90.0, "seconds"),
     ("2d", 172800.0, "seconds"), ("2e9tokens", 2e9, "tokens"), ("3e18flops", 3e18, "flops"),
     ("1000000 tokens", 1e6, "tokens"),
 ])
-def test_a_budget_is_a_time_a_token_count_or_a_flop_count(text, amount, kind):
+def test_a_budget_is_a_time_a_token_count_or_a_flop_count(text, amount, unit):
     parsed = budget.parse(text)
-    assert (parsed.amount, parsed.kind) == (amount, kind)
+    assert (parsed.amount, parsed.unit) == (amount, unit)
 
 
 @pytest.mark.parametrize("text", ["8x", "0m", "-1h", "tokens", "8 minutes", "2e9", "1e999flops", "inf h"])

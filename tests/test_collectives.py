@@ -58,14 +58,14 @@ def programs() -> dict:
     return json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
 
 
-def _by_kind(found, kind):
-    return [c for c in found if c.kind == kind]
+def _by_op(found, op):
+    return [c for c in found if c.op == op]
 
 
 def test_data_parallel_all_reduces_every_gradient_by_the_ring_factor(programs):
     found = collectives.collectives(programs["dp"])
-    reduces = _by_kind(found, "all-reduce")
-    assert {c.kind for c in found} == {"all-reduce"} and {c.group_size for c in reduces} == {N}
+    reduces = _by_op(found, "all-reduce")
+    assert {c.op for c in found} == {"all-reduce"} and {c.group_size for c in reduces} == {N}
     payload = sum(c.payload * c.times for c in reduces)
     assert payload == WEIGHT_BYTES  # every layer's gradient, once per step, the loop's trips counted
     assert sum(c.within_bytes for c in reduces) == 2 * (N - 1) / N * WEIGHT_BYTES
@@ -74,19 +74,19 @@ def test_data_parallel_all_reduces_every_gradient_by_the_ring_factor(programs):
 
 def test_fsdp_gathers_every_layer_in_the_forward_and_again_in_the_backward(programs):
     found = collectives.collectives(programs["fsdp"])
-    gathers = _by_kind(found, "all-gather")
+    gathers = _by_op(found, "all-gather")
     assert {c.group_size for c in found} == {N}
     assert sum(c.payload * c.times for c in gathers) == 2 * WEIGHT_BYTES  # each gathered layer, twice
     assert sum(c.within_bytes for c in gathers) == (N - 1) / N * 2 * WEIGHT_BYTES
     # The CPU compiler reduces the sharded gradient with an all-reduce of the whole of it (and keeps its shard).
-    reduces = _by_kind(found, "all-reduce")
+    reduces = _by_op(found, "all-reduce")
     assert sum(c.payload * c.times for c in reduces) == WEIGHT_BYTES
     assert sum(c.within_bytes for c in reduces) == 2 * (N - 1) / N * WEIGHT_BYTES
 
 
 def test_a_reduce_scatter_sends_its_operand_by_the_ring_factor(programs):
     (scatter,) = collectives.collectives(programs["scatter"])
-    assert scatter.kind == "reduce-scatter" and scatter.group_size == N and scatter.times == 1
+    assert scatter.op == "reduce-scatter" and scatter.group_size == N and scatter.times == 1
     assert scatter.payload == D * D * 4  # its operand: the result times the group
     assert scatter.within_bytes == (N - 1) / N * D * D * 4
 
@@ -153,7 +153,7 @@ for name, shape, n in (("fsdp", (1, -1, 1), 8), ("dp", (-1, 1, 1), 16)):
     c.mesh.shape = shape
     p = compiled_plan.make_plan(c, gpu_cards.parse_gpu("h100", n))
     out[name] = dict(
-        found=[(x.kind, x.payload * x.times, x.within_bytes, x.between_bytes, x.group_size, x.domains, x.asynchronous)
+        found=[(x.op, x.payload * x.times, x.within_bytes, x.between_bytes, x.group_size, x.domains, x.asynchronous)
                for x in p.collectives],
         sharded=sum(math.prod(r.global_shape) for r in p.params if "fsdp" in r.spec),
         total=sum(math.prod(r.global_shape) for r in p.params),
@@ -177,10 +177,10 @@ def test_the_gpu_compilers_fsdp_step_gathers_and_reduce_scatters_over_nvlink_and
     out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
 
     fsdp = out["fsdp"]
-    for kind in ("all-gather", "reduce-scatter"):
-        rows = [f for f in fsdp["found"] if f[0] == kind]
+    for op in ("all-gather", "reduce-scatter"):
+        rows = [f for f in fsdp["found"] if f[0] == op]
         payload = sum(f[1] for f in rows)
-        assert 2 * fsdp["sharded"] <= payload < 4 * fsdp["sharded"], (kind, payload, fsdp["sharded"])
+        assert 2 * fsdp["sharded"] <= payload < 4 * fsdp["sharded"], (op, payload, fsdp["sharded"])
         assert sum(f[2] for f in rows) == pytest.approx(7 / 8 * payload) and not any(f[3] for f in rows)
         assert {f[4] for f in rows} == {8}  # (start/done pairs; at this size the compiler leaves most synchronous)
     assert [name for name, *_ in fsdp["links"]] == ["NVLink"]

@@ -12,7 +12,6 @@ from bert_jax.train.config_validation import check_config
 from data_pipelines.sources import prepared
 from test_data_prepare import corpus_cfg, run_prepare, write_corpus
 from test_pretrain import micro_config
-from cloud_emulators import gcs  # noqa: F401  (the fixture)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +72,7 @@ def test_a_flipped_byte_in_a_local_shard_is_named_when_it_is_opened(prepared_dir
         prepared.PreparedDocuments(out)
 
 
-def test_damaged_shards_in_a_bucket_are_named_before_training_or_when_read(prepared_dir, gcs, tmp_path, monkeypatch):  # noqa: F811
+def test_damaged_shards_in_a_bucket_are_named_before_training_or_when_read(prepared_dir, gcs, tmp_path, monkeypatch):
     monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
     bucket = gcs.new()
     remote = f"{bucket}/prepared"

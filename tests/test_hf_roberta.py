@@ -73,14 +73,17 @@ def test_roberta_in_transformers_matches_our_mlm_logits_with_padding(tmp_path, s
 
 
 def test_packed_position_ids_are_offset_like_hf_positions(tmp_path):
-    """A packed row's positions restart per document; ours shifts them by pad + 1 as HF's table expects."""
+    """A packed row's positions restart per document; ours shifts them by pad + 1 as HF's table expects. Each side
+    attends within its documents: ours by segment_ids, transformers (5.2x on) by finding where position_ids restart."""
     model_cfg = roberta_config()
     model, params = perturbed_params(model_cfg)
     batch = roberta_batch(2)
     batch["attention_mask"] = jnp.ones_like(batch["attention_mask"])
     batch["input_ids"] = jnp.where(batch["input_ids"] == PAD, 7, batch["input_ids"])
     packed = np.concatenate([np.arange(6), np.arange(10)])[None].repeat(4, axis=0).astype(np.int32)
-    ours = np.asarray(model.apply({"params": params}, {**batch, "position_ids": jnp.asarray(packed)})["mlm_logits"])
+    documents = np.concatenate([np.zeros(6), np.ones(10)])[None].repeat(4, axis=0).astype(np.int32)
+    ours = np.asarray(model.apply({"params": params}, {**batch, "position_ids": jnp.asarray(packed),
+                                                       "segment_ids": jnp.asarray(documents)})["mlm_logits"])
     plain = np.asarray(model.apply({"params": params}, batch)["mlm_logits"])
     assert relative_error(ours, plain) > 100 * TRANSFORMERS  # the positions are read, not ignored
     hf_model = exported_model(tmp_path, params, model_cfg)

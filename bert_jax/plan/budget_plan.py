@@ -40,14 +40,14 @@ def stage_buys(budget: budget_lib.Budget, stages: list, step_s: list, exact_step
                ) -> list[StageBuy]:
     """Each stage's steps and tokens under `budget`: `stages` (bert_jax/train/stages.py, the schedule as written),
     `step_s` each one's roofline step time or None; ValueError for a wall-clock budget without every step time."""
-    if budget.kind == "seconds":
+    if budget.unit == "seconds":
         if any(t is None for t in step_s):
             raise ValueError(f"--budget={budget.text} is wall-clock time: what it buys needs each stage's roofline "
                              "step time, which --gpu=CARD (XLA's GPU compiler) or --tpu=SLICE gives; a token or FLOP "
                              "budget (2e9tokens, 3e18flops) converts without one")
         costs = list(step_s)
     else:
-        costs = budget_lib.stage_costs(stages, budget.kind)
+        costs = budget_lib.stage_costs(stages, budget.unit)
     clock = budget_lib.budget_clock(stages, costs, budget.amount)
     exact_steps = exact_steps or [True] * len(stages)
     out = []
@@ -60,7 +60,7 @@ def stage_buys(budget: budget_lib.Budget, stages: list, step_s: list, exact_step
 
 def format_buys(budget: budget_lib.Budget, bought: list[StageBuy], device: str) -> str:
     """Markdown: the table per stage and the line that says what kind of bound it is."""
-    wall = budget.kind == "seconds"
+    wall = budget.unit == "seconds"
     lines = ["", f"## what --budget={budget.text} buys on {device}", ""]
     if wall:
         lines.append("**An upper bound on steps and tokens**: each step at its roofline bound (its FLOPs at peak or "

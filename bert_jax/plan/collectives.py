@@ -43,13 +43,13 @@ _MEGASCALE_KIND = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather", "REDU
                    "ALL_TO_ALL": "all-to-all"}
 
 
-def ring_factor(kind: str, n: int) -> float:
+def ring_factor(op: str, n: int) -> float:
     """Bytes each device sends per payload byte in a ring collective over n devices."""
     if n <= 1:
         return 0.0
-    if kind == "all-reduce":
+    if op == "all-reduce":
         return 2 * (n - 1) / n
-    if kind == "collective-permute":
+    if op == "collective-permute":
         return 1.0
     return (n - 1) / n
 
@@ -60,7 +60,7 @@ FACTOR_TEXT = {"all-reduce": "2(n-1)/n", "all-gather": "(n-1)/n", "reduce-scatte
 
 @dataclasses.dataclass(frozen=True)
 class Collective:
-    kind: str  # one of KINDS
+    op: str  # one of KINDS
     payload: float  # bytes per device per execution (the all-gather's result, the others' operand)
     group_size: int  # n: devices in each group
     domains: int  # s: slices or nodes one group spans (1: all within one)
@@ -72,26 +72,26 @@ class Collective:
     @property
     def within_bytes(self) -> float:
         """Bytes each device sends per step over the link within a slice or node."""
-        if self.kind == "collective-permute":
+        if self.op == "collective-permute":
             return 0.0 if self.crosses else self.payload * self.times
         if self.crosses:
             return 0.0
         k = self.group_size // max(self.domains, 1)
-        return ring_factor(self.kind, k) * self.payload * self.times
+        return ring_factor(self.op, k) * self.payload * self.times
 
     @property
     def between_bytes(self) -> float:
         """Bytes each device sends per step over the link between slices or nodes."""
-        if self.kind == "collective-permute":
+        if self.op == "collective-permute":
             return self.payload * self.times if self.crosses else 0.0
         if self.crosses:  # a megascale send: the payload is already this chip's share
-            return ring_factor(self.kind, self.domains) * self.payload * self.times
+            return ring_factor(self.op, self.domains) * self.payload * self.times
         s = self.domains
         if s <= 1:
             return 0.0
-        if self.kind == "all-to-all":
+        if self.op == "all-to-all":
             return (s - 1) / s * self.payload * self.times
-        return ring_factor(self.kind, s) * self.payload / (self.group_size // s) * self.times
+        return ring_factor(self.op, s) * self.payload / (self.group_size // s) * self.times
 
 
 def _type_bytes(type_text: str) -> float:
@@ -100,11 +100,11 @@ def _type_bytes(type_text: str) -> float:
 
 def _payload(opcode: str, type_text: str, n: int) -> float:
     """Bytes per device of one execution from the instruction's result type (module docstring)."""
-    kind = opcode.removesuffix("-start")
-    if opcode.endswith("-start") and kind != "all-reduce":  # ((operands), results[, context...])
+    op = opcode.removesuffix("-start")
+    if opcode.endswith("-start") and op != "all-reduce":  # ((operands), results[, context...])
         type_text = hlo_traffic._tuple_elements(type_text)[1]
     result = _type_bytes(type_text)
-    return result * n if kind == "reduce-scatter" else result
+    return result * n if op == "reduce-scatter" else result
 
 
 def _groups(rest: str, partitions: int) -> list[list[int]]:
@@ -198,7 +198,7 @@ def collectives(hlo_text: str, domain_of: Sequence[int] | None = None, num_slice
             kind_match = _OPCODE.match(opcode)
             if not (kind_match or opcode == "all-reduce-scatter"):
                 continue
-            kind = "reduce-scatter" if opcode == "all-reduce-scatter" else kind_match.group(1)
+            op = "reduce-scatter" if opcode == "all-reduce-scatter" else kind_match.group(1)
             groups = _groups(rest, partitions)
             n = max(len(g) for g in groups)
             domains = max(len({domain_of[p] for p in g if p < len(domain_of)}) for g in groups)
@@ -209,7 +209,7 @@ def collectives(hlo_text: str, domain_of: Sequence[int] | None = None, num_slice
                 found[index] = dataclasses.replace(found[index], asynchronous=found[index].asynchronous or asynchronous)
                 continue
             seen_channels[channel] = len(found)
-            crosses = kind == "collective-permute" and _pairs_cross(rest, domain_of)
+            crosses = op == "collective-permute" and _pairs_cross(rest, domain_of)
             payload = _type_bytes(type_text) if opcode == "all-reduce-scatter" else _payload(opcode, type_text, n)
-            found.append(Collective(kind, payload, n, domains, asynchronous, times, op_name, crosses=crosses))
+            found.append(Collective(op, payload, n, domains, asynchronous, times, op_name, crosses=crosses))
     return found

@@ -20,7 +20,7 @@ def _where(op_name: str) -> str:
 
 
 def collective_lines(plan, unit: str) -> list[str]:
-    """A table of the step's collectives (the same kind, group, link and mode summed, largest first) and each
+    """A table of the step's collectives (the same op, group, link and mode summed, largest first) and each
     link's total; [] for a step with none."""
     found = plan.collectives
     if not found:
@@ -32,7 +32,7 @@ def collective_lines(plan, unit: str) -> list[str]:
     for c in found:
         link = between_name if (c.crosses or c.domains > 1) and not c.within_bytes else (
             f"{within.name} + {between_name}" if c.domains > 1 else within.name)
-        key = (c.kind, c.group_size, link, c.asynchronous)
+        key = (c.op, c.group_size, link, c.asynchronous)
         row = rows[key]
         row[0] += c.times
         row[1] += c.payload * c.times
@@ -45,9 +45,9 @@ def collective_lines(plan, unit: str) -> list[str]:
              f"| collective | group n | runs | payload GB | factor | sent over {within.name} GB | "
              f"sent over {between_name} GB | time ms | mode | e.g. |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for (kind, n, link, asynchronous), (times, payload, w, b, where) in ordered[:MAX_ROWS]:
+    for (op, n, link, asynchronous), (times, payload, w, b, where) in ordered[:MAX_ROWS]:
         seconds = w / within.bytes_per_s + (b / between.bytes_per_s if between else 0.0)
-        lines.append(f"| {kind} | {n} | {times:,.0f} | {payload / 1e9:.4g} | {collective_ops.FACTOR_TEXT[kind]} | "
+        lines.append(f"| {op} | {n} | {times:,.0f} | {payload / 1e9:.4g} | {collective_ops.FACTOR_TEXT[op]} | "
                      f"{w / 1e9:.4g} | {b / 1e9:.4g} | {seconds * 1e3:.3g}{'' if between or not b else ' + ?'} | "
                      f"{'async' if asynchronous else 'sync'} | {where} |")
     if len(ordered) > MAX_ROWS:

@@ -19,7 +19,7 @@ def lines(plan, target: str, hbm_gib: float) -> list[str]:
     out = []
     if plan.collectives:
         sent = sum(c.within_bytes for c in plan.collectives)
-        kinds = sorted({c.kind for c in plan.collectives})
+        kinds = sorted({c.op for c in plan.collectives})
         out.append(f"\nCollectives: {len(plan.collectives)} ({', '.join(kinds)}), {sent / 1e9:.4g} GB sent per device "
                    "per step by the ring factors (bert_jax/plan/collectives.py); simulated devices have no link, so no "
                    "time: plan with --tpu or --gpu for one.")

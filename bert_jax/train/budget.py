@@ -50,13 +50,13 @@ ACCEPTED = ("a wall-clock time (90s, 8m, 1.5h, 24h, 2d), a token count (2e9token
 @dataclasses.dataclass(frozen=True)
 class Budget:
     amount: float  # seconds, tokens or FLOPs
-    kind: str  # "seconds" | "tokens" | "flops"
+    unit: str  # "seconds" | "tokens" | "flops"
     text: str  # as the config wrote it
 
     def describe(self, amount: float | None = None) -> str:
         amount = self.amount if amount is None else amount
         return {"seconds": f"{amount:,.1f} s", "tokens": f"{amount:.4g} tokens", "flops": f"{amount:.4g} FLOPs"}[
-            self.kind]
+            self.unit]
 
 
 def parse(text: str, key: str = KEY) -> Budget | None:
@@ -73,10 +73,10 @@ def parse(text: str, key: str = KEY) -> Budget | None:
     return Budget(amount, unit, text)
 
 
-def step_cost(config, kind: str) -> float:
+def step_cost(config, unit: str) -> float:
     """What one step of `config` (a stage's) costs: tokens, or the formula's FLOPs of the model's train step."""
     batch, data = config.train.global_batch_size, config.data
-    if kind == "tokens":
+    if unit == "tokens":
         return float(batch * data.max_seq_length)
     return perf.train_flops_per_step(_abstract_params(config.model.to_json_best_effort(sort_keys=True)), config.model,
                                      data, batch)
@@ -101,32 +101,32 @@ def resolve(config, workdir: str | None = None) -> tuple[ml_collections.ConfigDi
     if not isinstance(step_s, (int, float)) or step_s < 0:
         raise ValueError(f"config.train.budget_step_s={step_s!r} must be >= 0 (0: measured at the run's first start)")
     recorded = ""
-    if budget.kind == "seconds" and not step_s and workdir:
+    if budget.unit == "seconds" and not step_s and workdir:
         step_s = recorded_step_s(workdir, budget.text)
         recorded = ", as the run measured at its first start" if step_s else ""
-    if budget.kind == "seconds" and not step_s:
+    if budget.unit == "seconds" and not step_s:
         return config, [f"{KEY}={budget.text}: the steps it buys are measured at the run's first start "
                         f"(config.train.budget_calibration_steps={config.train.budget_calibration_steps} timed steps "
                         f"of stage 0), then recorded as config.train.budget_step_s"]
     stages = stages_lib.plan(config)  # the schedule as written
-    costs = stage_costs(stages, budget.kind, step_s)
+    costs = stage_costs(stages, budget.unit, step_s)
     clock = budget_clock(stages, costs, budget.amount)
     resolved = config.copy_and_resolve_references()
     with resolved.unlocked(), resolved.train.ignore_type():
         resolved.train.budget_step_s = float(step_s)
         resolved.train.num_steps = clock[-1][0]
         resolved.train.budget_clock = clock
-    speed = f" at {step_s:.4g} s per step of stage 0{recorded}" if budget.kind == "seconds" else ""
+    speed = f" at {step_s:.4g} s per step of stage 0{recorded}" if budget.unit == "seconds" else ""
     return resolved, [f"{KEY}={budget.text} -> config.train.num_steps={clock[-1][0]:,} ({budget.describe()}"
                       f"{speed}); the schedule as written ({config.train.num_steps:,} steps) runs over the fraction "
                       f"of the budget spent (config.train.budget_clock)"]
 
 
-def stage_costs(stages: list, kind: str, step_s: float = 0.0) -> list[float]:
+def stage_costs(stages: list, unit: str, step_s: float = 0.0) -> list[float]:
     """Each stage's cost per step: tokens, FLOPs, or seconds (stage 0's `step_s`, a later stage's scaled by its
     FLOPs per step against stage 0's: one speed in FLOP/s for the whole run)."""
-    if kind != "seconds":
-        return [step_cost(s.config, kind) for s in stages]
+    if unit != "seconds":
+        return [step_cost(s.config, unit) for s in stages]
     if len(stages) == 1:
         return [step_s]
     flops = [step_cost(s.config, "flops") for s in stages]
@@ -172,4 +172,4 @@ def recorded_step_s(workdir: str, text: str) -> float:
 def needs_calibration(config) -> bool:
     """A wall-clock budget whose speed is not known: the run's first start measures it."""
     budget = parse(config.train.get("budget", ""))
-    return budget is not None and budget.kind == "seconds" and not config.train.get("budget_clock", ())
+    return budget is not None and budget.unit == "seconds" and not config.train.get("budget_clock", ())

@@ -43,11 +43,7 @@ def check_both_splits(data_cfg, key: str = "config.data") -> None:
             return
     empty = "train" if True in seen else "eval"
     where = data_cfg.path or data_cfg.get("tfds_name", "") or data_cfg.source
-    tokenized = documents.source_of(data_cfg).tokenized
-    fix = ("prepare it again from a corpus of several documents" if tokenized else
-           "put a blank line between its documents (the text source ends one there), or split it into several "
-           f"files (a document never spans two), e.g. `split -l 1000 {where} part-`" if data_cfg.source == "text"
-           else "give it more documents")
+    fix = documents.source_of(data_cfg).more_documents.format(where=where)
     raise bert_jax.UserError(
         f"{key}.path={where!r} holds {count} document{'s' if count != 1 else ''}, and "
         f"{key}.eval_fraction={data_cfg.eval_fraction:g} leaves the {empty} split none: {fix}")

@@ -22,6 +22,9 @@ class TextSource(FileSource):
     """Plain text. A blank line ends a document ("line", "sentence" segmenters); with "blank_line", paragraphs are
     segments and two blank lines in a row end a document. A file ends its last document."""
 
+    more_documents = ("put a blank line between its documents (the text source ends one there), or split it into "
+                      "several files (a document never spans two), e.g. `split -l 1000 {where} part-`")
+
     def read_file(self, path: str, stats: SkipStats):
         return readers.text_file_documents(path, _segmenter(self.cfg), _max_bytes(self.cfg), stats)
 

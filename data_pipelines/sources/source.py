@@ -30,6 +30,8 @@ class Source(abc.ABC):
     name: ClassVar[str]  # its value of config.data.source (set by registered_as)
     tokenized: ClassVar[bool] = False  # its documents are int32 ids already (prepare's output)
     sharded: ClassVar[bool] = False  # its table comes in shards (`shard_ranges()`) a host may read whole
+    # What gives it more documents, when a split would hold none ({where}: its path); a one-line fix for the user.
+    more_documents: ClassVar[str] = "give it more documents"
 
     def __init__(self, data_cfg: ml_collections.ConfigDict):
         self.cfg = data_cfg

@@ -57,6 +57,7 @@ class PreparedSource(TableSource):
 
     tokenized = True
     sharded = True
+    more_documents = "prepare it again from a corpus of several documents"
 
     def check(self) -> list[str]:
         super().check()
