@@ -168,6 +168,21 @@ HEADS_CORPUS = ["the history of the module is long .", "a list , a tuple and a d
                 "it is", "the documentation of the interpreter says so , and the tutorial agrees ."]
 
 
+def _transformers_statistics(hf_dir: str, sentence_ids) -> dict:
+    """Each statistic averaged over the sentences, from transformers' own attentions on the export."""
+    from bert_jax.inspect import head_statistics
+
+    model = transformers.AutoModelForMaskedLM.from_pretrained(hf_dir, attn_implementation="eager").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    theirs = []
+    for ids in sentence_ids:
+        with torch.no_grad():
+            attns = model(torch.tensor(ids[None], dtype=torch.long), output_attentions=True).attentions
+        theirs.append(_clark_statistics(tokenizer.convert_ids_to_tokens(ids.tolist()),
+                                        np.stack([a[0].numpy() for a in attns]).astype(np.float64)))
+    return {name: np.mean([sentence[name] for sentence in theirs], axis=0) for name in head_statistics.STATISTICS}
+
+
 def _clark_statistics(tokens: list[str], attns: np.ndarray) -> dict[str, np.ndarray]:
     """One sentence's statistics [layers, heads] as clarkkev/attention-analysis's General_Analysis.ipynb computes
     them (its selectors; entropy unsmoothed, 0 log 0 = 0), from transformers' attentions [layers, heads, n, n]."""
@@ -202,16 +217,9 @@ def test_head_statistics_equal_those_of_transformers_attentions(hf_dir, hf_inspe
     stats, count = heads.measure(hf_inspector, sentence_ids, batch_size=8)  # one padded batch of 6 lengths
     assert count == len(HEADS_CORPUS) and list(stats) == list(head_statistics.STATISTICS)
 
-    model = transformers.AutoModelForMaskedLM.from_pretrained(hf_dir, attn_implementation="eager").eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
-    theirs = []
-    for ids in sentence_ids:
-        with torch.no_grad():
-            attns = model(torch.tensor(ids[None], dtype=torch.long), output_attentions=True).attentions
-        theirs.append(_clark_statistics(tokenizer.convert_ids_to_tokens(ids.tolist()),
-                                        np.stack([a[0].numpy() for a in attns]).astype(np.float64)))
+    theirs = _transformers_statistics(hf_dir, sentence_ids)
     for name in head_statistics.STATISTICS:
-        expected = np.mean([sentence[name] for sentence in theirs], axis=0)
+        expected = theirs[name]
         assert stats[name].shape == (2, 2)
         np.testing.assert_allclose(stats[name], expected, atol=1e-4, rtol=0, err_msg=name)
     assert stats["punctuation"].min() > 0 and stats["entropy"].min() > 0  # the corpus exercises every statistic
@@ -252,16 +260,9 @@ def test_heads_command_on_a_run_equals_transformers_on_its_export(tiny_run, tmp_
     export(tiny_run, str(hf))
     inspector = views.load(tiny_run)
     sentence_ids = heads.sentences(tiny_run, None, inspector.tokenizer, inspector.max_length, 40)
-    model = transformers.AutoModelForMaskedLM.from_pretrained(str(hf), attn_implementation="eager").eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf))
-    theirs = []
-    for ids in sentence_ids:
-        with torch.no_grad():
-            attns = model(torch.tensor(ids[None], dtype=torch.long), output_attentions=True).attentions
-        theirs.append(_clark_statistics(tokenizer.convert_ids_to_tokens(ids.tolist()),
-                                        np.stack([a[0].numpy() for a in attns]).astype(np.float64)))
+    theirs = _transformers_statistics(str(hf), sentence_ids)
     for name in head_statistics.STATISTICS:
-        expected = np.mean([sentence[name] for sentence in theirs], axis=0)
+        expected = theirs[name]
         ours = np.array([[row[name] for row in table["heads"] if row["layer"] == layer]
                          for layer in range(expected.shape[0])])
         np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0, err_msg=name)
