@@ -10,7 +10,8 @@ Each probe is one seed (config.eval.downstream_seed) at each task's first learni
 WORKDIR/downstream/step_<N>/<task>/ (a resumed pre-training keeps the probes that are DONE). A finished probe's
 weights are deleted, its results, metrics and plots kept: each probe kept its fine-tuned checkpoint (params and Adam's
 moments, 8.4 MB for configs/tiny.py, some 1.3 GB for BERT-base), and the workdir grew by one per probe, past
-checkpoint.max_to_keep's bound (bench/long_haul.py's find, docs/results/long-haul.md).
+checkpoint.max_to_keep's bound (bench/long_haul.py's find, docs/results/long-haul.md). What a probe freed is given
+back to the kernel after it (bert_jax/run/freed_memory.py): each probe raised the trainer's RSS for good.
 The bert_jax.commands.pretrain command builds the probe (bert_jax/commands/pretrain.py) and the loop calls it at
 its eval steps (bert_jax/train/loop.py); the suite is read and checked before the first step.
 """
@@ -28,6 +29,7 @@ from bert_jax.families import get_family
 from bert_jax.finetune import battery, init_from
 from bert_jax.models.scan_layout import stack_layers, unstack_layers
 from bert_jax.parallel import distributed
+from bert_jax.run import freed_memory
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 
@@ -92,6 +94,7 @@ class DownstreamProbe:
                 return row
             _drop_weights(workdir)
             row.update({f"downstream/{name}/{k}": float(v) for k, v in result["validation"].items() if "/" not in k})
+        freed_memory.give_back()  # the fine-tuning runs' programs and buffers: the trainer's RSS stays flat
         logging.info("downstream probe at step %d | %s", step, " | ".join(f"{k} {v:.4f}" for k, v in row.items()
                                                                           if not k.endswith("/loss")))
         return row
