@@ -52,3 +52,17 @@ def test_prepare_beam_on_the_direct_runner_reports_the_parts_bytes_and_leaves_no
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("prepare-beam:")]
     assert lines and "100%" in lines[-1] and "B/s" in lines[-1], lines
     assert not (out / prepare_beam.PROGRESS_DIR).exists()
+
+
+def test_the_tokenizers_bar_counts_to_the_smaller_of_the_cap_and_the_corpus(tmp_path):
+    from data_pipelines.tokenizers import sample
+
+    corpus = write_corpus(tmp_path / "corpus")
+    cfg = corpus_cfg(corpus)
+    size = sum(f.stat().st_size for f in corpus.iterdir())
+    train_share = int(size * (1 - cfg.get("eval_fraction", 0.0)))
+    assert sample.expected_bytes(cfg, 100_000_000) == train_share  # not the 100 MB cap
+    assert sample.expected_bytes(cfg, 10) == 10
+    segments = sample.sample_segments(cfg, 100_000_000, 0, sample.sources.SkipStats())
+    read = sum(len(text.encode("utf-8")) for _, _, text in segments)
+    assert 0.5 * train_share <= read <= size  # what the bar counts reaches about that total

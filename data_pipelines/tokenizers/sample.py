@@ -56,6 +56,24 @@ def sample_segments(data_cfg, sample_bytes: int, seed: int, stats: sources.SkipS
     yield from _random_access_sample(data_cfg, sample_bytes, seed, stats, source)
 
 
+def expected_bytes(data_cfg, sample_bytes: int) -> int:
+    """About how much the sample will hold: sample_bytes, or less for a corpus of uncompressed files that holds
+    less (their train split's share of their size). The progress bar's total: a 1.5 MB corpus is not shown
+    against a 100 MB cap. A compressed file's text size is not known before it is read: the cap stands."""
+    if mixture.has_mixture(data_cfg):
+        return sum(expected_bytes(cfg, max(1, int(sample_bytes * weight)))
+                   for (_, cfg), weight in zip(mixture.source_configs(data_cfg).items(), mixture.weights(data_cfg))
+                   if weight > 0)
+    reader = sources.source_of(data_cfg)
+    if not isinstance(reader, sources.FileSource):
+        return sample_bytes
+    files = reader.files()
+    if any(f.endswith((".gz", ".bz2", ".xz", ".zst", ".parquet")) for f in files):
+        return sample_bytes
+    train_bytes = sum(file_listing.file_sizes(files)) * (1.0 - data_cfg.get("eval_fraction", 0.0))
+    return max(1, int(min(sample_bytes, train_bytes)))
+
+
 def _random_access_sample(data_cfg, sample_bytes: int, seed: int, stats: sources.SkipStats, source: str):
     """The embedded corpus and TFDS: whole train-split documents in an order drawn from `seed` (index_shuffle,
     ORDER_CHUNK positions at a time), so a dataset larger than the sample gives documents from all over it."""

@@ -95,7 +95,7 @@ class _RecordedSample:
         self._texts = texts  # (source name or "", file, segment): sample.sample_segments
         self._record = record
         self._digest = hashlib.sha256()
-        self._sample_bytes = sample_bytes  # the cap: the progress bar's total (a small corpus gives less)
+        self._sample_bytes = sample_bytes  # the progress bar's total: the cap, or the smaller corpus's train split
 
     def __iter__(self) -> Iterator[str]:
         bar = progress(total=self._sample_bytes, desc="tokenizer sample", unit="B", unit_scale=True)
@@ -109,7 +109,7 @@ class _RecordedSample:
             if source:
                 self._record.sources[source] = self._record.sources.get(source, 0) + len(data)
             yield text
-        bar.total = max(bar.n, 1)  # a corpus smaller than the cap ends the sample early: all of it was read
+        bar.total = max(bar.n, 1)  # the total was an estimate: the bar ends at what was read
         bar.close()
         self._record.sha256 = self._digest.hexdigest()
 
@@ -139,7 +139,7 @@ def train_from_config(data_cfg: ml_collections.ConfigDict) -> tuple[tokenizer_ki
     seed = tok_cfg.get("sample_seed", 0)
     record = SampleRecord(vocab_size_asked=data_cfg.vocab_size, sample_seed=seed)
     texts = _RecordedSample(sample.sample_segments(data_cfg, tok_cfg.sample_bytes, seed, stats), record,
-                            tok_cfg.sample_bytes)
+                            sample.expected_bytes(data_cfg, tok_cfg.sample_bytes))
     min_frequency = tok_cfg.get("min_frequency", 2)
     tokenizer = tokenizer_kinds.get_kind(kind).train(
         texts, data_cfg.vocab_size, min_frequency, lowercase=tok_cfg.lowercase, specials=specials
