@@ -14,8 +14,12 @@ pre-training's process, then drops it. Two things kept what it dropped, measured
   the jitted function's own cache); `jax.clear_caches()` would drop those too and recompile the step after each
   probe. The cache is jax's private name: where a jax version moves it, the clear is skipped and its LRU bound holds.
 
-With both after each probe, the trainer's RSS is flat from the fourth probe on (the same run without: +5.5 MB a probe).
-Allocators other than glibc's (tcmalloc, jemalloc, preloaded) keep their own policies; the trim is then a no-op.
+With give_back after each probe, an hour of tiny with a probe every 200 steps (66 probes) grew +98 MB/h, 1.7 MB a
+probe, against 5.5 (micro, tests' config) to 20 MB (tiny, 20 minutes) a probe before (docs/results/long-haul.md). What is left is glibc's fragmentation: its
+mmap threshold moves up (to 32 MB) after large frees, so the probes' large buffers come from the arenas and leave
+pages the trim cannot return. A fixed threshold (`MALLOC_MMAP_THRESHOLD_=131072` in the environment) made 9 probes
+flat (+0.1 MB a probe) but the CPU step of tiny 25 % slower (each step's activations mmapped and unmapped): not a
+default; tcmalloc or jemalloc, preloaded, keep their own policies (then the trim is a no-op).
 """
 from __future__ import annotations
 
@@ -41,8 +45,8 @@ def give_back() -> None:
 @functools.cache
 def _malloc_trim():
     """glibc's malloc_trim, or None on a C library without it (musl, macOS)."""
-    name = ctypes.util.find_library("c")
+    library = ctypes.util.find_library("c")
     try:
-        return ctypes.CDLL(name).malloc_trim if name else None
+        return ctypes.CDLL(library).malloc_trim if library else None
     except (OSError, AttributeError):
         return None
