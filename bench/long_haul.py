@@ -181,6 +181,13 @@ def fit(hours: np.ndarray, values: np.ndarray) -> tuple[float, float]:
     return float(slope), float(intercept)
 
 
+def slope_error(hours: np.ndarray, values: np.ndarray) -> float:
+    """The standard error of the fitted slope: how far the samples' scatter (saves, evals, a probe's pages faulted
+    back after the trim) leaves it from the true one."""
+    _, cov = np.polyfit(hours, values, 1, cov=True)
+    return float(np.sqrt(cov[0, 0]))
+
+
 def summarise(samples: list[dict], warmup_s: float) -> dict:
     window = [s for s in samples if s["t_s"] >= warmup_s]
     timed = [s for s in window if s["step_time_s"] is not None]
@@ -193,6 +200,7 @@ def summarise(samples: list[dict], warmup_s: float) -> dict:
     rss = np.array([s["rss_bytes"] for s in window], float)
     slope, _ = fit(hours, rss)
     out["rss"] = dict(mean_mb=rss.mean() / 2**20, slope_mb_per_h=slope / 2**20,
+                      slope_error_mb_per_h=slope_error(hours, rss) / 2**20,
                       pct_per_h=100 * slope / rss.mean(), goal_pct_per_h=RSS_GOAL_PCT_PER_H)
     # A sample taken while a probe fine-tunes holds the probe's working set (its model, data and programs, freed when
     # it ends); whether a sample lands in one is chance. The goal is judged between probes, where a leak would stay.
@@ -201,7 +209,8 @@ def summarise(samples: list[dict], warmup_s: float) -> dict:
         slope_b, _ = fit(hours[between], rss[between])
         mean_b = rss[between].mean()
         out["rss"].update(between_probes_samples=int(between.sum()), between_probes_mean_mb=mean_b / 2**20,
-                          between_probes_slope_mb_per_h=slope_b / 2**20, between_probes_pct_per_h=100 * slope_b / mean_b)
+                          between_probes_slope_mb_per_h=slope_b / 2**20, between_probes_pct_per_h=100 * slope_b / mean_b,
+                          between_probes_slope_error_mb_per_h=slope_error(hours[between], rss[between]) / 2**20)
     judged = out["rss"].get("between_probes_pct_per_h", out["rss"]["pct_per_h"])
     out["rss"]["ok"] = judged <= RSS_GOAL_PCT_PER_H
 
@@ -268,10 +277,12 @@ def print_summary(s: dict) -> None:
     r, t = s["rss"], s["step_time"]
     print(f"window {s['window_s'][0] / 60:.1f} to {s['window_s'][1] / 60:.1f} min, {s['samples']} samples, "
           f"{s['steps_in_window']} steps")
-    print(f"resident memory  {r['mean_mb']:.0f} MB mean, {r['slope_mb_per_h']:+.1f} MB/h = {r['pct_per_h']:+.2f} %/h "
+    print(f"resident memory  {r['mean_mb']:.0f} MB mean, {r['slope_mb_per_h']:+.1f} +- {r['slope_error_mb_per_h']:.1f} "
+          f"MB/h = {r['pct_per_h']:+.2f} %/h "
           f"(goal <= {r['goal_pct_per_h']} %/h)  {'ok' if r['ok'] else 'GROWS'}")
     if "between_probes_pct_per_h" in r:
-        print(f"  between probes {r['between_probes_mean_mb']:.0f} MB mean, {r['between_probes_slope_mb_per_h']:+.1f} MB/h "
+        print(f"  between probes {r['between_probes_mean_mb']:.0f} MB mean, {r['between_probes_slope_mb_per_h']:+.1f} +- "
+              f"{r['between_probes_slope_error_mb_per_h']:.1f} MB/h "
               f"= {r['between_probes_pct_per_h']:+.2f} %/h over {r['between_probes_samples']} samples (the goal's)")
     print(f"step time        {t['start_s'] * 1e3:.0f} -> {t['end_s'] * 1e3:.0f} ms fitted, drift {t['drift_pct']:+.1f} %; "
           f"load {t['load_mean']:.1f} mean (range {t['load_min']:.1f}-{t['load_max']:.1f}, step time ~ load^"

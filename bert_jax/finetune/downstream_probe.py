@@ -68,11 +68,20 @@ class DownstreamProbe:
                                 str(Workdir(self.workdir).tokenizer), host)
 
     def __call__(self, step: int, params) -> dict:
+        logging.info("downstream probe at step %d: fine-tuning %s", step, ", ".join(self.tasks))
+        with freed_memory.one_off():  # what the fine-tuning runs allocate is given back when they end
+            row, finished = self._probe(step, params)
+        if finished:
+            logging.info("downstream probe at step %d | %s", step, " | ".join(
+                f"{k} {v:.4f}" for k, v in row.items() if not k.endswith("/loss")))
+        return row
+
+    def _probe(self, step: int, params) -> tuple[dict, bool]:
+        """(the row, whether every task finished: not when the run was preempted inside the probe)."""
         # Imported here: bert_jax.finetune.run builds on the harness, which the pre-training loop is running.
         from bert_jax.finetune.run import run as finetune_run  # noqa: PLC0415
 
         row = {}
-        logging.info("downstream probe at step %d: fine-tuning %s", step, ", ".join(self.tasks))
         for name in self.tasks:
             spec = self.suite.tasks[name]
             workdir = str(self.root / f"step_{step}" / name)
@@ -91,13 +100,10 @@ class DownstreamProbe:
                     result = finetune_run(c, workdir, source=source)
             if "validation" not in result:  # preempted inside the probe: the pre-training's watch must see it
                 os.kill(os.getpid(), signal.SIGTERM)
-                return row
+                return row, False
             _drop_weights(workdir)
             row.update({f"downstream/{name}/{k}": float(v) for k, v in result["validation"].items() if "/" not in k})
-        freed_memory.give_back()  # the fine-tuning runs' programs and buffers: the trainer's RSS stays flat
-        logging.info("downstream probe at step %d | %s", step, " | ".join(f"{k} {v:.4f}" for k, v in row.items()
-                                                                          if not k.endswith("/loss")))
-        return row
+        return row, True
 
 
 def _drop_weights(workdir: str) -> None:

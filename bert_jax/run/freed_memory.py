@@ -1,34 +1,59 @@
 """Memory a one-off task freed, given back, so that a long run's resident memory stays flat (bench/long_haul.py).
 
 A downstream probe (bert_jax/finetune/downstream_probe.py) builds, traces and compiles a fine-tuning run inside the
-pre-training's process, then drops it. Two things kept what it dropped, measured on configs/tiny.py with a probe every
-20 steps (docs/results/long-haul.md):
+pre-training's process (on a TPU VM the chips belong to it), then drops it. Three things kept what it dropped,
+found on configs/tiny.py with a probe every 10-20 steps (docs/results/long-haul.md):
 
 - glibc's allocator keeps freed pages in its arenas, one per thread that allocated (XLA's compile threads, orbax's
-  and grain's): after a probe the trainer's RSS stayed ~300 MB above what it used, and fragmentation raised that
-  floor a few MB a probe. `malloc_trim(0)` returns the free pages of every arena to the kernel.
+  and grain's): after a probe the trainer's RSS stayed ~300 MB above what it used. `malloc_trim(0)` returns the
+  free pages of every arena to the kernel.
 - jax's per-call jit of `jnp.einsum` (jax/_src/numpy/einsum.py wraps `_einsum` in a new `jax.jit` at each call)
   makes a new entry in pjit's `_infer_params_cached` each time a model is traced: 74 entries, some 2 MB, a probe of
   tiny, LRU-bounded at 2048 entries (about 28 probes). Nothing hits them again: the probe's model is traced anew
   each time. Clearing that cache leaves compiled programs alone (the pre-training's step keeps its executable in
   the jitted function's own cache); `jax.clear_caches()` would drop those too and recompile the step after each
   probe. The cache is jax's private name: where a jax version moves it, the clear is skipped and its LRU bound holds.
+- glibc's mmap threshold moves up (to 32 MB) after large frees, so a probe's large buffers come from the arenas,
+  beside chunks that stay, and leave pages no trim can return: with the two above alone, an hour with a probe every
+  200 steps (66 probes) still grew +98 MB/h, about 1.7 MB a probe. Inside `one_off` the threshold is glibc's
+  starting 128 kB, so the probe's large buffers get mappings of their own, unmapped whole when freed; after it, the
+  threshold is set to the 32 MB the moving one reaches, so the pre-training's steps keep reusing their buffers from
+  the arenas. (A 128 kB threshold for the whole run kept it flat too, but made the CPU step of tiny 25 % slower:
+  each step's activations mapped and unmapped.)
 
-With give_back after each probe, an hour of tiny with a probe every 200 steps (66 probes) grew +98 MB/h, 1.7 MB a
-probe, against 5.5 (micro, tests' config) to 20 MB (tiny, 20 minutes) a probe before (docs/results/long-haul.md). What is left is glibc's fragmentation: its
-mmap threshold moves up (to 32 MB) after large frees, so the probes' large buffers come from the arenas and leave
-pages the trim cannot return. A fixed threshold (`MALLOC_MMAP_THRESHOLD_=131072` in the environment) made 9 probes
-flat (+0.1 MB a probe) but the CPU step of tiny 25 % slower (each step's activations mmapped and unmapped): not a
-default; tcmalloc or jemalloc, preloaded, keep their own policies (then the trim is a no-op).
+Measured over 20 probes of tiny, every 10 steps: +0.82 MB a probe with the first two, +0.05 with all three.
+Allocators other than glibc's (tcmalloc, jemalloc, preloaded) keep their own policies: the glibc calls are skipped
+or do nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
-import gc
 import functools
+import gc
 
 from jax._src import pjit
+
+
+# glibc's mallopt parameter (malloc.h); its starting value and the highest its moving threshold reaches (64-bit).
+M_MMAP_THRESHOLD, START_BYTES, MOVED_MAX_BYTES = -3, 128 * 1024, 32 * 1024 * 1024
+
+
+@contextlib.contextmanager
+def one_off():
+    """Around a one-off task (a probe): its large buffers in their own mappings, returned whole when freed; after it,
+    the threshold where a long run's own moved it (its step's buffers reused from the arenas, no mmap per step),
+    and what the task freed given back."""
+    mallopt = _libc("mallopt")
+    if mallopt is not None:
+        mallopt(M_MMAP_THRESHOLD, START_BYTES)
+    try:
+        yield
+    finally:
+        if mallopt is not None:
+            mallopt(M_MMAP_THRESHOLD, MOVED_MAX_BYTES)
+        give_back()
 
 
 def give_back() -> None:
@@ -37,16 +62,16 @@ def give_back() -> None:
     cache = getattr(pjit, "_infer_params_cached", None)
     if cache is not None and hasattr(cache, "cache_clear"):
         cache.cache_clear()
-    trim = _malloc_trim()
+    trim = _libc("malloc_trim")
     if trim is not None:
         trim(0)
 
 
 @functools.cache
-def _malloc_trim():
-    """glibc's malloc_trim, or None on a C library without it (musl, macOS)."""
+def _libc(name: str):
+    """glibc's function `name`, or None on a C library without it (musl, macOS)."""
     library = ctypes.util.find_library("c")
     try:
-        return ctypes.CDLL(library).malloc_trim if library else None
+        return getattr(ctypes.CDLL(library), name) if library else None
     except (OSError, AttributeError):
         return None
