@@ -366,7 +366,7 @@ def report(out: Path, samples: list[dict], extra: dict) -> None:
     print(f"wrote {out / 'long_haul.json'} and {out / 'long_haul.png'}")
 
 
-PROBE_START, PROBE_END = ": fine-tuning ", " | "
+PROBE_START = b": fine-tuning "  # the probe's first console line; its last has " | " and the metrics
 
 
 def mark_probes(samples: list[dict], log: Path) -> None:
@@ -381,7 +381,7 @@ def mark_probes(samples: list[dict], log: Path) -> None:
         offset += len(line)
         if b"downstream probe at step " in line:
             rest = line.split(b"downstream probe at step ", 1)[1]
-            marks.append((offset, PROBE_START.encode() in rest))
+            marks.append((offset, PROBE_START in rest))
     for s in samples:
         size = s["appended"].get("console.log", 0)
         before = [started for end, started in marks if end <= size]

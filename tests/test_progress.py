@@ -7,6 +7,7 @@ import pytest
 
 from bert_jax.progress import progress
 from data_pipelines.shards import prepare as prepare_lib
+from data_pipelines.sources import file_listing
 from test_data_prepare import corpus_cfg, write_corpus
 
 
@@ -37,7 +38,7 @@ def test_prepare_reports_its_input_bytes_with_a_rate(tmp_path, caplog):
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("prepare:")]
     total = sum(f.stat().st_size for f in corpus.iterdir())
     assert lines and "100%" in lines[-1] and "B/s" in lines[-1], lines
-    assert prepare_lib.text_bytes([str(f) for f in corpus.iterdir()]) == total
+    assert file_listing.text_bytes([str(f) for f in corpus.iterdir()]) == total
 
 
 @pytest.mark.slow  # a Beam pipeline: 12 s on 2 loaded cores

@@ -21,7 +21,7 @@ from bert_jax.vocab import rows as vocab_rows
 from bert_jax.families import family_of_hf_config
 from bert_jax.storage import paths
 from data_pipelines.shards import prepare
-from data_pipelines.sources import documents as sources
+from data_pipelines.sources import documents as sources, file_listing
 from data_pipelines.tokenizers import extension as tokenizer_extension
 from bert_jax.vocab import mining as vocab_mining
 from data_pipelines.tokenizers.tokenizer import load_tokenizer
@@ -55,7 +55,7 @@ def corpus_config(corpus: str, source: str = "", field: str = "text") -> ml_coll
 
 def corpus_segments(data_cfg: ml_collections.ConfigDict, desc: str = "extend-vocab: corpus"):
     """The corpus's segments, a progress bar over its text bytes (a rate alone where the size is unknown)."""
-    bar = progress(total=prepare.text_bytes(sources.check_source(data_cfg)), desc=desc, unit="B", unit_scale=True)
+    bar = progress(total=file_listing.text_bytes(sources.check_source(data_cfg)), desc=desc, unit="B", unit_scale=True)
     for document in sources.iter_documents(data_cfg):
         bar.update(prepare.document_bytes(document))
         yield from document

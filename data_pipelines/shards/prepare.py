@@ -45,7 +45,7 @@ import bert_jax
 from bert_jax.progress import progress
 from bert_jax.storage import paths
 from data_pipelines.shards import document_records
-from data_pipelines.sources import documents as sources, mixture, prepared
+from data_pipelines.sources import documents as sources, file_listing, mixture, prepared
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 PLAN_FILE = "prepare_plan.json"
@@ -212,14 +212,6 @@ def _prepare_part_task(task: tuple) -> dict:
     return prepare_part(*task)
 
 
-def text_bytes(files: list[str]) -> int | None:
-    """The progress bar's total: the input files' bytes, when none is compressed (a compressed file's text size is
-    not known before it is read; then the bar shows the rate alone). A resume counts from 0 again."""
-    if not files or any(f.endswith((".gz", ".bz2", ".xz", ".zst", ".parquet")) for f in files):
-        return None
-    return sum(paths.path(f).stat().length for f in files)
-
-
 def _start_worker(counter) -> None:
     limit_threads()
     _count_bytes(functools.partial(_add_to, counter))
@@ -298,7 +290,7 @@ def prepare(
     # spawn: the parent's tokenizers thread pool must not be forked mid-use.
     context = multiprocessing.get_context("spawn")
     counter = context.Value("q", 0)
-    bar = progress(total=text_bytes(files), desc="prepare", unit="B", unit_scale=True)
+    bar = progress(total=file_listing.text_bytes(files), desc="prepare", unit="B", unit_scale=True)  # a resume counts from 0
     if num_workers == 1:
         _count_bytes(bar.update)
         try:

@@ -56,7 +56,7 @@ import bert_jax
 from bert_jax.progress import progress
 from bert_jax.storage import paths
 from data_pipelines.shards import document_records
-from data_pipelines.sources import documents as sources, prepared
+from data_pipelines.sources import documents as sources, file_listing, prepared
 from data_pipelines.shards import prepare as prepare_lib
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
@@ -297,7 +297,7 @@ def prepare_beam(
     logging.info("preparing %d part(s) into %d shard(s) in %s on Beam", num_parts, num_shards, out)
     pipeline = beam.Pipeline(runner=runner, options=options)
     build(pipeline, data_cfg, out, num_parts, num_shards, base)
-    with _ProgressWatch(out, prepare_lib.text_bytes(files)):
+    with _ProgressWatch(out, file_listing.text_bytes(files)):
         result = pipeline.run()
         result.wait_until_finish()
     logging.info("Beam counters: %s", skip_counters(result) or "none (nothing skipped, or the runner reports no metrics)")

@@ -108,6 +108,14 @@ def file_sizes(files: list[str]) -> list[int]:
         return list(pool.map(lambda f: int(paths.path(f).stat().length), files))
 
 
+def text_bytes(files: list[str]) -> int | None:
+    """The files' text bytes, when none is compressed (a compressed file's text size is not known before it is
+    read): a progress bar's total (prepare's, the tokenizer sample's, extend-vocab's); None shows the rate alone."""
+    if not files or any(f.endswith((".gz", ".bz2", ".xz", ".zst", ".parquet")) for f in files):
+        return None
+    return sum(file_sizes(files))
+
+
 def _file_fingerprint(path: str) -> dict:
     stat = paths.path(path).stat()
     entry = {"path": path, "size": stat.length, "mtime": stat.mtime}

@@ -67,11 +67,10 @@ def expected_bytes(data_cfg, sample_bytes: int) -> int:
     reader = sources.source_of(data_cfg)
     if not isinstance(reader, sources.FileSource):
         return sample_bytes
-    files = reader.files()
-    if any(f.endswith((".gz", ".bz2", ".xz", ".zst", ".parquet")) for f in files):
+    size = file_listing.text_bytes(reader.files())
+    if size is None:
         return sample_bytes
-    train_bytes = sum(file_listing.file_sizes(files)) * (1.0 - data_cfg.get("eval_fraction", 0.0))
-    return max(1, int(min(sample_bytes, train_bytes)))
+    return max(1, int(min(sample_bytes, size * (1.0 - data_cfg.get("eval_fraction", 0.0)))))
 
 
 def _random_access_sample(data_cfg, sample_bytes: int, seed: int, stats: sources.SkipStats, source: str):
