@@ -248,9 +248,6 @@ def get_config() -> ml_collections.ConfigDict:
     # Dispatched steps the host may run ahead of the device (bert_jax/run/harness.py's StepsAhead): a SIGTERM's save
     # waits for at most this many. 0: every step waits for its own result.
     c.train.max_steps_ahead = 2
-    # Seconds between returns of the allocator's free pages to the kernel, at log rows (bert_jax/run/freed_memory.py):
-    # without them a long run's RSS grows as its arenas fragment (docs/results/long-haul.md). 0: never.
-    c.train.give_back_every_s = 10.0
     # Stages of the run (bert_jax/train/stages.py): ((dict(start=STEP, data=dict(max_seq_length=512)), ...):
     # from each start on, the keys it changes (sequence length, batch size, masking); one schedule spans them.
     c.train.stages = ()

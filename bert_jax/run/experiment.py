@@ -45,8 +45,7 @@ PASSING = (
     "init_from_hf", "grow_from",  # read only by a fresh start
     "lineage", "lineage.*", "averaged_from", "averaged_from.*",  # what a run came from (bert_jax/run/lineage.py)
     "run_identity", "run_identity.*",  # checked by bert_jax/run/run_identity.py
-    "train.log_every_steps", "train.eval_every_steps", "train.nan_policy", "train.max_steps_ahead",
-    "train.give_back_every_s", "train.profile.*",
+    "train.log_every_steps", "train.eval_every_steps", "train.nan_policy", "train.max_steps_ahead", "train.profile.*",
     "train.spike.*",  # like nan_policy: what a spike does (bert_jax/run/spike.py), not what is trained without one
     "train.budget_calibration_steps",  # read by a wall-clock budget's first start alone (bert_jax/train/budget.py)
     "data.num_eval_batches", "data.prefetch_buffer_size", "data.shard_cache_bytes",

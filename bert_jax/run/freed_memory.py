@@ -22,12 +22,6 @@ found on configs/tiny.py with a probe every 10-20 steps (docs/results/long-haul.
   each step's activations mapped and unmapped.)
 
 Measured over 20 probes of tiny, every 10 steps: +0.82 MB a probe with the first two, +0.05 with all three.
-
-Between probes the arenas fragment too: with a probe every 200 steps, the heap's bytes in use stayed flat (~297 MB)
-while the free bytes the arenas held grew ~5 MB a minute, and the RSS with them, since a step's buffers reuse free
-chunks scattered over the arenas and leave their pages resident when freed again. The harness returns them
-(`EverySeconds`, at log rows, `config.train.give_back_every_s`): a `malloc_trim(0)` of ~25 ms every 10 s, where a
-trim after each probe alone (every ~40 s) let the RSS grow.
 Allocators other than glibc's (tcmalloc, jemalloc, preloaded) keep their own policies: the glibc calls are skipped
 or do nothing.
 """
@@ -38,7 +32,6 @@ import ctypes
 import ctypes.util
 import functools
 import gc
-import time
 
 from jax._src import pjit
 
@@ -69,31 +62,9 @@ def give_back() -> None:
     cache = getattr(pjit, "_infer_params_cached", None)
     if cache is not None and hasattr(cache, "cache_clear"):
         cache.cache_clear()
-    trim()
-
-
-def trim() -> None:
-    """glibc's free pages, in every arena, back to the kernel (chunks stay; their pages fault in again when used)."""
-    malloc_trim = _libc("malloc_trim")
-    if malloc_trim is not None:
-        malloc_trim(0)
-
-
-class EverySeconds:
-    """`trim()` at most every `seconds` (0: never), called where a loop already pauses. Time, not steps: a trim costs
-    what the arenas hold, not what a step does, so its share stays the same on a 20 ms CPU step or a 2 s TPU one."""
-
-    def __init__(self, seconds: float, clock=time.monotonic):
-        self.seconds, self.clock = seconds, clock
-        self.last = clock()
-
-    def __call__(self) -> bool:
-        """Whether it trimmed."""
-        if not self.seconds or self.clock() - self.last < self.seconds:
-            return False
-        trim()
-        self.last = self.clock()
-        return True
+    trim = _libc("malloc_trim")
+    if trim is not None:
+        trim(0)
 
 
 @functools.cache

@@ -26,7 +26,7 @@ from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import global_batch
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
-from bert_jax.run import determinism, freed_memory, goodput, spike
+from bert_jax.run import determinism, goodput, spike
 from bert_jax.run import lease as lease_lib
 from bert_jax.run.device_memory import DeviceMemory, planned_peak_bytes
 from bert_jax.run.metrics_file import read_rows
@@ -275,7 +275,6 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
             clock.switch("other")  # the loop's own work, between the activities it times
             pending = []
             ahead = StepsAhead(config.train.max_steps_ahead)
-            give_back = freed_memory.EverySeconds(config.train.give_back_every_s)  # the arenas' free pages
             evaluated = saved = start  # the last steps evaluated and saved (the start needs neither)
 
             def finish_step(step: int, is_last: bool, extra: dict, ended: bool = False) -> tuple[bool, bool]:
@@ -299,7 +298,6 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
                         data_bound_said = True
                         logging.warning(data_bound_line(config, step, data_share))
                     writer.write(step, {**row, **extra})
-                    give_back()
                 elif extra:
                     writer.write(step, extra)
                 stop = False

@@ -100,7 +100,6 @@ def get_config(kind: str) -> ml_collections.ConfigDict:
     c.train.evals_per_run = 10
     c.train.nan_policy = "stop"
     c.train.max_steps_ahead = 2  # dispatched steps the host may run ahead of the device (bert_jax/run/harness.py)
-    c.train.give_back_every_s = 10.0  # the allocator's free pages back to the kernel at log rows (configs/base.py)
     c.train.grad_accum_steps = 1
     # A profiler window, as pre-training's (configs/base.py, bert_jax/run/profile_window.py): 0 steps = off.
     c.train.profile = ml_collections.ConfigDict(dict(start_step=0, num_steps=0, hosts="first"))
