@@ -1,6 +1,7 @@
 """What a downstream probe frees is given back, whole, without costing the pre-training its compiled step
 (bert_jax/run/freed_memory.py; the hour that shows the flat RSS is bench/long_haul.py's)."""
 import logging
+import os
 import subprocess
 import sys
 
@@ -68,3 +69,43 @@ def test_a_one_off_tasks_large_buffers_are_given_back_whole_when_freed(arm, low,
     out = subprocess.run([sys.executable, "-c", CHURN, arm], capture_output=True, text=True, check=True)
     given_back = float(out.stdout.split()[-1])
     assert low < given_back < high, f"{arm}: {given_back:.0f} MB of the 150 freed went back to the kernel"
+
+
+# In a fresh process: threads that allocate at once get arenas of their own until the cap, and none after it.
+ARENAS = """
+import ctypes, os, re, tempfile, threading
+from bert_jax.run import freed_memory
+
+libc = ctypes.CDLL(None)
+libc.fdopen.restype = ctypes.c_void_p
+libc.malloc_info.argtypes, libc.fflush.argtypes = [ctypes.c_int, ctypes.c_void_p], [ctypes.c_void_p]
+
+def arenas_after(threads):
+    together = threading.Barrier(threads)
+    def allocate():
+        kept = [bytearray(100_000) for _ in range(20)]
+        together.wait()
+    started = [threading.Thread(target=allocate) for _ in range(threads)]
+    [thread.start() for thread in started]
+    [thread.join() for thread in started]
+    with tempfile.TemporaryFile() as out:
+        stream = libc.fdopen(os.dup(out.fileno()), b"w")
+        libc.malloc_info(0, stream)
+        libc.fflush(stream)
+        out.seek(0)
+        return len(re.findall(rb"<heap nr=", out.read()))
+
+before = arenas_after(4)
+freed_memory.fewer_arenas()
+print(before, arenas_after(12), os.environ["MALLOC_ARENA_MAX"])
+"""
+
+
+@pytest.mark.skipif(freed_memory._libc("mallopt") is None, reason="glibc's allocator only")
+def test_threads_started_after_the_cap_get_no_arena_of_their_own_and_children_inherit_it():
+    env = {k: v for k, v in os.environ.items() if k != freed_memory.ARENA_ENV}
+    out = subprocess.run([sys.executable, "-c", ARENAS], capture_output=True, text=True, check=True, env=env)
+    before, after, inherited = out.stdout.split()
+    assert int(before) > freed_memory.ARENAS, f"4 threads at once made only {before} arenas: nothing to cap"
+    assert int(after) == int(before), f"12 threads after the cap took {after} arenas where {before} were"
+    assert inherited == str(freed_memory.ARENAS)

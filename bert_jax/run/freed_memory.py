@@ -1,4 +1,8 @@
-"""Memory a one-off task freed, given back, so that a long run's resident memory stays flat (bench/long_haul.py).
+"""glibc's allocator held to what a long run uses, so that its resident memory stays flat (bench/long_haul.py):
+two arenas for the whole run, and the memory a one-off task freed given back.
+
+Two arenas (`fewer_arenas`, from each command that trains): with glibc's one per thread, the hour of
+configs/tiny.py grew 100-180 MB/h at a flat heap in use; with two it held (docs/results/long-haul.md).
 
 A downstream probe (bert_jax/finetune/downstream_probe.py) builds, traces and compiles a fine-tuning run inside the
 pre-training's process (on a TPU VM the chips belong to it), then drops it. Three things kept what it dropped,
@@ -32,12 +36,31 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import os
 
 from jax._src import pjit
 
 
-# glibc's mallopt parameter (malloc.h); its starting value and the highest its moving threshold reaches (64-bit).
+# glibc's mallopt parameters (malloc.h); the threshold's starting value and the highest it moves to (64-bit).
 M_MMAP_THRESHOLD, START_BYTES, MOVED_MAX_BYTES = -3, 128 * 1024, 32 * 1024 * 1024
+M_ARENA_MAX, ARENA_ENV, ARENAS = -8, "MALLOC_ARENA_MAX", 2
+
+
+def fewer_arenas() -> None:
+    """From a command's start, before JAX starts its threads: glibc gives the threads that allocate at most two
+    arenas (its default is 8 per core: 16 here, hundreds on a TPU VM's host), and so do the processes the run
+    starts (grain's workers, wandb's service: they read the environment variable when they start).
+
+    Each arena keeps what its threads freed, and a freed chunk can be reused only by a thread of that arena: with
+    one per thread, XLA's, orbax's and grain's threads each grew their own, and the long haul's trainer grew
+    100-180 MB/h with the heap in use flat (docs/results/long-haul.md). Threads created before the call keep the
+    arena they have. A MALLOC_ARENA_MAX the user set (glibc read it at start-up) is left as it is."""
+    if ARENA_ENV in os.environ:
+        return
+    mallopt = _libc("mallopt")
+    if mallopt is not None:
+        mallopt(M_ARENA_MAX, ARENAS)
+    os.environ[ARENA_ENV] = str(ARENAS)
 
 
 @contextlib.contextmanager

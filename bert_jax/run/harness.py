@@ -26,7 +26,7 @@ from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import global_batch
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
-from bert_jax.run import determinism, goodput, spike
+from bert_jax.run import determinism, freed_memory, goodput, spike
 from bert_jax.run import lease as lease_lib
 from bert_jax.run.device_memory import DeviceMemory, planned_peak_bytes
 from bert_jax.run.metrics_file import read_rows
@@ -41,7 +41,9 @@ class NonFiniteLossError(RuntimeError):
 
 
 def setup_process(config) -> None:
-    """From a command's main, before JAX starts its backend: flags, then joining the run, then the cache."""
+    """From a command's main, before JAX starts its backend: the allocator's arenas, flags, then joining the run,
+    then the cache."""
+    freed_memory.fewer_arenas()
     determinism.set_xla_flags(config)
     tpu_slices.set_libtpu_init_args(config)
     distributed.initialize(config.distributed)  # before anything touches a device
