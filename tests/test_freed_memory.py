@@ -1,5 +1,6 @@
-"""What a downstream probe frees is given back, whole, without costing the pre-training its compiled step
-(bert_jax/run/freed_memory.py; the hour that shows the flat RSS is bench/long_haul.py's)."""
+"""What a downstream probe frees is given back, whole, without costing the pre-training its compiled step, and a
+run's threads share two arenas (bert_jax/run/freed_memory.py; the hour that shows the flat RSS is
+bench/long_haul.py's)."""
 import logging
 import os
 import subprocess
