@@ -79,7 +79,7 @@ from bert_jax.run import freed_memory
 
 libc = ctypes.CDLL(None)
 libc.fdopen.restype = ctypes.c_void_p
-libc.malloc_info.argtypes, libc.fflush.argtypes = [ctypes.c_int, ctypes.c_void_p], [ctypes.c_void_p]
+libc.malloc_info.argtypes, libc.fclose.argtypes = [ctypes.c_int, ctypes.c_void_p], [ctypes.c_void_p]
 
 def arenas_after(threads):
     together = threading.Barrier(threads)
@@ -92,7 +92,7 @@ def arenas_after(threads):
     with tempfile.TemporaryFile() as out:
         stream = libc.fdopen(os.dup(out.fileno()), b"w")
         libc.malloc_info(0, stream)
-        libc.fflush(stream)
+        libc.fclose(stream)
         out.seek(0)
         return len(re.findall(rb"<heap nr=", out.read()))
 

@@ -1,8 +1,7 @@
 """glibc's allocator held to what a long run uses, so that its resident memory stays flat (bench/long_haul.py):
 two arenas for the whole run, and the memory a one-off task freed given back.
 
-Two arenas (`fewer_arenas`, from each command that trains): with glibc's one per thread, the hour of
-configs/tiny.py grew 100-180 MB/h at a flat heap in use; with two it held (docs/results/long-haul.md).
+Two arenas: `fewer_arenas`, from each command that trains (its docstring says why).
 
 A downstream probe (bert_jax/finetune/downstream_probe.py) builds, traces and compiles a fine-tuning run inside the
 pre-training's process (on a TPU VM the chips belong to it), then drops it. Three things kept what it dropped,
