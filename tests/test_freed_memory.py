@@ -110,3 +110,20 @@ def test_threads_started_after_the_cap_get_no_arena_of_their_own_and_children_in
     assert int(before) > freed_memory.ARENAS, f"4 threads at once made only {before} arenas: nothing to cap"
     assert int(after) == int(before), f"12 threads after the cap took {after} arenas where {before} were"
     assert inherited == str(freed_memory.ARENAS)
+
+
+def test_a_moved_private_cache_skips_the_clear_and_not_the_import(monkeypatch):
+    """jax._src.pjit is jax's private module: where a version moves it, the module still imports (every training
+    command imports it) and give_back skips the clear."""
+    import importlib
+
+    import bert_jax.run
+    import jax._src
+
+    monkeypatch.delattr(jax._src, "pjit")  # `from jax._src import pjit` reads the attribute first
+    monkeypatch.setitem(sys.modules, "jax._src.pjit", None)  # then the import fails, as a moved module's would
+    monkeypatch.delitem(sys.modules, "bert_jax.run.freed_memory")
+    monkeypatch.setattr(bert_jax.run, "freed_memory", freed_memory)
+    moved = importlib.import_module("bert_jax.run.freed_memory")
+    assert moved is not freed_memory and moved._trace_cache() is None
+    moved.give_back()

@@ -37,8 +37,6 @@ import functools
 import gc
 import os
 
-from jax._src import pjit
-
 
 # glibc's mallopt parameters (malloc.h); the threshold's starting value and the highest it moves to (64-bit).
 M_MMAP_THRESHOLD, START_BYTES, MOVED_MAX_BYTES = -3, 128 * 1024, 32 * 1024 * 1024
@@ -81,12 +79,23 @@ def one_off():
 def give_back() -> None:
     """Collect Python's cycles, drop jax's einsum trace entries, return glibc's free pages to the kernel."""
     gc.collect()
-    cache = getattr(pjit, "_infer_params_cached", None)
-    if cache is not None and hasattr(cache, "cache_clear"):
+    cache = _trace_cache()
+    if cache is not None:
         cache.cache_clear()
     trim = _libc("malloc_trim")
     if trim is not None:
         trim(0)
+
+
+def _trace_cache():
+    """pjit's `_infer_params_cached`, or None where a jax version moved or renamed it: a private name, imported here
+    and not at module load, so that a move costs the clear and not every command that imports this module."""
+    try:
+        from jax._src import pjit  # noqa: PLC0415  (private; see the docstring)
+    except ImportError:
+        return None
+    cache = getattr(pjit, "_infer_params_cached", None)
+    return cache if hasattr(cache, "cache_clear") else None
 
 
 @functools.cache
