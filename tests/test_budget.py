@@ -14,7 +14,7 @@ import bert_jax.configs.tiny
 from bert_jax.plan import budget_plan, gpu_cards
 from bert_jax.run.completion import read_done
 from bert_jax.storage.workdir import config_from_json
-from bert_jax.train import budget, stages
+from bert_jax.train import budget, counters, stages
 from bert_jax.train.budget_clock import BudgetClock
 from bert_jax.train.config_validation import check_config
 from bert_jax.train.optimizer import learning_rate_schedule
@@ -230,3 +230,30 @@ def test_a_wall_clock_budget_killed_and_relaunched_trains_the_steps_its_first_st
     assert "eval/loss" in rows[steps] and 1 - step_s / 20 < rows[steps]["train/budget_spent"] <= 1  # to a step
     history = [json.loads(line) for line in (workdir / "config_history.jsonl").read_text().splitlines()]
     assert history[0]["event"] == "start" and history[0]["config"]["train"]["budget_step_s"] == step_s
+
+
+def test_a_budgeted_schedule_past_2_31_steps_runs_on_the_exact_step_counts():
+    """A schedule as written of 2e9 steps (linear decay to 0) under a budget of twice its tokens: run step 2s trains
+    at the schedule's step s, to the last step past 2^31. A float32 clock rounded run steps to multiples of 256 there,
+    and a stretch that is not a whole number placed the schedule up to 128 steps away from the exact step."""
+    config = micro_config()
+    config.train.num_steps, config.train.end_learning_rate = 2_000_000_000, 0.0
+    written = config.copy_and_resolve_references()
+    resolved, _ = budget.resolve(_token_budget(config, 2 * config.train.num_steps))
+    assert resolved.train.num_steps == 4_000_000_000 > 2**31
+    run_lr, written_lr = learning_rate_schedule(resolved.train), learning_rate_schedule(written.train)
+    for s in (2_000_000_000, 1_999_999_999, 1_999_999_937, 2**30 + 3, 12_345_677, 3):  # run step 2s, count 2s - 1
+        assert counters.schedule_at(run_lr, 2 * s - 1) == pytest.approx(counters.schedule_at(written_lr, s - 1),
+                                                                        rel=1e-6), s
+    # A stretch that is not a whole number: 1.5x; the schedule's position is exact, its rate linear between steps.
+    resolved, _ = budget.resolve(_token_budget(written.copy_and_resolve_references(), 3_000_000_000))
+    clock = BudgetClock.of(resolved.train)
+    for step in (3_000_000_000, 2_999_999_999, 2**31 + 1, 2**31, 16_777_217, 7):
+        whole, fraction = clock.schedule_position(step)
+        exact = clock.schedule_step_exact(step)
+        assert int(whole) == int(exact) and float(fraction) == pytest.approx(float(exact - int(exact)), abs=1e-6)
+    for step in (2_999_999_999, 2**31 + 2):  # count = step - 1; the schedule's step before, interpolated
+        position = clock.schedule_step_exact(step) - 1
+        low, high = (counters.schedule_at(written_lr, int(position) + i) for i in (0, 1))
+        want = low + float(position - int(position)) * (high - low)
+        assert counters.schedule_at(learning_rate_schedule(resolved.train), step - 1) == pytest.approx(want, rel=1e-5)

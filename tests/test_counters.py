@@ -3,6 +3,7 @@
 checkpoint names, goodput and tokens seen are each right, and a stop and resume past 2^31 repeats it bit for bit."""
 import json
 import shutil
+import warnings
 
 import jax
 import numpy as np
@@ -20,6 +21,7 @@ from bert_jax.train import counters
 from bert_jax.train import stages as stages_lib
 from bert_jax.train.config_validation import check_config
 from bert_jax.train.loop import train
+from bert_jax.train.optimizer import learning_rate_schedule
 from bert_jax.train.program import build_program
 from test_pretrain import micro_config
 
@@ -167,3 +169,21 @@ def test_a_stop_and_resume_past_2_31_repeats_the_run(resumed_past_2_31, tmp_path
     assert json.loads((Workdir(again).checkpoints / str(END) / ckpt.DATA_ITEM).iterdir().__next__().read_text()) \
         == json.loads((Workdir(workdir).checkpoints / str(END) / ckpt.DATA_ITEM).iterdir().__next__().read_text())
 
+
+
+@pytest.mark.parametrize("schedule", ["linear", "wsd", "cosine", "constant", "onecycle"])
+def test_schedules_are_built_in_python_integers_without_a_uint32_wrap(schedule):
+    """configs/tiny.py with num_steps=30 (below its warmup, a case the warmup check then refuses in one line) built
+    its linear schedule from uint32 counts, num_steps - warmup_steps wrapping with numpy's "overflow encountered in
+    scalar subtract" before that line."""
+    config = bert_jax.configs.tiny.get_config()
+    config.train.num_steps, config.train.schedule = 30, schedule
+    if schedule == "onecycle":
+        config.train.warmup_steps = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning fails the test
+        lr = learning_rate_schedule(config.train)
+        assert np.isfinite(counters.schedule_at(lr, 29))
+    assert counters.count(2**32 - 1) == np.uint32(2**32 - 1)
+    with pytest.raises(ValueError, match="outside"):
+        counters.count(-1)

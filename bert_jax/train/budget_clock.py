@@ -14,13 +14,16 @@ Each stage's steps are its steps as written x budget / the schedule's cost, roun
 stage ends where it is declared on the schedule and the rounding stays inside the stage that made it. The clock is
 piecewise linear, with a breakpoint at each stage's end; the resolved config holds it as `train.budget_clock =
 ((run step, schedule step, budget spent), ...)`, (0, 0, 0.0) first and (the run's num_steps, the schedule's length,
-the share spent, at most 1) last. Every schedule reads it from there, in one place each (the learning rate:
+the share spent, at most 1) last: Python ints, exact at any size, as the step counters are (train/counters.py); the
+device follows it in uint32 integer arithmetic (`schedule_position`), never through a float32. Every schedule reads it
+from there, in one place each (the learning rate:
 optimizer.py; the stages: stages.py), and a config without it runs on steps as before.
 """
 from __future__ import annotations
 
 import bisect
 import dataclasses
+import fractions
 
 import jax.numpy as jnp
 import numpy as np
@@ -56,10 +59,39 @@ class BudgetClock:
         """train.num_steps as written: the schedule's last step."""
         return self.schedule_steps[-1]
 
-    def schedule_step(self, step):
-        """The schedule's step (a float, traceable) at run step `step` (an int, or a traced count)."""
-        return jnp.interp(jnp.asarray(step, jnp.float32), jnp.asarray(self.run_steps, jnp.float32),
-                          jnp.asarray(self.schedule_steps, jnp.float32))
+    def schedule_position(self, step):
+        """(whole, fraction) of the schedule's step at run step `step` (a uint32 count, traceable): `whole` a uint32,
+        exact at any count below 2^32, `fraction` a float32 in [0, 1). Integer arithmetic only: a float32 clock
+        rounds the run step from 2^24 (16.8M) on, by 256 steps at 2^32. Past the last breakpoint: the schedule's end.
+
+        On segment i, run step r0 + d is schedule step s0 + d x (s1 - s0) / (r1 - r0) = s0 + d x k + d x rem / den
+        (k, rem: the slope's whole part and remainder, over den = r1 - r0), and d x rem / den is a long division by
+        den over d's 32 bits, every partial remainder below den: no product ever leaves uint32."""
+        step = jnp.asarray(step, jnp.uint32)
+        u32 = lambda values: jnp.asarray(np.asarray(values, np.uint32))  # noqa: E731
+        r0s, s0s = self.run_steps[:-1], self.schedule_steps[:-1]
+        dens = [r1 - r0 for r0, r1 in zip(r0s, self.run_steps[1:])]
+        nums = [s1 - s0 for s0, s1 in zip(s0s, self.schedule_steps[1:])]
+        segment = jnp.sum(step >= u32(self.run_steps[1:-1])) if len(dens) > 1 else 0  # the last holds what follows
+        r0, s0, den = u32(r0s)[segment], u32(s0s)[segment], u32(dens)[segment]
+        k, rem = u32([n // d for n, d in zip(nums, dens)])[segment], u32([n % d for n, d in zip(nums, dens)])[segment]
+        d = jnp.minimum(jnp.maximum(step, r0), r0 + den) - r0
+        whole, left = jnp.zeros([], jnp.uint32), jnp.zeros([], jnp.uint32)  # floor(d x rem / den), its remainder
+        if any(n % d for n, d in zip(nums, dens)):  # a slope that is not a whole number
+            for bit in range(31, -1, -1):
+                over = left >= den - left  # 2 x left >= den
+                left, whole = jnp.where(over, left - (den - left), left + left), whole + whole + over
+                add = ((d >> bit) & 1) == 1
+                over = add & (left >= den - rem)  # left + rem >= den
+                left = jnp.where(add, jnp.where(over, left - (den - rem), left + rem), left)
+                whole = whole + over
+        return s0 + d * k + whole, left.astype(jnp.float32) / den.astype(jnp.float32)
+
+    def schedule_step_exact(self, step: int) -> fractions.Fraction:
+        """The schedule's step at run step `step`, as an exact fraction (host side: tests, messages)."""
+        i = min(max(bisect.bisect_right(self.run_steps, step), 1), len(self.run_steps) - 1)
+        (r0, r1), (s0, s1) = self.run_steps[i - 1:i + 1], self.schedule_steps[i - 1:i + 1]
+        return s0 + fractions.Fraction(min(max(step, r0), r1) - r0) * (s1 - s0) / (r1 - r0)
 
     def fraction(self, step: int) -> float:
         """The share of the budget spent after run step `step` (host side, for logs)."""
@@ -87,5 +119,14 @@ class BudgetClock:
 
     def compose(self, schedule):
         """`schedule` (of the schedule's step) as a schedule of the run's optimizer count. optax's count is the step
-        before: run step s trains at schedule(s - 1), so the count goes through the clock as run step count + 1."""
-        return lambda count: schedule(jnp.maximum(self.schedule_step(count + 1) - 1, 0.0))
+        before: run step s trains at schedule(s - 1), so the count goes through the clock as run step count + 1.
+        Between two whole schedule steps the value is interpolated linearly: the schedule itself only ever sees
+        whole uint32 counts, exact at any size."""
+        def at(count):
+            whole, fraction = self.schedule_position(jnp.asarray(count, jnp.uint32) + 1)
+            fraction = jnp.where(whole >= 1, fraction, 0.0)  # before schedule step 1: its count 0
+            before = jnp.maximum(whole, 1) - 1
+            low = schedule(before)
+            return jnp.where(fraction > 0, low + fraction * (schedule(before + 1) - low), low)
+
+        return at

@@ -17,21 +17,27 @@ steps a second). tests/test_counters.py resumes a run at step 2^31 - 16 and trai
 | tokens seen (`train/tokens_seen`) | a Python int, logged as a float64 | exact to 2^53 (9.0e15 tokens); TensorBoard stores its scalars as float32 (7 digits) |
 
 A checkpoint written with an int32 step restores into the uint32 one (orbax casts to the target's dtype), so older
-runs resume unchanged. A schedule reads its count as uint32, and is built from config.train's step counts as uint32
-(`with_uint32_steps`: JAX takes a Python int for an int32 and refuses one past 2^31); a difference of two counts must
-not go below zero (`_decay` clamps it). The host evaluates a schedule at a step through `schedule_at`.
+runs resume unchanged. A schedule reads its count as uint32. Its positions (warmup, decay start, a stage's end) are
+computed from config.train's step counts in Python ints, exact at any size, and only the results are handed to JAX,
+as uint32 (`count`: JAX takes a Python int for an int32 and refuses one past 2^31). Arithmetic on numpy's uint32
+scalars would wrap below zero (and warn, "overflow encountered in scalar subtract"); on the device a difference of two
+counts must not go below zero either (`_decay` clamps it). The host evaluates a schedule at a step through
+`schedule_at`. The budget's clock (train/budget_clock.py) maps a run step to a schedule step in exact integer
+arithmetic too, so its breakpoints land on the step counters' own values past 2^24 (float32's last exact integer)
+and past 2^31.
+
+A step's tokens (`tokens_per_step`: its global batch x max_seq_length, padding included) and the tokens of a run's
+first steps (`tokens_seen` over `token_spans`) are counted here alone: the metrics rows, the budget, the budget's plan,
+the compiled plan and the model card all read them from here.
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 
 STEP_DTYPE = jnp.uint32
-# The keys of config.train that schedules read as step counts.
-STEP_KEYS = ("num_steps", "warmup_steps", "decay_steps", "decay_from_step")
 
 
 def scale_by_learning_rate(schedule: optax.Schedule) -> optax.GradientTransformation:
@@ -51,16 +57,13 @@ def scale_by_learning_rate(schedule: optax.Schedule) -> optax.GradientTransforma
     return optax.GradientTransformation(init_fn, update_fn)
 
 
-def with_uint32_steps(train_cfg) -> ml_collections.ConfigDict:
-    """A copy of config.train whose step counts (STEP_KEYS, those set) are uint32, for the schedules to be built
-    from: a schedule compares its uint32 count with them, and JAX refuses a Python int past 2^31 beside one (it
-    would take it for an int32)."""
-    view = ml_collections.ConfigDict(train_cfg.to_dict(), type_safe=False)
-    for key in STEP_KEYS:
-        value = view.get(key)
-        if isinstance(value, int) and value >= 0:
-            view[key] = np.uint32(value)
-    return view
+def count(steps: int) -> np.uint32:
+    """A step count (a Python int, computed exactly) as a schedule compares it with its uint32 count: JAX refuses a
+    Python int past 2^31 beside a uint32 (it takes it for an int32). ValueError outside [0, 2^32)."""
+    steps = int(steps)
+    if not 0 <= steps < 2**32:
+        raise ValueError(f"a schedule's step count {steps} is outside [0, 2^32): the step counter is uint32")
+    return np.uint32(steps)
 
 
 def schedule_at(schedule: optax.Schedule, count: int) -> float:
@@ -69,11 +72,17 @@ def schedule_at(schedule: optax.Schedule, count: int) -> float:
     return float(schedule(jnp.asarray(count, STEP_DTYPE)))
 
 
-def token_spans(stages, config) -> list[tuple[int, int, int]]:
+def tokens_per_step(config) -> int:
+    """Sequence positions one step of `config` (a stage's) trains on: its global batch x max_seq_length, padding
+    included (a packed row's unused tail is padding too). The one place this product is taken."""
+    return int(config.train.global_batch_size) * int(config.data.max_seq_length)
+
+
+def token_spans(stages, config=None) -> list[tuple[int, int, int]]:
     """[(start step, end step, tokens per step)] of the run's stages (bert_jax/train/stages.py plan; none: `config`'s
-    one stage): a step's tokens are its global batch x max_seq_length, padding included."""
-    per_step = lambda c: c.train.global_batch_size * c.data.max_seq_length  # noqa: E731
-    return [(s.start, s.end, per_step(s.config)) for s in stages] or [(0, config.train.num_steps, per_step(config))]
+    one stage)."""
+    return ([(s.start, s.end, tokens_per_step(s.config)) for s in stages]
+            or [(0, config.train.num_steps, tokens_per_step(config))])
 
 
 def tokens_seen(step: int, spans: list[tuple[int, int, int]]) -> int:

@@ -8,6 +8,7 @@ import optax
 
 from bert_jax.registry import Registry
 from bert_jax.train import counters
+from bert_jax.train.counters import count
 from bert_jax.train.budget_clock import BudgetClock
 
 # config.train.optimizer -> (schedule, b1, b2, eps, weight_decay, mask, flat_moments) -> the optimizer it names.
@@ -80,19 +81,22 @@ def learning_rate_schedule(train_cfg) -> optax.Schedule:
     """
     clock = BudgetClock.of(train_cfg)
     if clock is not None:  # under config.train.budget: the schedule as written, run by the fraction of it spent
-        return clock.compose(learning_rate_schedule(clock.schedule_view(train_cfg)))
-    schedule = SCHEDULES.get(train_cfg.schedule)
-    train_cfg = counters.with_uint32_steps(train_cfg)  # its count is uint32, past 2^31 too (train/counters.py)
-    ramp = optax.linear_schedule(0.0, train_cfg.learning_rate, max(train_cfg.warmup_steps, 1))
-    return schedule(train_cfg, ramp)
+        schedule = clock.compose(learning_rate_schedule(clock.schedule_view(train_cfg)))
+    else:
+        # Positions in Python ints, handed to optax as uint32 (counters.count): its count is uint32, past 2^31 too.
+        ramp = optax.linear_schedule(0.0, train_cfg.learning_rate, count(max(train_cfg.warmup_steps, 1)))
+        schedule = SCHEDULES.get(train_cfg.schedule)(train_cfg, ramp)
+    # Any count the schedule is given, a Python int on the host too, as the step's uint32: numpy's scalars would
+    # wrap (and warn) where optax subtracts a boundary from a count below it.
+    return lambda step: schedule(jnp.asarray(step, counters.STEP_DTYPE))
 
 
 @SCHEDULES.register("linear")
 def _linear(train_cfg, ramp) -> optax.Schedule:
     peak, end, total, warmup = (train_cfg.learning_rate, train_cfg.end_learning_rate, train_cfg.num_steps,
                                 train_cfg.warmup_steps)
-    decay = optax.linear_schedule(peak, end, max(total - warmup, 1))
-    return optax.join_schedules([ramp, decay], [warmup])
+    decay = optax.linear_schedule(peak, end, count(max(total - warmup, 1)))
+    return optax.join_schedules([ramp, decay], [count(warmup)])
 
 
 @SCHEDULES.register("wsd")
@@ -106,8 +110,9 @@ def _warmup_stable_decay(train_cfg, ramp) -> optax.Schedule:
     stable_until = max(total - decay_steps, warmup)
     # 1-sqrt from the peak to `end`; optax's polynomial_schedule gives (1 - t/T)^p, not 1 - (t/T)^p.
     sqrt_decay = lambda step: end + (peak - end) * (  # noqa: E731
-        1.0 - jnp.sqrt(jnp.clip(step / decay_steps, 0.0, 1.0)))
-    return optax.join_schedules([ramp, optax.constant_schedule(peak), sqrt_decay], [warmup, stable_until])
+        1.0 - jnp.sqrt(jnp.clip(step / count(decay_steps), 0.0, 1.0)))
+    return optax.join_schedules([ramp, optax.constant_schedule(peak), sqrt_decay],
+                                [count(warmup), count(stable_until)])
 
 
 @SCHEDULES.register("cosine")
@@ -115,12 +120,13 @@ def _cosine(train_cfg, ramp) -> optax.Schedule:
     del ramp  # optax's warmup_cosine_decay_schedule holds the same warmup
     peak, end, total, warmup = (train_cfg.learning_rate, train_cfg.end_learning_rate, train_cfg.num_steps,
                                 train_cfg.warmup_steps)
-    return optax.warmup_cosine_decay_schedule(0.0, peak, warmup, max(total, warmup + 1), end)
+    return optax.warmup_cosine_decay_schedule(0.0, peak, count(warmup), count(max(total, warmup + 1)), end)
 
 
 @SCHEDULES.register("constant")
 def _constant(train_cfg, ramp) -> optax.Schedule:
-    return optax.join_schedules([ramp, optax.constant_schedule(train_cfg.learning_rate)], [train_cfg.warmup_steps])
+    return optax.join_schedules([ramp, optax.constant_schedule(train_cfg.learning_rate)],
+                                [count(train_cfg.warmup_steps)])
 
 
 @SCHEDULES.register("onecycle")
@@ -145,8 +151,8 @@ def _onecycle(train_cfg, ramp) -> optax.Schedule:
                          f"onecycle_peak_fraction and onecycle_start_factor")
     # The peak's count (the first step's is 0): at most total - 2, so that a run of 2 steps or more ends at `end`.
     rise = min(max(int(round(fraction * total)), 1) - 1, max(total - 2, 0))
-    return optax.join_schedules([optax.linear_schedule(factor * peak, peak, rise),
-                                 optax.linear_schedule(peak, end, total - 1 - rise)], [rise])
+    return optax.join_schedules([optax.linear_schedule(factor * peak, peak, count(rise)),
+                                 optax.linear_schedule(peak, end, count(max(total - 1 - rise, 0)))], [count(rise)])
 
 
 # config.train.decay_shape -> f(t), t in [0, 1]: the share of the way from the start rate to the end rate.
@@ -171,9 +177,11 @@ def _decay(train_cfg, ramp) -> optax.Schedule:
                          f"its step)")
     fraction = DECAY_SHAPES[shape]
 
-    def schedule(count):
-        # Clamped before the difference: the count is uint32 (bert_jax/train/counters.py), where count - start wraps.
-        t = jnp.clip((jnp.maximum(count, start) - start) / max(steps - 1, 1), 0.0, 1.0)
+    first, span = count(start), count(max(steps - 1, 1))
+
+    def schedule(step):
+        # Clamped before the difference: the count is uint32 (bert_jax/train/counters.py), where step - start wraps.
+        t = jnp.clip((jnp.maximum(step, first) - first) / span, 0.0, 1.0)
         return rate + (end - rate) * fraction(t)
 
     return schedule
