@@ -82,11 +82,15 @@ def _tokens_seen(workdir) -> float | None:
     run = Workdir(workdir)
     if not run.config_json.exists():
         return None
-    config = json.loads(run.config_json.read_text())
+    rows = read_rows(run.metrics_jsonl)
+    seen = [r["train/tokens_seen"] for r in rows if "train/tokens_seen" in r]
+    if seen:  # the run's own count, each stage at its batch and length (bert_jax/train/counters.py)
+        return float(seen[-1])
+    config = json.loads(run.config_json.read_text())  # a run logged before train/tokens_seen: one stage assumed
     batch, length = config.get("train", {}).get("global_batch_size"), config.get("data", {}).get("max_seq_length")
     if not (batch and length):
         return None
-    step = max((r["step"] for r in read_rows(run.metrics_jsonl)), default=0)
+    step = max((r["step"] for r in rows), default=0)
     return float(step * batch * length)
 
 

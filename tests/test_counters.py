@@ -2,6 +2,8 @@
 32 steps across the boundary; its WSD schedule (its decay included), data position, RNG folds, metrics rows,
 checkpoint names, goodput and tokens seen are each right, and a stop and resume past 2^31 repeats it bit for bit."""
 import json
+import pathlib
+import re
 import shutil
 import warnings
 
@@ -187,3 +189,16 @@ def test_schedules_are_built_in_python_integers_without_a_uint32_wrap(schedule):
     assert counters.count(2**32 - 1) == np.uint32(2**32 - 1)
     with pytest.raises(ValueError, match="outside"):
         counters.count(-1)
+
+
+def test_tokens_per_step_are_taken_in_one_place():
+    """A step's tokens (global batch x max_seq_length) were computed in counters, the model card, the budget and the
+    budget's plan, each its own way; now counters.tokens_per_step alone takes the product."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    product = re.compile(r"global_batch_size\s*\*[^\n]*max_seq_length|max_seq_length\s*\*[^\n]*global_batch_size")
+    found = [f"{path.relative_to(root)}:{number}" for folder in ("bert_jax", "launch", "data_pipelines")
+             for path in sorted((root / folder).rglob("*.py")) if path.name != "counters.py"
+             for number, line in enumerate(path.read_text().splitlines(), 1) if product.search(line)]
+    assert found == []
+    config = bert_jax.configs.tiny.get_config("two_stage")
+    assert [counters.tokens_per_step(s.config) for s in stages_lib.plan(config)] == [32 * 64, 32 * 128]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bert_jax.train import budget as budget_lib
+from bert_jax.train import budget as budget_lib, counters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,9 +52,9 @@ def stage_buys(budget: budget_lib.Budget, stages: list, step_s: list, exact_step
     exact_steps = exact_steps or [True] * len(stages)
     out = []
     for stage, t, exact, (before, *_), (after, *_) in zip(stages, step_s, exact_steps, clock, clock[1:]):
-        c, steps = stage.config, after - before
+        steps = after - before
         out.append(StageBuy(stage.index, (stage.start, stage.end), steps,
-                            steps * c.train.global_batch_size * c.data.max_seq_length, t, exact))
+                            steps * counters.tokens_per_step(stage.config), t, exact))
     return out
 
 

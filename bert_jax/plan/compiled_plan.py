@@ -25,7 +25,7 @@ from bert_jax.models import disentangled_attention
 from bert_jax.models.attention import building_for, devices_platform
 from bert_jax.parallel.mesh import make_mesh, resolve_mesh_shapes
 from bert_jax.plan.roofline import Roofline
-from bert_jax.train import perf
+from bert_jax.train import counters, perf
 from bert_jax.train.program import build_program
 from bert_jax.train.state import example_batch
 
@@ -503,7 +503,7 @@ def _plan_from(config, program, mesh, memory, flops: float, compile_s: float, la
         peak_bytes=memory_fit.compiled_peak_bytes(memory), compile_s=compile_s,
         compiler=devices_platform(mesh.devices.flat), compiler_version=f"jax {jax.__version__}",
         scan_layers=bool(m.scan_layers), params=rows, kernel=program.attention_kernel, remat_policy=m.remat_policy,
-        tokens_per_step=config.train.global_batch_size * config.data.max_seq_length,
+        tokens_per_step=counters.tokens_per_step(config),
         micro_batch_per_chip=config.train.global_batch_size // accum // (mesh.size // mesh.shape["tensor"]),
         layers_counted=layers_counted, flops_ceiling=flops,
     )

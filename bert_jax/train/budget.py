@@ -37,7 +37,7 @@ import ml_collections
 from bert_jax.families import abstract_params_for
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import perf
+from bert_jax.train import counters, perf
 from bert_jax.train import stages as stages_lib
 
 KEY = "config.train.budget"
@@ -75,11 +75,10 @@ def parse(text: str, key: str = KEY) -> Budget | None:
 
 def step_cost(config, unit: str) -> float:
     """What one step of `config` (a stage's) costs: tokens, or the formula's FLOPs of the model's train step."""
-    batch, data = config.train.global_batch_size, config.data
     if unit == "tokens":
-        return float(batch * data.max_seq_length)
+        return float(counters.tokens_per_step(config))
     return perf.train_flops_per_step(_abstract_params(config.model.to_json_best_effort(sort_keys=True)), config.model,
-                                     data, batch)
+                                     config.data, config.train.global_batch_size)
 
 
 @functools.lru_cache(maxsize=4)

@@ -105,7 +105,7 @@ def _meter(config, program) -> perf.PerfMeter:
     logging.info("%.3g FLOPs/step (formula in bert_jax/train/perf.py); peak %.3g FLOP/s/device (%s)",
                  flops, peak, peak_source)
     measured = peak_source.startswith(perf.MEASURED)  # a lower bound, measured again when a step beats it
-    return perf.PerfMeter(flops, config.train.global_batch_size * config.data.max_seq_length,
+    return perf.PerfMeter(flops, counters.tokens_per_step(config),
                           peak * jax.device_count(), config.train.num_steps,
                           (lambda: perf.measure_matmul_peak() * jax.device_count()) if measured else None)
 

@@ -24,7 +24,7 @@ from bert_jax.checkpoint.params import state_metadata
 from bert_jax.run import lineage, metrics_file
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import stages
+from bert_jax.train import counters, stages
 from data_pipelines.sources import mixture
 
 CARD_FILE = "README.md"
@@ -118,8 +118,7 @@ def _tokens(config, step: int) -> int | None:
         planned = stages.plan(config)
     except (ValueError, KeyError, AttributeError):  # an older config the stage planner no longer reads
         return None
-    return sum(max(0, min(stage.end, step) - stage.start) * stage.config.train.global_batch_size
-               * stage.config.data.max_seq_length for stage in planned)
+    return counters.tokens_seen(step, counters.token_spans(planned, config))
 
 
 def _num_params(workdir: str, step: int | None, params: dict | None) -> int:
