@@ -84,7 +84,7 @@ def test_workdir_holds_the_contracted_files(straight_run):
         assert os.path.exists(os.path.join(workdir, name)), name
     rows = read_metrics(workdir)
     train_keys = {"step", "train/loss", "train/mlm_accuracy", "train/learning_rate", "train/grad_norm",
-                  "perf/tokens_per_s", "perf/mfu", "perf/step_time_s",
+                  "perf/tokens_per_s", "perf/mfu", "perf/step_time_s", "perf/peak_flops", "perf/flops_per_step",
                   "time/data_wait_s", "time/dispatch_s", "time/device_s", "time/checkpoint_s"}
     assert all(train_keys <= set(r) for r in rows if "train/loss" in r)
     assert [r["step"] for r in rows if "eval/loss" in r] == [4, 8]
@@ -141,6 +141,17 @@ def test_each_logged_step_splits_its_time_and_the_split_is_plotted(straight_run)
         assert 0 < parts <= 1.05 * r["perf/step_time_s"] + 1e-3, r
     assert sum(r["time/checkpoint_s"] for r in rows) > 0  # the save at step 4 shows in step 5's row
     assert os.path.getsize(os.path.join(workdir, "plots", "step_time.png")) > 1000
+
+
+def test_every_rows_mfu_is_its_flops_per_step_over_its_step_time_over_one_peak(straight_run):
+    """MFU x peak x step time = FLOPs per step on every row, against the one peak of the run (issue 76)."""
+    rows = [r for r in read_metrics(straight_run[0]) if "perf/mfu" in r]
+    assert len(rows) == 8
+    assert {r["perf/peak_flops"] for r in rows} == {1e11 * jax.device_count()}
+    assert len({r["perf/flops_per_step"] for r in rows}) == 1 and rows[0]["perf/flops_per_step"] > 0
+    for r in rows:
+        assert r["perf/mfu"] == pytest.approx(r["perf/flops_per_step"] / r["perf/step_time_s"] / r["perf/peak_flops"],
+                                              rel=1e-12)
 
 
 def test_goodput_of_a_run_accounts_for_its_whole_wall_time(straight_run):

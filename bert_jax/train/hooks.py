@@ -100,14 +100,12 @@ class PretrainHooks:
 
 
 def _meter(config, program) -> perf.PerfMeter:
+    """The run's meter: its FLOPs per step and its peak, each found once, here, before the step compiles."""
     flops = perf.step_flops(program, config)
     peak, peak_source = perf.peak_flops_per_device(config.logging.peak_flops_per_device)
-    logging.info("%.3g FLOPs/step (formula in bert_jax/train/perf.py); peak %.3g FLOP/s/device (%s)",
-                 flops, peak, peak_source)
-    measured = peak_source.startswith(perf.MEASURED)  # a lower bound, measured again when a step beats it
-    return perf.PerfMeter(flops, counters.tokens_per_step(config),
-                          peak * jax.device_count(), config.train.num_steps,
-                          (lambda: perf.measure_matmul_peak() * jax.device_count()) if measured else None)
+    logging.info("%.3g FLOPs/step (%s); peak %.3g FLOP/s/device (%s)", flops, perf.FORMULA, peak, peak_source)
+    return perf.PerfMeter(flops, config.train.global_batch_size * config.data.max_seq_length,
+                          peak * jax.device_count(), config.train.num_steps, peak_source)
 
 
 def _evaluate(program, params, eval_batches, eval_sources=()) -> dict:

@@ -6,7 +6,12 @@ FLOPs of one training step (forward + backward), for B sequences of length S:
   + 6 * N_pool * B                the pooler (NSP / SOP), applied to [CLS] alone
   + 12 * layers * hidden * S * (S + R) * B   attention scores and context (fwd + bwd), R relative rows,
                                              for each network of the module (a generator's too)
-  + 6 * E * vocab * B * P           the tied MLM decoder at P predicted positions, E its width (`decoder_width`)
+  + 6 * E * vocab * B * P           the tied MLM decoder at P predicted positions, E its width (`decoder_width`);
+                                    a causal objective's head decodes every position: P = S
+
+The attention term counts every (query, key) pair, causal or not: the xla kernel computes the masked half of a
+causal layer too (and a local layer's whole row); splash skips the tiles its causal mask empties, so under it the
+term is about twice the attention work done (an upper bound, as for local layers).
 
 N excludes the embedding tables (their lookups cost no FLOPs; the decoder's use of
 the word table is the third term): the leaves the family declares `embedding_tables`
@@ -34,10 +39,12 @@ projected relative embeddings, 2 * 2 * S * R * hidden FLOPs a layer and sequence
 
 MFU = achieved FLOP/s / (devices * peak FLOP/s).
 
-Where no data sheet applies (a CPU), the peak is a matmul measured at start-up: a lower bound of the device's, and a
-low one when other work shares the machine then (a run started under load logged "MFU 159.77 %"). So a measured peak
-is taken again whenever a logged interval would exceed it, and a step that still went faster proves the peak at least
-its own rate: the logged ratio never passes 1, and the console line says it is relative to a measured peak.
+Where no data sheet applies (a CPU), the peak is a matmul measured once at start-up, before the step compiles: the
+best of several trials, a lower bound of the device's, and a low one when other work shares the machine then. It is
+never raised afterwards: an interval that beats it logs an MFU above 1 as it is (issue 76: raising the peak to the
+interval's rate clamped the figure at 100 %, whatever the FLOP count said), with a warning, once, naming the FLOP
+count's source and the peak's. Each row carries what its MFU divides: `perf/flops_per_step` / `perf/step_time_s` /
+`perf/peak_flops` (all devices) is its `perf/mfu`.
 """
 import fnmatch
 import math
@@ -46,6 +53,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
 from bert_jax.families import get_family
 from data_pipelines.loader import masking
@@ -132,7 +140,7 @@ def train_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) ->
     family = get_family(model_cfg.family)
     roles = family.roles
     n, n_pool = applied_params(params, roles, model_cfg.num_layers), pooler_params(params, roles)
-    b, s, p = global_batch_size, data_cfg.max_seq_length, masking.max_predictions(data_cfg)
+    b, s, p = global_batch_size, data_cfg.max_seq_length, masking.predicted_positions(data_cfg)
     attention = module_attention_flops(family.build_model(model_cfg).config, s, b)
     return 6.0 * n * b * s + 6.0 * n_pool * b + attention + 6.0 * decoder_width(model_cfg) * model_cfg.vocab_size * b * p
 
@@ -159,13 +167,14 @@ def step_flops(program, config) -> float:
     return flops
 
 
-def measure_matmul_peak(size: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:
-    """Best FLOP/s of a square matmul on the default device: the practical peak where no data sheet applies."""
+def measure_matmul_peak(size: int = 2048, dtype=jnp.float32, trials: int = 8) -> float:
+    """Best FLOP/s of a square matmul over `trials` on the default device: the practical peak where no data sheet
+    applies. The best, not the mean: load on the machine only ever slows a trial."""
     x = jnp.ones((size, size), dtype)
     f = jax.jit(lambda a: a @ a)
     f(x).block_until_ready()
     best = math.inf
-    for _ in range(repeats):
+    for _ in range(trials):
         t = time.perf_counter()
         f(x).block_until_ready()
         best = min(best, time.perf_counter() - t)
@@ -183,26 +192,28 @@ def peak_flops_per_device(configured: float = 0.0) -> tuple[float, str]:
     return measure_matmul_peak(), f"{MEASURED} on {kind}"
 
 
-# peak_flops_per_device's source for a peak it measured: PerfMeter measures such a peak again (see the docstring).
+# peak_flops_per_device's source for a peak it measured: the console calls such a ratio relative to the measurement.
 MEASURED = "measured fp32 matmul"
+# Where PerfMeter's FLOPs per step come from, for the warning an MFU above 1 gives.
+FORMULA = "the formula in bert_jax/train/perf.py (step_flops)"
 
 
 class PerfMeter:
-    """Tokens/s, step time, MFU and ETA between two log points.
+    """Tokens/s, step time, MFU and ETA between two log points, against one peak fixed for the whole run.
 
-    `measure_peak`: measures the peak FLOP/s of all devices again (given for a measured peak, None for a data sheet's
-    or the config's): an interval that would log an MFU above 1 measures it again and keeps the larger, and at least
-    the interval's own rate."""
+    `peak_source`, `flops_source`: where the peak (peak_flops_per_device) and the FLOPs per step come from, named
+    by the warning an MFU above 1 gives."""
 
     def __init__(self, flops_per_step: float, tokens_per_step: int, peak_flops_total: float, num_steps: int,
-                 measure_peak=None):
+                 peak_source: str = "", flops_source: str = FORMULA):
         self.flops_per_step = flops_per_step
         self.tokens_per_step = tokens_per_step
         self.peak_flops_total = peak_flops_total
         self.num_steps = num_steps
-        self.measure_peak = measure_peak
+        self.peak_source, self.flops_source = peak_source, flops_source
         # The console's name for the ratio: a measured peak's MFU is relative to that measurement.
-        self.mfu_label = "MFU" if measure_peak is None else "MFU (of the measured peak)"
+        self.mfu_label = "MFU (of the measured peak)" if peak_source.startswith(MEASURED) else "MFU"
+        self._warned = False
         self._t0 = None
         self._step0 = None
 
@@ -214,15 +225,20 @@ class PerfMeter:
         now = time.perf_counter()
         steps = max(step - self._step0, 1)
         step_time = (now - self._t0) / steps
-        flops_per_s = self.flops_per_step / step_time
-        if flops_per_s > self.peak_flops_total and self.measure_peak is not None:
-            self.peak_flops_total = max(self.peak_flops_total, self.measure_peak(), flops_per_s)
-            now = time.perf_counter()  # the measurement is not the next interval's step time
+        mfu = self.flops_per_step / step_time / self.peak_flops_total
+        if mfu > 1 and not self._warned:
+            self._warned = True
+            logging.warning("MFU %.1f %% at step %d: above 100 %%, logged as it is. The FLOPs per step (%.4g) are %s; "
+                            "the peak (%.4g FLOP/s, all devices) is the %s: one of them is off (a measured peak is "
+                            "low when the machine was busy at start-up)", 100 * mfu, step, self.flops_per_step,
+                            self.flops_source, self.peak_flops_total, self.peak_source or "given peak")
         self._t0, self._step0 = now, step
         return {
             "perf/step_time_s": step_time,
             "perf/tokens_per_s": self.tokens_per_step / step_time,
-            "perf/mfu": flops_per_s / self.peak_flops_total,
+            "perf/mfu": mfu,
+            "perf/flops_per_step": self.flops_per_step,
+            "perf/peak_flops": self.peak_flops_total,
             "perf/eta_s": step_time * max(self.num_steps - step, 0),
         }
 
