@@ -235,6 +235,32 @@ class StepsAhead:
             jax.block_until_ready(self.in_flight.popleft())
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Instruments:
+    """What keeps and measures one start of a run, opened by `run` once the state is restored: the
+    clock every second is charged to, the checkpoints, the metrics, this start's goodput record, the profiler
+    window, the device memory readings and the spike detector (None when off)."""
+
+    clock: StepClock
+    manager: Any
+    writer: MetricsWriter
+    recorder: goodput.Recorder
+    profile: ProfileWindow
+    memory: DeviceMemory
+    spikes: spike.Spikes | None
+
+
+@dataclasses.dataclass
+class Marks:
+    """Where the loop stands between steps: the device metrics not yet logged, as (step, metrics), and the last
+    steps evaluated and saved."""
+
+    pending: list
+    evaluated: int
+    saved: int
+    data_bound_said: bool = False  # the data-bound warning is given once a start
+
+
 def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, last_step: int,
         lease=None, end_step: int | None = None) -> Outcome:
     """Restores or initialises, then trains `program` on `batches` to `last_step` (or a preemption, or the hooks'
@@ -247,159 +273,190 @@ def run(program: Program, batches: Batches, hooks: Hooks, workdir: str, config, 
     Where the time goes: a clock (run/step_clock.py) charges every second since the process started to one activity;
     each logged row gets its `time/*` split, and this start's goodput record (run/goodput.py) its totals. A profiler
     window (config.train.profile, run/profile_window.py) traces the steps it names. A loss spike (config.train.spike,
-    run/spike.py) rolls the run back to its last good checkpoint, past the batches that led to it."""
+    run/spike.py) rolls the run back to its last good checkpoint, past the batches that led to it.
+
+    The stages below read top to bottom; each is a function of what its signature names."""
     end_step = last_step if end_step is None else end_step
     clock = StepClock("startup", goodput.start_origin())  # imports, devices, the program, the data: start-up
     manager = ckpt.make_manager(paths.absolute(Workdir(workdir).checkpoints), config.checkpoint)
-    writer = recorder = profile = None
+    recorder = writer = profile = None  # what `close_run` closes, once opened
     try:
+        # ---------------------------------------------------------------------------------- restore or initialise
         # First and outside the mesh context: a teacher's checkpoint restores outside one, and `init` may reuse it.
         frozen = program.load_frozen()
         with clock.timing("startup" if manager.latest_step() is None else "restore"):  # a fresh init is start-up
             state = restore_or_init(program, batches, manager)
         start = int(state.step)
-        outcome = Outcome(state, start, start)
-        if start and jax.process_index() == 0:  # what the stop cost, from the starts' goodput records (run/goodput.py)
-            logging.info("resuming from the checkpoint of step %d: %d step(s) trained past it before the stop are "
-                         "trained again", start, goodput.steps_replayed(workdir, start))
+        say_resumed(workdir, start, last_step)
+
+        # ---------------------------------------------------------------------------------- what this start keeps
         recorder = goodput.Recorder(workdir, clock, start, active=jax.process_index() == 0)
         writer = MetricsWriter(workdir, config, start if start else -1)  # a fresh start rewrites its step-0 rows
         profile = ProfileWindow(config.train.get("profile"), workdir, start, last_step)
-        memory = DeviceMemory(jax.local_devices())
-        data_bound_said = False
-        if start >= last_step:
-            logging.info("the checkpoint is already at step %d: nothing to train", start)
-        nan_policy = config.train.nan_policy
-        spikes = spikes_for(config, workdir, start)
+        tools = Instruments(clock=clock, manager=manager, writer=writer, recorder=recorder, profile=profile,
+                            memory=DeviceMemory(jax.local_devices()), spikes=spikes_for(config, workdir, start))
+
+        # ---------------------------------------------------------------------------------- train
         with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules), PreemptionWatch() as watch:
             with clock.timing("evaluation"):  # a fine-tuning run validates the untrained model here
-                hooks.started(start, state, writer)
+                hooks.started(start, state, tools.writer)
             clock.switch("other")  # the loop's own work, between the activities it times
-            pending = []
-            ahead = StepsAhead(config.train.max_steps_ahead)
-            evaluated = saved = start  # the last steps evaluated and saved (the start needs neither)
-
-            def finish_step(step: int, is_last: bool, extra: dict, ended: bool = False) -> tuple[bool, bool]:
-                """Logs, evaluates and saves what `step` is due (everything for a last step); (stop, preempted)."""
-                nonlocal pending, evaluated, saved, data_bound_said
-                if pending and (hooks.logs_at(step) or is_last):
-                    with clock.timing("device"):  # the only block on the device the log adds: its metrics
-                        jax.block_until_ready(pending[-1][1])
-                    row = host_metrics(pending, nan_policy)
-                    times, data_share = clock.window_row(len(pending))
-                    row.update(times)
-                    row.update(memory.measure(step))
-                    pending = []
-                    if spikes is not None:
-                        spikes.logged(step, row)
-                    # Recorded before the console line and the row: a kill between them counts the step as replayed
-                    # (once too often at worst), never one fewer than the log showed trained (the soak's find).
-                    recorder.logged(step)
-                    hooks.logged(step, row)
-                    if data_share > DATA_BOUND_SHARE and not data_bound_said:
-                        data_bound_said = True
-                        logging.warning(data_bound_line(config, step, data_share))
-                    writer.write(step, {**row, **extra})
-                elif extra:
-                    writer.write(step, extra)
-                stop = False
-                if evaluated < step and (hooks.evaluates_at(step) or (is_last and step >= end_step) or ended):
-                    with clock.timing("evaluation"):
-                        stop, evaluated = hooks.evaluate(step, state, writer), step
-                preempted = watch.should_stop(step)
-                if preempted:
-                    logging.warning("preempted: saving the checkpoint of step %d (the device was at most %d steps "
-                                    "behind)", step, ahead.limit)
-                if saved < step and (hooks.saves_at(step) or is_last or preempted or stop):
-                    # A save the spike check did not see coming (a preemption's, a stop's) never holds a spike: the
-                    # next start resumes from the checkpoint before it, and meets (and rolls back) the spike again.
-                    if spikes is not None and pending and spikes.first_spike(jax.device_get(pending)) is not None:
-                        logging.warning("a loss spike since step %d is not saved: the next start resumes from the "
-                                        "checkpoint of step %d", saved, saved)
-                        return stop, preempted
-                    nonfinite_steps(pending, nan_policy)  # a NaN step stops the run before it is saved
-                    with clock.timing("checkpoint"):
-                        ckpt.save(manager, step, state, batches.iterator)
-                        writer.sync()  # a bucket gets the metrics up to this step (see metrics_writer.py)
-                        hooks.saved(step, writer)
-                    recorder.saved(step)
-                    saved = step
-                return stop, preempted
-
-            def dispatch(step: int, state, batch: dict):
-                """The jitted step, queued. A start's first is compiled and run whole: start-up, not step time."""
-                first = step == start + 1
-                with clock.timing("compile" if first else "dispatch"):
-                    step_batch = global_batch(batch, program.data_sharding)
-                    if first and memory.measurable and hasattr(program.train_step, "lower"):
-                        # The executable the call below reuses (jit caches it): its compiler's memory analysis.
-                        memory.planned = planned_peak_bytes(program.train_step.lower(state, step_batch, frozen)
-                                                            .compile())
-                    state, metrics = program.train_step(state, step_batch, frozen)
-                    if first:
-                        jax.block_until_ready(metrics)
-                if first:
-                    memory.measure(step)
-                return state, metrics
-
-            def roll_back(found: tuple[int, float, float]):
-                """Back to the newest checkpoint before the spike `found`, past its batches: (state, its step)."""
-                nonlocal pending, evaluated, saved
-                ckpt.wait_until_finished(manager)
-                good = spikes.good_step(found[0], sorted(manager.all_steps()))
-                jax.block_until_ready(pending[-1][1])
-                restored = ckpt.restore_step(manager, good, program.abstract_state, batches.iterator)
-                for _ in range(found[0] - good):  # the batches that led to the spike: the data position moves past
-                    next_batch(batches)
-                pending, evaluated, saved = [], min(evaluated, good), good
-                writer.rewind(good)
-                recorder.rolled_back(good)
-                spikes.rolled_back(found, good)
-                return restored, good
-
-            step = start
-            while step < last_step:
-                step += 1
-                if lease is not None:
-                    lease.check()
-                with profile.annotate(step):  # the step's span in a trace: its data wait and its dispatch
-                    with clock.timing("data_wait"):
-                        batch = next_batch(batches)
-                    if batch is not None:
-                        state, metrics = dispatch(step, state, batch)
-                if batch is None:  # the data ended: the step before is the run's last
-                    logging.warning("the training data ended before step %d: the run ends at step %d",
-                                    step, step - 1)
-                    extra = hooks.data_ended(step - 1)
-                    if step - 1 > start:
-                        finish_step(step - 1, True, extra, ended=True)
-                    outcome = Outcome(state, start, step - 1, data_ended=True)
-                    break
-                pending.append((step, metrics))
-                with clock.timing("device"):
-                    ahead.dispatched(metrics)
-                profile.after_step(step, metrics)
-                if spikes is not None and (hooks.logs_at(step) or hooks.saves_at(step) or step == last_step):
-                    found = spikes.first_spike(jax.device_get(pending))  # before a row or a save holds the spike
-                    if found is not None:
-                        with clock.timing("restore"):
-                            state, step = roll_back(found)
-                        continue
-                stop, preempted = finish_step(step, step == last_step, {})
-                outcome = Outcome(state, start, step, stopped_early=stop, preempted=preempted)
-                if preempted:
-                    logging.warning("preempted: checkpoint of step %d saved; run the same command to resume", step)
-                if preempted or stop:
-                    break
-        return outcome
+            return train(program, batches, hooks, tools, watch, config, state, frozen, last_step, end_step, lease)
     finally:
-        try:
-            if profile is not None:
-                profile.close()
-            with clock.timing("checkpoint"):
-                ckpt.wait_until_finished(manager)
-        finally:
-            _close(manager, hooks, writer, lease, recorder)
+        # ---------------------------------------------------------------------------------- close, on any exit
+        close_run(manager, clock, hooks, lease, recorder, writer, profile)
+
+
+def say_resumed(workdir: str, start: int, last_step: int) -> None:
+    """The log lines of a resume: what the stop cost, from the starts' goodput records (run/goodput.py), and a
+    checkpoint already at the end."""
+    if start and jax.process_index() == 0:
+        logging.info("resuming from the checkpoint of step %d: %d step(s) trained past it before the stop are "
+                     "trained again", start, goodput.steps_replayed(workdir, start))
+    if start >= last_step:
+        logging.info("the checkpoint is already at step %d: nothing to train", start)
+
+
+def train(program: Program, batches: Batches, hooks: Hooks, tools: Instruments, watch: PreemptionWatch, config,
+          state, frozen, last_step: int, end_step: int, lease=None) -> Outcome:
+    """The step loop from `state`'s step to `last_step`: per step, the lease, the batch, the dispatch, a spike's
+    roll-back, then what the step is due (`finish_step`). Ends at the last step, a stop, a preemption or the data's
+    end."""
+    start = int(state.step)
+    outcome = Outcome(state, start, start)
+    marks = Marks(pending=[], evaluated=start, saved=start)  # the start needs neither an evaluation nor a save
+    ahead = StepsAhead(config.train.max_steps_ahead)
+    step = start
+    while step < last_step:
+        step += 1
+        if lease is not None:
+            lease.check()
+        with tools.profile.annotate(step):  # the step's span in a trace: its data wait and its dispatch
+            with tools.clock.timing("data_wait"):
+                batch = next_batch(batches)
+            if batch is not None:
+                state, metrics = dispatch(program, state, batch, frozen, step, step == start + 1, tools)
+        if batch is None:  # the data ended: the step before is the run's last
+            logging.warning("the training data ended before step %d: the run ends at step %d", step, step - 1)
+            extra = hooks.data_ended(step - 1)
+            if step - 1 > start:
+                finish_step(step - 1, state, True, extra, marks, hooks, tools, watch, batches, config, end_step,
+                            ahead.limit, ended=True)
+            return Outcome(state, start, step - 1, data_ended=True)
+        marks.pending.append((step, metrics))
+        with tools.clock.timing("device"):
+            ahead.dispatched(metrics)
+        tools.profile.after_step(step, metrics)
+        if tools.spikes is not None and (hooks.logs_at(step) or hooks.saves_at(step) or step == last_step):
+            found = tools.spikes.first_spike(jax.device_get(marks.pending))  # before a row or a save holds it
+            if found is not None:
+                with tools.clock.timing("restore"):
+                    state, step = roll_back(found, marks, program, batches, tools)
+                continue
+        stop, preempted = finish_step(step, state, step == last_step, {}, marks, hooks, tools, watch, batches,
+                                      config, end_step, ahead.limit)
+        outcome = Outcome(state, start, step, stopped_early=stop, preempted=preempted)
+        if preempted:
+            logging.warning("preempted: checkpoint of step %d saved; run the same command to resume", step)
+        if preempted or stop:
+            break
+    return outcome
+
+
+def dispatch(program: Program, state, batch: dict, frozen, step: int, first: bool, tools: Instruments):
+    """The jitted step, queued: (state, device metrics). A start's `first` is compiled and run whole: start-up, not
+    step time."""
+    with tools.clock.timing("compile" if first else "dispatch"):
+        step_batch = global_batch(batch, program.data_sharding)
+        if first and tools.memory.measurable and hasattr(program.train_step, "lower"):
+            # The executable the call below reuses (jit caches it): its compiler's memory analysis.
+            tools.memory.planned = planned_peak_bytes(program.train_step.lower(state, step_batch, frozen).compile())
+        state, metrics = program.train_step(state, step_batch, frozen)
+        if first:
+            jax.block_until_ready(metrics)
+    if first:
+        tools.memory.measure(step)
+    return state, metrics
+
+
+def finish_step(step: int, state, is_last: bool, extra: dict, marks: Marks, hooks: Hooks, tools: Instruments,
+                watch: PreemptionWatch, batches: Batches, config, end_step: int, steps_ahead: int,
+                ended: bool = False) -> tuple[bool, bool]:
+    """Logs, evaluates and saves what `step` is due (everything for a last step): (stop, preempted)."""
+    log_step(step, is_last, extra, marks, hooks, tools, config)
+    stop = False
+    if marks.evaluated < step and (hooks.evaluates_at(step) or (is_last and step >= end_step) or ended):
+        with tools.clock.timing("evaluation"):
+            stop, marks.evaluated = hooks.evaluate(step, state, tools.writer), step
+    preempted = watch.should_stop(step)
+    if preempted:
+        logging.warning("preempted: saving the checkpoint of step %d (the device was at most %d steps behind)",
+                        step, steps_ahead)
+    if marks.saved < step and (hooks.saves_at(step) or is_last or preempted or stop):
+        save_step(step, state, marks, hooks, tools, batches, config.train.nan_policy)
+    return stop, preempted
+
+
+def log_step(step: int, is_last: bool, extra: dict, marks: Marks, hooks: Hooks, tools: Instruments, config) -> None:
+    """The row of the steps since the last log, when `step` logs (or is the last): their mean metrics, where the time
+    went, the device memory; the progress line; once a start, the data-bound warning. `extra` alone otherwise."""
+    if not (marks.pending and (hooks.logs_at(step) or is_last)):
+        if extra:
+            tools.writer.write(step, extra)
+        return
+    with tools.clock.timing("device"):  # the only block on the device the log adds: its metrics
+        jax.block_until_ready(marks.pending[-1][1])
+    row = host_metrics(marks.pending, config.train.nan_policy)
+    times, data_share = tools.clock.window_row(len(marks.pending))
+    row.update(times)
+    row.update(tools.memory.measure(step))
+    marks.pending = []
+    if tools.spikes is not None:
+        tools.spikes.logged(step, row)
+    # Recorded before the console line and the row: a kill between them counts the step as replayed (once too
+    # often at worst), never one fewer than the log showed trained (the soak's find).
+    tools.recorder.logged(step)
+    hooks.logged(step, row)
+    if data_share > DATA_BOUND_SHARE and not marks.data_bound_said:
+        marks.data_bound_said = True
+        logging.warning(data_bound_line(config, step, data_share))
+    tools.writer.write(step, {**row, **extra})
+
+
+def save_step(step: int, state, marks: Marks, hooks: Hooks, tools: Instruments, batches: Batches,
+              nan_policy: str) -> None:
+    """Saves `step`'s checkpoint (state and data iterator) and syncs the metrics, unless a spike or a non-finite
+    step since the last log would be in it."""
+    # A save the spike check did not see coming (a preemption's, a stop's) never holds a spike: the next start
+    # resumes from the checkpoint before it, and meets (and rolls back) the spike again.
+    if (tools.spikes is not None and marks.pending
+            and tools.spikes.first_spike(jax.device_get(marks.pending)) is not None):
+        logging.warning("a loss spike since step %d is not saved: the next start resumes from the checkpoint of "
+                        "step %d", marks.saved, marks.saved)
+        return
+    nonfinite_steps(marks.pending, nan_policy)  # a NaN step stops the run before it is saved
+    with tools.clock.timing("checkpoint"):
+        ckpt.save(tools.manager, step, state, batches.iterator)
+        tools.writer.sync()  # a bucket gets the metrics up to this step (see metrics_writer.py)
+        hooks.saved(step, tools.writer)
+    tools.recorder.saved(step)
+    marks.saved = step
+
+
+def roll_back(found: tuple[int, float, float], marks: Marks, program: Program, batches: Batches,
+              tools: Instruments):
+    """Back to the newest checkpoint before the spike `found`, past its batches: (state, its step)."""
+    ckpt.wait_until_finished(tools.manager)
+    good = tools.spikes.good_step(found[0], sorted(tools.manager.all_steps()))
+    jax.block_until_ready(marks.pending[-1][1])
+    restored = ckpt.restore_step(tools.manager, good, program.abstract_state, batches.iterator)
+    for _ in range(found[0] - good):  # the batches that led to the spike: the data position moves past them
+        next_batch(batches)
+    marks.pending, marks.evaluated, marks.saved = [], min(marks.evaluated, good), good
+    tools.writer.rewind(good)
+    tools.recorder.rolled_back(good)
+    tools.spikes.rolled_back(found, good)
+    return restored, good
 
 
 def spikes_for(config, workdir: str, start: int) -> spike.Spikes | None:
@@ -411,23 +468,30 @@ def spikes_for(config, workdir: str, start: int) -> spike.Spikes | None:
     return spike.Spikes(spike_cfg, rows)
 
 
-def _close(manager, hooks: Hooks, writer: MetricsWriter | None, lease, recorder: goodput.Recorder | None) -> None:
-    """On any exit: the checkpoint manager, a last plot, the metrics, the lease, then this start's goodput record
-    (last, so that its span holds all of this start's work)."""
+def close_run(manager, clock: StepClock, hooks: Hooks, lease, recorder: goodput.Recorder | None = None,
+              writer: MetricsWriter | None = None, profile: ProfileWindow | None = None) -> None:
+    """On any exit: the profiler window, the saves under way, the checkpoint manager, a last plot, the metrics, the
+    lease, then this start's goodput record (last, so that its span holds all of this start's work)."""
     try:
-        manager.close()
-        if writer is not None:
-            try:
-                hooks.closing(writer)
-            finally:
-                writer.close()
+        if profile is not None:
+            profile.close()
+        with clock.timing("checkpoint"):
+            ckpt.wait_until_finished(manager)
     finally:
         try:
-            if lease is not None:
-                lease.release()
+            manager.close()
+            if writer is not None:
+                try:
+                    hooks.closing(writer)
+                finally:
+                    writer.close()
         finally:
-            if recorder is not None:
-                recorder.close()
+            try:
+                if lease is not None:
+                    lease.release()
+            finally:
+                if recorder is not None:
+                    recorder.close()
 
 
 def data_bound_line(config, step: int, share: float) -> str:
