@@ -100,3 +100,102 @@ def test_damaged_shards_in_a_bucket_are_named_before_training_or_when_read(prepa
     (paths.path(remote) / later).unlink()  # gone mid-run, before its first read
     with pytest.raises(prepared.DamagedShardError, match=rf"shard {later} is gone \(the manifest lists it\)"):
         documents[len(documents) - 1]
+
+
+def rewrite_first_shard(out: str, records: list[bytes]) -> str:
+    """The first shard holding `records`, the manifest's size and CRC-32 kept in step: only its records are wrong."""
+    import json
+
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    from data_pipelines.shards.prepare import WRITER_OPTIONS
+
+    manifest = prepared.read_manifest(out)
+    entry = manifest["shards"][0]
+    file = paths.path(out) / entry["path"]
+    writer = ArrayRecordWriter(str(file), WRITER_OPTIONS)
+    for record in records:
+        writer.write(record)
+    writer.close()
+    entry.update(bytes=file.stat().length, crc32=prepared.file_crc32(file))
+    (paths.path(out) / prepared.MANIFEST_FILE).write_text(json.dumps(manifest))
+    return entry["path"]
+
+
+def test_a_record_that_does_not_decode_is_named_damage(prepared_dir, tmp_path):
+    out = fresh_copy(prepared_dir, tmp_path)
+    count = prepared.read_manifest(out)["shards"][0]["documents"]
+    name = rewrite_first_shard(out, [b"\x07\x00"] * count)  # shorter than a document's header
+    with pytest.raises(prepared.DamagedShardError, match=rf"shard {name} record 0 does not decode \(record of 2 "
+                                                         rf"bytes is too short.*the prepared corpus is damaged"):
+        prepared.PreparedDocuments(out)[0]
+
+
+def test_a_shard_that_is_not_a_records_file_is_named_damage(prepared_dir, tmp_path):
+    """Bytes that ArrayRecord cannot read, under a manifest that kept no CRC-32 (one written before CRCs were)."""
+    import json
+
+    out = fresh_copy(prepared_dir, tmp_path)
+    manifest = prepared.read_manifest(out)
+    name = manifest["shards"][0]["path"]
+    for shard in manifest["shards"]:
+        del shard["crc32"]
+    (paths.path(out) / prepared.MANIFEST_FILE).write_text(json.dumps(manifest))
+    shard = paths.path(out) / name
+    shard.write_bytes(b"\x00" * shard.stat().length)
+    with pytest.raises(prepared.DamagedShardError, match=rf"shard {name} is not a records file \(.*Riegeli"):
+        prepared.PreparedDocuments(out)
+
+
+class FlakyCopies:
+    """paths.local_copy behind a connection that drops `failures` times (then, or with failures=-1 never, copies)."""
+
+    def __init__(self, failures: int, error: BaseException):
+        self.failures, self.error, self.calls = failures, error, 0
+        self.copy = paths.local_copy
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.failures < 0 or self.calls <= self.failures:
+            raise self.error
+        return self.copy(*args, **kwargs)
+
+
+@pytest.fixture
+def no_waits(monkeypatch):
+    from bert_jax.storage import retry
+
+    monkeypatch.setattr(retry, "FIRST_WAIT_S", 0.0)
+
+
+def test_a_transient_storage_fault_is_retried_and_then_read(prepared_dir, tmp_path, monkeypatch, no_waits):
+    out = fresh_copy(prepared_dir, tmp_path)
+    flaky = FlakyCopies(2, ConnectionResetError(104, "Connection reset by peer"))
+    monkeypatch.setattr(paths, "local_copy", flaky)
+    documents = prepared.PreparedDocuments(out)
+    assert len(documents[0]) > 0 and flaky.calls >= 3
+
+
+def test_a_lasting_storage_fault_is_raised_with_its_cause_not_named_damage(prepared_dir, tmp_path, monkeypatch,
+                                                                           no_waits):
+    from bert_jax.storage import retry
+
+    out = fresh_copy(prepared_dir, tmp_path)
+    fault = TimeoutError("the bucket did not answer")
+    flaky = FlakyCopies(-1, fault)
+    monkeypatch.setattr(paths, "local_copy", flaky)
+    with pytest.raises(TimeoutError) as raised:
+        prepared.PreparedDocuments(out)
+    assert raised.value is fault and flaky.calls == retry.ATTEMPTS
+
+
+def test_a_memory_error_passes_through_as_it_is(prepared_dir, tmp_path, monkeypatch):
+    out = fresh_copy(prepared_dir, tmp_path)
+    documents = prepared.PreparedDocuments(out)
+
+    def out_of_memory(record):
+        raise MemoryError()
+
+    monkeypatch.setattr(prepared, "decode_document", out_of_memory)
+    with pytest.raises(MemoryError):
+        documents[0]

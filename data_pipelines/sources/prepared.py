@@ -18,6 +18,10 @@ whose size is not the manifest's (a truncated copy), when the config is checked,
 before any of its records is read (for a bucket: its local copy, which is then deleted); a record that does not
 decode, and a shard gone from a bucket mid-run, when read. A manifest written before sizes and CRCs were kept is
 checked by document counts alone, as before.
+
+Only damage is named damage: a storage fault on the way (a bucket's dropped connection, a timeout) is retried
+(bert_jax/storage/retry.py) and then raised with its cause, and any other error (a MemoryError) passes through as
+it is, since preparing again would mend none of them.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bert_jax.storage import paths
+from bert_jax.storage.retry import retried
 
 MANIFEST_FILE = "manifest.json"
 FORMAT = "bert_jax.prepared.v1"
@@ -103,6 +108,12 @@ class DamagedShardError(ValueError):
 def _damaged(directory: str, name: str, what: str) -> DamagedShardError:
     return DamagedShardError(f"config.data.path={directory!r}: shard {name} {what}; the prepared corpus is damaged: "
                              f"restore the file, or prepare again into a new folder")
+
+
+def _unreadable(error: RuntimeError) -> bool:
+    """ArrayRecord's error for bytes that are not a records file (a hash mismatch, a bad header, a cut-off block):
+    a RuntimeError from its Riegeli reader, which raises its other faults (an I/O error) as RuntimeErrors too."""
+    return "Riegeli/records file" in str(error)
 
 
 # Prepared folders whose shard sizes this process checked (a config check, then the loader, check once).
@@ -209,16 +220,20 @@ class PreparedDocuments(Sequence):
             in_use = [local for local, _ in self._readers.values()]
             name = self._paths[shard]
             try:
-                local = paths.local_copy(paths.path(self._directory) / name, self._cache_bytes, in_use)
+                local = retried(lambda: paths.local_copy(paths.path(self._directory) / name, self._cache_bytes, in_use),
+                                f"reading shard {name} of {self._directory}")
             except FileNotFoundError:
                 raise _damaged(self._directory, name, "is gone (the manifest lists it)") from None
             self._verify(shard, local)
-            reader = (local, grain.sources.ArrayRecordDataSource([local]))
+            try:
+                reader = (local, grain.sources.ArrayRecordDataSource([local]))
+            except RuntimeError as error:
+                if not _unreadable(error):
+                    raise
+                raise _damaged(self._directory, name, f"is not a records file ({error})") from None
             if len(reader[1]) != self._counts[shard]:
-                raise ValueError(
-                    f"{self._directory}: shard {self._paths[shard]} holds {len(reader[1])} records, the "
-                    f"manifest says {self._counts[shard]}; the directory is damaged (re-run prepare into a new one)"
-                )
+                raise _damaged(self._directory, name, f"holds {len(reader[1])} records, the manifest says "
+                                                      f"{self._counts[shard]}")
             self._readers[shard] = reader
         return reader[1]
 
@@ -244,10 +259,14 @@ class PreparedDocuments(Sequence):
             raise IndexError(f"document {index} of {self._length}")
         shard = bisect.bisect_right(self._starts, index) - 1
         record = index - self._starts[shard]
+        reader = self._reader(shard)
         try:
-            return decode_document(self._reader(shard)[record])
-        except DamagedShardError:
-            raise
-        except Exception as error:  # noqa: BLE001  (ArrayRecord's and the decoder's errors alike: name the shard)
-            raise _damaged(self._directory, self._paths[shard], f"record {record} cannot be read "
-                                                                f"({type(error).__name__}: {error})") from None
+            data = reader[record]
+        except RuntimeError as error:
+            if not _unreadable(error):
+                raise
+            raise _damaged(self._directory, self._paths[shard], f"record {record} cannot be read ({error})") from None
+        try:
+            return decode_document(data)
+        except ValueError as error:  # the record's sizes disagree: a foreign or corrupt record
+            raise _damaged(self._directory, self._paths[shard], f"record {record} does not decode ({error})") from None
