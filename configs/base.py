@@ -194,7 +194,7 @@ def get_config() -> ml_collections.ConfigDict:
     # first start and recorded in DIR/config.json (set it to repeat a run exactly in a new workdir).
     c.train.budget_step_s = 0.0
     c.train.budget_calibration_steps = 20
-    # Resolved from budget, never set by hand: ((run step, schedule step), ...) at each stage's end.
+    # Resolved from budget, never set by hand: ((run step, schedule step, budget spent), ...) at each stage's end.
     c.train.budget_clock = ()
     c.train.optimizer = "adamw"  # adamw | lamb
     c.train.learning_rate = 1e-4

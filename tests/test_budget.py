@@ -47,8 +47,11 @@ def test_a_bad_budget_fails_in_one_line_naming_the_key_before_anything_is_create
 @pytest.mark.parametrize("key, value, named", [
     ("branch_from", "/runs/parent:100", "config.branch_from"),
     ("data.mixture_schedule", ((4, dict(web=1.0)),), "config.data.mixture_schedule"),
+    ("data.mixture_alpha_schedule", ((4, 0.5),), "config.data.mixture_alpha_schedule"),
+    ("train.new_rows_warmup_steps", 4, "config.train.new_rows_warmup_steps"),
 ])
-def test_a_budget_with_a_schedule_it_cannot_drive_is_refused_naming_both_keys(key, value, named):
+def test_a_budget_with_a_schedule_it_cannot_drive_is_refused_in_one_line_naming_both_keys(key, value, named,
+                                                                                          tmp_path):
     config = micro_config()
     config.train.budget = "1e6tokens"
     section, _, leaf = key.rpartition(".")
@@ -56,6 +59,52 @@ def test_a_budget_with_a_schedule_it_cannot_drive_is_refused_naming_both_keys(ke
         (config[section] if section else config)[leaf] = value
     with pytest.raises(ValueError, match=rf"^config.train.budget='1e6tokens' and {named}: "):
         budget.resolve(config)
+    if key == "branch_from":
+        return  # check_config reads the parent first (branch.resolve), and refuses one that is not there
+    workdir = tmp_path / "run"
+    with pytest.raises(bert_jax.UserError, match=rf"^config.train.budget='1e6tokens' and {named}: ") as refused:
+        check_config(config, str(workdir))  # what pretrain runs first: exit 2 on a UserError
+    assert "\n" not in str(refused.value) and not workdir.exists()
+
+
+def _step_keyed_looking_keys() -> tuple[dict[str, str], set[str]]:
+    """({key: a config that sets it} of every key of every config file's configs (each variant too) whose name
+    counts steps or places something on the schedule (a step, a share of it), or whose value is (step, value)
+    pairs; every key they hold)."""
+    import importlib
+    import pkgutil
+    import re
+
+    import bert_jax.configs
+    looks = re.compile(r"step|schedule|every|warmup|stage|ramp|until|fraction|switch")
+    found, every = {}, set()
+    for module in pkgutil.iter_modules(bert_jax.configs.__path__):
+        config_file = importlib.import_module(f"bert_jax.configs.{module.name}")
+        if not hasattr(config_file, "get_config"):
+            continue
+        variants = [()] + [(v,) for v in getattr(config_file, "VARIANTS", ())]
+        for variant in variants:
+            for key, value in stages.flat(config_file.get_config(*variant)).items():
+                every.add(key)
+                pairs = (isinstance(value, (tuple, list)) and value and all(
+                    isinstance(e, (tuple, list)) and len(e) == 2 and isinstance(e[0], int) for e in value))
+                if looks.search(key) or pairs:
+                    found.setdefault(key, f"configs/{module.name}.py{':' + variant[0] if variant else ''}")
+    return found, every
+
+
+def test_every_step_keyed_key_is_driven_by_the_budget_clock_or_refused():
+    """A new step-keyed key fails here until bert_jax/train/step_keyed.py says what a budget does with it."""
+    from bert_jax.train import step_keyed
+    found, every = _step_keyed_looking_keys()
+    assert "data.mixture_alpha_schedule" in found and "train.warmup_steps" in found  # the scan sees them
+    missing = {key: where for key, where in found.items() if key not in step_keyed.STEP_KEYED
+               and not any(key.startswith(k + ".") for k, (kind, _) in step_keyed.STEP_KEYED.items()
+                           if kind != step_keyed.NOT_STEPS)}
+    assert missing == {}, f"step-keyed keys bert_jax/train/step_keyed.py does not list: {missing}"
+    stale = [key for key in step_keyed.STEP_KEYED if key not in every and not any(k.startswith(key + ".")
+                                                                                  for k in every)]
+    assert stale == [], f"bert_jax/train/step_keyed.py lists keys no config holds (renamed?): {stale}"
 
 
 def _token_budget(config, steps: int):

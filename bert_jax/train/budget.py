@@ -37,7 +37,7 @@ import ml_collections
 from bert_jax.families import abstract_params_for
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
-from bert_jax.train import counters, perf
+from bert_jax.train import counters, perf, step_keyed
 from bert_jax.train import stages as stages_lib
 
 KEY = "config.train.budget"
@@ -146,14 +146,11 @@ def budget_clock(stages: list, costs: list[float], amount: float) -> tuple:
 
 
 def _check_schedules_follow(config) -> None:
-    """Schedules the clock does not drive are refused, naming the key, rather than left running on steps."""
-    if config.get("branch_from", ""):
-        raise ValueError(f"{KEY}={config.train.budget!r} and config.branch_from: a branch goes on along its parent's "
-                         "steps; size it with config.train.num_steps")
-    if config.data.get("mixture_schedule", ()):
-        raise ValueError(f"{KEY}={config.train.budget!r} and config.data.mixture_schedule: the mixture's schedule "
-                         "runs on the data's batch count, which the budget's clock does not drive; give "
-                         "config.train.num_steps instead")
+    """A step-keyed key the clock does not drive (step_keyed.REFUSED) is refused, naming it, rather than left
+    switching at its step as written."""
+    refused = step_keyed.refused_beside_a_budget(config)
+    if refused:
+        raise ValueError(f"{KEY}={config.train.budget!r} and {refused}; size the run with config.train.num_steps")
 
 
 def recorded_step_s(workdir: str, text: str) -> float:
