@@ -79,7 +79,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.scan_unroll = 1  # layers per iteration of the scanned loop (nn.scan unroll)
     # An NVIDIA GPU target without remat runs a scan_unroll of 1 as the whole stack, parameters still stacked: a rolled
     # scan's saved residuals cost a third of BERT-base's bytes per step there (models/transformer.py's
-    # layers_per_iteration).
+    # layers_per_iteration). The default rests on XLA's GPU compiler's count alone (docs/results/gpu.md): the first
+    # GPU run must check that the unrolled step's losses equal the rolled one's (bench/gpu_kernel_checks.py) and the
+    # ELECTRA step's peak, +15 % by that count.
     c.model.unroll_on_gpu = True
     c.model.remat_policy = "none"  # none | full | dots | dots_no_batch
     # Hidden dropout's masks: per_layer (drawn in each layer) | per_step (all layers' in one draw before the stack:

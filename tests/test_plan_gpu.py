@@ -213,3 +213,31 @@ print("RESULT " + json.dumps(dict(kernel=p.kernel, builder=c.data.example_builde
     import json
     r = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
     assert r["builder"] == "packed" and r["kernel"] == "cudnn" and r["fits"]
+
+
+@pytest.mark.slow
+def test_packed_rows_plan_without_cudnn_for_an_a100():
+    """Issue 76: below Hopper jax refuses cuDNN's packed layout, so crammed's packed rows in bf16 planned for an A100
+    take another kernel, named in the plan, and the plan completes (it ended in "Packed layout requires a GPU with at
+    least Hopper architecture" while `auto` picked cuDNN whatever the card)."""
+    if not gpu_cards.plugin_available():
+        pytest.skip(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT})")
+    script = """
+import jax
+jax.config.update("jax_platforms", "cpu")
+import json
+from bert_jax.configs import crammed
+from bert_jax.plan import compiled_plan, gpu_cards, plan_report
+c = crammed.get_config("tiny")
+c.model.dtype = "bfloat16"  # what cuDNN would take
+c.train.batch_size_warmup.start_batch_size = 0  # one stage
+c.train.update(global_batch_size=8, grad_accum_steps=1)
+p = compiled_plan.make_plan(c, gpu_cards.parse_gpu("a100_80gb", 1))
+print("RESULT " + json.dumps(dict(kernel=p.kernel, builder=c.data.example_builder, fits=compiled_plan.fits(p)[0],
+                                  text=plan_report.format_plan(p, param_table=False))))
+"""
+    proc = _run_script(script, timeout=900)
+    import json
+    r = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+    assert r["builder"] == "packed" and r["kernel"] == "xla" and r["fits"]
+    assert "attention kernel xla" in r["text"] and "A100" in r["text"]

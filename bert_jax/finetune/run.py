@@ -31,6 +31,7 @@ from bert_jax.storage.workdir import Workdir
 from bert_jax.run import completion, harness
 from bert_jax.run.metrics_file import read_rows
 from bert_jax.train.state import abstract_state_and_shardings, create_sharded_state, make_init_fn
+from bert_jax.models.targets import building_for
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 LOWER_IS_BETTER = ("loss",)
@@ -93,7 +94,8 @@ def build_program(config, task, source: init_from.Source, names: list[str], exam
     source's backbone (_pretrained). `example`: one featurized row, the model's inputs."""
     t_cfg = config.train
     has_pooler = "pooler" in source.params
-    model = task.build_model(source.family, source.model_cfg, config.task, task.num_outputs(names), has_pooler)
+    with building_for(packed_rows=bool(config.data.packing)):  # attention_impl=auto picks a kernel for these rows
+        model = task.build_model(source.family, source.model_cfg, config.task, task.num_outputs(names), has_pooler)
     objective = task.objective(config.task)
     finetune_mup.check(t_cfg, source.model_cfg, source.path)  # a source handed in (the downstream probe's) too
     mup = finetune_mup.multipliers(t_cfg, task, source.family, source.model_cfg, config.task,

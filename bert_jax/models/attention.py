@@ -1,9 +1,11 @@
 """Self-attention for every family, with its kernel chosen by `config.model.attention_impl`.
 
-    auto    the fastest kernel the platform, the mask and the dropout allow (the default):
-            TPU -> splash, NVIDIA GPU -> cudnn (bf16/fp16 compute, head_dim a multiple of 8 up
-            to 128) or, for a model with sliding-window layers, triton (bf16/fp16, head_dim up to
-            128), otherwise xla; attention dropout > 0 -> xla, the only kernel that applies it.
+    auto    the fastest kernel the platform, the card, the rows and the dropout allow (the default):
+            TPU -> splash, NVIDIA GPU -> cudnn where the card's rules allow it (bf16/fp16 compute,
+            head_dim a multiple of 8 up to 128, 256 from Hopper; packed rows from Hopper only:
+            targets.CudnnRules) or, for a model with sliding-window layers, triton (bf16/fp16,
+            head_dim up to 128), otherwise xla; attention dropout > 0 -> xla, the only kernel
+            that applies it.
     xla     our einsum + float32 softmax: the reference the others are tested against.
     cudnn   jax.nn.dot_product_attention(implementation="cudnn"): NVIDIA's fused flash kernel.
     splash  the TPU Pallas splash kernel (jax.experimental.pallas.ops.tpu.splash_attention).
@@ -20,11 +22,9 @@ documents) and a sliding window (`window` tokens either side). What a kernel can
 before compiling, naming the config key: cudnn takes no bidirectional window in jax 0.10, and
 neither cudnn, splash nor triton drops attention probabilities.
 """
-import contextlib
-import contextvars
 import dataclasses
 import math
-from typing import Any, Iterator
+from typing import Any
 
 import flax.linen as nn
 import flax.struct
@@ -33,6 +33,8 @@ import jax.numpy as jnp
 
 from bert_jax.kernels import attention as kernels
 from bert_jax.models.layers import Dense, logical
+# building_for and devices_platform are imported from here by the program and the planner.
+from bert_jax.models.targets import CudnnRules, building_for, devices_platform, target  # noqa: F401
 
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash", "triton")
 
@@ -43,37 +45,14 @@ class KernelChoice:
     reason: str
 
 
-# The platform a program is being built for, when that is not the host's: a TPU plan compiled on a
-# CPU host (bert_jax/plan/compiled_plan.py) must choose splash, as the run on the TPU would.
-_TARGET_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("target_platform", default=None)
-
-
-def devices_platform(devices) -> str:
-    """'tpu', 'gpu' (NVIDIA, cuDNN), 'rocm' or 'cpu': the platform of these devices (a mesh's, say)."""
-    device = next(iter(devices))
-    version = device.client.platform_version.lower()  # a deviceless GPU compile's is the card's name
-    if device.platform == "gpu" and "cuda" not in version and "nvidia" not in version:
-        return "rocm"
-    return device.platform
-
-
-@contextlib.contextmanager
-def building_for(platform: str) -> Iterator[None]:
-    """Within it, kernel choices and config checks are made for `platform` rather than the host's."""
-    token = _TARGET_PLATFORM.set(platform)
-    try:
-        yield
-    finally:
-        _TARGET_PLATFORM.reset(token)
-
-
 def platform_name() -> str:
-    """The target's platform (see `building_for`), else the host backend's: 'tpu', 'gpu', 'rocm', 'cpu'."""
-    return _TARGET_PLATFORM.get() or devices_platform(jax.devices())
+    """The target's platform (targets.building_for), else the host backend's: 'tpu', 'gpu', 'rocm', 'cpu'."""
+    return target().platform
 
 
 def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
-                  drops_in_kernel: bool = False) -> KernelChoice:
+                  drops_in_kernel: bool = False,
+                  compute_capability: tuple[int, int] | None = None, packed: bool | None = None) -> KernelChoice:
     """Resolves `config.model.attention_impl` for `platform`, or fails naming the key and the platform.
 
     Called by config validation and when the model is built, before anything compiles (through the family's
@@ -82,6 +61,9 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
     model has sliding-window layers, which cuDNN cannot apply (jax 0.10 takes only a causal window).
     `drops_in_kernel`: the family's TPU kernel for `splash` applies attention dropout itself (DeBERTa's fused
     kernel); splash attention and cuDNN do not.
+    `platform`, `compute_capability` (an NVIDIA card's) and `packed` (the rows hold several documents; None: they
+    may): the target's (targets.building_for, else the host's) where not given. cuDNN is chosen, or accepted, only
+    where the card's rules allow it (targets.CudnnRules).
     """
     get = model_cfg.get
     impl = get("attention_impl", "auto")
@@ -89,10 +71,14 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
     interpret = bool(get("splash_interpret", False))
     dtype = jnp.dtype(get("dtype", "float32"))
     head_dim = get("hidden_size", 64) // get("num_heads", 1)
-    platform = platform or platform_name()
+    built_for = target()
+    platform = platform or built_for.platform
+    if platform == built_for.platform:
+        compute_capability = compute_capability or built_for.compute_capability
+        packed = built_for.packed_rows if packed is None else packed
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"config.model.attention_impl={impl!r}; expected one of {', '.join(ATTENTION_IMPLS)}")
-    cudnn_fits = dtype in (jnp.bfloat16, jnp.float16) and head_dim % 8 == 0 and head_dim <= 128
+    cudnn = CudnnRules.of(compute_capability)
     if impl == "auto":
         if platform == "tpu" and drops_in_kernel:
             return KernelChoice("splash", "TPU: Pallas" + (", attention dropout in the kernel" if dropout > 0 else ""))
@@ -108,11 +94,11 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
             return KernelChoice("xla", f"sliding-window layers: cuDNN takes no bidirectional window, and the Pallas "
                                        f"(Triton) kernel is picked for bf16/fp16 compute and head_dim up to 128 "
                                        f"(config.model.dtype={dtype.name}, head_dim={head_dim})")
-        if platform == "gpu" and cudnn_fits:
+        refusal = cudnn.refusal(dtype, head_dim, packed, compute_capability)
+        if platform == "gpu" and refusal is None:
             return KernelChoice("cudnn", "NVIDIA GPU: cuDNN flash attention")
         if platform == "gpu":
-            return KernelChoice("xla", f"cuDNN needs bf16/fp16 compute and head_dim a multiple of 8 up to 128 "
-                                       f"(config.model.dtype={dtype.name}, head_dim={head_dim})")
+            return KernelChoice("xla", refusal)
         return KernelChoice("xla", f"no fused kernel on platform {platform!r}")
     if impl == "cudnn":
         if window:
@@ -122,9 +108,11 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
         if platform != "gpu":
             raise ValueError(f"config.model.attention_impl='cudnn' needs an NVIDIA GPU with cuDNN; this platform "
                              f"is {platform!r}. Use attention_impl='auto' or 'xla'.")
-        if not cudnn_fits:
-            raise ValueError(f"config.model.attention_impl='cudnn' needs config.model.dtype bfloat16 or float16 and "
-                             f"head_dim a multiple of 8 up to 128; got {dtype.name}, head_dim={head_dim}")
+        # Rows that may be packed are refused once they are known to be (the program knows its data).
+        refusal = cudnn.refusal(dtype, head_dim, bool(packed), compute_capability)
+        if refusal:
+            raise ValueError(f"config.model.attention_impl='cudnn' cannot run here: {refusal}. Use "
+                             "attention_impl='auto' or 'xla'.")
     if impl == "triton" and platform != "gpu" and not interpret:
         raise ValueError(
             f"config.model.attention_impl='triton' is a Pallas GPU (Triton) kernel for NVIDIA GPUs; this platform is "

@@ -34,6 +34,10 @@ def layers_per_iteration(model_cfg) -> int:
     XLA's GPU compiler that is 44 GB of BERT-base (128, 256)'s 136 GB per step; unrolled, the residuals stay
     where their kernels wrote them: 89 GB (docs/results/gpu.md, 2026-12-04). Other platforms keep the loop
     (not measured unrolled).
+
+    On the compiler's count alone: no GPU has run the unrolled step. The first GPU run must check that its losses
+    and gradients equal the rolled scan's (bench/gpu_kernel_checks.py) and the ELECTRA step's peak, which the count
+    puts 15 % above the rolled one's.
     """
     unroll = model_cfg.get("scan_unroll", 1)
     if (unroll == 1 and model_cfg.get("unroll_on_gpu", False) and model_cfg.get("remat_policy", "none") == "none"

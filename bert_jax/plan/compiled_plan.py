@@ -218,7 +218,7 @@ def _pallas_flops(config, model_config, kernel: str, num_devices: int) -> float:
     position terms) for every network of the module (perf.networks: a generator's layers too, at its own width).
     Model FLOPs, not what the tiles execute: neither kernel's backward recomputation is counted, as remat's
     would be in XLA's count, nor the fused kernel's position products against two blocks' width of relative
-    rows per tile (about 1.9x the term at S=512 in all, models/disentangled_kernel.py). Their bytes need no
+    rows per tile (about 1.9x the term at S=512 in all, kernels/disentangled_attention.py). Their bytes need no
     formula: a kernel's custom calls read and write their operands and results, which hlo_traffic counts."""
     if kernel not in PALLAS_FLOPS_SOURCE or model_config is None:
         return 0.0
@@ -230,7 +230,7 @@ PALLAS_FLOPS_SOURCE = {
     "splash": "the formula's attention term, 12*layers*hidden*S^2*B, for each network that runs it",
     "cudnn": "the formula's attention term, 12*layers*hidden*S^2*B, for each network that runs it",
     "triton": "the formula's attention term, 12*layers*hidden*S^2*B, for each network that runs it (a windowed "
-              "layer's tiles execute about (128 + 2*window)/S of it, models/windowed_kernel.py)",
+              "layer's tiles execute about (128 + 2*window)/S of it, kernels/windowed_attention.py)",
     disentangled_attention.FUSED_KERNEL: "the formula's attention term with the position terms, "
                                          "12*layers*hidden*S*(S + 2*position_buckets)*B, generator layers included "
                                          "(model FLOPs: its tiles execute about 1.9x that at S=512)",
@@ -463,8 +463,9 @@ def _make_gpu_plan(config, gpus: gpu_cards.GpuSet) -> Plan:
     and kernel launches from the optimised HLO, every loop's trips counted (hlo_traffic); FLOPs from the dots of the
     unoptimised HLO (hlo_flops: cost_analysis() is None for these devices), plus a fused attention kernel's
     from the formula."""
-    # The whole plan, formula FLOPs included, sees the target's devices, and jax's cuDNN checks ask the card.
-    with building_for("gpu"), gpu_cards.cudnn_checks_answered_for(gpus.chip):
+    # The whole plan, formula FLOPs included, sees the target's devices, and kernel choices and jax's cuDNN checks
+    # follow the card's compute capability (its description, gpu_targets/).
+    with building_for("gpu", gpus.chip.compute_capability), gpu_cards.cudnn_checks_answered_for(gpus.chip):
         validate_config(config, 1)
         mesh = tpu_mesh(config, gpus)
         unoptimised: list[str] = []

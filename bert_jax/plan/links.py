@@ -11,6 +11,7 @@ import dataclasses
 import importlib.resources
 import tomllib
 
+from bert_jax.plan import gpu_cards
 from bert_jax.plan.roofline import LinkTime
 
 
@@ -51,8 +52,9 @@ def links_of(key: str, is_gpu: bool) -> Links:
 def links_for(accelerator) -> Links:
     """The links of a TPU slice (bert_jax/parallel/tpu_slices.py) or a GPU set (bert_jax/plan/gpu_cards.py)."""
     chip = accelerator.chip
-    is_gpu = hasattr(chip, "key")
-    return links_of(chip.key if is_gpu else chip.generation, is_gpu)
+    if isinstance(chip, gpu_cards.GpuCard):
+        return links_of(chip.key, is_gpu=True)
+    return links_of(chip.generation, is_gpu=False)
 
 
 def link_times(found, links: Links) -> tuple:

@@ -36,6 +36,7 @@ from bert_jax.train.step import make_eval_step, make_train_step
 from bert_jax.train import growth
 from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.teacher import Teacher, resolve_teacher
+from data_pipelines.loader import pipeline
 
 
 _DIVISIBILITY_HINT = (
@@ -81,10 +82,12 @@ def build_program(config, mesh: Mesh) -> TrainProgram:
     """Call and run the steps under `jax.set_mesh(program.mesh)` and `nn.logical_axis_rules(program.rules)`.
 
     Everything is built for the platform of the mesh's devices, which is not the host's when the
-    planner compiles for a TPU slice from a CPU host: `auto` picks that platform's kernel.
+    planner compiles for a TPU slice from a CPU host: `auto` picks that platform's kernel, for the card the
+    devices are (or the planner names) and for rows packed or not as config.data makes them.
     """
     platform = devices_platform(mesh.devices.flat)
-    with building_for(platform):
+    packed = "segment_ids" in pipeline.batch_spec(config.data, 1)  # several documents per row
+    with building_for(platform, packed_rows=packed):
         return _build_program(config, mesh, compiler_options(platform))
 
 
