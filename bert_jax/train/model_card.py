@@ -31,9 +31,9 @@ CARD_FILE = "README.md"
 LIBRARY = "bert_jax"
 UNKNOWN_LICENSE = "unknown"
 # The transformers head an exported config.json names (its class's suffix) -> the Hub's pipeline tag. A pre-training
-# export's <Family>ForPreTraining holds the MLM head beside the sentence-level one (BERT's NSP, ALBERT's SOP) and
-# loads as AutoModelForMaskedLM: fill-mask. (ELECTRA's discriminator is a ForPreTraining without one: its card says
-# fill-mask too; its generator/ subfolder is the fill-mask model.)
+# export's <Family>ForPreTraining is fill-mask when it holds an MLM head beside the sentence-level one (BERT's NSP,
+# ALBERT's SOP: it loads as AutoModelForMaskedLM); one without (ELECTRA's discriminator, a replaced/original classifier
+# per token, which no Hub pipeline serves) gets no tag (_pipeline_tag); its generator/ subfolder is the fill-mask model.
 PIPELINE_TAGS = {"ForMaskedLM": "fill-mask", "ForPreTraining": "fill-mask",
                  "ForSequenceClassification": "text-classification", "ForTokenClassification": "token-classification",
                  "ForQuestionAnswering": "question-answering", "Model": "feature-extraction"}
@@ -55,8 +55,25 @@ def _library_and_pipeline(out: str) -> tuple[str, str | None]:
     architectures = json.loads(hf_config.read_text()).get("architectures") if hf_config.exists() else None
     if not architectures:
         return LIBRARY, None
-    head = next((suffix for suffix in PIPELINE_TAGS if architectures[0].endswith(suffix)), None)
-    return "transformers", PIPELINE_TAGS.get(head)
+    return "transformers", _pipeline_tag(architectures[0])
+
+
+def _pipeline_tag(architecture: str) -> str | None:
+    """The Hub's pipeline tag of transformers' `architecture` (PIPELINE_TAGS by its head); a ForPreTraining class
+    without a vocabulary decoder (no output layer tied to the word embeddings) fills no mask: no tag."""
+    head = next((suffix for suffix in PIPELINE_TAGS if architecture.endswith(suffix)), None)
+    if head == "ForPreTraining" and not _predicts_tokens(architecture):
+        return None
+    return PIPELINE_TAGS.get(head)
+
+
+def _predicts_tokens(architecture: str) -> bool:
+    """Whether transformers' class `architecture` has a vocabulary decoder: it declares an output layer tied to the
+    word embeddings (BertForPreTraining's and AlbertForPreTraining's MLM heads do; ElectraForPreTraining declares
+    none). Asked of the class, so the card stays free of family names."""
+    import transformers  # only for a transformers folder, which its export has already built
+
+    return bool(getattr(getattr(transformers, architecture, None), "_tied_weights_keys", None))
 
 
 def _data_sources(data: dict) -> dict[str, str]:
