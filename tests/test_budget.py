@@ -212,16 +212,32 @@ def test_plan_says_what_a_token_budget_buys_per_stage():
     config = micro_config()
     config.train.stages = (dict(start=6, data=dict(max_seq_length=32)),)
     written = stages.plan(config)  # what the planner compiles; the CPU compiler has no roofline: no step times
-    bought = budget_plan.stage_buys(budget.parse("35840tokens"), written, [None, None])
+    bought = budget_plan.stage_buys(budget.parse("35840tokens"), written, None)
     # As written: 6 steps of 8 x 64 and 2 of 8 x 32, 3,584 tokens; 35,840 buys ten times each stage's steps.
     assert [(b.steps, b.tokens) for b in bought] == [(60, 30720), (20, 5120)]
     text = budget_plan.format_buys(budget.parse("35840tokens"), bought, "the CPU compiler")
     assert "Steps and tokens are exact" in text and "| all | 1-8 | 80 | 3.584e+04 | | - |" in text
-    timed = budget_plan.stage_buys(budget.parse("1h"), written, [0.5, 0.25])  # a roofline's step times
-    assert [b.steps for b in timed] == [6171, 2057]  # as written 3.5 s: each stage's steps x 3600 / 3.5, rounded down
-    assert "**An upper bound on steps and tokens**" in budget_plan.format_buys(budget.parse("1h"), timed, "1 x h100")
-    with pytest.raises(ValueError, match="--budget=8m is wall-clock time: what it buys needs each stage's roofline"):
-        budget_plan.stage_buys(budget.parse("8m"), written, [None, None])
+    timed = budget_plan.stage_buys(budget.parse("1h"), written, 0.5)  # stage 0's roofline step time
+    text = budget_plan.format_buys(budget.parse("1h"), timed, "1 x h100")
+    assert "**An upper bound on steps and tokens**" in text and "collectives" in text
+    with pytest.raises(ValueError, match="--budget=8m is wall-clock time: what it buys needs stage 0's roofline"):
+        budget_plan.stage_buys(budget.parse("8m"), written, None)
+
+
+@pytest.mark.parametrize("text", ["1h", "35840tokens", "2e12flops"])
+def test_the_plan_and_the_run_resolve_a_budget_to_the_same_steps(text):
+    """plan --budget used each stage's roofline time where the run scales stage 0's measured time by FLOPs: a
+    staged run's plan promised other steps than the run then trained. One function resolves both now: the plan's
+    steps per stage are the run's clock at the speed the plan puts in stage 0."""
+    config = micro_config()
+    config.train.stages = (dict(start=6, data=dict(max_seq_length=32)),)
+    config.train.budget, config.train.budget_step_s = text, 0.5  # the run, had it measured 0.5 s per step of stage 0
+    resolved, _ = budget.resolve(config)
+    run_steps = [b - a for (a, *_), (b, *_) in zip(resolved.train.budget_clock, resolved.train.budget_clock[1:])]
+    bought = budget_plan.stage_buys(budget.parse(text), stages.plan(config), 0.5)
+    assert [b.steps for b in bought] == run_steps and sum(run_steps) == resolved.train.num_steps
+    costs = budget.stage_costs(stages.plan(config), "seconds", 0.5)
+    assert costs[1] < 0.5 and [b.step_s for b in bought] == costs  # stage 1 (half the length): faster by its FLOPs
 
 
 @pytest.mark.slow  # XLA's GPU compiler (the gpu extra) on a micro model: ~1 minute loaded

@@ -30,8 +30,9 @@ roofline bound (bert_jax/plan/roofline.py) divides only the HBM part by HBM band
 For a run whose every stage fits, --tpu also prints the run's length, a lower bound: each stage's steps x its
 roofline step time (bert_jax/plan/run_length.py), in hours and chip-hours. --search ranks remat x mesh x per-chip
 batch x scan for each stage (bert_jax/plan/plan_search.py). --budget (or config.train.budget) adds what the budget
-buys, per stage, as the run would resolve it (bert_jax/plan/budget_plan.py): for wall-clock time an upper bound on
-steps and tokens (each step at its roofline bound), for tokens and FLOPs exact steps.
+buys, per stage, resolved by the run's own function (bert_jax/plan/budget_plan.py, budget.clock_for): for wall-clock
+time an upper bound on steps and tokens (stage 0's step at its roofline bound, collectives counted, a later stage's
+scaled by its FLOPs per step as the run scales its measured stage 0), for tokens and FLOPs exact steps.
 
 --gpu=h100|h200|a100_80gb|a100_40gb [--num_devices=N]: by XLA's GPU compiler for N such cards, on any host
 (the CUDA plugin, the `gpu` extra; bert_jax/plan/gpu_cards.py, the cards' target configs in

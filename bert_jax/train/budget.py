@@ -18,9 +18,10 @@ config, so it continues its budget.
 Wall-clock time is not reproducible as such. Its first start calibrates (bert_jax/train/budget_calibration.py): it
 times `train.budget_calibration_steps` steps of stage 0 (after the step that compiles) and records the seconds per
 step as `train.budget_step_s` in DIR/config.json and config_history.jsonl; the budget is then as many steps as fit at
-that speed (a later stage's step scaled by its FLOPs per step against stage 0's). A relaunch of the workdir reads
-the recorded speed and resolves the same steps, and `--config.train.budget_step_s=S` fixes it for a new workdir:
-both are exact. What the budget counts is step time (the loop's: data waits, dispatch, the device); start-up,
+that speed (a later stage's step scaled by its FLOPs per step against stage 0's). `plan --budget` resolves the same
+clock by the same function (`clock_for`), from stage 0's roofline bound on its target instead of a measured speed. A
+relaunch of the workdir reads the recorded speed and resolves the same steps, and `--config.train.budget_step_s=S`
+fixes it for a new workdir: both are exact. What the budget counts is step time (the loop's: data waits, dispatch, the device); start-up,
 compiles, restores, checkpoint saves, evaluation, replayed steps and the time between a kill and its relaunch are
 outside it, as the goodput record separates them (`bert-jax inspect --mode=goodput`).
 """
@@ -107,9 +108,7 @@ def resolve(config, workdir: str | None = None) -> tuple[ml_collections.ConfigDi
         return config, [f"{KEY}={budget.text}: the steps it buys are measured at the run's first start "
                         f"(config.train.budget_calibration_steps={config.train.budget_calibration_steps} timed steps "
                         f"of stage 0), then recorded as config.train.budget_step_s"]
-    stages = stages_lib.plan(config)  # the schedule as written
-    costs = stage_costs(stages, budget.unit, step_s)
-    clock = budget_clock(stages, costs, budget.amount)
+    clock = clock_for(stages_lib.plan(config), budget, step_s)
     resolved = config.copy_and_resolve_references()
     with resolved.unlocked(), resolved.train.ignore_type():
         resolved.train.budget_step_s = float(step_s)
@@ -119,6 +118,17 @@ def resolve(config, workdir: str | None = None) -> tuple[ml_collections.ConfigDi
     return resolved, [f"{KEY}={budget.text} -> config.train.num_steps={clock[-1][0]:,} ({budget.describe()}"
                       f"{speed}); the schedule as written ({config.train.num_steps:,} steps) runs over the fraction "
                       f"of the budget spent (config.train.budget_clock)"]
+
+
+def clock_for(stages: list, budget: Budget, step_s: float = 0.0) -> tuple:
+    """The budget's clock over `stages` (bert_jax/train/stages.py plan of the schedule as written): what `resolve`
+    records for the run and what `plan --budget` prints (bert_jax/plan/budget_plan.py), the one resolution of a
+    budget. A wall-clock budget needs `step_s`, stage 0's seconds per step: the run's measured (or recorded) speed,
+    the plan's roofline bound for stage 0 on its target; a later stage's is scaled by its FLOPs per step (stage_costs)
+    in both."""
+    if budget.unit == "seconds" and not step_s > 0:
+        raise ValueError(f"{budget.text} is wall-clock time: resolving it needs stage 0's seconds per step")
+    return budget_clock(stages, stage_costs(stages, budget.unit, step_s), budget.amount)
 
 
 def stage_costs(stages: list, unit: str, step_s: float = 0.0) -> list[float]:
