@@ -5,7 +5,8 @@ At micro sizes (one set for all, the family's defaults for the rest), each famil
 pooled [CLS] exactly when it declares a pooler; gives every parameter a role (depth) it declares; encodes a
 packed row as it encodes each example alone; exports to Hugging Face and imports back to the same params; and
 has as many parameters as the transformers models of its exported config.json (both less the heads the converter
-declares pre-training only, which the export leaves out).
+declares pre-training only, which the export leaves out); and `bert-jax inspect`'s views read it from its inputs alone
+(tests/test_family_commands.py runs every command on a trained run of each family, with -m slow).
 """
 import dataclasses
 
@@ -16,6 +17,9 @@ import numpy as np
 import pytest
 
 from bert_jax.families import get_family, known_families
+from bert_jax.inspect import heads, views
+from bert_jax.models.scan_layout import unstack_layers
+from data_pipelines.tokenizers.tokenizer import load_tokenizer
 from hf_parity import random_params
 
 torch = pytest.importorskip("torch")
@@ -148,3 +152,47 @@ def test_parameter_count_equals_the_transformers_models_of_the_export(family_mod
                                                       if k not in family.hf.pretraining_only}))
     print(f"{family.name}: ours {ours:,} (less its pre-training-only heads) vs transformers {total:,}")
     assert ours == total
+
+
+# A sentence of 8 tokens with [CLS] and [SEP]: the heads' batch of it (padded to 8) is the attention view's shape,
+# so both share one compiled program.
+INSPECT_TEXT = "the [MASK] of the list ."
+INSPECT_VOCAB = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "of", "list", "module", "is", ",", ".")
+
+
+@pytest.fixture(scope="module")
+def inspect_tokenizer(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("inspect_vocab")
+    (folder / "vocab.txt").write_text("\n".join(INSPECT_VOCAB) + "\n")
+    return load_tokenizer(str(folder))
+
+
+def test_inspect_reads_a_family_from_its_inputs_alone(family_model, inspect_tokenizer):
+    """`bert-jax inspect`'s fill-mask, attention and heads run on ids and masks alone, as views.load builds them
+    (unrolled layers, the reference kernel): no span boundaries (SpanBERT's SBO), no generator sample (a replaced-
+    token detector), and fill-mask ranks what the pre-training forward's MLM logits give."""
+    family, model_cfg, model, params = family_model
+    unrolled = ml_collections.ConfigDict(dict(model_cfg.to_dict(), **views.RUNTIME, scan_layers=False))
+    inspector = views.Inspector(family.build_model(unrolled), unstack_layers(params), inspect_tokenizer,
+                                model_cfg.max_position_embeddings)
+    ids, positions = views.encode(inspect_tokenizer, INSPECT_TEXT, inspector.max_length)
+    assert len(ids) == 8 and len(positions) == 1
+    [candidates] = views.fill_mask(inspector, INSPECT_TEXT, top_k=3)
+    # The pre-training forward (scanned, every objective's key, a sample drawn) on the same ids.
+    ones = np.ones((1, 1), np.int32)
+    batch = {"input_ids": ids[None], "attention_mask": np.ones_like(ids)[None], "token_type_ids": 0 * ids[None],
+             "masked_positions": positions * ones, "masked_ids": ones, "masked_weights": ones.astype(np.float32),
+             "masked_span_left": 0 * ones, "masked_span_right": 2 * ones, "masked_span_offset": 0 * ones}
+    forward = jax.jit(lambda p, b: model.apply({"params": p}, b, rngs={"sample": jax.random.key(0)})["mlm_logits"])
+    logits = np.asarray(forward(params, batch), np.float64)[0, 0, :len(INSPECT_VOCAB)]  # jitted: faster than eager
+    probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    best = np.argsort(-probs, kind="stable")[:3]
+    assert [token for token, _ in candidates] == [INSPECT_VOCAB[i] for i in best]
+    np.testing.assert_allclose([p for _, p in candidates], probs[best], rtol=1e-4)
+
+    tokens, maps = views.attention_maps(inspector, INSPECT_TEXT)
+    assert tokens[0] == "[CLS]" and maps.shape == (model_cfg.num_layers, model_cfg.num_heads, 8, 8)
+    np.testing.assert_allclose(maps.sum(-1), 1.0, rtol=1e-5)
+    stats, count = heads.measure(inspector, [ids])
+    assert count == 1 and stats["cls"].shape == (model_cfg.num_layers, model_cfg.num_heads)
+    np.testing.assert_allclose(stats["self"], np.trace(maps, axis1=-2, axis2=-1) / 8, rtol=1e-5)

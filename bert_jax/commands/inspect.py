@@ -24,6 +24,8 @@ reference (`xla`) kernel, which sows its probabilities into the `intermediates` 
 only this tool makes that collection mutable, so training never pays for it ("What does BERT
 look at?", Clark et al. 2019, reads the same maps).
 """
+from collections.abc import Iterator
+
 from absl import app, flags
 
 from bert_jax.inspect import heads, views
@@ -51,42 +53,42 @@ def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     f = flags.FLAGS
-    if f.mode == GOODPUT:
-        for line in goodput.report(f["from"].value):
-            print(line)
-        return
-    if f.mode == heads.MODE:
-        _heads(f)
-        return
-    if f.text is None:
+    if f.mode in views.MODES and f.text is None:
         raise app.UsageError(f"--mode={f.mode} needs --text")
-    inspector = views.load(f["from"].value)
-    for line in views.provenance(f["from"].value):  # a branch's ancestors, an averaged run's sources
-        print(line)
-    if f.mode == "fill_mask":
-        for i, candidates in enumerate(views.fill_mask(inspector, f.text, f.top_k)):
-            print(f"mask {i + 1}: " + ", ".join(f"{token} {p:.3f}" for token, p in candidates))
+    if f.mode == heads.MODE:
+        if not f["out"].present:
+            raise app.UsageError("--mode=heads needs --out=DIR, the directory for the grids and the table")
+        if f.max_sentences < 1:
+            raise app.UsageError(f"--max_sentences={f.max_sentences}: measure at least 1")
+    for line in inspect(f["from"].value, f.mode, text=f.text, top_k=f.top_k, out=f.out, corpus=f.corpus,
+                        max_sentences=f.max_sentences):
+        print(line, flush=True)
+
+
+def inspect(source: str, mode: str, text: str | None = None, top_k: int = 5, out: str = "attention.png",
+            corpus: str | None = None, max_sentences: int = 1000) -> Iterator[str]:
+    """The command's lines for `mode` on `source`, its files written as they come: the command without its flags,
+    which tests of every family call in-process (tests/test_family_commands.py)."""
+    if mode == GOODPUT:
+        yield from goodput.report(source)
         return
-    tokens, probs = views.attention_maps(inspector, f.text)
-    views.plot_attention(tokens, probs, f.out)
-    print(f"attention of {probs.shape[0]} layers x {probs.shape[1]} heads over {len(tokens)} tokens: {f.out}")
-
-
-def _heads(f) -> None:
-    source = f["from"].value
-    if not f["out"].present:
-        raise app.UsageError("--mode=heads needs --out=DIR, the directory for the grids and the table")
-    if f.max_sentences < 1:
-        raise app.UsageError(f"--max_sentences={f.max_sentences}: measure at least 1")
-    heads.check_corpus(source, f.corpus)
+    if mode == heads.MODE:
+        heads.check_corpus(source, corpus)
     inspector = views.load(source)
-    for line in views.provenance(source):
-        print(line)
-    sentence_ids = heads.sentences(source, f.corpus, inspector.tokenizer, inspector.max_length, f.max_sentences)
-    stats, count = heads.measure(inspector, sentence_ids)
-    written = heads.write(stats, count, f.corpus or f"the eval split of {source}", f.out)
-    layers, num_heads = stats["cls"].shape
-    print(f"heads: {layers} layers x {num_heads} heads over {count} sentences: {len(written)} files in {f.out}")
+    yield from views.provenance(source)  # a branch's ancestors, an averaged run's sources
+    if mode == heads.MODE:
+        sentence_ids = heads.sentences(source, corpus, inspector.tokenizer, inspector.max_length, max_sentences)
+        stats, count = heads.measure(inspector, sentence_ids)
+        written = heads.write(stats, count, corpus or f"the eval split of {source}", out)
+        layers, num_heads = stats["cls"].shape
+        yield f"heads: {layers} layers x {num_heads} heads over {count} sentences: {len(written)} files in {out}"
+    elif mode == "fill_mask":
+        for i, candidates in enumerate(views.fill_mask(inspector, text, top_k)):
+            yield f"mask {i + 1}: " + ", ".join(f"{token} {p:.3f}" for token, p in candidates)
+    else:
+        tokens, probs = views.attention_maps(inspector, text)
+        views.plot_attention(tokens, probs, out)
+        yield f"attention of {probs.shape[0]} layers x {probs.shape[1]} heads over {len(tokens)} tokens: {out}"
 
 
 def main() -> None:

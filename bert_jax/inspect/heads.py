@@ -109,7 +109,7 @@ def measure(inspector: views.Inspector, sentence_ids: Iterable[np.ndarray],
                 punctuation_ids[int(token)] = head_statistics.is_punctuation(tokenizer.id_to_token(int(token)) or "")
         probs = views.batch_attention(inspector, {
             "input_ids": jnp.asarray(ids), "attention_mask": jnp.asarray(real.astype(np.int32)),
-            "token_type_ids": jnp.zeros_like(ids), "masked_positions": jnp.zeros((len(rows), 1), jnp.int32)})
+            "token_type_ids": jnp.zeros_like(ids)})
         punctuation = np.vectorize(punctuation_ids.get, otypes=[bool])(ids)
         totals.add(head_statistics.sentence_statistics(probs, lengths, ids == specials.cls, ids == specials.sep,
                                                        punctuation))

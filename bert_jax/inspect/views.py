@@ -31,19 +31,24 @@ RUNTIME = {"attention_impl": "xla", "dtype": "float32", "param_dtype": "float32"
 
 @dataclasses.dataclass
 class Inspector:
-    """A family module with its parameters and tokenizer, ready to apply to one sentence."""
+    """A family module with its parameters and tokenizer, ready to apply to one sentence.
+
+    It runs two of the module's methods (bert_jax.models.layers.EncoderModel), which need the inputs alone, never an
+    objective's own keys (a span's boundaries, a generator's sample): `masked_lm_logits` for fill-mask and `encode`,
+    the encoder that fine-tuning and the export start from (a replaced-token detector's discriminator), for
+    attention."""
     module: Any
     params: dict
     tokenizer: Any
     max_length: int
-    # One jitted apply per collection list, so a second sentence of the same length does not recompile.
+    # One jitted apply per (method, collection list), so a second sentence of the same length does not recompile.
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
 
-    def apply(self, batch: dict, mutable: tuple[str, ...] = ()):
-        if mutable not in self._compiled:
-            self._compiled[mutable] = jax.jit(lambda p, b: self.module.apply(
-                {"params": p}, b, deterministic=True, mutable=list(mutable) or False))
-        return self._compiled[mutable](self.params, batch)
+    def apply(self, batch: dict, method: str, mutable: tuple[str, ...] = ()):
+        if (method, mutable) not in self._compiled:
+            self._compiled[method, mutable] = jax.jit(lambda p, b: self.module.apply(
+                {"params": p}, b, deterministic=True, method=method, mutable=list(mutable) or False))
+        return self._compiled[method, mutable](self.params, batch)
 
 
 def load(source: str, scan_layers: bool = False) -> Inspector:
@@ -83,10 +88,10 @@ def encode(tokenizer, text: str, max_length: int) -> tuple[np.ndarray, list[int]
     return np.asarray(ids, np.int32), positions
 
 
-def _batch(ids: np.ndarray, positions: list[int]) -> dict:
+def _batch(ids: np.ndarray, positions: list[int] | None = None) -> dict:
     ids = jnp.asarray(ids)[None]
-    return {"input_ids": ids, "attention_mask": jnp.ones_like(ids), "token_type_ids": jnp.zeros_like(ids),
-            "masked_positions": jnp.asarray([positions or [0]], jnp.int32)}
+    batch = {"input_ids": ids, "attention_mask": jnp.ones_like(ids), "token_type_ids": jnp.zeros_like(ids)}
+    return batch if positions is None else dict(batch, masked_positions=jnp.asarray([positions], jnp.int32))
 
 
 def fill_mask(inspector: Inspector, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
@@ -95,11 +100,9 @@ def fill_mask(inspector: Inspector, text: str, top_k: int = 5) -> list[list[tupl
     ids, positions = encode(tok, text, inspector.max_length)
     if not positions:
         raise UserError(f"--text={text!r} holds no mask: write {' or '.join(MASK_MARKERS)} where a word is hidden")
-    outputs = inspector.apply(_batch(ids, positions))
-    if "mlm_logits" not in outputs:
-        raise ValueError(f"this family's module returns {sorted(outputs)}, no mlm_logits: fill_mask needs an MLM head")
     # The model's vocabulary may be padded past the tokenizer's; those ids are no tokens.
-    logits = np.asarray(outputs["mlm_logits"][0, :, :tok.get_vocab_size()], np.float64)
+    logits = np.asarray(inspector.apply(_batch(ids, positions), "masked_lm_logits")[0, :, :tok.get_vocab_size()],
+                        np.float64)
     if np.all(logits.std(axis=-1) == 0):
         print("note: the MLM head scores every token alike: this checkpoint has no trained MLM head "
               "(e.g. a sentence-embedding BertModel); the candidates below mean nothing")
@@ -123,9 +126,9 @@ def _collect_probs(tree) -> list[np.ndarray]:
 
 
 def batch_attention(inspector: Inspector, batch: dict) -> np.ndarray:
-    """The attention probabilities of a batch (input_ids, attention_mask, token_type_ids, masked_positions), as
-    the model sows them: [batch, layers, heads, length, length] (query, key)."""
-    _, state = inspector.apply(batch, mutable=("intermediates",))
+    """The attention probabilities of a batch (input_ids, attention_mask, token_type_ids), as the encoder sows
+    them: [batch, layers, heads, length, length] (query, key)."""
+    _, state = inspector.apply(batch, "encode", mutable=("intermediates",))
     layers = _collect_probs(state.get("intermediates", {}))
     if not layers:
         raise ValueError("the model sowed no attention probabilities: its attention does not run through "
@@ -135,8 +138,8 @@ def batch_attention(inspector: Inspector, batch: dict) -> np.ndarray:
 
 def attention_maps(inspector: Inspector, text: str) -> tuple[list[str], np.ndarray]:
     """The tokens of `text` and its attention probabilities [layers, heads, length, length] (query, key)."""
-    ids, positions = encode(inspector.tokenizer, text, inspector.max_length)
-    probs = batch_attention(inspector, _batch(ids, positions))
+    ids, _ = encode(inspector.tokenizer, text, inspector.max_length)
+    probs = batch_attention(inspector, _batch(ids))
     tokens = [inspector.tokenizer.id_to_token(int(i)) for i in ids]
     return tokens, probs[0]
 

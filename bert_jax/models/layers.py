@@ -218,6 +218,12 @@ class EncoderModel(nn.Module):
             return {"hidden": hidden}
         return {"hidden": hidden, "pooled": self.pool(hidden[:, 0])}
 
+    def masked_lm_logits(self, batch: dict, deterministic: bool = True) -> jax.Array:
+        """The MLM head's float32 logits [batch, predictions, vocab] at batch["masked_positions"], from the inputs
+        alone (input_ids, attention_mask, token_type_ids): what fill-mask reads (bert_jax/inspect), no objective's
+        own keys. A family whose __call__ needs more (a generator's samples) says how its MLM head runs without."""
+        return self(batch, deterministic)["mlm_logits"]
+
     def pool(self, first_token: jax.Array) -> jax.Array:
         """[batch, hidden] [CLS] states -> tanh(dense(.)); fine-tuning on packed rows calls it on each example's
         own [CLS]."""

@@ -68,6 +68,10 @@ class ReplacedTokenDetection(EncoderModel):
                              "rngs={'sample': key} (bert_jax.train.step does)")
         return self.make_rng("sample")
 
+    def masked_lm_logits(self, batch: dict, deterministic: bool = True) -> jax.Array:
+        """The generator's: its MLM head is the model's only one (fill-mask), and runs without a sample."""
+        return self.generator_logits(batch, deterministic).astype(jnp.float32)
+
     def __call__(self, batch: dict, deterministic: bool = True) -> dict:
         """batch: the pipeline's dict (input_ids masked, attention_mask, masked_positions, masked_ids,
         masked_weights, ...). Returns mlm_logits [batch, predictions, vocab], rtd_logits [batch, length]

@@ -15,6 +15,8 @@ from bert_jax.models.bert import BertConfig, BertEncoder
 from bert_jax.models.layers import EncoderModel, MaskedLMHead
 
 SBO_HEAD = "span_boundary"  # the head's submodule, the one subtree the export leaves out
+# The SBO head's inputs, in its argument order (data_pipelines/loader/span_boundaries.py's keys).
+SPAN_BOUNDARY_KEYS = ("masked_span_left", "masked_span_right", "masked_span_offset")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,14 +62,16 @@ class SpanBertForPreTraining(EncoderModel):
         masked_span_offset [batch, predictions]).
 
         Returns mlm_logits and sbo_logits [batch, predictions, vocab] (float32), last_hidden_state [batch, length,
-        hidden] (for distillation; unused outputs cost nothing under jit).
+        hidden] (for distillation; unused outputs cost nothing under jit). A batch without the boundaries (a forward
+        for inspection, a distillation student's batch) gets no sbo_logits: the boundaries serve the objective
+        alone, and the encoder and MLM head need none.
         """
         hidden = self.hidden_states(batch, deterministic)
         word = self.encoder.embeddings.word
-        return {"mlm_logits": self.mlm_head(hidden, batch["masked_positions"], word),
-                "sbo_logits": self.span_boundary(hidden, batch["masked_span_left"], batch["masked_span_right"],
-                                                 batch["masked_span_offset"], word),
-                "last_hidden_state": hidden}
+        outputs = {"mlm_logits": self.mlm_head(hidden, batch["masked_positions"], word), "last_hidden_state": hidden}
+        if SPAN_BOUNDARY_KEYS[0] in batch:
+            outputs["sbo_logits"] = self.span_boundary(hidden, *(batch[key] for key in SPAN_BOUNDARY_KEYS), word)
+        return outputs
 
 
 def build_spanbert(model_cfg, boundary_head: Callable[[SpanBertConfig], nn.Module]) -> nn.Module:
