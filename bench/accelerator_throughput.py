@@ -193,16 +193,25 @@ def config_file(name: str) -> str:
 
 def parse_shape(spec: str, flag: str) -> tuple[str, int, int]:
     parts = spec.split(":")
-    known = len(parts) == 3 and (parts[0] in MODELS or os.path.isfile(config_file(parts[0])))
+    known = len(parts) == 3 and (parts[0] in MODELS or os.path.isfile(config_file(parts[0].partition("@")[0])))
     if not known or not (parts[1].isdigit() and parts[2].isdigit()):
         raise app.UsageError(f"--{flag}={spec!r}: expected model:seq:batch with model one of {sorted(MODELS)} "
-                             "or a config file's name in configs/, e.g. base:128:256 or modernbert_base:1024:32")
+                             "or a config file's name in configs/, optionally @ a variant of it or @ one of "
+                             f"{sorted(MODELS)} (its sizes put in), e.g. base:128:256, modernbert_base:1024:32, "
+                             "roberta_base@tiny:128:32 or roberta_base@mini:128:32")
     return parts[0], int(parts[1]), int(parts[2])
 
 
 def named_config(name: str):
-    """configs/<name>.py's get_config()."""
-    return importlib.import_module(f"bert_jax.configs.{name}").get_config()
+    """configs/<name>.py's get_config(); `name@variant`: its variant's; `name@size`: one of MODELS' sizes put into
+    the config's family (the families side by side at equal shapes)."""
+    name, _, variant = name.partition("@")
+    module = importlib.import_module(f"bert_jax.configs.{name}")
+    c = module.get_config(variant) if variant and variant not in MODELS else module.get_config()
+    if variant in MODELS:
+        layers, hidden, heads, mlp = MODELS[variant]
+        c.model.update(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=mlp)
+    return c
 
 
 def shape_config(config, spec: str, flag: str, dtype: str):
@@ -218,6 +227,8 @@ def shape_config(config, spec: str, flag: str, dtype: str):
         c = named_config(name)
         c.model.dtype = dtype
         c.data.max_seq_length = seq
+        # A tiny variant's learned positions may be fewer (RoBERTa's start at pad_token_id + 1): enough for `seq`.
+        c.model.max_position_embeddings = max(c.model.max_position_embeddings, seq + 2)
         c.data.max_predictions_per_seq = int(np.ceil(c.data.mask_rate * seq / 4) * 4)
     c.train.global_batch_size = batch
     if _ATTENTION.value:

@@ -46,3 +46,50 @@ def test_crammed_in_transformers_loads_unchanged_with_our_mlm_logits(tmp_path):
     diff = relative_error(ours, gathered(logits, batch["masked_positions"]))
     print(f"crammed: relative error of MLM logits against transformers {diff:.2e}")
     assert diff <= TRANSFORMERS
+
+
+def packed_batch(seed: int, batch: int = 2, vocab: int = 97) -> dict:
+    """Packed rows as the pipeline builds them: documents of 7, 5 and 2 tokens, then padding (segment 0), positions
+    restarting per document; 5 predicted positions a row (the last slot of row 1 is padding, weight 0)."""
+    rng = np.random.default_rng(seed)
+    segments = np.repeat([1, 2, 3, 0], [7, 5, 2, LENGTH - 14])[None].repeat(batch, 0)
+    positions = np.concatenate([np.arange(n) for n in (7, 5, 2, LENGTH - 14)])[None].repeat(batch, 0)
+    masked = np.stack([np.sort(rng.choice(14, 5, replace=False)) for _ in range(batch)])
+    weights = np.ones((batch, 5), np.float32)
+    weights[1, -1] = 0.0
+    return {"input_ids": (rng.integers(5, vocab, (batch, LENGTH)) * (segments > 0)).astype(np.int32),
+            "attention_mask": (segments > 0).astype(np.int32), "token_type_ids": np.zeros_like(segments),
+            "segment_ids": segments.astype(np.int32), "position_ids": positions.astype(np.int32),
+            "masked_positions": masked.astype(np.int32), "masked_ids": rng.integers(5, vocab, (batch, 5)).astype(np.int32),
+            "masked_weights": weights}
+
+
+def test_race_torch_side_computes_our_mlm_loss_on_packed_rows(tmp_path):
+    """bench/torch_crammed.py (the first-run race's torch side) runs ModernBertForMaskedLM on bert_jax's packed rows
+    with a 4-D document mask, our positions and sparse prediction: its loss must be ours, or the race compares two
+    recipes (issue 75)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import torch_crammed
+
+    model_cfg = micro_model_config()
+    family = get_family(model_cfg.family)
+    model = family.build_model(model_cfg)
+    batch = packed_batch(0)
+    params = random_params(model, batch)
+    logits = jax.jit(model.apply)({"params": params}, batch)["mlm_logits"]
+    chosen = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), batch["masked_ids"][..., None], -1)[..., 0]
+    ours = -(chosen * batch["masked_weights"]).sum() / batch["masked_weights"].sum()
+    exported = family.to_hf(params, model_cfg)
+    hf_folder.write_hf_folder(str(tmp_path), exported.state, exported.config, tokenizer_dir=None)
+    hf_model = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path), sparse_prediction=True).eval()
+    mask = torch_crammed.document_mask(torch.as_tensor(batch["segment_ids"]))
+    with torch.no_grad():
+        theirs = hf_model(input_ids=torch.as_tensor(batch["input_ids"]).long(),
+                          attention_mask={"full_attention": mask, "sliding_attention": mask},
+                          position_ids=torch.as_tensor(batch["position_ids"]).long(),
+                          labels=torch.as_tensor(torch_crammed.mlm_labels({k: v[None] for k, v in batch.items()}, 0)))
+    print(f"race torch side: MLM loss {theirs.loss.item():.6f} against ours {ours:.6f}")
+    assert relative_error(np.float32(ours), theirs.loss.numpy()) <= TRANSFORMERS
