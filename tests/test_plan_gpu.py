@@ -219,7 +219,7 @@ print("RESULT " + json.dumps(dict(kernel=p.kernel, builder=c.data.example_builde
 def test_packed_rows_plan_without_cudnn_for_an_a100():
     """Issue 76: below Hopper jax refuses cuDNN's packed layout, so crammed's packed rows in bf16 planned for an A100
     take another kernel, named in the plan, and the plan completes (it ended in "Packed layout requires a GPU with at
-    least Hopper architecture" while `auto` picked cuDNN whatever the card)."""
+    least Hopper architecture" while `auto` picked cuDNN whatever the card); unpacked rows keep cuDNN there."""
     if not gpu_cards.plugin_available():
         pytest.skip(f"XLA's GPU compiler is not installed ({gpu_cards.GPU_INSTALL_HINT})")
     script = """
@@ -241,3 +241,9 @@ print("RESULT " + json.dumps(dict(kernel=p.kernel, builder=c.data.example_builde
     r = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
     assert r["builder"] == "packed" and r["kernel"] == "xla" and r["fits"]
     assert "attention kernel xla" in r["text"] and "A100" in r["text"]
+    # Rows the program knows are unpacked (BERT's sentence pairs) keep cuDNN on the same card.
+    proc = _run_script(MICRO_BERT + """
+from bert_jax.plan import compiled_plan, gpu_cards
+print("KERNEL", compiled_plan.make_plan(c, gpu_cards.parse_gpu("a100_80gb", 1)).kernel)
+""", timeout=900)
+    assert "KERNEL cudnn" in proc.stdout
