@@ -234,7 +234,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.eval_every_steps = 10_000
     c.train.nan_policy = "stop"  # stop: raise with the step number
     # Loss spikes (bert_jax/run/spike.py), off by default: with factor k > 1, a step whose loss exceeds k x the median
-    # of the last `window` logged losses, or is not finite, restores the last checkpoint before it and skips the
+    # of the `window` step losses before it, or is not finite, restores the last checkpoint before it and skips the
     # batches that led to it, as PaLM's training did (Chowdhery et al. 2022, §5.1); counted in train/rollbacks.
     c.train.spike = spike.default_config()
     # A profiler window (bert_jax/run/profile_window.py): a jax.profiler trace of num_steps steps from start_step (steps

@@ -435,6 +435,8 @@ def save_step(step: int, state, marks: Marks, hooks: Hooks, tools: Instruments, 
                         "step %d", marks.saved, marks.saved)
         return
     nonfinite_steps(marks.pending, nan_policy)  # a NaN step stops the run before it is saved
+    if tools.spikes is not None:
+        tools.spikes.saved(step, tools.manager.all_steps())  # the window a rollback or a resume to `step` starts from
     with tools.clock.timing("checkpoint"):
         ckpt.save(tools.manager, step, state, batches.iterator)
         tools.writer.sync()  # a bucket gets the metrics up to this step (see metrics_writer.py)
@@ -460,12 +462,13 @@ def roll_back(found: tuple[int, float, float], marks: Marks, program: Program, b
 
 
 def spikes_for(config, workdir: str, start: int) -> spike.Spikes | None:
-    """config.train.spike's detector, its window and counts rebuilt from the rows up to `start`; None when off."""
+    """config.train.spike's detector, its counts read from the rows up to `start`, its window from `start`'s
+    checkpoint (run/spike.py); None when off."""
     spike_cfg = config.train.get("spike")
     if spike_cfg is None or not spike_cfg.factor:
         return None
     rows = [r for r in read_rows(Workdir(workdir).metrics_jsonl) if r["step"] <= start] if start else []
-    return spike.Spikes(spike_cfg, rows)
+    return spike.Spikes(spike_cfg, rows, workdir, start)
 
 
 def close_run(manager, clock: StepClock, hooks: Hooks, lease, recorder: goodput.Recorder | None = None,

@@ -35,6 +35,7 @@ DONE_FILE = "DONE"
 LEASE_FILE = "LEASE"  # the live run's hold on the workdir (train/lease.py)
 GOODPUT_DIR = "goodput"  # one record per start of the run (run/goodput.py)
 PROFILE_DIR = "profile"  # XProf traces of config.train.profile's steps (run/profile_window.py)
+SPIKE_WINDOWS_FILE = "spike_windows.json"  # config.train.spike's window of step losses per checkpoint (run/spike.py)
 # Fine-tuning adds these.
 LABELS_FILE = "labels.json"
 BEST_DIR = "best"
@@ -119,6 +120,10 @@ class Workdir:
     @property
     def profile(self) -> epath.Path:
         return self.root / PROFILE_DIR
+
+    @property
+    def spike_windows(self) -> epath.Path:
+        return self.root / SPIKE_WINDOWS_FILE
 
     # What a fine-tuning run adds.
     @property
