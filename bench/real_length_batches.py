@@ -57,7 +57,7 @@ def layout_batches(data_cfg, model_cfg, layout: str, lengths: np.ndarray, batch_
     ids = special_ids(model_cfg)
     builder = builders.make_builder(cfg, ids)
     mask_batch = pipeline.MaskBatch(
-        masking.Masker(masking.MaskingSpec.from_config(cfg), ids), builders.example_keys(cfg),
+        masking.Masker(masking.MaskingSpec.from_config(cfg), ids), builders.example_keys(cfg), ids.pad,
     )
     rng = np.random.default_rng(seed)
     rows, batches, real = [], [], []

@@ -14,6 +14,8 @@ from typing import Any, Callable
 import flax.linen as nn
 import ml_collections
 
+import bert_jax
+
 from bert_jax.hf import albert as hf_albert
 from bert_jax.hf import bert as hf_bert
 from bert_jax.hf import deberta_v3 as hf_deberta_v3
@@ -27,6 +29,7 @@ from bert_jax.registry import Registry
 from bert_jax.models import albert, bert, deberta_v3, distilbert, electra, modernbert, roberta, spanbert
 from bert_jax.models.attention import KernelChoice, choose_kernel
 from bert_jax.objectives import replaced_token_detection, span_boundary
+from bert_jax.objectives.causal_lm import CAUSAL_LM
 from bert_jax.models import parametrization
 from bert_jax.models.param_roles import ParamRoles
 from bert_jax.models.probe import abstract_params
@@ -43,6 +46,9 @@ class Family:
     build_model: Callable[..., nn.Module]
     # An Objective, or config.model -> Objective for one that reads config (ELECTRA's lambda); see objective_for.
     objective: Objective | Callable[[Any], Objective]
+    # Objectives config.model.objective may name instead ("" = `objective`), on the same module and parameters:
+    # ModernBERT's "clm" (bert_jax/objectives/causal_lm.py) and "mlm", the two a biphasic run switches between.
+    objectives: dict[str, Objective] = dataclasses.field(default_factory=dict)
     # What each parameter is: lookup tables (perf's FLOPs), depth (layer-wise decay, freezing), the pooler.
     roles: ParamRoles = ParamRoles()
     # config.model -> the attention kernel it resolves to, or a ValueError naming the key: the rule every model's
@@ -64,6 +70,13 @@ class Family:
 
     def objective_for(self, model_cfg) -> Objective:
         """The objective a run of `config.model` trains: the loop, eval and validation ask this."""
+        name = model_cfg.get("objective", "")
+        if name:
+            if name not in self.objectives:
+                known = ", ".join(repr(n) for n in ("", *self.objectives))
+                raise bert_jax.UserError(f"config.model.objective={name!r}: family {self.name!r} trains {known} "
+                                         f"('' = its own objective)")
+            return self.objectives[name]
         return self.objective if isinstance(self.objective, Objective) else self.objective(model_cfg)
 
 
@@ -142,6 +155,7 @@ def _register_builtin_families() -> None:
                                   top=("final_norm", "head_dense", "head_norm", "mlm_output_bias"),
                                   readout_inputs=("head_norm",), query=("Wqkv",), query_slice=(-3, 0))
     register_family(Family(name="modernbert", build_model=modernbert.build_modernbert, objective=MLM_PRETRAINING,
+                           objectives={"mlm": MLM_PRETRAINING, "clm": CAUSAL_LM},
                            roles=modernbert_roles, validate_config=modernbert.validate_config,
                            kernel_choice=modernbert.ModernBertConfig.kernel_choice,
                            hf=hf_modernbert.CONVERTER))

@@ -58,6 +58,10 @@ def get_config() -> ml_collections.ConfigDict:
 
     c.model = ml_collections.ConfigDict()
     c.model.family = "bert"
+    # The objective trained, by name: "" = the family's own (MLM, MLM + NSP, RTD, ...); "clm" = causal LM on the same
+    # module where the family registers it (modernbert: bert_jax/families.py). A stage may change it
+    # (config.train.stages): the attention mask and the pipeline's targets follow (config.data.objective).
+    c.model.objective = ""
     c.model.vocab_size = 30522
     c.model.hidden_size = 768
     c.model.num_layers = 12
@@ -144,6 +148,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.tokenizer.min_frequency = 2  # wordpiece / bpe
     c.data.tokenizer.special_tokens = ""  # "" = the kind's; else "pad,unk,cls,sep,mask" names
     c.data.vocab_size = c.model.get_ref("vocab_size")
+    c.data.objective = c.model.get_ref("objective")  # causal: batches unmasked (bert_jax/objective_names.py)
     c.data.max_seq_length = 128
     c.data.mask_rate = 0.15  # share of non-special tokens predicted (15-40% are sensible)
     # The mask rate by step, ((step, rate), ...), steps ascending in [0, train.num_steps): data.mask_rate from each
@@ -253,6 +258,12 @@ def get_config() -> ml_collections.ConfigDict:
     # Stages of the run (bert_jax/train/stages.py): ((dict(start=STEP, data=dict(max_seq_length=512)), ...):
     # from each start on, the keys it changes (sequence length, batch size, masking); one schedule spans them.
     c.train.stages = ()
+    # The objective switch (bert_jax/train/stages.py): after `fraction` of train.num_steps (0 = off) the run trains
+    # config.model.objective=`to` on the same parameters, optimizer state and schedule: a stage of its own. A
+    # biphasic run (configs/modernbert_base.py:biphasic): objective="clm", fraction=0.25, to="mlm".
+    c.train.objective_switch = ml_collections.ConfigDict()
+    c.train.objective_switch.fraction = 0.0
+    c.train.objective_switch.to = ""
     # Batch-size warm-up (bert_jax/train/stages.py): the global batch grows from start_batch_size (which must divide
     # global_batch_size; 0 = off) to global_batch_size as the run's tokens (batch x max_seq_length per step) grow to
     # `tokens`, linearly, in at most max_changes steps of change, each batch a multiple of the start batch. Expands

@@ -28,6 +28,15 @@ The paper's recipe is three runs, each a variant here, the later two branches of
 - `decay`: 50B more tokens at 8192, the learning rate from the parent's (3e-4) to 0 along a 1-sqrt curve.
 - `mask_annealing`: mmBERT's masking (30 % -> 15 % -> 5 % over its 2.3T / 0.6T / 0.1T-token phases) as
   one run's mask-rate schedule; Ettin anneals 30 % -> 15 %.
+- `clm`: causal language modelling on the same architecture (config.model.objective='clm'): Ettin's decoders
+  (Weller et al. 2025, "Seq vs Seq: An Open Suite of Paired Encoders and Decoders", JHU-CLSP/ettin-encoder-vs-decoder),
+  every layer causal, a local layer looking back over half the encoder's window; it exports as transformers'
+  `ModernBertDecoderForCausalLM` and logs train/clm_loss, eval/clm_loss and eval/perplexity.
+- `biphasic`: a causal phase, then a masked one, in one run on one schedule (Gisserot-Boukhlef et al. 2025, "Should
+  We Still Pretrain Encoders with Masked Language Modeling?", arXiv 2507.00994: under a fixed compute budget, CLM
+  then MLM beats MLM alone). The split is config.train.objective_switch.fraction, the share of the steps trained
+  causally: 0.25 by default (BIPHASIC_CLM_FRACTION; the abstract names no split, the issue's study runs 0.25 and
+  0.5). It exports as `ModernBertForMaskedLM`.
 Variants combine with commas: `:tiny,pretrain`. Here AdamW stands in for StableAdamW (neither optax nor any
 well-kept JAX library provides it, see docs/guides/families.md); the token budgets are steps computed for
 the batches above.
@@ -37,13 +46,18 @@ the embedded corpus with a 2048-token BPE trained first; with a phase, the chain
 of stable phase, 60 of context extension at sequence 256, 40 of decay):
 
     bert-jax pretrain --config=configs/modernbert_base.py:tiny --workdir=runs/modernbert_tiny
+    bert-jax pretrain --config=configs/modernbert_base.py:tiny,clm --workdir=runs/modernbert_tiny_clm
+    bert-jax pretrain --config=configs/modernbert_base.py:tiny,biphasic --workdir=runs/modernbert_tiny_biphasic \
+        --config.train.objective_switch.fraction=0.5
 """
 import ml_collections
 
 from bert_jax.configs import base
 
 
-VARIANTS = ("tiny", "pretrain", "context_extension", "decay", "mask_annealing")
+VARIANTS = ("tiny", "pretrain", "context_extension", "decay", "mask_annealing", "clm", "biphasic")
+# The biphasic variant's share of the steps trained causally before the switch to MLM.
+BIPHASIC_CLM_FRACTION = 0.25
 
 # The paper's phases in steps of this config's batches (Warner et al. 2024, Table 3 and the released
 # yamls/modernbert/modernbert-base-pretrain.yaml): tokens / (batch x sequence), the batch ramp counted.
@@ -71,6 +85,14 @@ def get_config(arg: str | None = None):
     for phase in ("pretrain", "context_extension", "decay", "mask_annealing"):
         if phase in words:
             PHASES[phase](c, tiny)
+    if "clm" in words and "biphasic" in words:
+        raise ValueError(f"--config=configs/modernbert_base.py:{arg}: clm and biphasic are two arms; pick one")
+    if "clm" in words:
+        c.model.objective = "clm"
+    if "biphasic" in words:
+        c.model.objective = "clm"
+        c.train.objective_switch.fraction = BIPHASIC_CLM_FRACTION
+        c.train.objective_switch.to = "mlm"
     return c
 
 

@@ -31,7 +31,8 @@ SPECIAL_TOKEN_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_
 # config.json's special-token ids, and the tokenizer's token each one is. A family's converter writes its usual
 # vocabulary's ids (RoBERTa's byte-level BPE: <s>=0, <pad>=1, </s>=2); a run trained with another vocabulary (a
 # RoBERTa on WordPiece, where 0 and 2 are [PAD] and [CLS]) must carry that vocabulary's own.
-SPECIAL_ID_KEYS = {"pad_token_id": "pad", "bos_token_id": "cls", "eos_token_id": "sep"}
+SPECIAL_ID_KEYS = {"pad_token_id": "pad", "bos_token_id": "cls", "eos_token_id": "sep", "cls_token_id": "cls",
+                   "sep_token_id": "sep"}
 
 
 def with_tokenizer_ids(hf_cfg: dict, tokenizer_dir: str) -> dict:

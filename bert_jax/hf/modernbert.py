@@ -6,8 +6,15 @@ and the decoder `decoder` (weight tied to the token embeddings, its own bias). O
 `encoder/first_layer` (it has no attn_norm), HF layer i > 0 is our `encoder/layers_{i-1}`.
 Biases exist only where the config's attention_bias / mlp_bias / norm_bias /
 classifier_bias / decoder_bias say. Pure functions on numpy arrays.
+
+A causally trained run (config.model.objective='clm') exports as `ModernBertDecoderForCausalLM` (Ettin's decoders,
+model_type "modernbert-decoder"): the same tensors, but Wqkv split into q_proj, k_proj and v_proj and the head named
+`lm_head`; its config's `local_attention` is ours (the decoder looks back over local_attention // 2 tokens).
 """
+import re
 from typing import Any
+
+import numpy as np
 
 from bert_jax.hf.converter import HfConverter
 from bert_jax.hf import bert as hf_bert
@@ -15,10 +22,13 @@ from bert_jax.hf.exported import HfExport
 from bert_jax.hf.bert import (COPY, GLU_BIAS, GLU_IN, HEAD, HEADS_OUT, LINEAR, QKV_BIAS, QKV_IN,
                               ImportReport, TensorSpec, add_tensor)
 from bert_jax.models.scan_layout import SCANNED
+from bert_jax.objective_names import is_causal
 
 PREFIX = "model"
 TIED_ON_EXPORT = {"decoder.weight": f"{PREFIX}.embeddings.tok_embeddings.weight"}
 MODEL_TYPE = "modernbert"
+DECODER_MODEL_TYPE = "modernbert-decoder"
+DECODER_ARCHITECTURE = "ModernBertDecoderForCausalLM"
 # Tensors indexed by token id, by folder, for extend-vocab (checkpoint/vocab_rows.py): the word embeddings first.
 VOCAB_TENSORS = {"": (f"{PREFIX}.embeddings.tok_embeddings.weight", *TIED_ON_EXPORT, "decoder.bias")}
 # Why fine-tuned task heads do not export (families.py): ours have no LayerNorm before the classifier.
@@ -161,8 +171,39 @@ def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
                                       defaults=HF_DEFAULTS, implemented={"classifier_activation": ("gelu",)})
 
 
+_FUSED_QKV = re.compile(r"(model\.layers\.\d+\.attn)\.Wqkv\.(weight|bias)")
+
+
+def decoder_state(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A ModernBertForMaskedLM state dict in ModernBertDecoderForCausalLM's names: Wqkv's rows (q, k, v, each
+    heads x head_dim) as q_proj, k_proj, v_proj; `head.` as `lm_head.`; the rest as it is."""
+    out = {}
+    for name, array in state.items():
+        fused = _FUSED_QKV.fullmatch(name)
+        if fused:
+            for part, rows in zip(("q_proj", "k_proj", "v_proj"), np.split(array, 3, axis=0), strict=True):
+                out[f"{fused[1]}.{part}.{fused[2]}"] = rows
+        else:
+            out[f"lm_head.{name[len('head.'):]}" if name.startswith("head.") else name] = array
+    return out
+
+
+def decoder_config(model_cfg) -> dict[str, Any]:
+    """A Hugging Face ModernBertDecoderConfig config.json for `config.model`: the encoder's keys, the decoder's type."""
+    out = hf_config(model_cfg)
+    # The decoder's config wants ints here (generation starts and stops on them): the tokenizer's [CLS] and [SEP]
+    # replace these on write (bert_jax/hf/folder.py SPECIAL_ID_KEYS); without a tokenizer they stay the pad id.
+    pad = out["pad_token_id"]
+    out.update(model_type=DECODER_MODEL_TYPE, architectures=[DECODER_ARCHITECTURE], use_cache=True,
+               bos_token_id=pad, eos_token_id=pad, cls_token_id=pad, sep_token_id=pad)
+    return out
+
+
 def hf_export(params: dict, model_cfg) -> HfExport:
-    """The family hook: the HF state dict and config.json of our params."""
+    """The family hook: the HF state dict and config.json of our params, as the objective that trained them reads
+    them: ModernBertForMaskedLM, or ModernBertDecoderForCausalLM for a causal one."""
+    if is_causal(model_cfg):
+        return HfExport(decoder_state(params_to_hf(params, model_cfg)), decoder_config(model_cfg))
     return HfExport(params_to_hf(params, model_cfg), hf_config(model_cfg))
 
 

@@ -3,7 +3,10 @@
 Every kernel computes softmax(q k^T / sqrt(head_dim) + mask) v for q, k, v: [batch, length,
 heads, head_dim] in the compute dtype, with the mask described by `segments` (see
 `attention.attention_segments`): a query attends to the keys of its own segment (padding is a
-segment of its own), within `window` positions either side when a window is given.
+segment of its own), within `window` positions either side when a window is given. Causal
+(`causal=True`, a causal objective's): only keys at or before the query, `window` of them back.
+xla and splash apply it; cuDNN and the windowed Pallas (Triton) kernel do not here, and
+`models.attention.choose_kernel` refuses them for a causal model before anything compiles.
 
 Outputs at padding positions differ between kernels (cuDNN lets a padding query see the real
 keys, xla, splash and triton let it see the other padding keys); they are finite everywhere, and
@@ -48,21 +51,28 @@ def _softmax_bwd(dtype, probs, g):
 softmax_saving_probs_in.defvjp(_softmax_fwd, _softmax_bwd)
 
 
-def allowed_keys(segments: jax.Array, window: int | None) -> jax.Array:
-    """[batch, 1, q, k] bool: same segment, and within `window` positions when one is given.
+def allowed_keys(segments: jax.Array, window: int | None, causal: bool = False) -> jax.Array:
+    """[batch, 1, q, k] bool: same segment, and within `window` positions when one is given; causal: only
+    keys at or before the query (0 <= q - k, and q - k <= window with a window).
 
     Built from [batch, length] ids inside the attention: no [batch, heads, q, k] mask or bias is
     ever stored or copied per head.
     """
     allowed = segments[:, None, :, None] == segments[:, None, None, :]
+    if window is None and not causal:
+        return allowed
+    pos = jnp.arange(segments.shape[1])
+    back = pos[:, None] - pos[None, :]  # q - k
+    if causal:
+        allowed = allowed & (back >= 0)
     if window is not None:
-        pos = jnp.arange(segments.shape[1])
-        allowed = allowed & (jnp.abs(pos[:, None] - pos[None, :]) <= window)
+        allowed = allowed & ((back <= window) if causal else (jnp.abs(back) <= window))
     return allowed
 
 
 def xla_attention(q, k, v, segments, window: int | None, probs_dropout: Callable | None = None,
-                  score_bias: jax.Array | None = None, observe_probs: Callable | None = None) -> jax.Array:
+                  score_bias: jax.Array | None = None, observe_probs: Callable | None = None,
+                  causal: bool = False) -> jax.Array:
     """The reference. q, k, v: [batch, length, heads, head_dim] -> [batch, length, heads, head_dim].
 
     Logits come out of the matmul in float32 (no compute-dtype rounding before the softmax);
@@ -78,7 +88,7 @@ def xla_attention(q, k, v, segments, window: int | None, probs_dropout: Callable
     # An additive [batch, 1, q, k] bias, broadcast over heads inside the softmax's fusion. A select
     # against a scalar instead made XLA hoist that scalar's broadcast out of the layer scan as a
     # float32 [batch, heads, q, k] tensor (seen in the compiled CPU step).
-    bias = jnp.where(allowed_keys(segments, window), 0.0, jnp.finfo(jnp.float32).min)
+    bias = jnp.where(allowed_keys(segments, window, causal), 0.0, jnp.finfo(jnp.float32).min)
     logits = logits + bias
     probs = softmax_saving_probs_in(logits, q.dtype)
     if observe_probs is not None:
@@ -159,7 +169,7 @@ def splash_block_size(length: int) -> int:
     )
 
 
-def _splash_kernel(length: int, heads: int, window: int | None, interpret: bool):
+def _splash_kernel(length: int, heads: int, window: int | None, interpret: bool, causal: bool = False):
     # Built per trace, not cached: its mask tables are created as arrays inside the trace.
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
@@ -167,15 +177,16 @@ def _splash_kernel(length: int, heads: int, window: int | None, interpret: bool)
     blocks = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
                                block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
     if window is None:
-        head_mask = splash.FullMask((length, length))
-    else:
-        head_mask = splash.LocalMask((length, length), (window, window), offset=0)
+        head_mask = splash.CausalMask((length, length)) if causal else splash.FullMask((length, length))
+    else:  # keys from q - window to q + window (q + 0 when causal)
+        head_mask = splash.LocalMask((length, length), (window, 0 if causal else window), offset=0)
     mask = splash.MultiHeadMask([head_mask] * heads)
     return splash.make_splash_mha(mask, block_sizes=blocks, head_shards=1, q_seq_shards=1, interpret=interpret)
 
 
-def splash_attention(q, k, v, segments, window: int | None, interpret: bool) -> jax.Array:
-    """Splash attention, vmapped over the batch; segments are its segment ids directly.
+def splash_attention(q, k, v, segments, window: int | None, interpret: bool, causal: bool = False) -> jax.Array:
+    """Splash attention, vmapped over the batch; segments are its segment ids directly. Causal: its causal (or
+    one-sided local) mask, whose tiles above the diagonal it skips.
 
     Under a mesh the kernel runs in shard_map over the batch and heads axes (a Pallas call is
     not partitioned by XLA), each device on its own rows and heads.
@@ -186,7 +197,7 @@ def splash_attention(q, k, v, segments, window: int | None, interpret: bool) -> 
     scale = 1.0 / np.sqrt(q.shape[-1])
 
     def run(q, k, v, segments):
-        kernel = _splash_kernel(q.shape[1], q.shape[2], window, interpret)
+        kernel = _splash_kernel(q.shape[1], q.shape[2], window, interpret, causal)
         to_heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [b, l, h, d] -> [b, h, l, d]
         out = jax.vmap(kernel)(to_heads_first(q * jnp.asarray(scale, q.dtype)), to_heads_first(k),
                                to_heads_first(v), segment_ids=splash.SegmentIds(q=segments, kv=segments))

@@ -185,8 +185,9 @@ class MaskedLMHead(nn.Module):
     @nn.compact
     def __call__(self, hidden: jax.Array, masked_positions: jax.Array, word) -> jax.Array:
         """hidden [batch, length, hidden], masked_positions [batch, predictions], `word` the tied table (Embed's
-        `attend`) -> float32 logits [batch, predictions, vocab]."""
-        h = gather_positions(hidden, masked_positions)
+        `attend`) -> float32 logits [batch, predictions, vocab]. masked_positions None: every position (a causal
+        LM's head), [batch, length, vocab]."""
+        h = hidden if masked_positions is None else gather_positions(hidden, masked_positions)
         h = Dense((h.shape[-1],), (self.features,), ("embed", None), use_bias=self.transform_bias, dtype=self.dtype,
                   param_dtype=self.param_dtype, kernel_init=self.kernel_init, name=self.transform_name)(h)
         h = LayerNorm(self.layer_norm_eps, self.dtype, self.param_dtype, self.norm_bias,

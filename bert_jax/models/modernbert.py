@@ -14,6 +14,11 @@ The module follows transformers' `ModernBertForMaskedLM`, so that weights move b
 - the MLM head (dense, act, norm, then the decoder tied to the embeddings with its own bias)
   only at the masked positions.
 
+Causal (`config.model.objective='clm'`, Ettin's decoders: transformers' `ModernBertDecoderForCausalLM`): the same
+parameters, every layer attends only backwards, a local layer over `local_attention // 2` tokens, itself included
+(HF's decoder `sliding_window`: key k is seen from query q when 0 <= q - k < local_attention // 2, half the
+encoder's window since it looks one way), and the head runs at every position (`clm_logits`).
+
 Layout: `encoder/word` (HF's tok_embeddings, named as BERT's table so that perf.py's FLOP count
 leaves it out), `encoder/first_layer` (HF layer 0, no attn_norm) and `encoder/layers` scanned over the
 other num_layers - 1 (or `layers_0` ... unrolled: `layers_i` is HF layer i + 1). Local and global
@@ -34,6 +39,7 @@ from bert_jax.models import parametrization
 from bert_jax.models.bert import DTYPES
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.transformer import REMAT_POLICIES, layers_per_iteration
+from bert_jax.objective_names import is_causal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +79,7 @@ class ModernBertConfig:
     # The attention logits' factor beyond 1/sqrt(head_dim): μP's (bert_jax/models/parametrization.py), 1 under
     # standard; from_config derives it from config.model.parametrization and mup_base_width.
     attention_multiplier: float = 1.0
+    causal: bool = False  # a causal objective's (from_config reads config.model.objective)
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 
@@ -90,12 +97,13 @@ class ModernBertConfig:
         values["attention_impl"] = cls.kernel_choice(model_cfg).impl
         values["attention_multiplier"] = parametrization.attention_multiplier(model_cfg)
         values["scan_unroll"] = layers_per_iteration(model_cfg)
+        values["causal"] = is_causal(model_cfg)
         return cls(**values)
 
     @classmethod
     def kernel_choice(cls, model_cfg) -> KernelChoice:
         """The attention kernel `config.model` resolves to: cuDNN cannot apply the local layers' window."""
-        return choose_kernel(model_cfg, window=has_local_layers(model_cfg))
+        return choose_kernel(model_cfg, window=has_local_layers(model_cfg), causal=is_causal(model_cfg))
 
     def is_global(self, layer: int) -> bool:
         return layer % self.global_attn_every_n_layers == 0
@@ -169,14 +177,16 @@ class ModernBertLayer(nn.Module):
         q = nn.with_logical_constraint(rotary(qkv[:, :, 0], positions, theta), axes)
         k = nn.with_logical_constraint(rotary(qkv[:, :, 1], positions, theta), axes)
         v = nn.with_logical_constraint(qkv[:, :, 2], axes)
-        window = cfg.local_attention // 2
+        # Either side, or causally back (HF's decoder: q - k < local_attention // 2, so one less back).
+        window = cfg.local_attention // 2 - (1 if cfg.causal else 0)
         if isinstance(is_global, (bool, np.bool_)):
-            context = Attend(cfg, None if is_global else window, name="attend")(q, k, v, mask, deterministic)
+            context = Attend(cfg, None if is_global else window, cfg.causal, name="attend")(q, k, v, mask,
+                                                                                            deterministic)
         else:
             context = nn.cond(
                 is_global,
-                lambda mdl, *a: Attend(cfg, None, name="attend_global")(*a, deterministic),
-                lambda mdl, *a: Attend(cfg, window, name="attend_local")(*a, deterministic),
+                lambda mdl, *a: Attend(cfg, None, cfg.causal, name="attend_global")(*a, deterministic),
+                lambda mdl, *a: Attend(cfg, window, cfg.causal, name="attend_local")(*a, deterministic),
                 self, q, k, v, mask,
             )
         context = nn.with_logical_constraint(context, axes)
@@ -274,9 +284,12 @@ class ModernBertForMaskedLM(EncoderModel):
         """batch: input_ids, attention_mask, masked_positions; optional position_ids, segment_ids (packed rows).
 
         Returns mlm_logits [batch, predictions, vocab] (float32) and last_hidden_state [batch, length, hidden] (a
-        distillation teacher's). `token_type_ids` is ignored.
+        distillation teacher's). `token_type_ids` is ignored. Causal: clm_logits [batch, length, vocab] instead, the
+        same head at every position (the batch has no masked_positions).
         """
         hidden = self.hidden_states(batch, deterministic)
+        if self.config.causal:
+            return {"clm_logits": self.mlm_head(hidden, None, self.encoder.word), "last_hidden_state": hidden}
         logits = self.mlm_head(hidden, batch["masked_positions"], self.encoder.word)
         return {"mlm_logits": logits, "last_hidden_state": hidden}
 

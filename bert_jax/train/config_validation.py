@@ -231,6 +231,10 @@ def _check_stage_keys(config, num_processes: int) -> None:
         raise ValueError(
             f"config.train.global_batch_size={t.global_batch_size} does not split over {num_processes} processes"
         )
+    if d.get("objective", "") != m.get("objective", ""):  # the pipeline's copy of the model's (configs/base.py)
+        raise ValueError(f"config.data.objective={d.get('objective')!r} differs from config.model.objective="
+                         f"{m.get('objective')!r}: set config.model.objective alone (the data follows it)")
+    get_family(m.family).kernel_choice(m)  # a kernel that cannot apply this stage's attention (a causal objective's)
     _check_objective_fits_batches(config)
 
 

@@ -10,7 +10,7 @@ from bert_jax.checkpoint.params import restore_params
 from bert_jax.families import get_family, model_for
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import CONFIG_FILE, Workdir
-from bert_jax.train import model_card
+from bert_jax.train import model_card, stages
 
 FORMATS = ("hf", "params")
 
@@ -36,7 +36,9 @@ def export(workdir: str, out: str, step: int | None = None, fmt: str = "hf", ema
     if family.hf is None:
         raise ValueError(f"config.model.family={family.name!r} has no Hugging Face export; use --format=params")
     tokenizer = str(run.tokenizer) if run.tokenizer.is_dir() else None
-    # The main folder and any beside it (ELECTRA's generator, as OUT/generator).
-    family.to_hf(params, config.model).write(out, tokenizer, model_max_length=config.data.max_seq_length)
+    # The main folder and any beside it (ELECTRA's generator, as OUT/generator), as the stage that trained `step` has
+    # it: its objective picks the class (a biphasic run's causal phase exports a decoder, its masked one an encoder).
+    model_cfg = stages.stage_at(config, step).config.model
+    family.to_hf(params, model_cfg).write(out, tokenizer, model_max_length=config.data.max_seq_length)
     model_card.write_card(workdir, out, step, command, params)
     return step

@@ -26,7 +26,9 @@ class PretrainHooks:
         self.headline = ("loss",) + self.objective.headline
         self.eval_host_batches = [batch for _, batches in eval_sets for batch in batches]
         self.eval_sources = [(name, len(batches)) for name, batches in eval_sets if name]
-        self.baseline = pipeline.most_frequent_token_accuracy(self.eval_host_batches)
+        # The MLM floor (always the most frequent masked id); a causal objective's batches mask nothing.
+        masked = any("masked_ids" in batch for batch in self.eval_host_batches)
+        self.baseline = pipeline.most_frequent_token_accuracy(self.eval_host_batches) if masked else None
         self.meter = _meter(config, program)
         self.spans = counters.token_spans(stages, config)  # train/tokens_seen's stages (bert_jax/train/counters.py)
         self.budget_clock = BudgetClock.of(config.train)  # None without config.train.budget
@@ -59,13 +61,14 @@ class PretrainHooks:
 
     def evaluate(self, step, state, writer):
         row = _evaluate(self.program, state.params, self.eval_batches, self.eval_sources)
-        row["eval/most_frequent_token_accuracy"] = self.baseline
+        if self.baseline is not None:
+            row["eval/most_frequent_token_accuracy"] = self.baseline
         if self.downstream is not None and self.downstream.due(step):  # before meter.start: not train time
             row.update(self.downstream(step, state.params))
         writer.write(step, row)
         self.last_metrics.update(row)
-        logging.info("eval step %d | %s (MLM always-most-frequent-token: %.4f)",
-                     step, harness.headline(row, "eval", self.objective.headline), self.baseline)
+        floor = "" if self.baseline is None else f" (MLM always-most-frequent-token: {self.baseline:.4f})"
+        logging.info("eval step %d | %s%s", step, harness.headline(row, "eval", self.objective.headline), floor)
         for name, _ in self.eval_sources:
             logging.info("eval step %d | source %s | %s", step, name,
                          harness.headline(row, f"eval/{name}", self.objective.headline))

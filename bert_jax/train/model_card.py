@@ -34,7 +34,7 @@ UNKNOWN_LICENSE = "unknown"
 # export's <Family>ForPreTraining is fill-mask when it holds an MLM head beside the sentence-level one (BERT's NSP,
 # ALBERT's SOP: it loads as AutoModelForMaskedLM); one without (ELECTRA's discriminator, a replaced/original classifier
 # per token, which no Hub pipeline serves) gets no tag (_pipeline_tag); its generator/ subfolder is the fill-mask model.
-PIPELINE_TAGS = {"ForMaskedLM": "fill-mask", "ForPreTraining": "fill-mask",
+PIPELINE_TAGS = {"ForMaskedLM": "fill-mask", "ForPreTraining": "fill-mask", "ForCausalLM": "text-generation",
                  "ForSequenceClassification": "text-classification", "ForTokenClassification": "token-classification",
                  "ForQuestionAnswering": "question-answering", "Model": "feature-extraction"}
 SENTENCE_TRANSFORMERS_FILE = "modules.json"  # a sentence-transformers folder (a sentence-embedding run's export)

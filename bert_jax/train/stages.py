@@ -24,6 +24,8 @@ Two declarations expand into more stages of the same kind, merged with the decla
   the memory of the first batch all run long.
 - `config.data.mask_rate_schedule` ((step, rate), ...): `data.mask_rate` from each step on (mmBERT's
   30 -> 15 -> 5 %, Ettin's 30 -> 15 %).
+- `config.train.objective_switch` (fraction, to): `model.objective` becomes `to` after round(fraction x
+  num_steps) steps: a biphasic run's causal phase, then its masked one.
 
 A declared stage may not change the key a declaration drives (train.global_batch_size under a ramp,
 data.mask_rate under a schedule): each key has one story.
@@ -32,9 +34,11 @@ The run before the first stage's start is stage 0: the config as written, unless
 starts at step 0 (the ramp's start batch, a schedule's step-0 rate), which stage 0 then trains with.
 A declared stage starts after step 0. A stage that changes the sequence length or the mask rate
 re-derives `data.max_predictions_per_seq` (auto) unless it sets it.
-Only STAGE_KEYS may change: what a step's shapes and batches are made of. The learning-rate schedule, the optimizer
-and the model are the run's, so one schedule spans every stage (no jump at a switch) and the
-train state carries over unchanged. A shape change recompiles the step.
+Only STAGE_KEYS may change: what a step's shapes and batches are made of, and the objective (`model.objective`,
+e.g. causal LM then MLM: a biphasic run, Gisserot-Boukhlef et al. 2025, arXiv 2507.00994), whose switch the attention
+mask and the pipeline's targets follow (`data.objective`, FOLLOWERS) on the same parameters. The learning-rate
+schedule, the optimizer and the model's parameters are the run's, so one schedule spans every stage (no jump at a
+switch) and the train state carries over unchanged. A shape or objective change recompiles the step.
 
 The loop (bert_jax/train/loop.py) trains each stage as a span of the same run: the checkpoint at a
 stage's start holds the state; that stage's data iterator starts fresh there, seeded by
@@ -55,7 +59,11 @@ from data_pipelines.loader import masking
 
 # The keys a stage may change, as config paths.
 STAGE_KEYS = ("data.max_seq_length", "data.max_predictions_per_seq", "data.masking", "data.mask_rate",
-              "train.global_batch_size", "train.grad_accum_steps")
+              "train.global_batch_size", "train.grad_accum_steps", "model.objective")
+
+# Keys another key sets wherever it is changed: the pipeline reads the objective through a reference
+# (configs/base.py), which a config rebuilt from config.json no longer holds.
+FOLLOWERS = {"model.objective": ("data.objective",)}
 
 # A stage changing one of these re-derives data.max_predictions_per_seq (auto) unless it sets it itself.
 RESHAPING = {"data.max_seq_length", "data.mask_rate"}
@@ -76,6 +84,7 @@ class Stage:
 
 WARMUP = "config.train.batch_size_warmup"
 MASK_SCHEDULE = "config.data.mask_rate_schedule"
+OBJECTIVE_SWITCH = "config.train.objective_switch"
 
 
 def flat(tree, prefix="") -> dict:
@@ -94,7 +103,8 @@ def declared(config) -> list[tuple[int, dict]]:
     stages = config.train.stages
     driven = {"train.global_batch_size": WARMUP if _warmup_on(config) else "",
               "train.grad_accum_steps": WARMUP if _warmup_on(config) and _accumulates(config) else "",
-              "data.mask_rate": MASK_SCHEDULE if config.data.get("mask_rate_schedule", ()) else ""}
+              "data.mask_rate": MASK_SCHEDULE if config.data.get("mask_rate_schedule", ()) else "",
+              "model.objective": OBJECTIVE_SWITCH if objective_switch(config) else ""}
     out, previous = [], 0
     for i, stage in enumerate(stages):
         changes = flat(stage)
@@ -207,6 +217,25 @@ def mask_schedule(config) -> list[tuple[int, float]]:
     return out
 
 
+def objective_switch(config) -> list[tuple[int, str]]:
+    """[(step, objective)] of config.train.objective_switch, checked; [] when off (fraction 0)."""
+    switch = config.train.get("objective_switch")
+    fraction = switch.get("fraction", 0.0) if switch else 0.0
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
+        raise ValueError(f"{OBJECTIVE_SWITCH}.fraction={fraction!r} must be in [0, 1): the share of "
+                         f"config.train.num_steps before the switch (0: no switch)")
+    if not fraction:
+        return []
+    step, to = round(fraction * config.train.num_steps), switch.get("to", "")
+    if not 0 < step < config.train.num_steps:
+        raise ValueError(f"{OBJECTIVE_SWITCH}.fraction={fraction} puts the switch at step {step}, outside the run "
+                         f"(config.train.num_steps={config.train.num_steps})")
+    if not to:
+        raise ValueError(f"{OBJECTIVE_SWITCH}.to='' must name the objective trained after the switch "
+                         f"(config.model.objective's values: 'mlm', 'clm', ...)")
+    return [(step, to)]
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -223,6 +252,7 @@ def plan(config) -> list[Stage]:
     generated = [(start, ramp_changes(config, batch), WARMUP) for start, batch in batch_ramp(config, declared_stages)]
     generated += [(step, {"data.mask_rate": rate}, f"{MASK_SCHEDULE}[{i}]") for i, (step, rate) in
                   enumerate(mask_schedule(config))]
+    generated += [(step, {"model.objective": to}, OBJECTIVE_SWITCH) for step, to in objective_switch(config)]
     by_start: dict[int, list] = {0: [{}, [], None]}  # start -> [changes, sources, declared index]
     for i, (start, stage_changes) in enumerate(declared_stages):
         by_start[start] = [dict(stage_changes), [f"config.train.stages[{i}]"], i]
@@ -243,6 +273,13 @@ def plan(config) -> list[Stage]:
     return stages
 
 
+def stage_at(config, step: int) -> Stage:
+    """The stage that trained step `step` (stage 0 for step 0; the last stage past the run's end): what an export
+    of that step's checkpoint is (its objective decides the Hugging Face class)."""
+    planned = plan(config)
+    return next((stage for stage in planned if step <= stage.end), planned[-1])
+
+
 def without_stages(config) -> None:
     """Clears config's stage declarations in place: a stage's config, trained or compiled as one step."""
     with config.unlocked():
@@ -251,12 +288,15 @@ def without_stages(config) -> None:
             config.train.batch_size_warmup.start_batch_size = 0
         if "mask_rate_schedule" in config.data:
             config.data.mask_rate_schedule = ()
+        if "objective_switch" in config.train:
+            config.train.objective_switch.fraction = 0.0
 
 
 def stage_config(config, changes: dict) -> ml_collections.ConfigDict:
     """A copy of `config` with `changes` ({config path: value}) applied, its max_predictions_per_seq=auto the
     number it derives for the stage's length and rate: the config that stage trains with."""
     staged = config.copy_and_resolve_references()
+    changes = {**changes, **{follower: value for key, value in changes.items() for follower in FOLLOWERS.get(key, ())}}
     with staged.unlocked():
         for key, value in changes.items():
             *parents, leaf = key.split(".")

@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from bert_jax.objective_names import is_causal
 from bert_jax.registry import Registry
 from data_pipelines.loader.span_boundaries import SPAN_BOUNDARY_KEYS, span_boundaries
 from data_pipelines.tokenizers.tokenizer import SpecialIds
@@ -90,6 +91,12 @@ def max_predictions(data_cfg) -> int:
         return int(value)
     except (TypeError, ValueError):
         raise ValueError(f"config.data.max_predictions_per_seq={value!r}: expected 'auto' or a number") from None
+
+
+def predicted_positions(data_cfg) -> int:
+    """Positions per row the LM head decodes: the masked-position gather's width (max_predictions), or every
+    position of the row under a causal objective (config.data.objective), whose head runs at all of them."""
+    return data_cfg.max_seq_length if is_causal(data_cfg) else max_predictions(data_cfg)
 
 
 def span_length_distribution(span_p: float, max_span_length: int) -> tuple[np.ndarray, np.ndarray]:

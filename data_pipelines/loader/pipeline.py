@@ -16,7 +16,9 @@
   batch                       per-host batches: the builder's `stack` makes their rows (NSP/SOP
                               rows are built a whole batch at a time)
   MaskBatch                   dynamic masking (masking.py) of each batch, its rng drawn
-                              from (seed, host, batch index): fresh masks every epoch
+                              from (seed, host, batch index): fresh masks every epoch; none under
+                              a causal objective (config.data.objective: the targets are the next
+                              tokens, bert_jax/objectives/causal_lm.py)
   prefetch                    a thread, or config.data.worker_count grain processes (auto: from
                               the host's cores, workers.py; the batches depend on the number)
 
@@ -37,6 +39,7 @@ import numpy as np
 from absl import flags, logging
 
 import bert_jax
+from bert_jax.objective_names import is_causal
 from data_pipelines.examples import builders
 from data_pipelines.sources import corpus, documents as sources, mixture, readers
 from data_pipelines.loader import file_order, masking, mixing, span_boundaries, stream, window_shuffle, workers
@@ -64,7 +67,8 @@ def batch_spec(data_cfg: ml_collections.ConfigDict, batch_size: int) -> dict[str
     [B, P] int32; masked_weights [B, P] float32; maskable_tokens [B] int32 (non-special tokens
     per row, for the realised mask rate); P = masking.max_predictions(data_cfg); by builder next_sentence_label or
     sentence_order_label [B] int32, or segment_ids and position_ids [B, L] int32; with data.span_boundaries,
-    masked_span_left, masked_span_right, masked_span_offset [B, P] int32 (span_boundaries.py).
+    masked_span_left, masked_span_right, masked_span_offset [B, P] int32 (span_boundaries.py). A causal objective's
+    batches are unmasked: no masked_* keys, no maskable_tokens.
     """
     extra_keys = builders.example_keys(data_cfg)  # fails now, naming the key, on an unknown builder
     rows, preds = (batch_size, data_cfg.max_seq_length), (batch_size, masking.max_predictions(data_cfg))
@@ -72,14 +76,17 @@ def batch_spec(data_cfg: ml_collections.ConfigDict, batch_size: int) -> dict[str
         "input_ids": (rows, np.int32),
         "token_type_ids": (rows, np.int32),
         "attention_mask": (rows, np.int32),
-        "masked_positions": (preds, np.int32),
-        "masked_ids": (preds, np.int32),
-        "masked_weights": (preds, np.float32),
-        "maskable_tokens": ((batch_size,), np.int32),
     }
+    if not is_causal(data_cfg):
+        spec.update({
+            "masked_positions": (preds, np.int32),
+            "masked_ids": (preds, np.int32),
+            "masked_weights": (preds, np.float32),
+            "maskable_tokens": ((batch_size,), np.int32),
+        })
     for key in extra_keys:
         spec[key] = (rows if key in ("segment_ids", "position_ids") else (batch_size,), np.int32)
-    if data_cfg.get("span_boundaries", False):
+    if data_cfg.get("span_boundaries", False) and not is_causal(data_cfg):
         spec.update({key: (preds, np.int32) for key in span_boundaries.SPAN_BOUNDARY_KEYS})
     return spec
 
@@ -137,17 +144,22 @@ def document_feed(cfg, tokenizer, *, split: str, shuffle_seed: int | None, shard
 
 
 class MaskBatch(grain.transforms.RandomMap):
-    """Masks a batch of examples and adds attention_mask; module-level so workers can pickle it."""
+    """Masks a batch of examples and adds attention_mask; module-level so workers can pickle it. Without a masker
+    (a causal objective) the ids pass through as they are: the targets are the next tokens."""
 
-    def __init__(self, masker: masking.Masker, extra_keys: tuple[str, ...]):
+    def __init__(self, masker: masking.Masker | None, extra_keys: tuple[str, ...], pad_id: int):
         self._masker = masker
         self._extra_keys = extra_keys
+        self._pad_id = pad_id
 
     def random_map(self, batch: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
         """batch: input_ids, token_type_ids [B, L] (+ builder keys) -> the batch_spec layout."""
         original = batch["input_ids"]
-        features = self._masker(original, rng)
-        features["attention_mask"] = (original != self._masker.special_ids.pad).astype(np.int32)
+        if self._masker is None:
+            features = {"input_ids": np.asarray(original, np.int32)}
+        else:
+            features = self._masker(original, rng)
+        features["attention_mask"] = (original != self._pad_id).astype(np.int32)
         features["token_type_ids"] = batch["token_type_ids"].astype(np.int32)
         for key in self._extra_keys:
             features[key] = np.asarray(batch[key], np.int32)
@@ -192,11 +204,14 @@ class UnpackBatch(grain.transforms.Map):
 
 
 def make_mask_batch(cfg, tokenizer, extra_keys: tuple[str, ...] = ()) -> MaskBatch:
+    special = tokenizer_lib.special_ids(tokenizer)
+    keys = builders.example_keys(cfg) + extra_keys
+    if is_causal(cfg):
+        return MaskBatch(None, keys, special.pad)
     spec = masking.MaskingSpec.from_config(cfg)
     word_starts = tokenizer.word_start_flags() if spec.kind.by_word else None
-    masker = masking.Masker(spec, tokenizer_lib.special_ids(tokenizer), word_starts,
-                            tokenizer_size=tokenizer.get_vocab_size())
-    return MaskBatch(masker, builders.example_keys(cfg) + extra_keys)
+    masker = masking.Masker(spec, special, word_starts, tokenizer_size=tokenizer.get_vocab_size())
+    return MaskBatch(masker, keys, special.pad)
 
 
 def _example_stream(cfg, tokenizer, special, *, seed: int, process_index: int, process_count: int,
