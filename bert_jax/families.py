@@ -33,6 +33,7 @@ from bert_jax.objectives.causal_lm import CAUSAL_LM
 from bert_jax.models import parametrization
 from bert_jax.models.param_roles import ParamRoles
 from bert_jax.models.probe import abstract_params
+from bert_jax.models.unread import Unread
 from bert_jax.objectives.objective import Objective
 from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING
 
@@ -58,6 +59,9 @@ class Family:
     # Optional checks of the family's own config keys, run by config validation before anything compiles:
     # validate_config(config) raises ValueError naming the key.
     validate_config: Callable[..., None] | None = None
+    # config.model keys its module leaves unread, always or in a mode (bert_jax/models/unread.py): config validation
+    # refuses another value than the one that does nothing; tests/test_family_keys.py finds every other key read.
+    unread: tuple[Unread, ...] = ()
     # Its Hugging Face conversion (bert_jax/hf/X.py's CONVERTER): export, init_from, fine-tuned heads and
     # vocabulary extension read it; None: the family has none.
     hf: HfConverter | None = None
@@ -126,18 +130,29 @@ def family_of_hf_config(hf_cfg: dict, where: str) -> Family:
                      f"known: {', '.join(types)}")
 
 
+# The keys a family leaves unread. models/transformer.py's stack: the per-step masks are drawn before the layers,
+# which then have no fused dropout-and-norm to run.
+PER_STEP_MASKS = Unread.of(when=("dropout_masks", "per_step"), fused_dropout_norm=False)
+# A stack of the family's own (DeBERTa-v3's disentangled attention, ModernBERT's pre-LN layers): none of the
+# transformer stack's options.
+OWN_LAYERS = Unread.of(dropout_masks="per_layer", fused_dropout_norm=False, fused_qkv=False)
+NO_TOKEN_TYPES = Unread.of(type_vocab_size=2)
+
+
 def _register_builtin_families() -> None:
     mlm_head = ParamRoles().top
     register_family(Family(name="bert", build_model=bert.build_bert, objective=BERT_PRETRAINING, hf=hf_bert.CONVERTER,
-                           roles=ParamRoles(top=("pooler", "nsp") + mlm_head, pooler="pooler")))
+                           roles=ParamRoles(top=("pooler", "nsp") + mlm_head, pooler="pooler"),
+                           unread=(PER_STEP_MASKS,)))
     register_family(Family(name="roberta", build_model=roberta.build_roberta, objective=MLM_PRETRAINING,
-                           hf=hf_roberta.CONVERTER))
+                           hf=hf_roberta.CONVERTER, unread=(PER_STEP_MASKS,)))
     # ALBERT's layer groups are shared across depths: no one depth fits them, so they take the top rate.
     register_family(Family(name="albert", build_model=albert.build_albert, objective=ALBERT_PRETRAINING,
                            hf=hf_albert.CONVERTER,
                            roles=ParamRoles(embeddings=("embeddings", "embedding_hidden_mapping_in"),
                                             top=("group_*", "pooler", "sop") + mlm_head, pooler="pooler",
-                                            shared_layers=("group_*",))))
+                                            shared_layers=("group_*",)),
+                           unread=(Unread.of(dropout_masks="per_layer"),)))  # its shared groups draw per layer
     # SpanBERT: BERT without NSP or pooler, plus the span boundary head (its position table a lookup, its decoder
     # tied to the word table and feeding on its last norm, as the MLM head's).
     register_family(Family(name="spanbert", build_model=functools.partial(spanbert.build_spanbert,
@@ -146,9 +161,10 @@ def _register_builtin_families() -> None:
                            hf=hf_spanbert.CONVERTER, validate_config=spanbert.validate_config,
                            roles=ParamRoles(embedding_tables=ParamRoles().embedding_tables + ("output_bias",),
                                             top=mlm_head + (spanbert.SBO_HEAD,),
-                                            readout_inputs=("mlm_norm", "norm_2"))))
+                                            readout_inputs=("mlm_norm", "norm_2")),
+                           unread=(PER_STEP_MASKS,)))
     register_family(Family(name="distilbert", build_model=distilbert.build_distilbert, objective=MLM_PRETRAINING,
-                           hf=hf_distilbert.CONVERTER))
+                           hf=hf_distilbert.CONVERTER, unread=(PER_STEP_MASKS, NO_TOKEN_TYPES)))
 
     # HF layer 0 (no attention norm) is `first_layer`, outside the scanned stack of the other num_layers - 1.
     modernbert_roles = ParamRoles(embeddings=("word", "embedding_norm"), single_layers=("first_layer",),
@@ -158,7 +174,7 @@ def _register_builtin_families() -> None:
                            objectives={"mlm": MLM_PRETRAINING, "clm": CAUSAL_LM},
                            roles=modernbert_roles, validate_config=modernbert.validate_config,
                            kernel_choice=modernbert.ModernBertConfig.kernel_choice,
-                           hf=hf_modernbert.CONVERTER))
+                           hf=hf_modernbert.CONVERTER, unread=(OWN_LAYERS, NO_TOKEN_TYPES)))
 
     # ELECTRA's embedding size grows with the width (E = H from base up), ALBERT's stays 128 at every size.
     electra_roles = ParamRoles(embeddings=("embeddings", "embeddings_project"),
@@ -171,10 +187,12 @@ def _register_builtin_families() -> None:
                                            "rel_embeddings"),
                                top=("generator", "rel_norm", "rtd_norm", "rtd_transform", "rtd_output"))
     register_family(Family(name="electra", build_model=electra.build_electra, roles=electra_roles,
-                           objective=replaced_token_detection.objective_for, hf=hf_electra.CONVERTER))
+                           objective=replaced_token_detection.objective_for, hf=hf_electra.CONVERTER,
+                           unread=(PER_STEP_MASKS,)))
     register_family(Family(name="deberta_v3", build_model=deberta_v3.build_deberta_v3, roles=deberta_roles,
                            kernel_choice=deberta_v3.DebertaV3Config.kernel_choice,
-                           objective=replaced_token_detection.objective_for, hf=hf_deberta_v3.CONVERTER))
+                           objective=replaced_token_detection.objective_for, hf=hf_deberta_v3.CONVERTER,
+                           unread=(OWN_LAYERS,)))
 
 
 _register_builtin_families()

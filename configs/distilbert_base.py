@@ -33,7 +33,6 @@ def get_config(arg: str | None = None):
     c = base.get_config()
     c.model.family = "distilbert"
     c.model.num_layers = 6
-    c.model.type_vocab_size = 1  # unused: DistilBERT has no token-type table
     c.model.hidden_act = "gelu"
     c.model.layer_norm_eps = 1e-12  # transformers hard-wires it
     c.model.pad_token_id = 0

@@ -41,6 +41,9 @@ CASES = [
     (["pretrain", TINY, "--workdir=w", "--config.model.family=bertx"], ["config.model.family", "bertx"]),
     (["pretrain", TINY, "--workdir=w", "--config.train.num_steps=many"], ["config.train.num_steps", "many"]),
     (["pretrain", TINY, "--workdir=w", "--config.model.num_heads=7"], ["num_heads=7"]),
+    # a key the family's model leaves unread (bert_jax/models/unread.py)
+    (["pretrain", f"--config={ROOT}/configs/modernbert_base.py:tiny", "--workdir=w", "--config.model.fused_qkv=true"],
+     ["config.model.fused_qkv", "modernbert"]),
     (["pretrain", TINY, "--workdir=w", "--config.data.mask_rate=1.5"], ["mask_rate", "1.5"]),
     (["pretrain", TINY, "--workdir=w", "--config.data.mixture.a.source=text", "--config.data.mixture.a.path=corpus.txt",
       "--config.data.mixture.a.weight=-1"], ["weight", "-1"]),

@@ -18,6 +18,7 @@ from absl import logging
 import bert_jax
 from bert_jax.families import get_family, mup_multipliers
 from bert_jax.models import parametrization
+from bert_jax.models.unread import refuse_unread
 from bert_jax.models.targets import building_for
 from bert_jax.hf import folder as hf_folder
 from bert_jax.run import profile_window, spike
@@ -150,10 +151,7 @@ def validate_config(config, num_processes: int = 1) -> None:
         family.validate_config(config)
     with building_for(packed_rows="segment_ids" in pipeline.batch_spec(config.data, 1)):
         family.kernel_choice(m)  # an attention kernel this target cannot run, or that cannot apply the dropout or rows
-    built = getattr(family.build_model(m), "config", None)  # a model's frozen config: the keys it takes
-    if m.get("dropout_masks", "per_layer") != getattr(built, "dropout_masks", "per_layer"):
-        raise bert_jax.UserError(f"config.model.dropout_masks={m.dropout_masks!r}: family {m.family!r} draws its "
-                                 "dropout masks per layer; per_step applies to bert, roberta, electra, distilbert")
+    refuse_unread(m, family.unread, m.family)  # a key this family's model, or this mode, leaves unread
     if t.num_steps < 1:
         raise ValueError(f"config.train.num_steps={t.num_steps} must be >= 1")
     optimizer.make_optimizer(t)  # config.train.optimizer and its keys
