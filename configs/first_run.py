@@ -5,8 +5,8 @@
 Cramming's recipe as configs/crammed.py:tiny has it (pre-LN, rotary positions, gated GELU, no biases, no dropout,
 MLM alone on packed rows, a one-cycle learning rate peaking at 5e-3; the modernbert family, 2 layers x 64, a
 2048-piece WordPiece trained first), with batch 32 from the first step (no ramp) for 1800 steps. Measured
-2026-12-04 on 2 shared CPU cores: 267 s of CPU time for this command, the tokenizer included, which on this
-machine is about the idle wall time, so about 4.5 minutes; the last eval line prints eval/mlm_accuracy 0.3623
+2026-12-04 on 2 idle CPU cores: 2m36s of wall time for this command, the tokenizer included (267 s of CPU time:
+it uses both cores), so about 3 minutes; the last eval line prints eval/mlm_accuracy 0.3623
 against 0.0496 for always guessing the most frequent token (the held-out split's first 96 rows, 15 % masked).
 
 configs/tiny.py (a post-LN BERT with NSP, the tests' and guides' model) stays as it was: in about the old first

@@ -18,7 +18,7 @@ the word table is the third term): the leaves the family declares `embedding_tab
 (bert_jax.families, ParamRoles), e.g. a GDES discriminator's `delta` on its word table.
 
 N leaves out the pooler (ParamRoles.pooler): counted per token, ALBERT-xxlarge's 16.8M of them put the
-formula 0.7 % above the dots of its lowered train step (tests/test_flop_formula.py). N counts a parameter once per depth that applies it: ALBERT's shared layer group num_layers times
+formula 0.7 % above the compiled program's FLOPs. N counts a parameter once per depth that applies it: ALBERT's shared layer group num_layers times
 (ParamRoles.shared_layers). It counts every parameter of the family's module, so a module of two networks (ELECTRA's
 generator and discriminator) has both in the first term, the dominant one. The attention term
 sums over the networks the module runs (`networks`: ELECTRA's and DeBERTa-v3's generator beside
@@ -148,8 +148,7 @@ def train_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) ->
 def decoder_width(model_cfg) -> int:
     """The width the tied MLM decoder multiplies at: the word table's, `embedding_size` where the family factorises
     its embeddings (ALBERT's 128, ELECTRA-small's), else hidden_size. ALBERT-xxlarge's head at hidden 4096 instead
-    of 128 put the formula 0.8 % above the dots of its lowered train step (tests/test_flop_formula.py); with the
-    pooler's per token, an MFU bound of 100.7 % on v5p-32 (docs/results/tpu-plans.md)."""
+    of 128 put the formula 0.7 % above the compiled FLOPs (an MFU bound of 100.7 % on v5p-32)."""
     return int(model_cfg.get("embedding_size", None) or model_cfg.hidden_size)
 
 
