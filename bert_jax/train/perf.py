@@ -18,9 +18,10 @@ the word table is the third term): the leaves the family declares `embedding_tab
 (bert_jax.families, ParamRoles), e.g. a GDES discriminator's `delta` on its word table.
 
 N leaves out the pooler (ParamRoles.pooler): counted per token, ALBERT-xxlarge's 16.8M of them put the
-formula 0.7 % above the compiled program's FLOPs. N counts a parameter once per depth that applies it: ALBERT's shared layer group num_layers times
-(ParamRoles.shared_layers). It counts every parameter of the family's module, so a module of two networks (ELECTRA's
-generator and discriminator) has both in the first term, the dominant one. The attention term
+formula 0.7 % above the dots of its lowered train step (tests/test_flop_formula.py). N counts a parameter once
+per depth that applies it: ALBERT's shared layer group num_layers times (ParamRoles.shared_layers). It counts
+every parameter of the family's module, so a module of two networks (ELECTRA's generator and discriminator) has
+both in the first term, the dominant one. The attention term
 sums over the networks the module runs (`networks`: ELECTRA's and DeBERTa-v3's generator beside
 the discriminator), each at its own hidden size, depth and relative rows: ELECTRA-large's generator
 (a quarter of the width, all 24 layers) adds a quarter of the discriminator's attention, DeBERTa-v3's
@@ -148,7 +149,8 @@ def train_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) ->
 def decoder_width(model_cfg) -> int:
     """The width the tied MLM decoder multiplies at: the word table's, `embedding_size` where the family factorises
     its embeddings (ALBERT's 128, ELECTRA-small's), else hidden_size. ALBERT-xxlarge's head at hidden 4096 instead
-    of 128 put the formula 0.7 % above the compiled FLOPs (an MFU bound of 100.7 % on v5p-32)."""
+    of 128 put the formula 0.8 % above the dots of its lowered train step (tests/test_flop_formula.py); with the
+    pooler's per token, an MFU bound of 100.7 % on v5p-32 (docs/results/tpu-plans.md)."""
     return int(model_cfg.get("embedding_size", None) or model_cfg.hidden_size)
 
 
@@ -167,14 +169,14 @@ def step_flops(program, config) -> float:
     return flops
 
 
-def measure_matmul_peak(size: int = 2048, dtype=jnp.float32, trials: int = 8) -> float:
-    """Best FLOP/s of a square matmul over `trials` on the default device: the practical peak where no data sheet
-    applies. The best, not the mean: load on the machine only ever slows a trial."""
+def measure_matmul_peak(size: int = 2048, dtype=jnp.float32, repeats: int = 8) -> float:
+    """Best FLOP/s of a square matmul over `repeats` trials on the default device: the practical peak where no data
+    sheet applies. The best, not the mean: load on the machine only ever slows a trial."""
     x = jnp.ones((size, size), dtype)
     f = jax.jit(lambda a: a @ a)
     f(x).block_until_ready()
     best = math.inf
-    for _ in range(trials):
+    for _ in range(repeats):
         t = time.perf_counter()
         f(x).block_until_ready()
         best = min(best, time.perf_counter() - t)
