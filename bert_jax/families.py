@@ -123,7 +123,7 @@ def mup_multipliers(model_cfg) -> parametrization.Multipliers | None:
 def family_of_hf_config(hf_cfg: dict, where: str) -> Family:
     """The registered family whose `hf.model_type` is config.json's `model_type`; `where` names the folder."""
     for _, family in FAMILIES.items():
-        if family.hf is not None and family.hf.model_type == hf_cfg.get("model_type"):
+        if family.hf is not None and hf_cfg.get("model_type") in (family.hf.model_type, *family.hf.also_reads):
             return family
     types = sorted(f.hf.model_type for _, f in FAMILIES.items() if f.hf is not None)
     raise ValueError(f"{where}: config.json model_type={hf_cfg.get('model_type')!r} is no registered family's; "

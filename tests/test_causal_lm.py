@@ -194,3 +194,19 @@ def test_splash_applies_the_causal_mask_as_xla_does(window):
     splash = kernels.splash_attention(q, k, v, segments, window, interpret=True, causal=True)
     real = np.asarray(segments) >= 0
     np.testing.assert_allclose(np.asarray(splash)[real], np.asarray(reference)[real], rtol=2e-5, atol=2e-5)
+
+
+def test_a_decoder_folder_imports_into_either_objective_exactly(model_and_params):
+    """Ettin's cross-objective training: a ModernBertDecoderForCausalLM's tensors (and config.json) import as the
+    modernbert family's params, for a causal run or a masked one alike (the same parameters)."""
+    from bert_jax.families import family_of_hf_config  # noqa: PLC0415
+
+    _, params = model_and_params
+    family = get_family("modernbert")
+    exported = family.to_hf(params, causal_config())
+    assert family_of_hf_config(exported.config, "a decoder folder") is family
+    for objective in ("clm", "mlm"):
+        imported, report = family.hf.from_hf(exported.state, exported.config, causal_config(objective=objective),
+                                             params)
+        assert not report.kept_from_fallback and not report.unused
+        jax.tree.map(np.testing.assert_array_equal, imported, params)

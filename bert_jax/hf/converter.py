@@ -52,3 +52,6 @@ class HfConverter:
     # Top-level subtrees of our params that serve pre-training only and that the export leaves out, as the
     # family's released checkpoints do (SpanBERT's span boundary head): from_hf takes them from the fallback.
     pretraining_only: tuple[str, ...] = ()
+    # Other model_types its import reads (ModernBERT's decoder, "modernbert-decoder", for Ettin's cross-objective
+    # training): a folder of one of them is matched to this family too.
+    also_reads: tuple[str, ...] = ()

@@ -110,10 +110,13 @@ def params_to_hf(params: dict, model_cfg):
 
 
 def hf_to_params(state, model_cfg, fallback_params: dict | None = None) -> tuple[dict, ImportReport]:
-    """HF ModernBertForMaskedLM (or ModernBertModel: no `model.` prefix, no head) state dict -> our params."""
+    """HF ModernBertForMaskedLM (or ModernBertModel: no `model.` prefix, no head) state dict -> our params; a
+    ModernBertDecoderForCausalLM's (or ModernBertDecoderModel's) names are read as the encoder's first."""
     if not any(name.startswith(f"{PREFIX}.") for name in state):
-        state = {name if name.startswith(("head.", "decoder.")) else f"{PREFIX}.{name}": array
+        state = {name if name.startswith(("head.", "lm_head.", "decoder.")) else f"{PREFIX}.{name}": array
                  for name, array in state.items()}
+    if any(".attn.q_proj." in name for name in state):
+        state = encoder_state(state)
     return hf_bert.specs_to_params(state, tensor_specs(model_cfg), set(TIED_ON_EXPORT), model_cfg, fallback_params)
 
 
@@ -148,11 +151,12 @@ def hf_config(model_cfg) -> dict[str, Any]:
 
 
 def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
-    """config.model values read from a Hugging Face ModernBERT config.json (transformers 5 or older spellings)."""
-    if hf_cfg.get("model_type") != MODEL_TYPE:
-        raise ValueError(f"config.json model_type={hf_cfg.get('model_type')!r}: only {MODEL_TYPE!r} can be "
-                         f"imported into config.model.family='modernbert'")
-    hf_cfg = dict(hf_cfg)
+    """config.model values read from a Hugging Face ModernBERT config.json (transformers 5 or older spellings), or
+    a ModernBERT decoder's (Ettin's: the same keys; its `local_attention` is the encoder's window, as ours)."""
+    if hf_cfg.get("model_type") not in (MODEL_TYPE, DECODER_MODEL_TYPE):
+        raise ValueError(f"config.json model_type={hf_cfg.get('model_type')!r}: only {MODEL_TYPE!r} and "
+                         f"{DECODER_MODEL_TYPE!r} can be imported into config.model.family='modernbert'")
+    hf_cfg = dict(hf_cfg, model_type=MODEL_TYPE)
     rope = hf_cfg.get("rope_parameters") or {}
     for ours, kind in (("global_rope_theta", "full_attention"), ("local_rope_theta", "sliding_attention")):
         if "rope_theta" in (rope.get(kind) or {}):
@@ -188,6 +192,18 @@ def decoder_state(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
+def encoder_state(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """decoder_state's inverse: q_proj, k_proj, v_proj stacked back into Wqkv, `lm_head.` as `head.`."""
+    out = {}
+    for name, array in state.items():
+        if ".attn.q_proj." in name:
+            parts = [state[name.replace(".q_proj.", f".{part}.")] for part in ("q_proj", "k_proj", "v_proj")]
+            out[name.replace(".q_proj.", ".Wqkv.")] = np.concatenate(parts, axis=0)
+        elif ".attn.k_proj." not in name and ".attn.v_proj." not in name:
+            out[f"head.{name[len('lm_head.'):]}" if name.startswith("lm_head.") else name] = array
+    return out
+
+
 def decoder_config(model_cfg) -> dict[str, Any]:
     """A Hugging Face ModernBertDecoderConfig config.json for `config.model`: the encoder's keys, the decoder's type."""
     out = hf_config(model_cfg)
@@ -218,5 +234,5 @@ def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[di
     return hf_to_params(state, model_cfg, fallback_params)
 
 
-CONVERTER = HfConverter(model_type=MODEL_TYPE, to_hf=hf_export, from_hf=hf_import, model_config=model_config_from_hf,
+CONVERTER = HfConverter(model_type=MODEL_TYPE, also_reads=(DECODER_MODEL_TYPE,), to_hf=hf_export, from_hf=hf_import, model_config=model_config_from_hf,
                         vocab_tensors=VOCAB_TENSORS, task_heads_missing=TASK_HEADS_MISSING)
