@@ -156,18 +156,25 @@ def no_matmul_params(params, roles, num_layers: int) -> float:
     return perf.applied_params(keep(params), roles, num_layers)
 
 
-def test_the_formula_counts_the_dots_of_albert_s_lowered_train_step():
-    """Micro ALBERT (a shared group over 4 layers, a 32-wide head under a 64-wide encoder, a pooler): the formula less
-    its no-matmul parameters is the program's dots within 0.1 % (the SOP classifier, counted per token, runs per
-    sequence); with the pooler counted per token, or the head at hidden_size (the 0.7 % and 0.8 % of ALBERT-xxlarge
-    in perf.py's docstrings), it is more than 1 % over. The MLM head runs at P = S positions, so that N's head
-    parameters are per token as the formula counts them."""
+@pytest.fixture(scope="module")
+def albert_micro():
+    """Micro ALBERT (a shared group over 2 layers, a 32-wide head under a 64-wide encoder, a pooler) with its MLM head
+    at P = S positions, so that N's head parameters are per token as the formula counts them: (config, program,
+    the dots of its lowered train step)."""
     c = bert_jax.configs.albert_base.get_config()
     bert_jax.configs.albert_base.shrink_to_tiny(c)
     c.model.num_layers = 2  # the group shared by 2 layers: half the tracing of 4
-    b, s = 2, c.data.max_seq_length
-    c.train.global_batch_size, c.data.max_predictions_per_seq = b, s
+    c.train.global_batch_size, c.data.max_predictions_per_seq = 2, c.data.max_seq_length
     dots, program = lowered_dots(c)
+    return c, program, dots
+
+
+def test_the_formula_counts_the_dots_of_albert_s_lowered_train_step(albert_micro):
+    """The formula less its no-matmul parameters is the program's dots within 0.1 % (the SOP classifier, counted per
+    token, runs per sequence); with the pooler counted per token, or the head at hidden_size (the 0.7 % and 0.8 % of
+    ALBERT-xxlarge in perf.py's docstrings), it is more than 1 % over."""
+    c, program, dots = albert_micro
+    b, s = c.train.global_batch_size, c.data.max_seq_length
     params, roles = program.abstract_state.params, get_family("albert").roles
     formula = perf.step_flops(program, c) - 6.0 * no_matmul_params(params, roles, c.model.num_layers) * b * s
     assert formula == pytest.approx(dots, rel=1e-3)
@@ -175,6 +182,19 @@ def test_the_formula_counts_the_dots_of_albert_s_lowered_train_step():
     head_at_hidden = 6.0 * (c.model.hidden_size - c.model.embedding_size) * c.model.vocab_size * b * s
     for old in (pooler_per_token, head_at_hidden):
         assert (formula + old) / dots - 1 > 0.01
+
+
+def test_a_forward_pass_is_a_third_of_the_train_step_s_dots(albert_micro):
+    """forward_flops_per_step, what a distillation teacher adds to the step's FLOPs, is a third of the train step's:
+    so are the dots of the module's forward, lowered alone (each forward dot has two in the backward)."""
+    c, program, train_dots = albert_micro
+    model = get_family(c.model.family).build_model(c.model)
+    batch = jax.eval_shape(lambda: example_batch(c.data, c.train.global_batch_size))
+    forward = jax.jit(lambda params, batch: model.apply({"params": params}, batch, deterministic=True))
+    dots, unread = hlo_flops.dot_flops(forward.lower(program.abstract_state.params, batch).as_text(dialect="hlo"))
+    assert unread == 0 and 3 * dots == train_dots
+    params = program.abstract_state.params
+    assert perf.forward_flops_per_step(params, c.model, c.data, 2) == perf.step_flops(program, c) / 3
 
 
 @pytest.mark.slow  # ALBERT-xxlarge's 12 layers traced and lowered (nothing allocated): about 10 s
