@@ -114,6 +114,7 @@ CASES = [
     (["extend-vocab", "--from=notarun", "--corpus=nope.txt", "--add=5", "--out=o"], ["--corpus", "nope.txt"]),
     (["extend-vocab", "--from=nope", "--corpus=corpus.txt", "--add=5", "--out=o"], ["--from", "nope"]),
     (["extend-vocab", "--from=notarun", "--corpus=corpus.txt", "--add=0", "--out=o"], ["--add=0"]),
+    (["mine-pairs", "--out=o", "--sentences=0"], ["--sentences=0"]),
     # sweep
     (["sweep", "summary", "--sweep_dir=nope"], ["nope"]),
 ]
@@ -167,6 +168,19 @@ def test_a_mistake_is_at_most_three_lines_naming_it_with_status_2_and_nothing_cr
     assert 1 <= len(lines) <= 3 and "Traceback" not in result["err"], shown
     assert all(name in result["err"] for name in names), f"{names} not named: {shown}"
     assert result["created"] == [] and result["removed"] == [], (result["created"], result["removed"])
+
+
+# A case of each command that reaches its main (past the flags) before it refuses the input.
+SET_UP = {"pretrain": "--config.model.num_heads=7", "prepare": "--config.data.path=nope.txt",
+          "tokenizer": "--config.data.path=nope.txt", "extend-vocab": "--from=nope", "mine-pairs": "--sentences=0"}
+
+
+@pytest.mark.parametrize("command", SET_UP)
+def test_a_command_sets_its_process_up_first_as_the_training_commands_do(ran, command):
+    """The process setup (bert_jax/run/process_setup.py: the allocator's two arenas, the config's flags) is each
+    command's first act, the data commands' too; the driver clears its mark before each command."""
+    [result] = [r for args, r in ran.items() if args.split()[0] == command and SET_UP[command] in args.split()]
+    assert result["arenas"] == "2", result
 
 
 def test_a_missing_bucket_is_not_made(ran):

@@ -28,7 +28,7 @@ from bert_jax import cli
 # Runs `bert-jax <args>` for each args in turn, in one process; with a second argument `--track_files`, each result
 # also lists the files created and removed under the working directory (tests/test_bad_input.py runs it that way).
 DRIVER = r"""
-import contextlib, io, json, pathlib, sys, traceback
+import contextlib, io, json, os, pathlib, sys, traceback
 from absl import flags
 from bert_jax import cli
 
@@ -40,6 +40,7 @@ def tree():
 results = {}
 for args in json.loads(sys.argv[1]):
     before, files = set(flags.FLAGS), tree()
+    os.environ.pop("MALLOC_ARENA_MAX", None)  # set by the process setup (bert_jax/run/process_setup.py): one per command
     out, err, code = io.StringIO(), io.StringIO(), 0
     sys.argv = ["bert-jax", *args]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -57,7 +58,8 @@ for args in json.loads(sys.argv[1]):
     flags.FLAGS.unparse_flags()
     now = tree()
     results[" ".join(args)] = {"code": code or 0, "out": out.getvalue(), "err": err.getvalue(),
-                               "created": sorted(now - files), "removed": sorted(files - now)}
+                               "created": sorted(now - files), "removed": sorted(files - now),
+                               "arenas": os.environ.get("MALLOC_ARENA_MAX")}
 print(json.dumps(results))
 """
 

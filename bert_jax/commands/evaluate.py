@@ -57,7 +57,7 @@ def _main(argv) -> None:
     log_info_quietly()
     # Loaded once the flags parsed: --help and a bad flag answer without loading JAX and the fine-tuning code.
     from bert_jax.finetune import battery, scoreboard
-    from bert_jax.run import harness
+    from bert_jax.run import process_setup
     from bert_jax.configs.suites import load_suite
     from bert_jax.launch import executors
 
@@ -69,7 +69,7 @@ def _main(argv) -> None:
         chosen.check(args, out, "--out")
         checkpoint, out, executor = chosen.battery(args, checkpoint, out)
         suite = load_suite(_SUITE.value)
-        harness.setup_process(battery.process_config(suite))  # before JAX starts its backend
+        process_setup.setup_process(battery.process_config(suite))  # before JAX starts its backend
         board = battery.evaluate(checkpoint, suite, out, _GLUE_DIR.value, _TFDS_DATA_DIR.value, _TASKS.value,
                                  _SEEDS.value, executor=executor, beir_dir=_BEIR_DIR.value)
     except UserError:

@@ -13,7 +13,7 @@ The work is bert_jax.vocab.extension's; this is its command line.
 from absl import app, flags, logging
 
 from bert_jax import UserError
-from bert_jax.run import command_line
+from bert_jax.run import command_line, process_setup
 from bert_jax.vocab.rows import INITS
 from bert_jax.run.log_filter import log_info_quietly
 from bert_jax.vocab.extension import ExtendRequest, extend_vocab, report_table
@@ -39,6 +39,7 @@ def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_info_quietly()
+    process_setup.setup_process(join_run=False)  # before JAX starts its backend
     f = flags.FLAGS
     request = ExtendRequest(source=f["from"].value, corpus=f.corpus, out=f.out, add=f.add, min_saving=f.min_saving,
                             init=f.init, seed=f.seed, corpus_source=f.corpus_source, field=f.field,

@@ -15,9 +15,9 @@ def _main(argv) -> None:
     log_info_quietly()
     # Loaded once the flags parsed: --help and a bad flag answer without loading JAX and the fine-tuning code.
     from bert_jax.finetune.run import finetune
-    from bert_jax.run import harness  # as finetune above
+    from bert_jax.run import process_setup  # as finetune above
 
-    harness.setup_process(flags.FLAGS.config)  # before JAX starts its backend
+    process_setup.setup_process(flags.FLAGS.config)  # before JAX starts its backend
     # Its first act is the one check of the config (bert_jax/finetune/config_validation.py, what show-config prints),
     # before anything is created.
     finetune(flags.FLAGS.config, flags.FLAGS.workdir)

@@ -14,7 +14,7 @@ import json
 from absl import app, flags
 
 from bert_jax import MissingPathError, UserError
-from bert_jax.run import command_line
+from bert_jax.run import command_line, process_setup
 
 _CORPUS = flags.DEFINE_string("corpus", "embedded", "`embedded`, or a text file: a sentence per line, a blank line "
                               "between documents.")
@@ -49,6 +49,7 @@ def _documents(corpus: str, limit: int) -> list[list[str]]:
 def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    process_setup.setup_process(join_run=False)  # before JAX starts its backend
     if _SENTENCES.value < 1:
         raise UserError(f"--sentences={_SENTENCES.value}: at least 1")
     if not 0.0 < _EVAL_FRACTION.value < 1.0:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from absl import app, flags, logging
 
-from bert_jax.run import command_line
+from bert_jax.run import command_line, process_setup
 from data_pipelines.shards import prepare as prepare_lib
 
 
@@ -27,6 +27,7 @@ def _define_flags():
 
 def _run(argv: Sequence[str], flag_values) -> None:
     del argv
+    process_setup.setup_process(flag_values.config, join_run=False)  # before JAX starts its backend
     started = time.perf_counter()
     manifest = prepare_lib.prepare(
         flag_values.config.data,

@@ -12,7 +12,7 @@ from ml_collections import config_flags
 
 from bert_jax.finetune.downstream_probe import DownstreamProbe
 from bert_jax.run.log_filter import log_info_quietly
-from bert_jax.run import command_line, harness
+from bert_jax.run import command_line, process_setup
 from bert_jax.train.config_validation import check_config
 from bert_jax.train.loop import train
 from bert_jax.configs.suites import load_suite
@@ -26,7 +26,7 @@ def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_info_quietly()
-    harness.setup_process(_CONFIG.value)  # before JAX starts its backend
+    process_setup.setup_process(_CONFIG.value)  # before JAX starts its backend
     # The one check (the one show-config prints), before anything is created: the workdir, the probe's data.
     config = check_config(_CONFIG.value, _WORKDIR.value, jax.process_count())
     train(config, _WORKDIR.value, downstream=downstream_probe(config, _WORKDIR.value))

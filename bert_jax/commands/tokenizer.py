@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from absl import app, flags, logging
 
-from bert_jax.run import command_line
+from bert_jax.run import command_line, process_setup
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 
@@ -32,6 +32,7 @@ def _define_flags():
 
 def _run(argv: Sequence[str], flag_values) -> None:
     del argv
+    process_setup.setup_process(flag_values.config, join_run=False)  # before JAX starts its backend
     # Here, not at import: they import the sources and the tokenizer libraries, which `--help` does not need.
     from data_pipelines.sources import corpus  # noqa: PLC0415
     from data_pipelines.tokenizers import training as tokenizer_training  # noqa: PLC0415

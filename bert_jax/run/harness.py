@@ -1,12 +1,11 @@
 """The one harness of every run: pre-training and fine-tuning are `Program`s handed to it with their `Batches`.
 
-It owns what a run does whatever it trains: setting the process up (XLA and libtpu flags,
-joining a multi-host run, the compilation cache), checking storage before anything is built,
-the barriers where process 0 writes what the others read, restoring the newest checkpoint
-(train state and data iterator) or initialising, the step / log / evaluate / checkpoint loop,
-the preemption save (SIGTERM: save at the next step boundary, exit 0, the same command
-resumes), the end of the data (batches that may end: its last full batch is the
-run's last step, evaluated and saved as a last step is), and cleanup on any exit. What differs,
+It owns what a run does whatever it trains, once its command set the process up (run/process_setup.py): checking
+storage before anything is built, the barriers where process 0 writes what the others read, restoring the newest
+checkpoint (train state and data iterator) or initialising, the step / log / evaluate / checkpoint loop, the
+preemption save (SIGTERM: save at the next step boundary, exit 0, the same command resumes), the end of the data
+(batches that may end: its last full batch is the run's last step, evaluated and saved as a last step is), and
+cleanup on any exit. What differs,
 a run gives as `Hooks`, complete when built: when it evaluates and saves, what its evaluation writes, what its
 progress line says, and whether it stops early.
 """
@@ -20,13 +19,12 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax.parallel import tpu_slices
 from bert_jax.checkpoint import manager as ckpt
 from bert_jax.parallel import distributed
 from bert_jax.parallel.mesh import global_batch
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
-from bert_jax.run import determinism, freed_memory, goodput, spike
+from bert_jax.run import determinism, goodput, spike
 from bert_jax.run import lease as lease_lib
 from bert_jax.run.device_memory import DeviceMemory, planned_peak_bytes
 from bert_jax.run.metrics_file import read_rows
@@ -38,18 +36,6 @@ from bert_jax.run.step_clock import DATA_BOUND_SHARE, StepClock
 
 class NonFiniteLossError(RuntimeError):
     pass
-
-
-def setup_process(config) -> None:
-    """From a command's main, before JAX starts its backend: the allocator's arenas, flags, then joining the run,
-    then the cache."""
-    freed_memory.fewer_arenas()
-    determinism.set_xla_flags(config)
-    tpu_slices.set_libtpu_init_args(config)
-    distributed.initialize(config.distributed)  # before anything touches a device
-    cache = config.compilation_cache_dir
-    if cache and jax.config.jax_compilation_cache_dir is None:  # JAX_COMPILATION_CACHE_DIR, if set, wins
-        jax.config.update("jax_compilation_cache_dir", str(paths.path(cache).expanduser()))
 
 
 def check_storage(config, workdir: str) -> lease_lib.Lease | lease_lib.Joined:
