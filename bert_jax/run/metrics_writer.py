@@ -12,7 +12,13 @@ wandb: one run per workdir. Its id is derived once from the workdir (`wandb_run_
 DIR/wandb_id, and wandb.init resumes it, so every resume, relaunch and preemption of the run logs
 into the same wandb run; `logging.wandb_run_name` names it (default: the workdir's name) and
 `logging.wandb_group` groups it (a sweep sets both: group = the sweep, name = the point); a branch
-without one is grouped with its root run (`wandb_init_args`).
+without one is grouped with its root run (`wandb_init_args`). Its x axis is the `step` metric (STEP), not wandb's own
+step, which only grows: wandb ignores a row logged at a step below its newest, so the steps a rollback or a resume
+trains again would be lost there.
+
+A rollback (bert_jax/run/spike.py) drops metrics.jsonl's rows after the restored step; TensorBoard's events and
+wandb's history cannot drop a row, so they keep the rolled-back rows, get a marker where those end
+(ROLLED_BACK_TO: the step rolled back to, at the last step logged before the rollback), then the rows trained again.
 """
 import hashlib
 import io
@@ -31,6 +37,8 @@ from bert_jax.run.metrics_file import as_text, read_rows, truncate_metrics
 from bert_jax.run.step_clock import ROW_ACTIVITIES
 
 WANDB_MODES = ("disabled", "offline", "online")
+STEP = "step"  # wandb's x axis: a metric, so rows may go back to an earlier step
+ROLLED_BACK_TO = "train/rolled_back_to"  # TensorBoard's and wandb's marker of a rollback (rewind)
 
 
 def wandb_run_id(workdir: str) -> str:
@@ -62,6 +70,7 @@ class MetricsWriter:
         self.remote = paths.is_remote(workdir)
         self.plots_dir = Workdir(workdir).plots if config.logging.plots else None
         self.tb = self.wandb_run = None
+        self.last_step = None  # the newest row's step: where a rollback's marker goes
         if not self.active:
             return
         rows = truncate_metrics(self.workdir / METRICS_FILE, resume_step)
@@ -83,10 +92,13 @@ class MetricsWriter:
             import wandb  # seconds to load: only a wandb_mode other than disabled needs it
 
             self.wandb_run = wandb.init(**wandb_init_args(config, workdir, str(self.staging)))
+            self.wandb_run.define_metric(STEP)
+            self.wandb_run.define_metric("*", step_metric=STEP)
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
         if not self.active:
             return
+        self.last_step = int(step)
         row = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
         with self.path.open("a") as f:  # the local file (staging for a bucket)
             f.write(json.dumps(row) + "\n")
@@ -95,13 +107,22 @@ class MetricsWriter:
                 self.tb.add_scalar(k, float(v), step)
             self.tb.flush()
         if self.wandb_run is not None:
-            self.wandb_run.log(dict(metrics), step=int(step))
+            self.wandb_run.log({STEP: int(step), **metrics})
 
     def rewind(self, step: int) -> None:
-        """Drops the rows after `step`, which a rollback trains again (bert_jax/run/spike.py); TensorBoard's events and
-        wandb's history keep theirs (neither can drop a step), and get the new rows beside."""
-        if self.active:
-            truncate_metrics(self.path, step)
+        """Drops metrics.jsonl's rows after `step`, which a rollback trains again (bert_jax/run/spike.py). TensorBoard
+        and wandb cannot drop theirs: they get ROLLED_BACK_TO = `step` at the last step logged, so a reader sees where
+        the rows that follow go back to."""
+        if not self.active:
+            return
+        truncate_metrics(self.path, step)
+        if self.last_step is None:
+            return
+        if self.tb is not None:
+            self.tb.add_scalar(ROLLED_BACK_TO, float(step), self.last_step)
+            self.tb.flush()
+        if self.wandb_run is not None:
+            self.wandb_run.log({STEP: self.last_step, ROLLED_BACK_TO: float(step)})
 
     def sync(self) -> None:
         """Uploads metrics.jsonl and the TensorBoard event files, each whole, to a bucket workdir."""
