@@ -305,13 +305,17 @@ def get_config() -> ml_collections.ConfigDict:
     # (data, fsdp, tensor) across slices (DCN, multi-slice TPU; one process per node on GPUs),
     # e.g. (2,1,1): data parallel over 2 slices. The mesh is shape * dcn_shape.
     c.mesh.dcn_shape = (1, 1, 1)
+    # Context parallelism: each sequence split over this many devices of a slice (the logical `length`
+    # axis on the `context` mesh axis); the -1 above takes what is left. Attention all-gathers the keys
+    # and values over it (xla kernel only). docs/guides/long-context.md.
+    c.mesh.context = 1
     # Logical axis -> mesh axes preset (bert_jax/parallel/mesh.py RULE_PRESETS):
     # dp | fsdp | tp | fsdp_tp (splits by whichever axes are > 1) | custom (logical_axis_rules below).
     c.mesh.rules = "fsdp_tp"
     # Used only with rules=custom. The model names only logical axes.
     c.mesh.logical_axis_rules = (
         ("batch", ("data", "fsdp")),
-        ("length", None),
+        ("length", "context"),
         ("embed", "fsdp"),
         ("heads", "tensor"),
         ("kv", None),

@@ -102,13 +102,16 @@ def initial_state(config):
     """
     config = ml_collections.ConfigDict(config.to_dict())
     config.mesh.shape = config.mesh.dcn_shape = (1, 1, 1)
+    config.mesh.context = 1
     program = build_program(config, make_mesh(config.mesh, jax.local_devices()[:1]))
     return jax.device_get(program.init())
 
 
 def _devices(mesh_cfg) -> list:
-    """The first devices, as many as the mesh needs (all of them but for the 1-device baseline)."""
-    return jax.devices()[: math.prod(mesh_cfg.shape) * math.prod(mesh_cfg.dcn_shape)]
+    """The first devices, as many as the mesh needs (all of them but for the 1-device baseline; all for a -1)."""
+    if -1 in tuple(mesh_cfg.shape):
+        return jax.devices()
+    return jax.devices()[: math.prod(mesh_cfg.shape) * math.prod(mesh_cfg.dcn_shape) * mesh_cfg.get("context", 1)]
 
 
 def run(config, batches: list[dict], state, save=None, program=None):

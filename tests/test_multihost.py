@@ -44,7 +44,7 @@ def test_two_processes_give_the_one_process_losses(monkeypatch):
                        devices_per_process=4, out=out, timeout_s=600)
     assert status == 0, out.getvalue()[-3000:]
     hybrid = results(out.getvalue())["runs"]["(1, 2, 2)"]
-    assert hybrid["mesh"] == {"data": 2, "fsdp": 2, "tensor": 2}
+    assert hybrid["mesh"] == {"data": 2, "fsdp": 2, "context": 1, "tensor": 2}
     assert_close(hybrid["losses"], single["runs"]["(1, 1, 1)"]["losses"], REORDERED)
 
 

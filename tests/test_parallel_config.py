@@ -30,9 +30,23 @@ def test_bad_mesh_shape_names_the_key(shape, devices, words):
 def test_dcn_shape_divides_devices_into_slices():
     cfg = bert_jax.configs.base.get_config().mesh
     cfg.shape, cfg.dcn_shape = (1, -1, 1), (2, 1, 1)
-    assert resolve_mesh_shapes(cfg, 16) == ((1, 8, 1), (2, 1, 1))
+    assert resolve_mesh_shapes(cfg, 16) == ((1, 8, 1, 1), (2, 1, 1, 1))
     cfg.dcn_shape = (3, 1, 1)
     with pytest.raises(ValueError, match=r"config\.mesh\.dcn_shape"):
+        resolve_mesh_shapes(cfg, 16)
+
+
+def test_context_axis_takes_its_devices_before_the_minus_one():
+    cfg = bert_jax.configs.base.get_config().mesh
+    cfg.context = 4
+    assert resolve_mesh_shapes(cfg, 8) == ((2, 1, 4, 1), (1, 1, 1, 1))
+    cfg.shape = (1, -1, 2)
+    assert resolve_mesh_shapes(cfg, 16) == ((1, 2, 4, 2), (1, 1, 1, 1))
+    cfg.context = 3
+    with pytest.raises(ValueError, match=r"config\.mesh\.context=3 does not divide the 16 devices"):
+        resolve_mesh_shapes(cfg, 16)
+    cfg.context = 0
+    with pytest.raises(ValueError, match=r"config\.mesh\.context=0 must be a positive integer"):
         resolve_mesh_shapes(cfg, 16)
 
 
@@ -48,6 +62,7 @@ def test_presets_split_parameters_by_their_strategy():
     assert all(r["batch"] == ("data", "fsdp") for r in rules.values())
     assert [rules[n]["embed"] for n in ("dp", "fsdp", "tp", "fsdp_tp")] == [None, "fsdp", None, "fsdp"]
     assert [rules[n]["heads"] for n in ("dp", "fsdp", "tp", "fsdp_tp")] == [None, None, "tensor", "tensor"]
+    assert all(r["length"] == "context" for r in rules.values())  # a no-op at config.mesh.context=1
 
 
 def test_unknown_preset_or_mesh_axis_is_named():
@@ -62,14 +77,14 @@ def test_heads_not_dividing_the_tensor_axis_suggests_a_shape():
     config = bert_jax.configs.base.get_config()  # 12 heads
     config.train.global_batch_size = 64
     with pytest.raises(ValueError, match=r"num_heads=12 .* try --config\.mesh\.shape=\(1,-1,4\)"):
-        validate_mesh_fit(config, AbstractMesh((1, 1, 8), MESH_AXES))
-    validate_mesh_fit(config, AbstractMesh((1, 2, 4), MESH_AXES))
+        validate_mesh_fit(config, AbstractMesh((1, 1, 1, 8), MESH_AXES))
+    validate_mesh_fit(config, AbstractMesh((1, 2, 1, 4), MESH_AXES))
 
 
 def test_uneven_parameter_split_names_the_parameter():
-    mesh = jax.make_mesh((1, 1, 1), MESH_AXES)
+    mesh = jax.make_mesh((1, 1, 1, 1), MESH_AXES)
     abstract = {"word": {"embedding": jax.ShapeDtypeStruct((30522, 8), "float32")}}
-    sharding = NamedSharding(AbstractMesh((1, 1, 4), MESH_AXES), PartitionSpec("tensor", None))
+    sharding = NamedSharding(AbstractMesh((1, 1, 1, 4), MESH_AXES), PartitionSpec("tensor", None))
     with pytest.raises(ValueError, match=r"word/embedding has 30522 entries on axis 0.*pad vocab"):
         check_divisible(abstract, {"word": {"embedding": sharding}}, "pad vocab")
     check_divisible(abstract, {"word": {"embedding": NamedSharding(mesh, PartitionSpec("tensor"))}}, "")

@@ -21,10 +21,11 @@ SAVE_AT, STEPS = 3, 5
 FAST_COMPILE = "--xla_backend_optimization_level=0"
 
 
-def run_parallel_steps(args: list[str], env_devices: int = 8, timeout: int = 600) -> dict:
+def run_parallel_steps(args: list[str], env_devices: int = 8, timeout: int = 600,
+                       script: str = "parallel_steps.py") -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"--xla_force_host_platform_device_count={env_devices} {FAST_COMPILE}")
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "tests", "parallel_steps.py"), *args],
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "tests", script), *args],
                           env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))

@@ -205,6 +205,10 @@ class Attend(nn.Module):
             raise ValueError(f"config.model.attention_impl={impl!r} cannot add a score bias (disentangled "
                              "attention's position terms); only 'xla' can")
         if impl == "xla":
+            # Context parallelism (config.mesh.context): queries stay split along `length`, keys and values are
+            # whole, so XLA all-gathers them over the context axis, and document masks and windows that cross a
+            # shard's edge see every key (a no-op when `length` maps to no mesh axis).
+            k, v = (nn.with_logical_constraint(y, ("batch", None, "heads", "kv")) for y in (k, v))
             dropout = None
             if cfg.attention_dropout_rate > 0 and not deterministic:
                 dropout = lambda p: nn.Dropout(cfg.attention_dropout_rate)(p, deterministic=False)  # noqa: E731

@@ -1,10 +1,12 @@
 """Mesh construction and placement by logical axis names.
 
-The mesh has axes (data, fsdp, tensor). `config.mesh.shape` is the shape inside one
-slice (ICI), `config.mesh.dcn_shape` the shape across slices (DCN); the mesh is their
-elementwise product. `config.mesh.rules` picks a preset mapping the model's logical
+The mesh has axes (data, fsdp, context, tensor). `config.mesh.shape` is the (data, fsdp, tensor)
+shape inside one slice (ICI), `config.mesh.dcn_shape` the shape across slices (DCN); the mesh is
+their elementwise product. `config.mesh.context` (default 1) is the context axis inside a slice:
+it splits each sequence (the logical `length` axis) over that many devices, and a -1 in the shape
+takes what the context axis leaves. `config.mesh.rules` picks a preset mapping the model's logical
 names onto mesh axes (see `RULE_PRESETS`), or "custom" for `config.mesh.logical_axis_rules`.
-One device is simply the (1, 1, 1) mesh.
+One device is simply the (1, 1, 1, 1) mesh.
 """
 import math
 from typing import Any
@@ -15,7 +17,8 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "context", "tensor")
+SHAPE_AXES = ("data", "fsdp", "tensor")  # what config.mesh.shape and dcn_shape list; context is its own key
 
 # Every preset splits the batch over (data, fsdp): a device along either axis sees its
 # own examples. They differ in what they split of the parameters (and so of Adam's
@@ -25,21 +28,23 @@ MESH_AXES = ("data", "fsdp", "tensor")
 #   tp      heads / mlp / vocab over `tensor` (Megatron style: activations split inside a layer).
 #   fsdp_tp both; with a mesh axis of size 1 a rule is a no-op, so this default also runs
 #           plain DP on (-1, 1, 1) and plain FSDP on (1, -1, 1).
+# Every preset maps `length` to `context` (MaxText's activation_length): a no-op at the default
+# config.mesh.context=1, each sequence split over the context axis above it.
 RULE_PRESETS: dict[str, tuple[tuple[str, Any], ...]] = {
     "dp": (
-        ("batch", ("data", "fsdp")), ("length", None), ("embed", None), ("heads", None),
+        ("batch", ("data", "fsdp")), ("length", "context"), ("embed", None), ("heads", None),
         ("kv", None), ("mlp", None), ("vocab", None), ("layers", None),
     ),
     "fsdp": (
-        ("batch", ("data", "fsdp")), ("length", None), ("embed", "fsdp"), ("heads", None),
+        ("batch", ("data", "fsdp")), ("length", "context"), ("embed", "fsdp"), ("heads", None),
         ("kv", None), ("mlp", None), ("vocab", None), ("layers", None),
     ),
     "tp": (
-        ("batch", ("data", "fsdp")), ("length", None), ("embed", None), ("heads", "tensor"),
+        ("batch", ("data", "fsdp")), ("length", "context"), ("embed", None), ("heads", "tensor"),
         ("kv", None), ("mlp", "tensor"), ("vocab", "tensor"), ("layers", None),
     ),
     "fsdp_tp": (
-        ("batch", ("data", "fsdp")), ("length", None), ("embed", "fsdp"), ("heads", "tensor"),
+        ("batch", ("data", "fsdp")), ("length", "context"), ("embed", "fsdp"), ("heads", "tensor"),
         ("kv", None), ("mlp", "tensor"), ("vocab", "tensor"), ("layers", None),
     ),
 }
@@ -47,8 +52,8 @@ RULE_PRESETS: dict[str, tuple[tuple[str, Any], ...]] = {
 
 def _as_shape(shape, key: str) -> tuple[int, ...]:
     shape = tuple(int(s) for s in shape)
-    if len(shape) != len(MESH_AXES):
-        raise ValueError(f"config.mesh.{key}={shape} must have {len(MESH_AXES)} entries {MESH_AXES}")
+    if len(shape) != len(SHAPE_AXES):
+        raise ValueError(f"config.mesh.{key}={shape} must have {len(SHAPE_AXES)} entries {SHAPE_AXES}")
     return shape
 
 
@@ -72,19 +77,38 @@ def resolve_mesh_shape(shape, num_devices: int, key: str = "shape") -> tuple[int
     return shape
 
 
+def context_size(mesh_cfg) -> int:
+    """config.mesh.context: the devices each sequence is split over (1: none)."""
+    context = mesh_cfg.get("context", 1)
+    if not isinstance(context, int) or context < 1:
+        raise ValueError(f"config.mesh.context={context!r} must be a positive integer (1: sequences stay whole)")
+    return context
+
+
 def resolve_mesh_shapes(mesh_cfg, num_devices: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(ici_shape, dcn_shape): the DCN shape must be fully given; -1 in the ICI shape fills one slice."""
+    """(ici_shape, dcn_shape) over MESH_AXES: the DCN shape must be fully given; -1 in the ICI shape fills one
+    slice with what config.mesh.context leaves; the context axis stays inside a slice (its all-gathers on ICI)."""
     dcn = _as_shape(mesh_cfg.get("dcn_shape", (1, 1, 1)), "dcn_shape")
     if any(s < 1 for s in dcn):
         raise ValueError(f"config.mesh.dcn_shape={dcn}: sizes must be >= 1 (no -1 across slices)")
     slices = math.prod(dcn)
     if num_devices % slices:
         raise ValueError(f"config.mesh.dcn_shape={dcn} asks for {slices} slices; {num_devices} devices do not divide")
-    return resolve_mesh_shape(mesh_cfg.shape, num_devices // slices), dcn
+    context = context_size(mesh_cfg)
+    if (num_devices // slices) % context:
+        raise ValueError(f"config.mesh.context={context} does not divide the {num_devices // slices} devices of a "
+                         f"slice")
+    ici = resolve_mesh_shape(mesh_cfg.shape, num_devices // slices // context)
+    return _with_context(ici, context), _with_context(dcn, 1)
+
+
+def _with_context(shape: tuple[int, ...], context: int) -> tuple[int, ...]:
+    """A (data, fsdp, tensor) shape as one over MESH_AXES."""
+    return (*shape[:2], context, shape[2])
 
 
 def make_mesh(mesh_cfg, devices=None) -> Mesh:
-    """The (data, fsdp, tensor) mesh; with any DCN axis > 1, a hybrid mesh whose DCN axes cross slices.
+    """The (data, fsdp, context, tensor) mesh; with any DCN axis > 1, a hybrid mesh whose DCN axes cross slices.
 
     Devices that all sit in one slice (GPUs, CPUs, one TPU slice) count each process
     as a slice instead, so `dcn_shape` puts the links between hosts on the chosen axis.

@@ -20,6 +20,7 @@ from bert_jax.families import get_family, mup_multipliers
 from bert_jax.models import parametrization
 from bert_jax.models.unread import refuse_unread
 from bert_jax.models.targets import building_for
+from bert_jax.parallel.context import check_context
 from bert_jax.hf import folder as hf_folder
 from bert_jax.run import profile_window, spike
 from bert_jax.storage import paths, preflight
@@ -232,7 +233,8 @@ def _check_stage_keys(config, num_processes: int) -> None:
     if d.get("objective", "") != m.get("objective", ""):  # the pipeline's copy of the model's (configs/base.py)
         raise ValueError(f"config.data.objective={d.get('objective')!r} differs from config.model.objective="
                          f"{m.get('objective')!r}: set config.model.objective alone (the data follows it)")
-    get_family(m.family).kernel_choice(m)  # a kernel that cannot apply this stage's attention (a causal objective's)
+    kernel = get_family(m.family).kernel_choice(m)  # a kernel that cannot apply this stage's attention (causal)
+    check_context(config, kernel.impl)  # config.mesh.context: a length it splits evenly, the xla kernel
     _check_objective_fits_batches(config)
 
 

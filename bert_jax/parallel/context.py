@@ -1,0 +1,32 @@
+"""What context parallelism (config.mesh.context) asks of a config, checked before anything is built.
+
+The sequence is split by the logical `length` axis (mesh.py's rules map it to the `context` mesh
+axis); attention all-gathers keys and values over it (models/attention.py), which only the xla kernel
+does: the fused kernels (splash, cuDNN, the windowed Pallas kernel, DeBERTa's fused kernel) see a
+sequence whole, so they are refused rather than silently gathered whole on every device.
+"""
+from bert_jax.parallel.mesh import context_size
+
+
+def check_context(config, kernel_impl: str) -> None:
+    """Raises ValueError in one line naming config.mesh.context and what to change; `kernel_impl` is the
+    attention kernel the config resolves to."""
+    context = context_size(config.mesh)
+    if context == 1:
+        return
+    length = config.data.max_seq_length
+    if length % context:
+        raise ValueError(f"config.mesh.context={context} does not divide config.data.max_seq_length={length}: "
+                         f"each device holds an equal slice of every sequence")
+    if kernel_impl != "xla":
+        raise ValueError(f"config.mesh.context={context} needs the xla attention kernel (keys and values "
+                         f"all-gathered over the context axis); attention_impl resolves to {kernel_impl!r} here: "
+                         f"use --config.model.attention_impl=xla")
+    rules = dict(config.mesh.logical_axis_rules) if config.mesh.get("rules", "custom") == "custom" else None
+    if rules is not None and "context" not in _axes(rules.get("length")):
+        raise ValueError(f"config.mesh.context={context} but config.mesh.logical_axis_rules maps 'length' to "
+                         f"{rules.get('length')!r}: map it to 'context', or the axis only repeats the work")
+
+
+def _axes(axes) -> tuple:
+    return tuple(axes) if isinstance(axes, (list, tuple)) else (axes,)

@@ -1,0 +1,149 @@
+"""Trains a config on packed rows with and without config.mesh.context and prints the losses as JSON.
+
+Run as a script on simulated devices (tests/test_context_parallel.py does):
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/context_steps.py \
+        --config=modernbert --context=4 --steps=5 [--micro]
+
+Both runs start from the same state and see the same global batches (built from the config's own
+batch layout, pipeline.batch_spec: several documents per row, positions restarting per document,
+trailing padding, masked positions anywhere in a row), so their losses differ only by the order of
+the sums. `--checkpoint_dir`: the context run is saved after `--save_at` steps, restored, and trained on.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import flax.linen as nn  # noqa: E402
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import bert_jax.configs.modernbert_base  # noqa: E402
+import bert_jax.configs.tiny  # noqa: E402
+from bert_jax.checkpoint import manager as ckpt  # noqa: E402
+from bert_jax.train.config_validation import validate_config  # noqa: E402
+from bert_jax.parallel.mesh import global_batch, make_mesh  # noqa: E402
+from bert_jax.plan.collectives import collectives  # noqa: E402
+from bert_jax.train.program import build_program  # noqa: E402
+from data_pipelines.loader import pipeline  # noqa: E402
+from parallel_steps import _Position, initial_state  # noqa: E402
+
+CONFIGS = {"modernbert": lambda: bert_jax.configs.modernbert_base.get_config("tiny"),
+           "tiny": bert_jax.configs.tiny.get_config}
+
+
+def make_config(name: str, micro: bool, context: int):
+    """The config's tiny shapes (or micro ones), packed rows, fp32, no dropout: runs comparable to 1e-5."""
+    c = CONFIGS[name]()
+    c.data.example_builder = "packed"
+    c.model.update(dropout_rate=0.0, attention_dropout_rate=0.0, attention_impl="xla")
+    c.train.update(global_batch_size=8, warmup_steps=1)
+    if micro:
+        c.model.update(vocab_size=256, hidden_size=32, intermediate_size=64, max_position_embeddings=32)
+        c.data.update(max_seq_length=32, max_predictions_per_seq="auto")
+        if name == "modernbert":
+            c.model.local_attention = 8  # 4 tokens either side: windows cross the 8-token shards' edges
+    c.mesh.update(shape=(-1, 1, 1), context=context)
+    return c
+
+
+def make_batches(config, steps: int, seed: int = 0) -> list[dict]:
+    """Global packed batches in the layout pipeline.batch_spec gives this config."""
+    rng = np.random.default_rng(seed)
+    b, length = config.train.global_batch_size, config.data.max_seq_length
+    spec = pipeline.batch_spec(config.data, b)
+    batches = []
+    for _ in range(steps):
+        batch = {}
+        segments, positions = np.zeros((b, length), np.int32), np.zeros((b, length), np.int32)
+        real = rng.integers(length * 3 // 4, length + 1, b)
+        for row in range(b):  # 3 or 4 documents, cut anywhere
+            cuts = np.sort(rng.choice(np.arange(1, real[row]), rng.integers(2, 4), replace=False))
+            for doc, (start, stop) in enumerate(zip([0, *cuts], [*cuts, real[row]]), start=1):
+                segments[row, start:stop], positions[row, start:stop] = doc, np.arange(stop - start)
+        mask = (np.arange(length)[None] < real[:, None]).astype(np.int32)
+        preds = spec["masked_positions"][0][1] if "masked_positions" in spec else 0
+        for key, (shape, dtype) in spec.items():
+            if key == "input_ids":
+                batch[key] = rng.integers(5, config.model.vocab_size, shape) * mask
+            elif key == "attention_mask":
+                batch[key] = mask
+            elif key == "segment_ids":
+                batch[key] = segments * mask
+            elif key == "position_ids":
+                batch[key] = positions
+            elif key == "masked_positions":
+                batch[key] = np.stack([rng.choice(n, preds, replace=False) for n in real])
+            elif key == "masked_ids":
+                batch[key] = rng.integers(5, config.model.vocab_size, shape)
+            elif key == "masked_weights":
+                batch[key] = (rng.random(shape) < 0.9)
+            elif key == "maskable_tokens":
+                batch[key] = real
+            elif len(shape) == 1:  # a row's label
+                batch[key] = rng.integers(0, 2, shape)
+            else:
+                batch[key] = np.zeros(shape)
+            batch[key] = np.asarray(batch[key]).astype(dtype)
+        batches.append(batch)
+    return batches
+
+
+def run(config, batches: list[dict], state, save=None, program=None, compiled=None):
+    """(losses, program, compiled step) of training on `batches` from `state` on every device, compiled once."""
+    program = program or build_program(config, make_mesh(config.mesh))
+    state = jax.device_put(state, program.state_shardings)
+    frozen, losses = program.load_frozen(), []
+    with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
+        for step, batch in enumerate(batches, start=1):
+            batch = global_batch(batch, program.data_sharding)
+            compiled = compiled or program.train_step.lower(state, batch, frozen).compile()
+            state, metrics = compiled(state, batch, frozen)
+            losses.append(float(metrics["loss"]))
+            if save is not None and step == save[0]:
+                ckpt.save(save[1], step, state, _Position(step))
+    return losses, program, compiled
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", choices=sorted(CONFIGS), nargs="+", default=["modernbert"])
+    parser.add_argument("--context", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--micro", action="store_true")
+    parser.add_argument("--checkpoint_dir", default="")
+    parser.add_argument("--save_at", type=int, default=3)
+    args = parser.parse_args()
+    out = {}
+    for name in args.config:
+        whole = make_config(name, args.micro, 1)
+        split = make_config(name, args.micro, args.context)
+        validate_config(split)  # refuses a length the axis does not divide, or a fused kernel
+        batches = make_batches(whole, args.steps)
+        start = initial_state(whole)
+        manager = (ckpt.make_manager(os.path.join(args.checkpoint_dir, name), split.checkpoint)
+                   if args.checkpoint_dir else None)
+        save = (args.save_at, manager) if manager is not None else None
+        losses, _, _ = run(whole, batches, start)
+        split_losses, program, compiled = run(split, batches, start, save)
+        gathers = [c.group_size for c in collectives(compiled.as_text()) if c.op == "all-gather"]
+        result = {"losses": losses, "context_losses": split_losses, "mesh": dict(program.mesh.shape),
+                  "all_gather_group_sizes": gathers}
+        if manager is not None:
+            manager.wait_until_finished()
+            position = _Position()
+            restored = ckpt.restore_latest(manager, program.abstract_state, position)
+            result["resumed_losses"], _, _ = run(split, batches[args.save_at:], restored, program=program,
+                                                 compiled=compiled)
+            result["data_step"] = position.step
+            manager.close()
+        out[name] = result
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Context parallelism (config.mesh.context): a sequence split over devices trains as the whole one does.
+
+The runs happen on 8 simulated CPU devices in a subprocess (tests/context_steps.py): packed rows, several
+documents per row, the run with `--config.mesh.context=4` (mesh data=2, context=4) against the same
+config without it (data=8), from the same state on the same batches.
+"""
+import pytest
+from numerics import REORDERED, assert_close
+from test_parallel_mesh import run_parallel_steps
+
+import bert_jax.configs.modernbert_base
+import bert_jax.configs.tiny
+from bert_jax.train.config_validation import validate_config
+
+CONTEXT = 4
+
+
+def context_steps(args: list[str]) -> dict:
+    return run_parallel_steps(args, script="context_steps.py")
+
+
+def test_modernbert_split_over_the_context_axis_gives_the_same_loss():
+    """Micro modernbert (a global layer, a local one whose 4-token window crosses the 8-token shards' edges)."""
+    run = context_steps(["--config", "modernbert", "--micro", "--steps=1", f"--context={CONTEXT}"])["modernbert"]
+    assert run["mesh"] == {"data": 2, "fsdp": 1, "context": CONTEXT, "tensor": 1}
+    assert CONTEXT in run["all_gather_group_sizes"]  # keys and values gathered over the context axis
+    assert_close(run["context_losses"], run["losses"], REORDERED, "context=4")
+
+
+@pytest.mark.slow
+def test_acceptance_five_steps_and_a_resume_at_the_configs_tiny_shapes(tmp_path):
+    """Issue 77's acceptance: modernbert_base.py:tiny and tiny.py, 5 steps, killed after 3 and resumed."""
+    runs = context_steps(["--config", "modernbert", "tiny", "--steps=5", f"--context={CONTEXT}", "--save_at=3",
+                          f"--checkpoint_dir={tmp_path}"])
+    for name, run in runs.items():
+        assert len(run["losses"]) == 5 and run["losses"][-1] < run["losses"][0], name  # it trains
+        assert CONTEXT in run["all_gather_group_sizes"], name
+        assert_close(run["context_losses"], run["losses"], REORDERED, name)
+        assert run["data_step"] == 3
+        assert_close(run["resumed_losses"], run["context_losses"][3:], REORDERED, name)
+
+
+def _config(**mesh):
+    c = bert_jax.configs.modernbert_base.get_config("tiny")
+    c.data.example_builder = "packed"
+    c.model.attention_impl = "xla"
+    c.mesh.update(mesh)
+    return c
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(context=3), r"config\.mesh\.context=3 does not divide config\.data\.max_seq_length=128"),
+    (dict(context=4, attention_impl="triton", splash_interpret=True),
+     r"config\.mesh\.context=4 needs the xla attention kernel.*'triton'.*--config\.model\.attention_impl=xla"),
+    (dict(context=4, rules="custom", logical_axis_rules=(("length", None),)),
+     r"config\.mesh\.context=4 but config\.mesh\.logical_axis_rules maps 'length' to None"),
+])
+def test_config_refuses_what_the_context_axis_cannot_split(change, words):
+    c = _config()
+    for key in ("attention_impl", "splash_interpret"):
+        if key in change:
+            c.model[key] = change.pop(key)
+    c.mesh.update(change)
+    with pytest.raises(ValueError, match=words):
+        validate_config(c)
+    c.mesh.context = 1
+    validate_config(c)  # without the axis, the same config is fine
+
+
+def test_tiny_config_with_context_validates():
+    c = bert_jax.configs.tiny.get_config()
+    c.mesh.context = 4
+    validate_config(c)
