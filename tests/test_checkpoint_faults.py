@@ -41,3 +41,47 @@ def test_disk_full_during_a_save_leaves_earlier_checkpoints_usable(straight_run,
     assert sorted(resumed) == list(range(1, 9))
     for step in range(5, 9):
         assert resumed[step] == straight[step], step  # resume is exact: the same program on the restored state
+
+
+class Position:
+    """A data iterator at its smallest: what grain's checkpoint handler saves and restores."""
+
+    def __init__(self, index: int = 0):
+        self.index = index
+
+    def get_state(self) -> dict:
+        return {"index": self.index}
+
+    def set_state(self, state) -> None:
+        import json
+
+        self.index = json.loads(state)["index"] if isinstance(state, (bytes, str)) else state["index"]
+
+
+@pytest.mark.parametrize("fault", [MemoryError(), RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 4 GiB")],
+                         ids=["host", "device"])
+def test_a_restore_out_of_memory_raises_and_sets_no_checkpoint_aside(tmp_path, monkeypatch, fault):
+    """Running out of memory while restoring is the machine's fault, not the checkpoint's: it is raised as it is, and
+    the checkpoints stay (a read failure would set the newest aside as <step>.corrupt and try an older one)."""
+    import jax
+    import numpy as np
+
+    from bert_jax.checkpoint import manager as ckpt
+
+    config = micro_config()
+    config.checkpoint.async_save = False
+    manager = ckpt.make_manager(str(tmp_path / "checkpoints"), config.checkpoint)
+    state = {"w": np.arange(4, dtype=np.float32)}
+    for step in (1, 2):
+        ckpt.save(manager, step, state, Position(step))
+    ckpt.wait_until_finished(manager)
+
+    def out_of_memory(self, directory, item=None, args=None):
+        raise fault
+
+    monkeypatch.setattr(grain_handler.CheckpointHandler, "restore", out_of_memory)
+    with pytest.raises(type(fault)) as raised:
+        ckpt.restore_latest(manager, jax.eval_shape(lambda: state), Position())
+    assert raised.value is fault
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
+    manager.close()

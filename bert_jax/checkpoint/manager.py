@@ -190,6 +190,11 @@ def _store_unreachable(error: BaseException, folder) -> bool:
     return False
 
 
+def _out_of_memory(error: BaseException) -> bool:
+    """A restore that ran out of host memory (MemoryError) or device memory (XLA's RESOURCE_EXHAUSTED)."""
+    return isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error)
+
+
 def _set_aside_name(bad):
     """`<step>.corrupt`, or `<step>.corrupt.2`, ... when a step was set aside before (saved again, then cut again)."""
     name, n = bad.parent / f"{bad.name}.corrupt", 1
@@ -208,7 +213,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
     older one is tried; if none can be read, the run stops rather than start over.
     A read that failed because the store stopped answering (a bucket briefly unreachable)
     must not cost a good checkpoint: then the run stops, nothing set aside, and the same
-    command resumes later.
+    command resumes later. Nor must running out of host or device memory: it is raised as it is.
     """
     steps = sorted(manager.all_steps(), reverse=True)
     for step in steps:
@@ -221,6 +226,8 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
         except IncompatibleCheckpointError:
             raise
         except Exception as error:  # noqa: BLE001  (any read failure means: try an older one)
+            if _out_of_memory(error):  # the host's or the device's fault, not the checkpoint's: an older one is no
+                raise  # smaller, and setting this one aside would cost the resume
             bad = paths.path(manager.directory) / str(step)
             if _store_unreachable(error, bad):
                 raise CheckpointUnreachableError(
