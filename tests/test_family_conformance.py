@@ -70,9 +70,17 @@ def family_model(request):
     return family, model_cfg, model, params
 
 
-def test_a_family_encodes_and_pools_exactly_when_it_declares_a_pooler(family_model):
+@pytest.fixture(scope="module")
+def encode(family_model):
+    """The family module's `encode` with its params, jitted: a compile per shape costs less than running eagerly."""
+    _, _, model, params = family_model
+    jitted = jax.jit(lambda p, batch: model.apply({"params": p}, batch, method=lambda m, b: m.encode(b)))
+    return lambda batch: jitted(params, batch)
+
+
+def test_a_family_encodes_and_pools_exactly_when_it_declares_a_pooler(family_model, encode):
     family, model_cfg, model, params = family_model
-    encoded = model.apply({"params": params}, padded_batch(), method=lambda m, b: m.encode(b))
+    encoded = encode(padded_batch())
     assert encoded["hidden"].shape == (len(LENGTHS), LENGTH, model_cfg.hidden_size)
     assert ("pooled" in encoded) == (family.roles.pooler is not None) == (family.roles.pooler in params)
     if family.roles.pooler is not None:
@@ -99,11 +107,9 @@ def test_an_undeclared_parameter_fails_naming_it_and_the_family(family_model):
         family.roles.depth(("encoder", "adapter", "kernel"), (4, 4), model_cfg.num_layers, family.name)
 
 
-def test_a_packed_row_encodes_as_each_example_alone(family_model):
-    _, _, model, params = family_model
+def test_a_packed_row_encodes_as_each_example_alone(encode):
     padded = padded_batch()
-    encode = lambda b: np.asarray(model.apply({"params": params}, b, method=lambda m, x: m.encode(x))["hidden"])  # noqa: E731
-    alone, packed = encode(padded), encode(packed_batch(padded))[0]
+    alone, packed = np.asarray(encode(padded)["hidden"]), np.asarray(encode(packed_batch(padded))["hidden"])[0]
     start = 0
     for i, n in enumerate(LENGTHS):
         np.testing.assert_allclose(packed[start:start + n], alone[i, :n], rtol=1e-4, atol=1e-5)

@@ -97,6 +97,7 @@ def test_fill_mask_of_an_hf_folder_ranks_as_transformers(hf_dir, hf_inspector):
         assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1
 
 
+@pytest.mark.slow  # views.load runs unrolled layers; test_family_conformance compares scanned and unrolled forwards
 def test_scanned_and_unrolled_layers_give_the_same_maps(hf_dir, hf_inspector):
     scanned = views.attention_maps(views.load(hf_dir, scan_layers=True), TEXT)
     unrolled = views.attention_maps(hf_inspector, TEXT)
