@@ -27,7 +27,7 @@ import bert_jax.configs.tiny  # noqa: E402
 from bert_jax.checkpoint import manager as ckpt  # noqa: E402
 from bert_jax.train.config_validation import validate_config  # noqa: E402
 from bert_jax.parallel.mesh import global_batch, make_mesh  # noqa: E402
-from bert_jax.plan.collectives import collectives  # noqa: E402
+from bert_jax.plan.collectives import collectives, mesh_axes  # noqa: E402
 from bert_jax.train.program import build_program  # noqa: E402
 from data_pipelines.loader import pipeline  # noqa: E402
 from parallel_steps import _Position, initial_state  # noqa: E402
@@ -37,9 +37,9 @@ CONFIGS = {"modernbert": lambda: bert_jax.configs.modernbert_base.get_config("ti
 
 
 def make_config(name: str, micro: bool, context: int):
-    """The config's tiny shapes (or micro ones), packed rows, fp32, no dropout: runs comparable to 1e-5."""
+    """The config's tiny shapes (or micro ones), its own rows (modernbert's packed), fp32, no dropout: runs
+    comparable to 1e-5."""
     c = CONFIGS[name]()
-    c.data.example_builder = "packed"
     c.model.update(dropout_rate=0.0, attention_dropout_rate=0.0, attention_impl="xla")
     c.train.update(global_batch_size=8, warmup_steps=1)
     if micro:
@@ -52,7 +52,8 @@ def make_config(name: str, micro: bool, context: int):
 
 
 def make_batches(config, steps: int, seed: int = 0) -> list[dict]:
-    """Global packed batches in the layout pipeline.batch_spec gives this config."""
+    """Global batches in the layout pipeline.batch_spec gives this config: packed rows get segment and position
+    ids, a pair builder's rows the same cuts as token types."""
     rng = np.random.default_rng(seed)
     b, length = config.train.global_batch_size, config.data.max_seq_length
     spec = pipeline.batch_spec(config.data, b)
@@ -72,6 +73,8 @@ def make_batches(config, steps: int, seed: int = 0) -> list[dict]:
                 batch[key] = rng.integers(5, config.model.vocab_size, shape) * mask
             elif key == "attention_mask":
                 batch[key] = mask
+            elif key == "token_type_ids" and "segment_ids" not in spec:  # a pair's rows: B after the first cut
+                batch[key] = (segments >= 2) * mask
             elif key == "segment_ids":
                 batch[key] = segments * mask
             elif key == "position_ids":
@@ -130,9 +133,10 @@ def main() -> None:
         save = (args.save_at, manager) if manager is not None else None
         losses, _, _ = run(whole, batches, start)
         split_losses, program, compiled = run(split, batches, start, save)
-        gathers = [c.group_size for c in collectives(compiled.as_text()) if c.op == "all-gather"]
+        gathers = [mesh_axes(c.group, dict(program.mesh.shape)) for c in collectives(compiled.as_text())
+                   if c.op == "all-gather"]
         result = {"losses": losses, "context_losses": split_losses, "mesh": dict(program.mesh.shape),
-                  "all_gather_group_sizes": gathers}
+                  "all_gathers_over": ["+".join(axes) for axes in gathers]}
         if manager is not None:
             manager.wait_until_finished()
             position = _Position()

@@ -10,6 +10,7 @@ from test_parallel_mesh import run_parallel_steps
 
 import bert_jax.configs.modernbert_base
 import bert_jax.configs.tiny
+from bert_jax.plan.collectives import mesh_axes
 from bert_jax.train.config_validation import validate_config
 
 CONTEXT = 4
@@ -23,7 +24,7 @@ def test_modernbert_split_over_the_context_axis_gives_the_same_loss():
     """Micro modernbert (a global layer, a local one whose 4-token window crosses the 8-token shards' edges)."""
     run = context_steps(["--config", "modernbert", "--micro", "--steps=1", f"--context={CONTEXT}"])["modernbert"]
     assert run["mesh"] == {"data": 2, "fsdp": 1, "context": CONTEXT, "tensor": 1}
-    assert CONTEXT in run["all_gather_group_sizes"]  # keys and values gathered over the context axis
+    assert "context" in run["all_gathers_over"]  # keys and values gathered over the context axis
     assert_close(run["context_losses"], run["losses"], REORDERED, "context=4")
 
 
@@ -34,10 +35,18 @@ def test_acceptance_five_steps_and_a_resume_at_the_configs_tiny_shapes(tmp_path)
                           f"--checkpoint_dir={tmp_path}"])
     for name, run in runs.items():
         assert len(run["losses"]) == 5 and run["losses"][-1] < run["losses"][0], name  # it trains
-        assert CONTEXT in run["all_gather_group_sizes"], name
+        assert "context" in run["all_gathers_over"], name
         assert_close(run["context_losses"], run["losses"], REORDERED, name)
         assert run["data_step"] == 3
         assert_close(run["resumed_losses"], run["context_losses"][3:], REORDERED, name)
+
+
+def test_a_collective_group_is_named_by_the_mesh_axes_it_spans():
+    mesh = {"data": 2, "fsdp": 1, "context": 4, "tensor": 1}
+    assert mesh_axes((4, 5, 6, 7), mesh) == ("context",)
+    assert mesh_axes((1, 5), mesh) == ("data",)
+    assert mesh_axes(tuple(range(8)), mesh) == ("data", "context")
+    assert mesh_axes((0, 9), mesh) == ()  # not this mesh's partitions
 
 
 def _config(**mesh):
@@ -71,3 +80,17 @@ def test_tiny_config_with_context_validates():
     c = bert_jax.configs.tiny.get_config()
     c.mesh.context = 4
     validate_config(c)
+
+
+def test_search_tries_the_context_axis_with_its_batch_split():
+    from bert_jax.parallel.tpu_slices import parse_slice
+    from bert_jax.plan import plan_search
+    c = bert_jax.configs.modernbert_base.get_config("tiny")
+    c.train.global_batch_size = 16
+    v5e16 = parse_slice("v5e-16")
+    assert plan_search.context_meshes(c, v5e16) == ("cp2", "cp4", "cp8", "cp16")
+    assert plan_search.micro_batch(c, v5e16, "cp4", 1) == 4  # 16 sequences over 4 batch shards
+    assert plan_search.accumulation_steps(c, v5e16, "cp4") == [1, 2, 4]
+    cp4 = plan_search.Candidate(True, "cp4", "full", 1)
+    assert cp4.overrides()["mesh.context"] == 4 and "--config.mesh.context=4" in cp4.flags()
+    assert plan_search.mesh_name(plan_search.apply(c, cp4, 1)) == "cp4"

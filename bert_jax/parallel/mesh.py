@@ -177,6 +177,11 @@ def shard_shape(global_shape: tuple[int, ...], sharding: NamedSharding) -> tuple
     return tuple(sharding.shard_shape(tuple(global_shape)))
 
 
+def batch_shards(mesh_shape) -> int:
+    """The devices that split the batch (data x fsdp): tensor and context split the work within a sequence."""
+    return mesh_shape["data"] * mesh_shape["fsdp"]
+
+
 def batch_sharding(mesh: Mesh, rules) -> NamedSharding:
     """Batches split their leading axis as the logical `batch` axis says; other axes stay whole."""
     spec = nn.logical_to_mesh_axes(("batch",), rules)

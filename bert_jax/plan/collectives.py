@@ -68,6 +68,7 @@ class Collective:
     times: float  # executions per step
     op_name: str  # the JAX op that made it (metadata), or the instruction's name
     crosses: bool = False  # a permute whose pairs cross slices or nodes; a megascale send (all between)
+    group: tuple[int, ...] = ()  # one of its groups, as partition ids (mesh_axes names the axes it spans)
 
     @property
     def within_bytes(self) -> float:
@@ -92,6 +93,16 @@ class Collective:
         if self.op == "all-to-all":
             return (s - 1) / s * self.payload * self.times
         return ring_factor(self.op, s) * self.payload / (self.group_size // s) * self.times
+
+
+def mesh_axes(group: Sequence[int], mesh_shape: dict[str, int]) -> tuple[str, ...]:
+    """The mesh axes a group of partitions spans (partition p runs on the mesh's p-th device, in axis order):
+    those along which its members' coordinates differ, e.g. ('context',) for the keys' all-gather."""
+    sizes = tuple(mesh_shape.values())
+    if not group or math.prod(sizes) <= max(group):
+        return ()
+    coords = np.array(np.unravel_index(np.asarray(group), sizes))
+    return tuple(name for name, row in zip(mesh_shape, coords) if len(set(row.tolist())) > 1)
 
 
 def _type_bytes(type_text: str) -> float:
@@ -211,5 +222,6 @@ def collectives(hlo_text: str, domain_of: Sequence[int] | None = None, num_slice
             seen_channels[channel] = len(found)
             crosses = op == "collective-permute" and _pairs_cross(rest, domain_of)
             payload = _type_bytes(type_text) if opcode == "all-reduce-scatter" else _payload(opcode, type_text, n)
-            found.append(Collective(op, payload, n, domains, asynchronous, times, op_name, crosses=crosses))
+            found.append(Collective(op, payload, n, domains, asynchronous, times, op_name, crosses=crosses,
+                                    group=tuple(max(groups, key=len))))
     return found

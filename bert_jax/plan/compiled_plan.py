@@ -23,7 +23,7 @@ from bert_jax.parallel import tpu_slices
 from bert_jax.train.config_validation import validate_config
 from bert_jax.models import disentangled_attention
 from bert_jax.models.attention import building_for, devices_platform
-from bert_jax.parallel.mesh import make_mesh, resolve_mesh_shapes
+from bert_jax.parallel.mesh import batch_shards, make_mesh, resolve_mesh_shapes
 from bert_jax.plan.roofline import Roofline
 from bert_jax.train import counters, perf
 from bert_jax.train.program import build_program
@@ -323,7 +323,7 @@ def _every_loop_flops_or_by_sequence(config, mesh, flops: float, traffic: hlo_tr
     try:
         return _every_loop_flops(config, mesh, flops, traffic, per_layer, dots_whole=dots_whole)
     except DoesNotFit as refused:
-        micro = config.train.global_batch_size // config.train.grad_accum_steps // (mesh.size // mesh.shape["tensor"])
+        micro = config.train.global_batch_size // config.train.grad_accum_steps // batch_shards(mesh.shape)
         if per_layer is not None or micro == 1:
             raise
         one = config.copy_and_resolve_references()
@@ -505,7 +505,7 @@ def _plan_from(config, program, mesh, memory, flops: float, compile_s: float, la
         compiler=devices_platform(mesh.devices.flat), compiler_version=f"jax {jax.__version__}",
         scan_layers=bool(m.scan_layers), params=rows, kernel=program.attention_kernel, remat_policy=m.remat_policy,
         tokens_per_step=counters.tokens_per_step(config),
-        micro_batch_per_chip=config.train.global_batch_size // accum // (mesh.size // mesh.shape["tensor"]),
+        micro_batch_per_chip=config.train.global_batch_size // accum // batch_shards(mesh.shape),
         layers_counted=layers_counted, flops_ceiling=flops,
     )
 

@@ -1,8 +1,10 @@
 """`plan --tpu=... --search` (or `--gpu=...`): what researchers try by hand on a TPU or GPUs they pay for,
 compiled here instead, by the target's own compiler (a GPU set of bert_jax/plan/gpu_cards.py goes where a slice does).
 
-Tries remat policy x mesh (data / fsdp / tensor) x per-chip batch x scan, keeping the config's
-global batch (a smaller per-chip batch is gradient accumulation, so training is unchanged).
+Tries remat policy x mesh (data / fsdp / tensor / context) x per-chip batch x scan, keeping the config's
+global batch (a smaller per-chip batch is gradient accumulation, so training is unchanged). The context axis
+(cpN: FSDP with each sequence split over N chips, config.mesh.context) is tried only once no mesh that keeps a
+sequence whole has fit: where one fits, splitting the sequence adds the keys' and values' all-gathers for nothing.
 For each (scan, mesh, remat) it compiles per-chip batches from the largest down and keeps the
 first that fits: a bigger micro-batch re-reads the weights less. Each compile is a full TPU compile
 (one to five minutes for a large model on one core), so the search compiles only what can fit:
@@ -46,7 +48,7 @@ SCANS = (True, False)
 @dataclasses.dataclass(frozen=True)
 class Candidate:
     scan: bool
-    mesh: str  # dp | fsdp | tpN (fsdp with an N-way tensor axis)
+    mesh: str  # dp | fsdp | tpN (fsdp with an N-way tensor axis) | cpN (fsdp with an N-way context axis)
     remat: str
     grad_accum_steps: int
 
@@ -58,7 +60,7 @@ class Candidate:
 
     def overrides(self) -> dict[str, object]:
         return {"model.scan_layers": self.scan, "model.remat_policy": self.remat, "mesh.shape": mesh_shape(self.mesh),
-                "mesh.rules": "fsdp_tp", "train.grad_accum_steps": self.grad_accum_steps}
+                "mesh.context": mesh_context(self.mesh), "mesh.rules": "fsdp_tp", "train.grad_accum_steps": self.grad_accum_steps}
 
     def flags(self) -> str:
         def value(v):
@@ -84,7 +86,26 @@ def mesh_shape(name: str) -> tuple[int, int, int]:
         return (1, -1, 1)
     if name.startswith("tp") and name[2:].isdigit():
         return (1, -1, int(name[2:]))
-    raise ValueError(f"search mesh {name!r}: expected dp, fsdp or tpN (fsdp with an N-way tensor axis)")
+    if name.startswith("cp") and name[2:].isdigit():
+        return (1, -1, 1)
+    raise ValueError(f"search mesh {name!r}: expected dp, fsdp, tpN (fsdp with an N-way tensor axis) or cpN (fsdp "
+                     f"with an N-way context axis)")
+
+
+def mesh_context(name: str) -> int:
+    """The context axis of a search mesh: N for cpN, else 1."""
+    return int(name[2:]) if name.startswith("cp") and name[2:].isdigit() else 1
+
+
+def batch_shards(tpu_slice: tpu_slices.TpuSlice, mesh: str) -> int:
+    """The chips that split the batch: the tensor and context axes split work within a sequence, not sequences."""
+    return tpu_slice.total_chips // (mesh_shape(mesh)[2] * mesh_context(mesh))
+
+
+def context_meshes(config, tpu_slice: tpu_slices.TpuSlice) -> tuple[str, ...]:
+    """cpN for the context axes a slice holds and the sequence splits over (N = 2, 4, ... up to a slice's chips)."""
+    chips, length = tpu_slice.total_chips // tpu_slice.num_slices, config.data.max_seq_length
+    return tuple(f"cp{n}" for n in (2 ** k for k in range(1, chips.bit_length())) if chips % n == 0 and length % n == 0)
 
 
 def with_overrides(config, overrides: dict[str, object]):
@@ -112,7 +133,7 @@ def accumulation_steps(config, tpu_slice: tpu_slices.TpuSlice, mesh: str) -> lis
     """Every number of accumulation steps that splits the global batch into equal per-chip micro-batches of at
     least one sequence, fewest first (not only powers of two: ModernBERT's 4608 over 16 chips is 288 per chip,
     down to 1 in 288 steps, not 9 in 32)."""
-    shards = tpu_slice.total_chips // mesh_shape(mesh)[2]
+    shards = batch_shards(tpu_slice, mesh)
     batch = config.train.global_batch_size
     if batch % shards:
         return []
@@ -122,7 +143,7 @@ def accumulation_steps(config, tpu_slice: tpu_slices.TpuSlice, mesh: str) -> lis
 
 def micro_batch(config, tpu_slice: tpu_slices.TpuSlice, mesh: str, accum: int) -> int:
     """Sequences one chip runs per micro-batch (the tensor axis splits work within a sequence, not sequences)."""
-    return config.train.global_batch_size // accum // (tpu_slice.total_chips // mesh_shape(mesh)[2])
+    return config.train.global_batch_size // accum // batch_shards(tpu_slice, mesh)
 
 
 def largest_that_can_fit(micro: int, needed: float, limit: float) -> float:
@@ -135,11 +156,16 @@ def search(config, tpu_slice: tpu_slices.TpuSlice, hbm_gib: float = 0.0, remats=
            enough_mfu: float = 0.0, log: Callable[[str], None] = lambda _: None) -> list[Tried]:
     """Every configuration compiled, fitting ones first, ranked by roofline step time (the module says which
     are skipped without compiling, and why, and when the search stops early; `log` names them). With
-    enough_mfu, the config as given is compiled first: one that is already good enough ends the search there."""
+    enough_mfu, the config as given is compiled first: one that is already good enough ends the search there.
+    When none of `meshes` fits, the context axes (context_meshes) are tried next."""
     walk = _Walk(config, tpu_slice, hbm_gib, enough_mfu, log)
     given = Candidate.of(config)
     if not (enough_mfu and walk.attempt(given)):
         walk.every(remats, meshes, scans)
+        split = tuple(m for m in context_meshes(config, tpu_slice) if m not in meshes)
+        if split and not any(t.fits for t in walk.tried.values()):
+            log(f"no mesh that keeps a sequence whole fits: trying the context axis ({', '.join(split)})")
+            walk.every(remats, split, scans)
     return sorted(walk.tried.values(), key=_rank)
 
 
@@ -237,7 +263,8 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
                          f"{most / 1e12:.3g} TFLOP per chip, {most / r.peak_flops * 1e3:.1f} ms at peak, within its "
                          f"{r.memory_s * 1e3:.1f} ms of HBM bytes")
     layer_flops = {} if layer_flops is None else layer_flops
-    key, batch = (candidate.remat, mesh_shape(candidate.mesh)[2]), screened.micro_batch_per_chip
+    key = (candidate.remat, mesh_shape(candidate.mesh)[2], mesh_context(candidate.mesh))
+    batch = screened.micro_batch_per_chip
     known = tuple(f * batch for f in layer_flops[key]) if key in layer_flops else None
     try:
         counted, per_layer = planner.count_every_layer(screened, c, known)
@@ -312,6 +339,8 @@ def format_search(tried: list[Tried], tpu: str, num_slices: int, hbm_gib: float 
 
 def mesh_name(config) -> str:
     shape = tuple(config.mesh.shape)
+    if config.mesh.get("context", 1) > 1:
+        return f"cp{config.mesh.context}"
     if shape[1] == 1 and shape[2] == 1:
         return "dp"
     if shape[2] == 1:

@@ -20,8 +20,8 @@ def _where(op_name: str) -> str:
 
 
 def collective_lines(plan, unit: str) -> list[str]:
-    """A table of the step's collectives (the same op, group, link and mode summed, largest first) and each
-    link's total; [] for a step with none."""
+    """A table of the step's collectives (the same op, group, mesh axes, link and mode summed, largest first) and
+    each link's total; [] for a step with none."""
     found = plan.collectives
     if not found:
         return [f"No collectives: nothing crosses between {unit}s."]
@@ -32,7 +32,8 @@ def collective_lines(plan, unit: str) -> list[str]:
     for c in found:
         link = between_name if (c.crosses or c.domains > 1) and not c.within_bytes else (
             f"{within.name} + {between_name}" if c.domains > 1 else within.name)
-        key = (c.op, c.group_size, link, c.asynchronous)
+        axes = "+".join(collective_ops.mesh_axes(c.group, plan.mesh_shape)) or "?"
+        key = (c.op, c.group_size, axes, link, c.asynchronous)
         row = rows[key]
         row[0] += c.times
         row[1] += c.payload * c.times
@@ -42,17 +43,18 @@ def collective_lines(plan, unit: str) -> list[str]:
     ordered = sorted(rows.items(), key=lambda kv: -(kv[1][2] + kv[1][3]))
     lines = [f"Collectives per {unit} per step (bert_jax/plan/collectives.py: the optimised program's, each loop's "
              f"trips counted; sent = the ring factor x payload, two-level where a group spans {between_name}):", "",
-             f"| collective | group n | runs | payload GB | factor | sent over {within.name} GB | "
+             f"| collective | group n | mesh axes | runs | payload GB | factor | sent over {within.name} GB | "
              f"sent over {between_name} GB | time ms | mode | e.g. |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for (op, n, link, asynchronous), (times, payload, w, b, where) in ordered[:MAX_ROWS]:
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (op, n, axes, link, asynchronous), (times, payload, w, b, where) in ordered[:MAX_ROWS]:
         seconds = w / within.bytes_per_s + (b / between.bytes_per_s if between else 0.0)
-        lines.append(f"| {op} | {n} | {times:,.0f} | {payload / 1e9:.4g} | {collective_ops.FACTOR_TEXT[op]} | "
+        lines.append(f"| {op} | {n} | {axes} | {times:,.0f} | {payload / 1e9:.4g} | "
+                     f"{collective_ops.FACTOR_TEXT[op]} | "
                      f"{w / 1e9:.4g} | {b / 1e9:.4g} | {seconds * 1e3:.3g}{'' if between or not b else ' + ?'} | "
                      f"{'async' if asynchronous else 'sync'} | {where} |")
     if len(ordered) > MAX_ROWS:
         rest = ordered[MAX_ROWS:]
-        lines.append(f"| ... {len(rest)} more kinds | | | {sum(r[1][1] for r in rest) / 1e9:.4g} | | "
+        lines.append(f"| ... {len(rest)} more kinds | | | | {sum(r[1][1] for r in rest) / 1e9:.4g} | | "
                      f"{sum(r[1][2] for r in rest) / 1e9:.4g} | {sum(r[1][3] for r in rest) / 1e9:.4g} | | | |")
     total_w, total_b = sum(c.within_bytes for c in found), sum(c.between_bytes for c in found)
     lines += ["", f"{within.name}: {total_w / 1e9:.4g} GB sent per {unit} per step at {within.bytes_per_s / 1e9:g} GB/s "

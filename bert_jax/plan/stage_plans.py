@@ -20,6 +20,7 @@ import math
 import ml_collections
 
 from bert_jax.parallel import tpu_slices
+from bert_jax.parallel.mesh import batch_shards
 from bert_jax.plan import compiled_plan, gpu_cards, memory_fit
 from bert_jax.train import perf, stages
 from bert_jax.train.config_validation import resolve_config
@@ -185,9 +186,9 @@ class StagePlanner:
             mesh = compiled_plan.tpu_mesh(config, tpu_slice)
             program = build_program(config, mesh)  # abstract: the formula's FLOPs and the parameters need no compile
             return (refused, perf.step_flops(program, config), perf.count_params(program.abstract_state.params),
-                    mesh.size // mesh.shape["tensor"])
+                    batch_shards(mesh.shape))
         return (plan, plan.formula_flops, plan.param_count,
-                plan.num_devices // plan.mesh_shape["tensor"])
+                batch_shards(plan.mesh_shape))
 
     def stages(self, config) -> list[StagePlan]:
         """Every stage of config's run (bert_jax/train/stages.py), stage 0 first, each compiled and judged; a stage's
