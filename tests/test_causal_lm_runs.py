@@ -8,7 +8,10 @@ import sys
 import numpy as np
 import pytest
 
+import bert_jax
 import bert_jax.configs.modernbert_base as modernbert_base
+from bert_jax.commands.inspect import inspect
+from bert_jax.finetune import init_from
 from bert_jax.run.completion import read_done
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train.export import export
@@ -80,6 +83,14 @@ def test_a_causal_run_exports_a_decoder_whose_loss_is_the_runs_eval_loss(tmp_pat
     print(f"eval/clm_loss {final['eval/clm_loss']:.6f}, transformers on the same documents {theirs:.6f}")
     assert theirs == pytest.approx(final["eval/clm_loss"], rel=0.01)
 
+    # inspect --mode=generate: the run and its export continue a prompt alike; sampling repeats with its seed.
+    greedy = list(inspect(workdir, "generate", text="The history of", max_new_tokens=8))
+    assert greedy[0].startswith("generated ") and greedy[1].startswith("The history of")
+    assert list(inspect(out, "generate", text="The history of", max_new_tokens=8)) == greedy
+    sampled = [list(inspect(workdir, "generate", text="The history of", max_new_tokens=8, temperature=1.0, seed=s))
+               for s in (1, 1)]
+    assert sampled[0] == sampled[1] and "temperature 1.0" in sampled[0][0]
+
 
 @pytest.mark.slow  # four micro runs (straight, then killed in each phase and resumed) and two exports: ~3 minutes
 def test_a_biphasic_run_trains_clm_then_mlm_resumes_in_either_phase_and_exports_a_masked_lm(tmp_path,
@@ -104,3 +115,9 @@ def test_a_biphasic_run_trains_clm_then_mlm_resumes_in_either_phase_and_exports_
     export(straight, str(tmp_path / "causal_phase"), step=4)  # a checkpoint of the causal phase is a decoder
     decoder = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "causal_phase"))
     assert type(decoder).__name__ == "ModernBertDecoderForCausalLM"
+    # Fine-tuning reads the encoder as the stage that trained the step: bidirectional after the switch.
+    assert init_from.resolve(straight, {}).model_cfg.objective == "mlm"
+    assert init_from.resolve(f"{straight}:4", {}).model_cfg.objective == "clm"
+    with pytest.raises(bert_jax.UserError, match="--mode=generate needs a causally trained checkpoint"):
+        list(inspect(straight, "generate", text="The history of", max_new_tokens=2))
+    assert len(list(inspect(f"{straight}:4", "generate", text="The history of", max_new_tokens=2))) == 2

@@ -62,6 +62,7 @@ CONFIGS = {
     "electra": (bert_jax.configs.electra_small, "tiny"),
     "deberta_v3": (bert_jax.configs.deberta_v3_base, "tiny"),
     "modernbert": (bert_jax.configs.modernbert_base, "tiny"),
+    "modernbert_clm": (bert_jax.configs.modernbert_base, "tiny,clm"),  # causal LM: Ettin's decoder
     "distilbert": (bert_jax.configs.distilbert_base, "tiny"),
     "crammed": (bert_jax.configs.crammed, "tiny"),  # Cramming's recipe on the modernbert family
     "spanbert": (bert_jax.configs.spanbert_base, "tiny"),  # MLM + the span boundary objective
@@ -139,6 +140,8 @@ def make_reference(family: str, exported, config, teacher, params):
         return reference.PreTraining("AlbertForPreTraining", exported, "sentence_order_label")
     if family == "roberta":
         return reference.PreTraining("RobertaForMaskedLM", exported, token_types=False)
+    if family == "modernbert" and config.model.objective == "clm":
+        return reference.ModernBertDecoder(exported, config.model.pad_token_id)
     if family == "modernbert":
         return reference.ModernBert(exported, config.model.pad_token_id)
     if family == "electra":

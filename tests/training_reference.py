@@ -140,6 +140,25 @@ class ModernBert(Reference):
         return self.model(**self.documents(batch)).loss, {}
 
 
+class ModernBertDecoder(ModernBert):
+    """ModernBertDecoderForCausalLM on each packed row's documents: every real token is its own label, transformers
+    shifting them (the next-token loss, averaged over every predicted token of the batch, as bert_jax's)."""
+
+    def __init__(self, exported, pad_token_id: int):
+        self.model = hf_model("ModernBertDecoderForCausalLM", exported.config).eval()
+        load(self.model, exported.state)
+        self.folders = {"": self.model}
+        self.pad = pad_token_id
+
+    def loss(self, batch: dict, corrupted=None):
+        documents = self.documents(dict(batch, masked_weights=np.zeros((len(batch["input_ids"]), 0)),
+                                        masked_positions=np.zeros((len(batch["input_ids"]), 0), np.int32),
+                                        masked_ids=np.zeros((len(batch["input_ids"]), 0), np.int32)))
+        labels = torch.where(documents["attention_mask"] > 0, documents["input_ids"], IGNORE)
+        return self.model(input_ids=documents["input_ids"], attention_mask=documents["attention_mask"],
+                          labels=labels).loss, {}
+
+
 class Electra(Reference):
     """ElectraForMaskedLM (generator) and ElectraForPreTraining (discriminator) over one embeddings module."""
 

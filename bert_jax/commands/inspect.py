@@ -6,6 +6,10 @@ a corpus; or inside a run: its goodput.
         --mode=attention --out=attention.png
     bert-jax inspect --from=runs/tiny --mode=heads --out=runs/tiny/heads [--corpus=FILE]
     bert-jax inspect --from=runs/tiny --mode=goodput
+    bert-jax inspect --from=runs/tiny_clm --mode=generate --text="the cat" [--temperature=0.8 --max_new_tokens=32]
+
+`--mode=generate` continues `--text` with a causally trained checkpoint (config.model.objective='clm', or a
+ModernBertDecoderForCausalLM folder): greedy, or sampled at `--temperature` (bert_jax/inspect/generate.py).
 
 `--mode=heads` measures every layer's and head's attention to [CLS], [SEP] and punctuation, to the previous, next
 and same token, and its entropy, averaged over a corpus's sentences (`--corpus`, a sentence per line; default: the
@@ -28,7 +32,7 @@ from collections.abc import Iterator
 
 from absl import app, flags
 
-from bert_jax.inspect import heads, views
+from bert_jax.inspect import generate, heads, views
 from bert_jax.run import command_line, goodput
 
 GOODPUT = "goodput"
@@ -38,9 +42,13 @@ def _define_flags():
     flags.DEFINE_string("from", None, "A pre-training workdir (DIR or DIR:STEP) or a Hugging Face model folder.")
     flags.DEFINE_string("text", None, "The sentence; fill_mask: with [MASK] or <mask> where words are hidden. Not "
                         "for goodput.")
-    flags.DEFINE_enum("mode", "fill_mask", [*views.MODES, heads.MODE, GOODPUT], "fill_mask: top-k tokens per mask; "
-                      "attention: a PNG grid; heads: what each head looks at across a corpus (grids and a table); "
-                      "goodput: a run's wall time by category across its restarts (--from=DIR).")
+    flags.DEFINE_enum("mode", "fill_mask", [*views.MODES, heads.MODE, GOODPUT, generate.MODE], "fill_mask: top-k "
+                      "tokens per mask; attention: a PNG grid; heads: what each head looks at across a corpus (grids "
+                      "and a table); goodput: a run's wall time by category across its restarts (--from=DIR); "
+                      "generate: a causally trained checkpoint continues --text.")
+    flags.DEFINE_integer("max_new_tokens", 32, "generate: tokens to add at most (it stops earlier at [SEP]).")
+    flags.DEFINE_float("temperature", 0.0, "generate: 0 = greedy; > 0 samples from softmax(logits / temperature).")
+    flags.DEFINE_integer("seed", 0, "generate: the sampling seed.")
     flags.DEFINE_integer("top_k", 5, "fill_mask: candidates per mask.")
     flags.DEFINE_string("out", "attention.png", "attention: where to write the PNG; heads: the directory for the "
                         "grids and the table (local or a bucket).")
@@ -53,20 +61,25 @@ def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     f = flags.FLAGS
-    if f.mode in views.MODES and f.text is None:
+    if f.mode in (*views.MODES, generate.MODE) and f.text is None:
         raise app.UsageError(f"--mode={f.mode} needs --text")
+    if f.mode == generate.MODE and (f.max_new_tokens < 1 or f.temperature < 0):
+        raise app.UsageError(f"--mode=generate needs --max_new_tokens >= 1 (got {f.max_new_tokens}) and "
+                             f"--temperature >= 0 (got {f.temperature})")
     if f.mode == heads.MODE:
         if not f["out"].present:
             raise app.UsageError("--mode=heads needs --out=DIR, the directory for the grids and the table")
         if f.max_sentences < 1:
             raise app.UsageError(f"--max_sentences={f.max_sentences}: measure at least 1")
     for line in inspect(f["from"].value, f.mode, text=f.text, top_k=f.top_k, out=f.out, corpus=f.corpus,
-                        max_sentences=f.max_sentences):
+                        max_sentences=f.max_sentences, max_new_tokens=f.max_new_tokens, temperature=f.temperature,
+                        seed=f.seed):
         print(line, flush=True)
 
 
 def inspect(source: str, mode: str, text: str | None = None, top_k: int = 5, out: str = "attention.png",
-            corpus: str | None = None, max_sentences: int = 1000) -> Iterator[str]:
+            corpus: str | None = None, max_sentences: int = 1000, max_new_tokens: int = 32,
+            temperature: float = 0.0, seed: int = 0) -> Iterator[str]:
     """The command's lines for `mode` on `source`, its files written as they come: the command without its flags,
     which tests of every family call in-process (tests/test_family_commands.py)."""
     if mode == GOODPUT:
@@ -82,6 +95,11 @@ def inspect(source: str, mode: str, text: str | None = None, top_k: int = 5, out
         written = heads.write(stats, count, corpus or f"the eval split of {source}", out)
         layers, num_heads = stats["cls"].shape
         yield f"heads: {layers} layers x {num_heads} heads over {count} sentences: {len(written)} files in {out}"
+    elif mode == generate.MODE:
+        generate.check_causal(inspector, source)
+        continuation, ids = generate.generate(inspector, text, max_new_tokens, temperature, seed)
+        yield f"generated {len(ids)} tokens ({'greedy' if temperature == 0 else f'temperature {temperature}'}):"
+        yield text + continuation
     elif mode == "fill_mask":
         for i, candidates in enumerate(views.fill_mask(inspector, text, top_k)):
             yield f"mask {i + 1}: " + ", ".join(f"{token} {p:.3f}" for token, p in candidates)

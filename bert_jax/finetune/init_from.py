@@ -29,6 +29,7 @@ from bert_jax.models.scan_layout import stack_layers, unstack_layers
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.run import completion
+from bert_jax.train import stages
 
 # config.model keys a fine-tuning config sets whatever the source says: how to run, not what was trained.
 RUNTIME_KEYS = ("dtype", "param_dtype", "scan_layers", "scan_unroll", "unroll_on_gpu", "remat_policy", "attention_impl", "splash_interpret",
@@ -105,7 +106,8 @@ def resolve(init_from: str, runtime_model_cfg, key: str = "config.init_from") ->
 def _pretraining_run(path: str, step: int, ema: bool, runtime_model_cfg) -> Source:
     run = Workdir(path)
     params, step = restore_params(run, model_for, step, ema=ema)
-    model_cfg = _with_runtime(run.config().model.to_dict(), runtime_model_cfg)
+    # The model as the stage that trained `step` runs it: a biphasic run's masked phase attends both ways.
+    model_cfg = _with_runtime(stages.stage_at(run.config(), step).config.model.to_dict(), runtime_model_cfg)
     return Source("workdir", path, step, get_family(model_cfg.family), model_cfg, str(run.tokenizer),
                   _relayout(params, model_cfg.scan_layers))
 

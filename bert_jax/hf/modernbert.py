@@ -22,7 +22,7 @@ from bert_jax.hf.exported import HfExport
 from bert_jax.hf.bert import (COPY, GLU_BIAS, GLU_IN, HEAD, HEADS_OUT, LINEAR, QKV_BIAS, QKV_IN,
                               ImportReport, TensorSpec, add_tensor)
 from bert_jax.models.scan_layout import SCANNED
-from bert_jax.objective_names import is_causal
+from bert_jax.objective_names import CAUSAL_LM, is_causal
 
 PREFIX = "model"
 TIED_ON_EXPORT = {"decoder.weight": f"{PREFIX}.embeddings.tok_embeddings.weight"}
@@ -156,6 +156,7 @@ def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
     if hf_cfg.get("model_type") not in (MODEL_TYPE, DECODER_MODEL_TYPE):
         raise ValueError(f"config.json model_type={hf_cfg.get('model_type')!r}: only {MODEL_TYPE!r} and "
                          f"{DECODER_MODEL_TYPE!r} can be imported into config.model.family='modernbert'")
+    decoder = hf_cfg.get("model_type") == DECODER_MODEL_TYPE
     hf_cfg = dict(hf_cfg, model_type=MODEL_TYPE)
     rope = hf_cfg.get("rope_parameters") or {}
     for ours, kind in (("global_rope_theta", "full_attention"), ("local_rope_theta", "sliding_attention")):
@@ -171,8 +172,9 @@ def model_config_from_hf(hf_cfg: dict) -> dict[str, Any]:
             raise ValueError(f"config.json layer_types={types} is not one global layer every n: the modernbert "
                              f"family here implements only that pattern (global_attn_every_n_layers)")
         hf_cfg["global_attn_every_n_layers"] = every
-    return hf_bert.read_config_values(hf_cfg, model_type=MODEL_TYPE, family="modernbert", keys=CONFIG_KEYS,
-                                      defaults=HF_DEFAULTS, implemented={"classifier_activation": ("gelu",)})
+    values = hf_bert.read_config_values(hf_cfg, model_type=MODEL_TYPE, family="modernbert", keys=CONFIG_KEYS,
+                                        defaults=HF_DEFAULTS, implemented={"classifier_activation": ("gelu",)})
+    return dict(values, objective=CAUSAL_LM) if decoder else values  # a decoder folder runs causally where read
 
 
 _FUSED_QKV = re.compile(r"(model\.layers\.\d+\.attn)\.Wqkv\.(weight|bias)")
@@ -226,6 +228,7 @@ def hf_export(params: dict, model_cfg) -> HfExport:
 def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[dict, ImportReport]:
     """The family hook: our params from an HF state dict, after checking its config fits `model_cfg`."""
     values = model_config_from_hf(hf_cfg)
+    values.pop("objective", None)  # a decoder's weights continue in either objective: the run's config picks it
     # With num_layers <= n only layer 0 is global, whatever n: compare the layers, not n.
     every, layers = "global_attn_every_n_layers", values["num_layers"]
     if layer_types(layers, values[every]) == layer_types(layers, model_cfg.get(every, 3)):
