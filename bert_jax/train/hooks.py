@@ -107,7 +107,7 @@ def _meter(config, program) -> perf.PerfMeter:
     flops = perf.step_flops(program, config)
     peak, peak_source = perf.peak_flops_per_device(config.logging.peak_flops_per_device)
     logging.info("%.3g FLOPs/step (%s); peak %.3g FLOP/s/device (%s)", flops, perf.FORMULA, peak, peak_source)
-    return perf.PerfMeter(flops, config.train.global_batch_size * config.data.max_seq_length,
+    return perf.PerfMeter(flops, counters.tokens_per_step(config),
                           peak * jax.device_count(), config.train.num_steps, peak_source)
 
 
