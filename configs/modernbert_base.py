@@ -26,6 +26,14 @@ The paper's recipe is three runs, each a variant here, the later two branches of
 - `context_extension`: 250B more tokens at sequence 8192, global RoPE theta 160K (local stays 10K), a batch
   of 72 sequences, lr 3e-4 constant; the step counter, the moments and the schedule go on from the parent.
 - `decay`: 50B more tokens at 8192, the learning rate from the parent's (3e-4) to 0 along a 1-sqrt curve.
+- `context_32k`: a branch of the context extension (or of its decay) at 32,768 tokens, each sequence split over the
+  `context` mesh axis (config.mesh.context; docs/guides/long-context.md): global RoPE theta scaled by NTK-aware
+  interpolation for the 4x longer window, 160K x 4^(64/62) = 669K (Peng et al. 2023, YaRN, arXiv 2309.00071,
+  section 3.1: b' = b s^(|D|/(|D|-2)), head dim |D| = 64); ModernBERT's own 8x extension raised it 16x, which
+  at 4x (640K) agrees within 5 %. Local layers keep 10K: their 128-token window does not grow. 16 sequences
+  (524K tokens) a step, lr 3e-4 constant, the xla attention kernel (the one that splits over the axis). The
+  context axis is set for a v5e-16 slice (context 4: fsdp 4 x context 4); on 8 x H100 add
+  `--config.mesh.context=8` (one sequence over the node's NVLink). `bert-jax plan` says whether a step fits.
 - `mask_annealing`: mmBERT's masking (30 % -> 15 % -> 5 % over its 2.3T / 0.6T / 0.1T-token phases) as
   one run's mask-rate schedule; Ettin anneals 30 % -> 15 %.
 - `clm`: causal language modelling on the same architecture (config.model.objective='clm'): Ettin's decoders
@@ -55,7 +63,7 @@ import ml_collections
 from bert_jax.configs import base
 
 
-VARIANTS = ("tiny", "pretrain", "context_extension", "decay", "mask_annealing", "clm", "biphasic")
+VARIANTS = ("tiny", "pretrain", "context_extension", "decay", "context_32k", "mask_annealing", "clm", "biphasic")
 # The biphasic variant's share of the steps trained causally before the switch to MLM.
 BIPHASIC_CLM_FRACTION = 0.25
 
@@ -65,6 +73,9 @@ PRETRAIN_STEPS = 382_742  # 1.719T tokens: 50B over the ramp's 29,035 steps, the
 PRETRAIN_WARMUP_STEPS = 3_815  # 3B tokens at the ramp's first batch, 768 x 1,024
 CONTEXT_EXTENSION_STEPS = 423_855  # 250B tokens / (72 x 8,192)
 DECAY_STEPS = 84_771  # 50B tokens / (72 x 8,192)
+# context_32k: NTK-aware scaling of the 8k extension's global theta for 4x the length, head dim 64 (YaRN, sec. 3.1).
+CONTEXT_32K_GLOBAL_ROPE_THETA = round(160_000.0 * 4 ** (64 / 62))
+CONTEXT_32K_STEPS = 10_000  # 5.2B tokens at 16 x 32,768: a long-document branch, not a paper's phase
 
 
 def get_config(arg: str | None = None):
@@ -82,7 +93,7 @@ def get_config(arg: str | None = None):
     tiny = "tiny" in words
     if tiny:
         shrink_to_tiny(c)
-    for phase in ("pretrain", "context_extension", "decay", "mask_annealing"):
+    for phase in ("pretrain", "context_extension", "decay", "context_32k", "mask_annealing"):
         if phase in words:
             PHASES[phase](c, tiny)
     if "clm" in words and "biphasic" in words:
@@ -150,6 +161,24 @@ def decay(c, tiny: bool) -> None:
         c.checkpoint.every_steps, c.train.eval_every_steps = 20, 20
 
 
+def context_32k(c, tiny: bool) -> None:
+    """A branch of the 8k extension at 4x its length, each sequence split over the context mesh axis."""
+    context_extension(c, tiny)
+    c.model.global_rope_theta = float(CONTEXT_32K_GLOBAL_ROPE_THETA)
+    c.model.attention_impl = "xla"  # the kernel that all-gathers keys and values over the context axis
+    c.mesh.shape = (1, -1, 1)  # FSDP over what the context axis leaves
+    c.mesh.context = 4
+    if tiny:  # 4 x the tiny extension's 256 tokens, split over 4 devices
+        c.model.max_position_embeddings = c.data.max_seq_length = 1024
+        c.train.global_batch_size = 4
+        c.train.num_steps = 260 + 20
+        return
+    c.model.max_position_embeddings = c.data.max_seq_length = 32_768
+    c.train.global_batch_size = 16
+    c.train.num_steps = PRETRAIN_STEPS + CONTEXT_EXTENSION_STEPS + CONTEXT_32K_STEPS
+    c.checkpoint.every_steps, c.checkpoint.keep_every_steps = 1_000, 5_000
+
+
 def mask_annealing(c, tiny: bool) -> None:
     """mmBERT's mask rates over its phases' shares of the tokens (2.3T, 0.6T, 0.1T): 30 %, then 15 %, then 5 %."""
     del tiny
@@ -159,7 +188,7 @@ def mask_annealing(c, tiny: bool) -> None:
 
 
 PHASES = {"pretrain": pretrain, "context_extension": context_extension, "decay": decay,
-          "mask_annealing": mask_annealing}
+          "context_32k": context_32k, "mask_annealing": mask_annealing}
 
 
 def set_modernbert(c) -> None:
