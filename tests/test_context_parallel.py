@@ -102,3 +102,13 @@ def test_the_32k_recipe_scales_the_global_theta_and_splits_its_sequences():
     assert c.model.global_rope_theta == round(160_000 * 4 ** (64 / 62)) and c.model.local_rope_theta == 10_000
     validate_config(c)
     validate_config(bert_jax.configs.modernbert_base.get_config("tiny,context_32k"))
+
+
+def test_auto_resolves_to_the_kernel_that_splits():
+    from bert_jax.train.config_validation import resolve_config
+    c = bert_jax.configs.modernbert_base.get_config("tiny")
+    c.mesh.context = 4
+    assert c.model.attention_impl == "auto"
+    assert resolve_config(c).model.attention_impl == "xla"
+    c.mesh.context = 1
+    assert resolve_config(c).model.attention_impl == "auto"

@@ -96,6 +96,11 @@ def _resolved(config, workdir: str | None) -> tuple:
             with resolved.data.ignore_type():  # a str field once copied
                 resolved.data.worker_count = value
         workers.worker_count(resolved.data.worker_count)  # anything else fails now, naming the key
+        context = resolved.mesh.get("context", 1)
+        if context != 1 and resolved.model.get("attention_impl", "auto") == "auto":  # the kernel that splits
+            resolved.model.attention_impl = "xla"
+            lines.append(f"config.model.attention_impl=auto -> xla (config.mesh.context={context}: the kernel that "
+                         f"all-gathers keys and values over the context axis)")
         lines += _resolve_mup(resolved)
         # Temperature sampling: each source's size, counted once (or the recorded one on a resume), and its weights.
         lines += mixture.resolve_sizes(resolved.data, _recorded_data(workdir))
