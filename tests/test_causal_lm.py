@@ -154,6 +154,9 @@ def test_biphasic_switches_the_objective_and_the_data_with_it():
     config.train.objective_switch.fraction = 0.5
     assert [s.start for s in stages.plan(config)] == [0, 200]
     validate_config(resolve_config(config))
+    config.model.objective, config.train.objective_switch.to = "", "clm"  # the other way: MLM, then CLM
+    assert [s.config.data.objective for s in stages.plan(config)] == ["", "clm"]
+    validate_config(resolve_config(config))
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -11,7 +11,7 @@ from bert_jax.plan.stage_plans import DOES_NOT_FIT, GIB, SEVERITY, StagePlan, St
 # One line: what "FLOPs per step" counts, as bert_jax/train/perf.py does (and MFU divides by).
 FLOPS_FORMULA = ("FLOPs per step = 6*N*B*S + 12*layers*hidden*S^2*B + 6*E*vocab*B*P: forward and backward of "
                  "the whole step, N non-embedding parameters, B global batch, S sequence length, P predicted "
-                 "positions per sequence, E the decoder's width (plus DeBERTa's relative rows, a generator's attention, a teacher's "
+                 "positions per sequence (all S for a causal objective), E the decoder's width (plus DeBERTa's relative rows, a generator's attention, a teacher's "
                  "forward; bert_jax/train/perf.py)")
 
 
