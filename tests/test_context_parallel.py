@@ -112,3 +112,25 @@ def test_auto_resolves_to_the_kernel_that_splits():
     assert resolve_config(c).model.attention_impl == "xla"
     c.mesh.context = 1
     assert resolve_config(c).model.attention_impl == "auto"
+
+
+@pytest.mark.parametrize("window,causal", [(None, False), (3, False), (3, True)])
+def test_query_chunks_give_xla_attention_and_its_gradients(window, causal):
+    """The split sequence's kernel: each device's queries a chunk at a time against every key (here one device,
+    the same arithmetic)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from bert_jax.kernels import attention as kernels
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(2, 32, 2, 8)), jnp.float32) for _ in range(3))
+    segments = jnp.asarray(np.repeat([[0, 1, 2, 3], [0, 0, 1, -1]], 8, axis=1), jnp.int32)  # crosses 8-token shards
+    whole = lambda q, k, v: kernels.xla_attention(q, k, v, segments, window, causal=causal)  # noqa: E731
+    chunked = lambda q, k, v: kernels.xla_attention_by_query_chunks(  # noqa: E731
+        q, k, v, segments, window, CONTEXT, causal=causal)
+    np.testing.assert_allclose(chunked(q, k, v), whole(q, k, v), rtol=1e-6, atol=1e-6)
+    loss = lambda f: lambda *a: jnp.sum(f(*a) ** 2)  # noqa: E731
+    for got, want in zip(jax.grad(loss(chunked), (0, 1, 2))(q, k, v), jax.grad(loss(whole), (0, 1, 2))(q, k, v)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert kernels.query_chunk(8) == 4 and kernels.query_chunk(8192) == 512

@@ -98,6 +98,52 @@ def xla_attention(q, k, v, segments, window: int | None, probs_dropout: Callable
     return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
+def query_chunk(shard_length: int, most: int = 512) -> int:
+    """The queries one step of xla_attention_by_query_chunks takes per shard: the largest divisor of the shard's
+    length up to `most` and to half of it (at least two steps, so every split run loops)."""
+    cap = max(1, min(most, shard_length // 2))
+    return max(m for m in range(1, cap + 1) if shard_length % m == 0)
+
+
+def xla_attention_by_query_chunks(q, k, v, segments, window: int | None, shards: int,
+                                  causal: bool = False) -> jax.Array:
+    """xla_attention (no dropout, no score bias) over each device's queries a chunk at a time, each chunk
+    rematerialised in the backward: a device holds one chunk's [batch, heads, chunk, length] scores, not its
+    whole shard's. For a sequence split over `shards` devices (context parallelism), where the scores of one
+    shard's queries against every key are what does not fit; each softmax row is whole, so the result is xla's.
+
+    q: [batch, length, heads, head_dim] split along length into `shards`; k, v whole along length.
+    """
+    b, length, h, d = q.shape
+    shard = length // shards
+    m = query_chunk(shard)
+    n = shard // m
+    scale = 1.0 / np.sqrt(d)
+    # [n, batch, shards, m, ...]: step j takes the j-th chunk of every shard, so all devices work at once.
+    split = lambda x: jnp.moveaxis(x.reshape(x.shape[0], shards, n, m, *x.shape[2:]), 2, 0)  # noqa: E731
+    q_chunks = nn.with_logical_constraint(split(q), (None, "batch", "length", None, "heads", "kv"))
+    q_segments = nn.with_logical_constraint(split(segments), (None, "batch", "length", None))
+    q_positions = split(jnp.arange(length)[None])[:, 0]  # [n, shards, m]
+    k_positions = jnp.arange(k.shape[1])
+    k_segments = nn.with_logical_constraint(segments, ("batch", None))  # every key's, as k and v
+
+    @jax.checkpoint
+    def one_chunk(qc, qseg, qpos):
+        logits = jnp.einsum("bcqhd,bkhd->bhcqk", qc, k, preferred_element_type=jnp.float32) * scale
+        allowed = qseg[:, None, :, :, None] == k_segments[:, None, None, None, :]
+        back = qpos[:, :, None] - k_positions  # q - k, [shards, m, keys]
+        if causal:
+            allowed = allowed & (back >= 0)
+        if window is not None:
+            allowed = allowed & ((back <= window) if causal else (jnp.abs(back) <= window))
+        logits = logits + jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min)
+        probs = softmax_saving_probs_in(logits, q.dtype)
+        return jnp.einsum("bhcqk,bkhd->bcqhd", probs, v)
+
+    out = jax.lax.map(lambda xs: one_chunk(*xs), (q_chunks, q_segments, q_positions))  # [n, b, shards, m, h, d]
+    return jnp.moveaxis(out, 0, 2).reshape(b, length, h, d)
+
+
 # --- cudnn: NVIDIA's fused flash attention -------------------------------------------------
 
 

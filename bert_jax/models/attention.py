@@ -33,6 +33,7 @@ import jax.numpy as jnp
 
 from bert_jax.kernels import attention as kernels
 from bert_jax.models.layers import Dense, logical
+from bert_jax.parallel.context import length_shards
 # building_for and devices_platform are imported from here by the program and the planner.
 from bert_jax.models.targets import CudnnRules, building_for, devices_platform, target  # noqa: F401
 
@@ -212,6 +213,9 @@ class Attend(nn.Module):
             dropout = None
             if cfg.attention_dropout_rate > 0 and not deterministic:
                 dropout = lambda p: nn.Dropout(cfg.attention_dropout_rate)(p, deterministic=False)  # noqa: E731
+            shards = length_shards()
+            if shards > 1 and dropout is None and score_bias is None:  # a shard's queries a chunk at a time
+                return kernels.xla_attention_by_query_chunks(q, k, v, mask.segments, self.window, shards, self.causal)
             # bert_jax.inspect.views reads the probabilities: applied with mutable=["intermediates"] only; training
             # does not make that collection mutable, so the sow is a no-op there.
             sow = lambda p: self.sow("intermediates", "attention_probs", p)  # noqa: E731
