@@ -78,7 +78,8 @@ def test_a_causal_run_exports_a_decoder_whose_loss_is_the_runs_eval_loss(tmp_pat
     assert final["step"] == 8 and final["eval/perplexity"] == pytest.approx(np.exp(final["eval/clm_loss"]), rel=1e-5)
     export(workdir, out)
     with open(os.path.join(out, "README.md")) as card:
-        assert "pipeline_tag: text-generation" in card.read()
+        text = card.read()
+    assert "pipeline_tag: text-generation" in text and "by stage: `clm` steps 1-8." in text
     theirs = hf_loss_on_held_out_text(workdir, out)
     print(f"eval/clm_loss {final['eval/clm_loss']:.6f}, transformers on the same documents {theirs:.6f}")
     assert theirs == pytest.approx(final["eval/clm_loss"], rel=0.01)
@@ -110,6 +111,8 @@ def test_a_biphasic_run_trains_clm_then_mlm_resumes_in_either_phase_and_exports_
     assert read_done(killed)["step"] == 8
 
     export(straight, str(tmp_path / "final"))
+    with open(os.path.join(tmp_path, "final", "README.md")) as card:
+        assert "by stage: `clm` steps 1-4, `mlm` steps 5-8." in card.read()
     masked = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path / "final"))
     assert type(masked).__name__ == "ModernBertForMaskedLM"
     export(straight, str(tmp_path / "causal_phase"), step=4)  # a checkpoint of the causal phase is a decoder

@@ -21,6 +21,7 @@ import numpy as np
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from bert_jax.checkpoint.params import state_metadata
+from bert_jax.objective_names import is_causal
 from bert_jax.run import lineage, metrics_file
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
@@ -163,6 +164,20 @@ def _lineage_lines(workdir: str, config) -> list[str]:
     return out or ["- trained from scratch"]
 
 
+def _objective_lines(config) -> list[str]:
+    """What the run was trained to predict: its masking, or its objective stage by stage where it names one (a causal
+    run, a biphasic run's causal then masked phases)."""
+    masking = (f"Masking: rate {config.data.get('mask_rate')}, sequences of {config.data.get('max_seq_length')} "
+               "tokens.")
+    planned = stages.plan(config)
+    named = [(s.start + 1, s.end, s.config.model.get("objective", "")) for s in planned]
+    if not any(objective for _, _, objective in named):
+        return [masking]
+    spans = ", ".join(f"`{objective or 'its own'}` steps {start}-{end}" for start, end, objective in named)
+    return [f"Objective (config.model.objective) by stage: {spans}.",
+            *([masking] if not all(is_causal(s.config.model) for s in planned) else [])]
+
+
 def card_text(workdir: str, out: str, step: int | None, command: str, params: dict | None = None) -> str:
     """The model card of the run in `workdir` at `step` (None: a fine-tuning run not finished), exported to `out`,
     as README.md's text."""
@@ -199,8 +214,7 @@ def card_text(workdir: str, out: str, step: int | None, command: str, params: di
         *[f"- `{source}`: {reads}" for source, reads in sources.items()],
         *(["", "Mixture weights by stage (the shares realised are `data/<name>/fraction` in metrics.jsonl):", "",
            *_mixture_lines(config)] if mixture.has_mixture(config.data) else []),
-        *(["", f"Masking: rate {config.data.get('mask_rate')}, sequences of {config.data.get('max_seq_length')} "
-               "tokens."] if not task_kind else []),
+        *(["", *_objective_lines(config)] if not task_kind else []),
         "", "## Training", "",
         f"- steps: {step if step is not None else 'unfinished'}"
         f"{f' of {config.train.num_steps}' if config.train.get('num_steps') else ''}",
