@@ -161,7 +161,7 @@ def test_biphasic_switches_the_objective_and_the_data_with_it():
 
 @pytest.mark.parametrize("changes, message", [
     (dict(family="bert"), r"config.model.objective='clm': family 'bert' trains ''"),
-    (dict(attention_impl="triton", splash_interpret=True), r"attention_impl='triton' does not apply causal"),
+    (dict(attention_impl="cudnn"), r"attention_impl='cudnn' does not apply causal"),
     (dict(data_objective=""), r"config.data.objective='' differs from config.model.objective='clm'"),
 ])
 def test_a_causal_config_a_family_or_kernel_cannot_run_is_refused_naming_the_key(changes, message):
@@ -171,7 +171,7 @@ def test_a_causal_config_a_family_or_kernel_cannot_run_is_refused_naming_the_key
             config = bert_jax.configs.tiny.get_config()
             config.model.objective = "clm"
         if "attention_impl" in changes:
-            config.model.attention_impl, config.model.splash_interpret = "triton", True
+            config.model.attention_impl = "cudnn"
         if "data_objective" in changes:
             config = config.copy_and_resolve_references()
             config.data.objective = ""
@@ -181,7 +181,8 @@ def test_a_causal_config_a_family_or_kernel_cannot_run_is_refused_naming_the_key
 
 def test_auto_picks_a_kernel_that_applies_causal_attention():
     cfg = {"attention_impl": "auto", "dtype": "bfloat16", "hidden_size": 64, "num_heads": 2}
-    assert choose_kernel(cfg, platform="gpu", window=True, causal=True).impl == "xla"
+    assert choose_kernel(cfg, platform="gpu", window=True, causal=True).impl == "triton"
+    assert choose_kernel(cfg, platform="gpu", window=False, causal=True).impl == "xla"  # not cuDNN
     assert choose_kernel(cfg, platform="tpu", window=True, causal=True).impl == "splash"
     with pytest.raises(ValueError, match="attention_impl='cudnn' does not apply causal attention.*'xla'"):
         choose_kernel(dict(cfg, attention_impl="cudnn"), platform="gpu", causal=True)

@@ -54,11 +54,12 @@ def outputs_and_gradients(attend, length: int, head_dim: int, dtype, seed: int =
     return out, grads
 
 
-def assert_kernel_matches_xla(length: int, head_dim: int, window, dtype, tolerance: float, blocks=MICRO):
+def assert_kernel_matches_xla(length: int, head_dim: int, window, dtype, tolerance: float, blocks=MICRO,
+                              causal: bool = False):
     scale = 1.0 / np.sqrt(head_dim)  # the reference's; the kernel takes it as given
     kernel = lambda q, k, v, seg: windowed_attention(q, k, v, seg, window, scale, interpret=True,  # noqa: E731
-                                                     blocks=blocks)
-    reference = lambda q, k, v, seg: xla_attention(q, k, v, seg, window)  # noqa: E731
+                                                     blocks=blocks, causal=causal)
+    reference = lambda q, k, v, seg: xla_attention(q, k, v, seg, window, causal=causal)  # noqa: E731
     want_out, want_grads = outputs_and_gradients(reference, length, head_dim, dtype)
     got_out, got_grads = outputs_and_gradients(kernel, length, head_dim, dtype)
     size = lambda x: max(1.0, float(jnp.max(jnp.abs(x.astype(jnp.float32)))))  # noqa: E731
@@ -73,6 +74,13 @@ def test_kernel_equals_xla_with_a_window_ragged_documents_padding_and_an_odd_len
     """40 tokens in 16-token tiles (the tail padded inside the wrapper), head_dim 8 (padded to Triton's 16), a
     window of 5 either side: several tiles each way, some wholly outside a query block's window."""
     assert_kernel_matches_xla(length=40, head_dim=8, window=5, dtype=jnp.float32, tolerance=1e-5)
+
+
+@pytest.mark.parametrize("window", [5, None])
+def test_causal_kernel_equals_xla_with_ragged_documents_padding_and_an_odd_length(window):
+    """A causal objective's mask (keys at or before the query, `window` back): the forward's key blocks end at the
+    query block, the backward's query blocks start at the key block; values and gradients as the reference's."""
+    assert_kernel_matches_xla(length=40, head_dim=8, window=window, dtype=jnp.float32, tolerance=1e-5, causal=True)
 
 
 @pytest.mark.slow  # interpret-mode compiles, ~4 s each on 2 cores
@@ -163,9 +171,11 @@ def test_deberta_refuses_the_windowed_kernel_it_cannot_add_position_terms_to():
 
 
 @pytest.mark.slow  # the whole model, twice, interpreted: ~40 s on 2 cores
-def test_modernbert_with_the_windowed_kernel_equals_xla():
+@pytest.mark.parametrize("objective", ["", "clm"])
+def test_modernbert_with_the_windowed_kernel_equals_xla(objective):
     """ModernBERT (local and global layers, scanned) on packed rows with padding: the loss and every parameter's
-    gradient with attention_impl=triton (interpret) equal xla's."""
+    gradient with attention_impl=triton (interpret) equal xla's; as an encoder, and as a causal LM (Ettin's
+    decoder: causal layers, the local ones looking back over local_attention // 2)."""
     import bert_jax.configs.modernbert_base
 
     length = 48
@@ -190,10 +200,11 @@ def test_modernbert_with_the_windowed_kernel_equals_xla():
     for impl in ("xla", "triton"):
         cfg = bert_jax.configs.modernbert_base.get_config("tiny").model
         cfg.update(vocab_size=97, num_layers=4, scan_layers=True, local_attention=16, attention_impl=impl,
-                   splash_interpret=impl == "triton")
+                   splash_interpret=impl == "triton", objective=objective)
         model = get_family("modernbert").build_model(cfg)
         params = jax.jit(model.init)(jax.random.key(0), batch)["params"]
-        loss = lambda p: jnp.sum(model.apply({"params": p}, batch)["mlm_logits"] ** 2)  # noqa: E731
+        logits = "clm_logits" if objective else "mlm_logits"
+        loss = lambda p: jnp.sum(model.apply({"params": p}, batch)[logits] ** 2)  # noqa: E731
         results.append(jax.jit(jax.value_and_grad(loss))(params))
     (l1, g1), (l2, g2) = results
     np.testing.assert_allclose(l1, l2, rtol=1e-5)

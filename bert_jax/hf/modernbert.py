@@ -237,5 +237,6 @@ def hf_import(state, hf_cfg: dict, model_cfg, fallback_params: dict) -> tuple[di
     return hf_to_params(state, model_cfg, fallback_params)
 
 
-CONVERTER = HfConverter(model_type=MODEL_TYPE, also_reads=(DECODER_MODEL_TYPE,), to_hf=hf_export, from_hf=hf_import, model_config=model_config_from_hf,
-                        vocab_tensors=VOCAB_TENSORS, task_heads_missing=TASK_HEADS_MISSING)
+CONVERTER = HfConverter(model_type=MODEL_TYPE, also_reads=(DECODER_MODEL_TYPE,), to_hf=hf_export, from_hf=hf_import,
+                        model_config=model_config_from_hf, vocab_tensors=VOCAB_TENSORS,
+                        task_heads_missing=TASK_HEADS_MISSING)

@@ -5,8 +5,8 @@ heads, head_dim] in the compute dtype, with the mask described by `segments` (se
 `attention.attention_segments`): a query attends to the keys of its own segment (padding is a
 segment of its own), within `window` positions either side when a window is given. Causal
 (`causal=True`, a causal objective's): only keys at or before the query, `window` of them back.
-xla and splash apply it; cuDNN and the windowed Pallas (Triton) kernel do not here, and
-`models.attention.choose_kernel` refuses them for a causal model before anything compiles.
+xla, splash and the windowed Pallas (Triton) kernel apply it; cuDNN does not here, and
+`models.attention.choose_kernel` refuses it for a causal model before anything compiles.
 
 Outputs at padding positions differ between kernels (cuDNN lets a padding query see the real
 keys, xla, splash and triton let it see the other padding keys); they are finite everywhere, and
@@ -266,10 +266,11 @@ def per_shard(run: Callable, q, k, v, segments) -> jax.Array:
 # --- triton: our Pallas GPU flash kernel with the sliding window (kernels/windowed_attention.py) ------------------
 
 
-def triton_attention(q, k, v, segments, window: int | None, interpret: bool, scale: float | None = None) -> jax.Array:
-    """The Pallas GPU (Triton) flash kernel: padding, packed segments and a bidirectional window, tiles outside
-    the window never visited. `scale` defaults to the xla reference's 1 / sqrt(head_dim)."""
+def triton_attention(q, k, v, segments, window: int | None, interpret: bool, scale: float | None = None,
+                     causal: bool = False) -> jax.Array:
+    """The Pallas GPU (Triton) flash kernel: padding, packed segments and a bidirectional window (or a causal one),
+    tiles outside the window never visited. `scale` defaults to the xla reference's 1 / sqrt(head_dim)."""
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     run = lambda q, k, v, segments: windowed_attention.windowed_attention(  # noqa: E731
-        q, k, v, segments, window, scale, interpret=interpret)
+        q, k, v, segments, window, scale, interpret=interpret, causal=causal)
     return per_shard(run, q, k, v, segments)

@@ -1,6 +1,7 @@
 """Flash attention with a bidirectional sliding window and packed segments, as Pallas GPU (Triton) kernels.
 
     o = softmax(scale * q k^T + mask) v,  mask: same segment, and |i - j| <= window when a window is given
+                                          causal: j <= i too, and i - j <= window (the window looks back only)
 
 The mask is `kernels.attention.allowed_keys`' (the xla reference's), applied per tile from [batch, length]
 segment ids: no [batch, heads, q, k] tensor reaches HBM. Scores and probabilities live per tile in registers and
@@ -87,33 +88,43 @@ def segment_spans(segments: jax.Array) -> jax.Array:
     return jnp.stack([jnp.where(whole_runs, first, 0), jnp.where(whole_runs, last, length - 1)], axis=1)
 
 
-def _block_range(spans_ref, start, block: int, other_block: int, window: int | None, num_other: int):
-    """[lo, hi): the other side's blocks that hold a key (or query) a position in [start, start + block) may meet:
-    within the span of its segments, and within `window` of it."""
+def _block_range(spans_ref, start, block: int, other_block: int, window: int | None, num_other: int,
+                 causal: bool = False, of_queries: bool = True):
+    """[lo, hi): the other side's blocks that hold a key (`of_queries`: the positions in [start, start + block) are
+    queries) or a query (they are keys) one of those positions may meet: within the span of its segments, and within
+    `window` of it; causal, only keys at or before a query."""
     first = jnp.min(spans_ref[0, pl.ds(start, block)])
     last = jnp.max(spans_ref[1, pl.ds(start, block)])
-    if window is not None:
-        first = jnp.maximum(first, start - window)
-        last = jnp.minimum(last, start + block - 1 + window)
+    back, ahead = window, (0 if causal else window)  # how far a query's keys reach behind it, and ahead of it
+    if not of_queries:
+        back, ahead = ahead, back  # a key's queries: ahead of it as far as a query looks back
+    if back is not None:
+        first = jnp.maximum(first, start - back)
+    if ahead is not None:
+        last = jnp.minimum(last, start + block - 1 + ahead)
     return jax.lax.div(first, other_block), jnp.minimum(jax.lax.div(last, other_block) + 1, num_other)
 
 
-def _allowed(seg_q, seg_k, q_start, k_start, window: int | None):
+def _allowed(seg_q, seg_k, q_start, k_start, window: int | None, causal: bool = False):
     """[queries, keys] bool: `allowed_keys` for one tile."""
     allowed = seg_q[:, None] == seg_k[None, :]
-    if window is not None:
+    if window is not None or causal:
         distance = (q_start + jnp.arange(seg_q.shape[0]))[:, None] - (k_start + jnp.arange(seg_k.shape[0]))[None, :]
-        allowed = allowed & (distance <= window) & (distance >= -window)
+        if causal:
+            allowed = allowed & (distance >= 0)
+        if window is not None:
+            allowed = allowed & (distance <= window) & (distance >= (0 if causal else -window))
     return allowed
 
 
-def _scores(q, k, seg_q, seg_k, q_start, k_start, scale, window):
+def _scores(q, k, seg_q, seg_k, q_start, k_start, scale, window, causal=False):
     """[queries, keys] float32 logits in base 2 (scale * log2 e folded in), masked."""
     s = _dot(q, k, trans_b=True) * (scale * LOG2E)
-    return jnp.where(_allowed(seg_q, seg_k, q_start, k_start, window), s, MASK_VALUE)
+    return jnp.where(_allowed(seg_q, seg_k, q_start, k_start, window, causal), s, MASK_VALUE)
 
 
-def _forward_kernel(q_ref, k_ref, v_ref, seg_ref, spans_ref, o_ref, lse_ref, *, scale, window, block_q, block_k):
+def _forward_kernel(q_ref, k_ref, v_ref, seg_ref, spans_ref, o_ref, lse_ref, *, scale, window, causal, block_q,
+                    block_k):
     num_k = k_ref.shape[0] // block_k
     q_start = pl.program_id(0) * block_q
     q = q_ref[...]
@@ -124,14 +135,14 @@ def _forward_kernel(q_ref, k_ref, v_ref, seg_ref, spans_ref, o_ref, lse_ref, *, 
         o, m, l = carry
         k_start = kj * block_k
         seg_k = seg_ref[pl.ds(k_start, block_k)]
-        s = _scores(q, k_ref[pl.ds(k_start, block_k), :], seg_q, seg_k, q_start, k_start, scale, window)
+        s = _scores(q, k_ref[pl.ds(k_start, block_k), :], seg_q, seg_k, q_start, k_start, scale, window, causal)
         m_next = jnp.maximum(m, jnp.max(s, axis=1))
         alpha = jnp.exp2(m - m_next)
         p = jnp.exp2(s - m_next[:, None])
         v = v_ref[pl.ds(k_start, block_k), :]
         return alpha[:, None] * o + _dot(p.astype(v.dtype), v), m_next, alpha * l + jnp.sum(p, axis=1)
 
-    lo, hi = _block_range(spans_ref, q_start, block_q, block_k, window, num_k)
+    lo, hi = _block_range(spans_ref, q_start, block_q, block_k, window, num_k, causal)
     init = (jnp.zeros((block_q, d), jnp.float32), jnp.full((block_q,), -jnp.inf, jnp.float32),
             jnp.zeros((block_q,), jnp.float32))
     o, m, l = jax.lax.fori_loop(lo, hi, body, init)  # every query meets itself: l >= 1
@@ -140,14 +151,15 @@ def _forward_kernel(q_ref, k_ref, v_ref, seg_ref, spans_ref, o_ref, lse_ref, *, 
 
 
 def _backward_kernel(q_ref, k_ref, v_ref, seg_ref, spans_ref, do_ref, lse_ref, delta_ref, dq_ref, dk_ref, dv_ref, *,
-                     scale, window, block_outer, block_inner):
+                     scale, window, causal, block_outer, block_inner):
     length = q_ref.shape[0]
     num_inner = length // block_inner
     start = pl.program_id(2) * block_outer
     seg_outer = seg_ref[pl.ds(start, block_outer)]
     d = q_ref.shape[-1]
-    # The mask is symmetric: the queries that meet a key block are the keys a query block there meets.
-    lo, hi = _block_range(spans_ref, start, block_outer, block_inner, window, num_inner)
+    # The queries that meet this key block, and the keys this query block meets (the same blocks unless causal).
+    q_lo, q_hi = _block_range(spans_ref, start, block_outer, block_inner, window, num_inner, causal, of_queries=False)
+    k_lo, k_hi = _block_range(spans_ref, start, block_outer, block_inner, window, num_inner, causal)
     zeros = jnp.zeros((block_outer, d), jnp.float32)
 
     # dk, dv for keys [start, start + block_outer), over the query blocks that meet them.
@@ -158,13 +170,13 @@ def _backward_kernel(q_ref, k_ref, v_ref, seg_ref, spans_ref, do_ref, lse_ref, d
         q_start = qi * block_inner
         rows = pl.ds(q_start, block_inner)
         q, do = q_ref[rows, :], do_ref[rows, :]
-        s = _scores(q, k, seg_ref[rows], seg_outer, q_start, start, scale, window)
+        s = _scores(q, k, seg_ref[rows], seg_outer, q_start, start, scale, window, causal)
         p = jnp.exp2(s - lse_ref[rows][:, None])
         dv = dv + _dot(p.astype(do.dtype), do, trans_a=True)
         ds = p * (_dot(do, v, trans_b=True) - delta_ref[rows][:, None]) * scale
         return dk + _dot(ds.astype(q.dtype), q, trans_a=True), dv
 
-    dk, dv = jax.lax.fori_loop(lo, hi, over_queries, (zeros, zeros))
+    dk, dv = jax.lax.fori_loop(q_lo, q_hi, over_queries, (zeros, zeros))
     dk_ref[...] = dk.astype(dk_ref.dtype)
     dv_ref[...] = dv.astype(dv_ref.dtype)
 
@@ -177,11 +189,11 @@ def _backward_kernel(q_ref, k_ref, v_ref, seg_ref, spans_ref, do_ref, lse_ref, d
         k_start = kj * block_inner
         cols = pl.ds(k_start, block_inner)
         k_tile = k_ref[cols, :]
-        p = jnp.exp2(_scores(q, k_tile, seg_outer, seg_ref[cols], start, k_start, scale, window) - lse)
+        p = jnp.exp2(_scores(q, k_tile, seg_outer, seg_ref[cols], start, k_start, scale, window, causal) - lse)
         ds = p * (_dot(do, v_ref[cols, :], trans_b=True) - delta) * scale
         return dq + _dot(ds.astype(k_tile.dtype), k_tile)
 
-    dq_ref[...] = jax.lax.fori_loop(lo, hi, over_keys, zeros).astype(dq_ref.dtype)
+    dq_ref[...] = jax.lax.fori_loop(k_lo, k_hi, over_keys, zeros).astype(dq_ref.dtype)
 
 
 def _compiler_params(head_dim: int, num_stages: int):
@@ -190,12 +202,12 @@ def _compiler_params(head_dim: int, num_stages: int):
     return plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=num_stages)
 
 
-def _forward(q, k, v, segments, spans, scale, window, blocks: BlockSizes, interpret: bool):
+def _forward(q, k, v, segments, spans, scale, window, causal, blocks: BlockSizes, interpret: bool):
     b, length, h, d = q.shape
     tile = lambda rows, index: pl.BlockSpec((None, rows, None, d), index)  # noqa: E731  [b, L, h, d] strided
     whole = tile(length, lambda i, j, n: (j, 0, n, 0))
     o, lse = pl.pallas_call(
-        functools.partial(_forward_kernel, scale=scale, window=window, block_q=blocks.block_q,
+        functools.partial(_forward_kernel, scale=scale, window=window, causal=causal, block_q=blocks.block_q,
                           block_k=blocks.block_k),
         grid=(length // blocks.block_q, b, h),
         in_specs=[tile(blocks.block_q, lambda i, j, n: (j, i, n, 0)), whole, whole,
@@ -211,15 +223,15 @@ def _forward(q, k, v, segments, spans, scale, window, blocks: BlockSizes, interp
     return o, lse
 
 
-def _backward(q, k, v, segments, spans, o, lse, do, scale, window, blocks: BlockSizes, interpret: bool):
+def _backward(q, k, v, segments, spans, o, lse, do, scale, window, causal, blocks: BlockSizes, interpret: bool):
     b, length, h, d = q.shape
     delta = jnp.einsum("blhd,blhd->bhl", o.astype(jnp.float32), do.astype(jnp.float32))
     whole = pl.BlockSpec((None, length, None, d), lambda i, n, j: (i, 0, n, 0))
     stat = pl.BlockSpec((None, None, length), lambda i, n, j: (i, n, 0))
     out = pl.BlockSpec((None, blocks.block_outer, None, d), lambda i, n, j: (i, j, n, 0))
     return pl.pallas_call(
-        functools.partial(_backward_kernel, scale=scale, window=window, block_outer=blocks.block_outer,
-                          block_inner=blocks.block_inner),
+        functools.partial(_backward_kernel, scale=scale, window=window, causal=causal,
+                          block_outer=blocks.block_outer, block_inner=blocks.block_inner),
         grid=(b, h, length // blocks.block_outer),
         in_specs=[whole, whole, whole, pl.BlockSpec((None, length), lambda i, n, j: (i, 0)),
                   pl.BlockSpec((None, 2, length), lambda i, n, j: (i, 0, 0)), whole, stat, stat],
@@ -231,19 +243,20 @@ def _backward(q, k, v, segments, spans, o, lse, do, scale, window, blocks: Block
     )(q, k, v, segments, spans, do, lse, delta)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
-def _attention(q, k, v, segments, spans, scale: float, window: int | None, blocks: BlockSizes, interpret: bool):
-    return _forward(q, k, v, segments, spans, scale, window, blocks, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
+def _attention(q, k, v, segments, spans, scale: float, window: int | None, causal: bool, blocks: BlockSizes,
+               interpret: bool):
+    return _forward(q, k, v, segments, spans, scale, window, causal, blocks, interpret)[0]
 
 
-def _vjp_forward(q, k, v, segments, spans, scale, window, blocks, interpret):
-    o, lse = _forward(q, k, v, segments, spans, scale, window, blocks, interpret)
+def _vjp_forward(q, k, v, segments, spans, scale, window, causal, blocks, interpret):
+    o, lse = _forward(q, k, v, segments, spans, scale, window, causal, blocks, interpret)
     return o, (q, k, v, segments, spans, o, lse)
 
 
-def _vjp_backward(scale, window, blocks, interpret, residuals, do):
+def _vjp_backward(scale, window, causal, blocks, interpret, residuals, do):
     q, k, v, segments, spans, o, lse = residuals
-    dq, dk, dv = _backward(q, k, v, segments, spans, o, lse, do, scale, window, blocks, interpret)
+    dq, dk, dv = _backward(q, k, v, segments, spans, o, lse, do, scale, window, causal, blocks, interpret)
     return dq, dk, dv, None, None
 
 
@@ -251,11 +264,13 @@ _attention.defvjp(_vjp_forward, _vjp_backward)
 
 
 def windowed_attention(q, k, v, segments, window: int | None, scale: float, interpret: bool = False,
-                       blocks: BlockSizes = BlockSizes()) -> jax.Array:
+                       blocks: BlockSizes = BlockSizes(), causal: bool = False) -> jax.Array:
     """softmax(scale * q k^T + mask) v with `allowed_keys(segments, window)`'s mask. q, k, v: [batch, length,
     heads, head_dim] (any float dtype; bf16 is what it is for), segments [batch, length] int32 (-1 padding) ->
     [batch, length, heads, head_dim] in q's dtype. `scale` is the caller's (1 / sqrt(head_dim) in standard
-    parametrization): the kernel never derives it. `interpret`: Pallas interpret mode (tests on a CPU)."""
+    parametrization): the kernel never derives it. `interpret`: Pallas interpret mode (tests on a CPU). `causal`:
+    keys at or before the query only, `window` of them back (a causal objective's); the tiles above the diagonal are
+    never visited."""
     if window is not None and window < 0:
         raise ValueError(f"windowed attention: window={window} must be >= 0 (tokens either side) or None")
     blocks.check()
@@ -268,5 +283,6 @@ def windowed_attention(q, k, v, segments, window: int | None, scale: float, inte
         q, k, v = pad(q), pad(k), pad(v)
         segments = jnp.pad(segments, ((0, 0), (0, padded_length - length)), constant_values=PAD_SEGMENT)
     segments = segments.astype(jnp.int32)
-    out = _attention(q, k, v, segments, segment_spans(segments), float(scale), window, blocks, interpret)
+    out = _attention(q, k, v, segments, segment_spans(segments), float(scale), window, bool(causal), blocks,
+                     interpret)
     return out[:, :length, :, :d]

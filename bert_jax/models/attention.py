@@ -62,7 +62,7 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
     model has sliding-window layers, which cuDNN cannot apply (jax 0.10 takes only a causal window).
     `drops_in_kernel`: the family's TPU kernel for `splash` applies attention dropout itself (DeBERTa's fused
     kernel); splash attention and cuDNN do not. `causal`: the model attends causally (a causal objective), which
-    xla and splash apply; cuDNN and the windowed Pallas (Triton) kernel are not wired for it here.
+    xla, splash and the windowed Pallas (Triton) kernel apply; cuDNN is not wired for it here.
     `platform`, `compute_capability` (an NVIDIA card's) and `packed` (the rows hold several documents; None: they
     may): the target's (targets.building_for, else the host's) where not given. cuDNN is chosen, or accepted, only
     where the card's rules allow it (targets.CudnnRules).
@@ -89,9 +89,9 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
                                        "fused kernels cannot drop attention probabilities")
         if platform == "tpu":
             return KernelChoice("splash", "TPU: Pallas splash attention")
-        if platform == "gpu" and causal:
-            return KernelChoice("xla", "causal attention (config.model.objective): cuDNN and the Pallas (Triton) "
-                                       "kernel are not wired for it here")
+        if platform == "gpu" and causal and not window:
+            return KernelChoice("xla", "causal attention (config.model.objective) without a window: cuDNN is not "
+                                       "wired for it here")
         if platform == "gpu" and window and dtype in (jnp.bfloat16, jnp.float16) and head_dim <= 128:
             return KernelChoice("triton", "NVIDIA GPU, sliding-window layers: the Pallas (Triton) flash kernel "
                                           "(jax's cuDNN attention takes no bidirectional window)")
@@ -105,10 +105,10 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
         if platform == "gpu":
             return KernelChoice("xla", refusal)
         return KernelChoice("xla", f"no fused kernel on platform {platform!r}")
-    if causal and impl in ("cudnn", "triton"):
-        raise ValueError(f"config.model.attention_impl={impl!r} does not apply causal attention "
-                         f"(config.model.objective={get('objective')!r}) here; use attention_impl='xla', 'splash' "
-                         f"(TPU) or 'auto'")
+    if causal and impl == "cudnn":
+        raise ValueError(f"config.model.attention_impl='cudnn' does not apply causal attention "
+                         f"(config.model.objective={get('objective')!r}) here; use attention_impl='xla', 'triton', "
+                         f"'splash' (TPU) or 'auto'")
     if impl == "cudnn":
         if window:
             raise ValueError("config.model.attention_impl='cudnn' cannot apply this model's sliding window "
@@ -222,12 +222,13 @@ class Attend(nn.Module):
             return kernels.xla_attention(q, k, v, mask.segments, self.window, dropout, score_bias, sow, self.causal)
         if impl == "splash":
             return kernels.splash_attention(q, k, v, mask.segments, self.window, cfg.splash_interpret, self.causal)
-        if self.causal:  # choose_kernel refuses the others for a causal model; a module built by hand lands here
+        if impl == "triton":
+            return kernels.triton_attention(q, k, v, mask.segments, self.window, cfg.splash_interpret,
+                                            causal=self.causal)
+        if self.causal:  # choose_kernel refuses cuDNN for a causal model; a module built by hand lands here
             raise ValueError(f"config.model.attention_impl={impl!r} does not apply causal attention; use 'xla'")
         if impl == "cudnn":
             return kernels.cudnn_attention(q, k, v, mask.segments, self.window, mask.packed)
-        if impl == "triton":
-            return kernels.triton_attention(q, k, v, mask.segments, self.window, cfg.splash_interpret)
         raise ValueError(f"attention_impl={impl!r} reached the module unresolved; build models through "
                          "the family registry (it resolves 'auto')")
 

@@ -10,8 +10,8 @@ FLOPs of one training step (forward + backward), for B sequences of length S:
                                     a causal objective's head decodes every position: P = S
 
 The attention term counts every (query, key) pair, causal or not: the xla kernel computes the masked half of a
-causal layer too (and a local layer's whole row); splash skips the tiles its causal mask empties, so under it the
-term is about twice the attention work done (an upper bound, as for local layers).
+causal layer too (and a local layer's whole row); splash and the Triton kernel skip the tiles a causal mask empties,
+so under them the term is about twice the attention work done (an upper bound, as for local layers).
 
 N excludes the embedding tables (their lookups cost no FLOPs; the decoder's use of
 the word table is the third term): the leaves the family declares `embedding_tables`
