@@ -23,6 +23,9 @@ from bert_jax.storage import paths
 from data_pipelines.tokenizers.tokenizer import load_tokenizer
 
 MODES = ("fill_mask", "attention")
+# The longest text read by a model without a table of absolute positions (DeBERTa-v3's relative ones: its Hugging
+# Face folder's model config has no max_position_embeddings): BERT's length.
+UNPOSITIONED_MAX_LENGTH = 512
 MASK_MARKERS = ("[MASK]", "<mask>")
 # How the model runs here: the reference kernel (the only one that exposes its probabilities), in float32.
 RUNTIME = {"attention_impl": "xla", "dtype": "float32", "param_dtype": "float32", "remat_policy": "none",
@@ -56,7 +59,7 @@ def load(source: str, scan_layers: bool = False) -> Inspector:
     resolved = init_from.resolve(source, dict(RUNTIME, scan_layers=scan_layers), key="--from")
     module = resolved.family.build_model(resolved.model_cfg)
     return Inspector(module, resolved.params, load_tokenizer(resolved.tokenizer_dir),
-                     int(resolved.model_cfg.max_position_embeddings))
+                     int(resolved.model_cfg.get("max_position_embeddings", UNPOSITIONED_MAX_LENGTH)))
 
 
 def provenance(source: str) -> list[str]:

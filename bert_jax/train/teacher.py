@@ -17,6 +17,7 @@ from absl import logging
 from bert_jax.hf import folder as hf_folder
 from bert_jax.checkpoint.params import restore_params
 from bert_jax.families import Family, family_of_hf_config, get_family, model_for
+from bert_jax.models.probe import probe_batch
 from bert_jax.models.scan_layout import SCANNED, stack_layers, unstack_layers
 from bert_jax.parallel.mesh import logical_shardings
 from bert_jax.storage import paths
@@ -41,8 +42,11 @@ class Teacher:
     seed: int
 
     def init_params(self, data_cfg):
-        """A fresh initialisation, boxed with logical names (abstract under jax.eval_shape)."""
-        return self.model.init(jax.random.key(self.seed), example_batch(data_cfg, 1), deterministic=True)["params"]
+        """A fresh initialisation, boxed with logical names (abstract under jax.eval_shape): the family module's
+        whole tree, as its checkpoint holds it, whatever the student's batch carries (a SpanBERT teacher's boundary
+        head, which a student's batch without span boundaries never runs). `data_cfg` is the student's."""
+        del data_cfg  # parameter shapes never depend on the batch
+        return self.model.init(jax.random.key(self.seed), probe_batch(), deterministic=True)["params"]
 
     def abstract_params(self, data_cfg, mesh, rules):
         """(ShapeDtypeStructs carrying their shardings, NamedShardings) of the teacher's params: nothing allocated."""
@@ -144,6 +148,12 @@ def _check_distill_config(config, teacher_cfg, path: str) -> None:
         raise ValueError(f"config.model.vocab_size={m.vocab_size} but the teacher {path} has vocab_size="
                          f"{teacher_cfg.vocab_size}: KL needs one vocabulary; set --config.model.vocab_size="
                          f"{teacher_cfg.vocab_size} (and use the teacher's tokenizer)")
+    # A position table gathers out of range as NaN, not as an error: a longer student row would poison the KL term.
+    positions = teacher_cfg.get("max_position_embeddings")
+    if positions is not None and config.data.max_seq_length > positions:
+        raise ValueError(f"config.data.max_seq_length={config.data.max_seq_length} but the teacher {path} reads at "
+                         f"most max_position_embeddings={positions} positions; set --config.data.max_seq_length="
+                         f"{positions} or less")
     if d.cosine_weight > 0 and teacher_cfg.hidden_size != m.hidden_size:
         raise ValueError(f"config.distill.cosine_weight={d.cosine_weight} compares hidden states, but "
                          f"config.model.hidden_size={m.hidden_size} differs from the teacher's "
