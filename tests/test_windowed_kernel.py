@@ -76,7 +76,7 @@ def test_kernel_equals_xla_with_a_window_ragged_documents_padding_and_an_odd_len
     assert_kernel_matches_xla(length=40, head_dim=8, window=5, dtype=jnp.float32, tolerance=1e-5)
 
 
-@pytest.mark.parametrize("window", [5, None])
+@pytest.mark.parametrize("window", [5, pytest.param(None, marks=pytest.mark.slow)])  # each ~3 s interpreted
 def test_causal_kernel_equals_xla_with_ragged_documents_padding_and_an_odd_length(window):
     """A causal objective's mask (keys at or before the query, `window` back): the forward's key blocks end at the
     query block, the backward's query blocks start at the key block; values and gradients as the reference's."""
