@@ -142,9 +142,9 @@ def test_fill_mask_of_a_causal_model_is_refused_in_one_line_naming_generate(hf_i
     from bert_jax.families import model_for
     from bert_jax.models.probe import abstract_params
 
-    model_cfg = small_model_config(family="modernbert", objective="clm", vocab_size=hf_inspector.tokenizer.get_vocab_size(),
-                                   num_heads=2, dropout_rate=0.0, attention_dropout_rate=0.0, scan_layers=False,
-                                   attention_impl="xla")
+    model_cfg = small_model_config(family="modernbert", objective="clm", num_heads=2, dropout_rate=0.0,
+                                   attention_dropout_rate=0.0, scan_layers=False, attention_impl="xla",
+                                   vocab_size=hf_inspector.tokenizer.get_vocab_size())
     module = model_for(model_cfg)
     params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), abstract_params(module))
     causal = views.Inspector(module, params, hf_inspector.tokenizer, 64)
