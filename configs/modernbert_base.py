@@ -31,7 +31,7 @@ The paper's recipe is three runs, each a variant here, the later two branches of
   interpolation for the 4x longer window, 160K x 4^(64/62) = 669K (Peng et al. 2023, YaRN, arXiv 2309.00071,
   section 3.1: b' = b s^(|D|/(|D|-2)), head dim |D| = 64); ModernBERT's own 8x extension raised it 16x, which
   at 4x (640K) agrees within 5 %. Local layers keep 10K: their 128-token window does not grow. 16 sequences
-  (524K tokens) a step, lr 3e-4 constant, the xla attention kernel (the one that splits over the axis). The
+  (524K tokens) a step in 4 accumulation steps (one per v5e chip), lr 3e-4 constant, the xla attention kernel. The
   context axis is set for a v5e-16 slice (context 4: fsdp 4 x context 4); on 8 x H100 add
   `--config.mesh.context=8` (one sequence over the node's NVLink). `bert-jax plan` says whether a step fits.
 - `mask_annealing`: mmBERT's masking (30 % -> 15 % -> 5 % over its 2.3T / 0.6T / 0.1T-token phases) as
@@ -175,6 +175,7 @@ def context_32k(c, tiny: bool) -> None:
         return
     c.model.max_position_embeddings = c.data.max_seq_length = 32_768
     c.train.global_batch_size = 16
+    c.train.grad_accum_steps = 4  # one sequence per v5e chip per micro-batch: the plan's fit (13.5 GiB of 15.75)
     c.train.num_steps = PRETRAIN_STEPS + CONTEXT_EXTENSION_STEPS + CONTEXT_32K_STEPS
     c.checkpoint.every_steps, c.checkpoint.keep_every_steps = 1_000, 5_000
 
