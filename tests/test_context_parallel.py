@@ -134,3 +134,19 @@ def test_query_chunks_give_xla_attention_and_its_gradients(window, causal):
     for got, want in zip(jax.grad(loss(chunked), (0, 1, 2))(q, k, v), jax.grad(loss(whole), (0, 1, 2))(q, k, v)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert kernels.query_chunk(8) == 4 and kernels.query_chunk(8192) == 512
+
+
+def test_the_plans_collectives_table_names_the_context_axis():
+    import types
+
+    from bert_jax.plan import links
+    from bert_jax.plan.collectives import Collective
+    from bert_jax.plan.report_collectives import collective_lines
+    mesh = {"data": 1, "fsdp": 4, "context": 4, "tensor": 1}  # v5e-16 as context_32k's
+    found = (Collective("all-gather", 1e8, 4, 1, True, 22, "attend/k", group=(0, 1, 2, 3)),  # along context
+             Collective("all-gather", 1e7, 4, 1, True, 22, "wqkv", group=(0, 4, 8, 12)))  # along fsdp
+    plan = types.SimpleNamespace(collectives=found, links=links.links_of("v5e", is_gpu=False), mesh_shape=mesh)
+    rows = [line for line in collective_lines(plan, "chip") if line.startswith("| all-gather")]
+    assert [row.split(" | ")[2] for row in rows] == ["context", "fsdp"]
+    assert float(rows[0].split(" | ")[6]) > 0  # bytes sent within the slice (ICI), none between
+    assert float(rows[0].split(" | ")[7]) == 0
