@@ -33,11 +33,21 @@ import jax.numpy as jnp
 
 from bert_jax.kernels import attention as kernels
 from bert_jax.models.layers import Dense, logical
-from bert_jax.parallel.context import length_shards
 # building_for and devices_platform are imported from here by the program and the planner.
 from bert_jax.models.targets import CudnnRules, building_for, devices_platform, target  # noqa: F401
 
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash", "triton")
+
+
+def length_shards() -> int:
+    """The devices the logical `length` axis is split over under the mesh and rules in force (1 outside them):
+    what attention asks to know whether it holds a slice of the queries."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return 1
+    axes = nn.logical_to_mesh_axes(("length",))[0]
+    axes = axes if isinstance(axes, tuple) else (axes,)
+    return math.prod(mesh.shape[a] for a in axes if a is not None and a in mesh.shape)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,23 +5,7 @@ axis); attention all-gathers keys and values over it (models/attention.py), whic
 does: the fused kernels (splash, cuDNN, the windowed Pallas kernel, DeBERTa's fused kernel) see a
 sequence whole, so they are refused rather than silently gathered whole on every device.
 """
-import math
-
-import flax.linen as nn
-import jax
-
 from bert_jax.parallel.mesh import context_size
-
-
-def length_shards() -> int:
-    """The devices the logical `length` axis is split over under the mesh and rules in force (1 outside them):
-    what attention asks to know whether it holds a slice of the queries."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty:
-        return 1
-    axes = nn.logical_to_mesh_axes(("length",))[0]
-    axes = axes if isinstance(axes, tuple) else (axes,)
-    return math.prod(mesh.shape[a] for a in axes if a is not None and a in mesh.shape)
 
 
 def check_context(config, kernel_impl: str) -> None:
