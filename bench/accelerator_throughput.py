@@ -37,8 +37,9 @@ median over rounds. The sides:
   bert_jax    the step pretrain compiles (bert_jax.train.program.build_program) from
               --config (default configs/base.py) with the shape put in; compiled ahead
               of time, so its compile seconds are timed apart
-  hf_eager    transformers.BertForMaskedLM, random init, SDPA, AdamW (fused on CUDA),
-              bf16 autocast on accelerators (bench/torch_bert.py)
+  hf_eager    transformers.BertForMaskedLM (or the config family's class), random init, SDPA, AdamW
+              (fused on CUDA), bf16 autocast on accelerators, its MLM head on the masked positions
+              only as bert_jax's (--hf_sparse_head; bench/torch_bert.py)
   hf_compile  the same model under torch.compile
               (for both HF sides "compile s" is the first train step: tracing and code
               generation under torch.compile, a warm-up in eager)
@@ -132,6 +133,8 @@ _ATTENTION = flags.DEFINE_string("attention_impl", "", "config.model.attention_i
 _REMAT = flags.DEFINE_string("remat_policy", "", "config.model.remat_policy for bert_jax; '' = the config's.")
 _SCAN = flags.DEFINE_boolean("scan_layers", None, "config.model.scan_layers; unset = the config's.")
 _COMPILE_MODE = flags.DEFINE_string("torch_compile_mode", "default", "torch.compile(mode=...).")
+_HF_SPARSE = flags.DEFINE_boolean("hf_sparse_head", True, "The HF sides' MLM head on the masked positions only, as "
+                                  "bert_jax's (bench/torch_bert.py); false: at every position, as the classes are.")
 _PACKING_SHAPE = flags.DEFINE_string("packing_shape", "auto", "model:seq:batch of the packing section; '' skips it.")
 _PACKING_BATCHES = flags.DEFINE_integer("packing_batches", 4, "Distinct batches per layout, cycled while timing.")
 _PACKING_MEDIAN = flags.DEFINE_float("packing_median_tokens", 160.0, "Median document length (tokens).")
@@ -399,7 +402,8 @@ def make_sides(c, spec: str, names: list[str]) -> tuple[list, dict]:
                 sides.append(torch_bert.TorchBertSide(
                     name, c, batch, torch_bert.torch_device(jax.default_backend()),
                     autocast_bf16=kind == "accelerator" and c.model.dtype == "bfloat16",
-                    compile_mode=_COMPILE_MODE.value if name == "hf_compile" else None, hf_config=hf_config))
+                    compile_mode=_COMPILE_MODE.value if name == "hf_compile" else None, hf_config=hf_config,
+                    sparse_head=_HF_SPARSE.value))
         except Exception as error:  # noqa: BLE001
             errors[name] = _failure(name, error)
         print(f"  built {name} in {time.perf_counter() - start:.1f} s", flush=True)

@@ -4,9 +4,12 @@ The family's own `*ForMaskedLM` (BertForMaskedLM for the BERT shapes; ModernBert
 DebertaV2ForMaskedLM, ... for a config's family, from the config.json our export writes), random
 init from that config (nothing is downloaded),
 SDPA attention, `torch.optim.AdamW` (fused on CUDA), gradient clipping at the config's
-norm, bf16 autocast on accelerators, eager or `torch.compile`d. Its MLM head scores every
-position, as `BertForMaskedLM` does with `labels` of -100 on unmasked tokens; bert_jax
-gathers the masked positions first. Both sides are charged the same FLOP formula.
+norm, bf16 autocast on accelerators, eager or `torch.compile`d. With `sparse_head` (the
+default: each side at its best) the masked positions are gathered from the encoder's output
+before the class's own MLM head, as bert_jax does (and ModernBERT's `sparse_prediction`):
+the same loss and gradients as the head at every position with `labels` of -100, at a
+fraction of the head's cost. Without it the head scores every position, as the classes do
+out of the box. Both sides are charged the same FLOP formula.
 """
 import inspect
 import time
@@ -48,6 +51,22 @@ def mlm_labels(batch: dict) -> np.ndarray:
     return labels
 
 
+def sparse_labels(batch: dict) -> np.ndarray:
+    """[B, P] int64: the original id of each predicted slot, -100 for the padding slots (weight 0)."""
+    return np.where(batch["masked_weights"] > 0, batch["masked_ids"], -100).astype(np.int64)
+
+
+def gather_before_head(model: torch.nn.Module, positions: torch.Tensor) -> None:
+    """The class's MLM head (and loss) runs on the hidden states at `positions` [B, P] only: a forward hook on its
+    base model (`base_model_prefix`) replaces the encoder's last hidden state [B, S, H] by [B, P, H]. Every masked-LM
+    class here feeds `outputs[0]` to its head, so the labels become [B, P] (`sparse_labels`)."""
+    def gather(module, args, output):
+        output["last_hidden_state"] = torch.take_along_dim(output["last_hidden_state"], positions[..., None], dim=1)
+        return output
+
+    getattr(model, model.base_model_prefix).register_forward_hook(gather)
+
+
 def masked_lm(hf_config: dict | None, model_cfg) -> torch.nn.Module:
     """A random-init HF masked-LM: of `hf_config` (a config.json dict our export writes), else BERT of model_cfg's
     sizes. SDPA attention where the architecture has it (DeBERTa-v2 has only its eager attention): what a
@@ -68,11 +87,14 @@ class TorchBertSide:
     """One HF model + optimizer on one device; `train_steps` / `forward_steps` return seconds per step."""
 
     def __init__(self, name: str, config, batch: dict, device: torch.device, autocast_bf16: bool,
-                 compile_mode: str | None, hf_config: dict | None = None):
+                 compile_mode: str | None, hf_config: dict | None = None, sparse_head: bool = True):
         self.name = name
         self.device = device
         torch.manual_seed(0)
         self.model = masked_lm(hf_config, config.model).to(device)
+        positions = torch.as_tensor(batch["masked_positions"], dtype=torch.long, device=device)
+        if sparse_head:
+            gather_before_head(self.model, positions)
         t = config.train
         self.max_grad_norm = t.max_grad_norm
         self.optimizer = torch.optim.AdamW(
@@ -88,7 +110,7 @@ class TorchBertSide:
             for key in ("input_ids", "attention_mask", "token_type_ids")
             if key in accepted and key in batch and (key != "token_type_ids" or types > 1)
         }
-        self.labels = torch.as_tensor(mlm_labels(batch), device=device)
+        self.labels = torch.as_tensor(sparse_labels(batch) if sparse_head else mlm_labels(batch), device=device)
         self.autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=autocast_bf16)
         self.first_train_s = self.first_forward_s = float("nan")  # eager: warm-up; compile: tracing + codegen
 
