@@ -213,6 +213,8 @@ def named_config(name: str):
     c = module.get_config(variant) if variant and variant not in MODELS else module.get_config()
     if variant in MODELS:
         layers, hidden, heads, mlp = MODELS[variant]
+        if c.model.get("generator_num_layers"):  # a generator keeps its share of the depth (DeBERTa-v3: half)
+            c.model.generator_num_layers = max(1, c.model.generator_num_layers * layers // c.model.num_layers)
         c.model.update(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=mlp)
     return c
 
