@@ -182,7 +182,9 @@ def test_a_causal_config_a_family_or_kernel_cannot_run_is_refused_naming_the_key
 def test_auto_picks_a_kernel_that_applies_causal_attention():
     cfg = {"attention_impl": "auto", "dtype": "bfloat16", "hidden_size": 64, "num_heads": 2}
     assert choose_kernel(cfg, platform="gpu", window=True, causal=True).impl == "triton"
-    assert choose_kernel(cfg, platform="gpu", window=False, causal=True).impl == "xla"  # not cuDNN
+    assert choose_kernel(cfg, platform="gpu", window=False, causal=True).impl == "xla"  # rows that may be packed
+    assert choose_kernel(cfg, platform="gpu", window=False, causal=True, packed=False).impl == "cudnn"
+    choose_kernel(dict(cfg, attention_impl="cudnn"), platform="gpu", window=True, causal=True, packed=False)
     assert choose_kernel(cfg, platform="tpu", window=True, causal=True).impl == "splash"
     with pytest.raises(ValueError, match="attention_impl='cudnn' does not apply causal attention.*'xla'"):
         choose_kernel(dict(cfg, attention_impl="cudnn"), platform="gpu", causal=True)
@@ -214,3 +216,18 @@ def test_a_decoder_folder_imports_into_either_objective_exactly(model_and_params
                                              params)
         assert not report.kept_from_fallback and not report.unused
         jax.tree.map(np.testing.assert_array_equal, imported, params)
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_cudnn_call_applies_the_causal_mask_as_xla_does(window):
+    """kernels.cudnn_attention's causal call (jax's dot_product_attention with is_causal and a left window) run by
+    jax's xla implementation, as no GPU is here: the masks it asks cuDNN for are xla_attention's (padded rows)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(2, 32, 2, 8)), jnp.float32) for _ in range(3))
+    segments = jnp.asarray([[1] * 32, [1] * 25 + [-1] * 7], jnp.int32)
+    reference = kernels.xla_attention(q, k, v, segments, window, causal=True)
+    ours = kernels.cudnn_attention(q, k, v, segments, window, packed=False, causal=True, implementation="xla")
+    real = np.asarray(segments) >= 0
+    np.testing.assert_allclose(np.asarray(ours)[real], np.asarray(reference)[real], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="packed rows"):
+        kernels.cudnn_attention(q, k, v, segments, window, packed=True, causal=True)

@@ -167,7 +167,8 @@ def segment_offsets(segments: jax.Array, max_segments: int) -> tuple[jax.Array, 
     return offsets, jnp.where(lengths > 0, lengths, -1)
 
 
-def cudnn_attention(q, k, v, segments, window: int | None, packed: bool) -> jax.Array:
+def cudnn_attention(q, k, v, segments, window: int | None, packed: bool, causal: bool = False,
+                    implementation: str = "cudnn") -> jax.Array:
     """cuDNN flash attention; q, k, v in bfloat16 or float16.
 
     Padding goes in as key lengths (padding trails every row, as the pipeline builds them): a
@@ -175,9 +176,12 @@ def cudnn_attention(q, k, v, segments, window: int | None, packed: bool) -> jax.
     (docs/results/gpu.md). Packed rows use cuDNN's ragged layout (segment offsets and lengths;
     Hopper or later), through jax's cuDNN API: jax.nn.dot_product_attention does not take
     offsets in jax 0.10. A bidirectional window cannot be expressed: jax 0.10's cuDNN path
-    takes only a left (causal) window.
+    takes only a left (causal) window. `causal` (unpadded or padded rows, not packed ones): keys at or
+    before the query, `window` of them back (jax's local_window_size=(window, 0)), as xla_attention's.
+    `implementation`: "cudnn"; "xla" runs jax's same call on any backend, which pins the masks' meaning
+    where no GPU is (tests/test_causal_lm.py).
     """
-    if window is not None:
+    if window is not None and not causal:
         raise ValueError(
             "config.model.attention_impl='cudnn' cannot apply a sliding window: jax's cuDNN attention "
             "takes only a causal (left) window. Use attention_impl='xla' (or 'auto')."
@@ -185,7 +189,12 @@ def cudnn_attention(q, k, v, segments, window: int | None, packed: bool) -> jax.
     real = segments >= 0
     if not packed:
         lengths = jnp.sum(real, axis=1, dtype=jnp.int32)
-        return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
+        return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, is_causal=causal,
+                                            local_window_size=None if window is None else (window, 0),
+                                            implementation=implementation)
+    if causal:
+        raise ValueError("config.model.attention_impl='cudnn' does not apply causal attention to packed rows here "
+                         "(cuDNN's ragged layout is not wired causal); use attention_impl='triton' or 'xla'")
     from jax._src.cudnn import fused_attention_stablehlo as cudnn  # the API with segment offsets
 
     # Every packed sequence holds at least [CLS] x [SEP] (data_pipelines/examples/packing.py), so a row of

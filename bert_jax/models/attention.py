@@ -72,7 +72,8 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
     model has sliding-window layers, which cuDNN cannot apply (jax 0.10 takes only a causal window).
     `drops_in_kernel`: the family's TPU kernel for `splash` applies attention dropout itself (DeBERTa's fused
     kernel); splash attention and cuDNN do not. `causal`: the model attends causally (a causal objective), which
-    xla, splash and the windowed Pallas (Triton) kernel apply; cuDNN is not wired for it here.
+    xla, splash and the windowed Pallas (Triton) kernel apply, and cuDNN on rows known unpacked (its ragged layout
+    for packed rows is not wired causal here).
     `platform`, `compute_capability` (an NVIDIA card's) and `packed` (the rows hold several documents; None: they
     may): the target's (targets.building_for, else the host's) where not given. cuDNN is chosen, or accepted, only
     where the card's rules allow it (targets.CudnnRules).
@@ -99,9 +100,9 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
                                        "fused kernels cannot drop attention probabilities")
         if platform == "tpu":
             return KernelChoice("splash", "TPU: Pallas splash attention")
-        if platform == "gpu" and causal and not window:
-            return KernelChoice("xla", "causal attention (config.model.objective) without a window: cuDNN is not "
-                                       "wired for it here")
+        if platform == "gpu" and causal and not window and packed is not False:
+            return KernelChoice("xla", "causal attention (config.model.objective) on rows that may be packed: cuDNN's "
+                                       "ragged layout is not wired causal here")
         if platform == "gpu" and window and dtype in (jnp.bfloat16, jnp.float16) and head_dim <= 128:
             return KernelChoice("triton", "NVIDIA GPU, sliding-window layers: the Pallas (Triton) flash kernel "
                                           "(jax's cuDNN attention takes no bidirectional window)")
@@ -115,12 +116,12 @@ def choose_kernel(model_cfg, platform: str | None = None, window: bool = False,
         if platform == "gpu":
             return KernelChoice("xla", refusal)
         return KernelChoice("xla", f"no fused kernel on platform {platform!r}")
-    if causal and impl == "cudnn":
+    if causal and impl == "cudnn" and packed is not False:
         raise ValueError(f"config.model.attention_impl='cudnn' does not apply causal attention "
-                         f"(config.model.objective={get('objective')!r}) here; use attention_impl='xla', 'triton', "
-                         f"'splash' (TPU) or 'auto'")
+                         f"(config.model.objective={get('objective')!r}) to rows that may be packed here; use "
+                         f"attention_impl='xla', 'triton', 'splash' (TPU) or 'auto'")
     if impl == "cudnn":
-        if window:
+        if window and not causal:
             raise ValueError("config.model.attention_impl='cudnn' cannot apply this model's sliding window "
                              "(config.model.local_attention): jax's cuDNN attention takes only a causal window. "
                              "Use attention_impl='auto' or 'xla'.")
@@ -235,10 +236,8 @@ class Attend(nn.Module):
         if impl == "triton":
             return kernels.triton_attention(q, k, v, mask.segments, self.window, cfg.splash_interpret,
                                             causal=self.causal)
-        if self.causal:  # choose_kernel refuses cuDNN for a causal model; a module built by hand lands here
-            raise ValueError(f"config.model.attention_impl={impl!r} does not apply causal attention; use 'xla'")
-        if impl == "cudnn":
-            return kernels.cudnn_attention(q, k, v, mask.segments, self.window, mask.packed)
+        if impl == "cudnn":  # causal on unpacked rows only: cudnn_attention refuses packed ones
+            return kernels.cudnn_attention(q, k, v, mask.segments, self.window, mask.packed, causal=self.causal)
         raise ValueError(f"attention_impl={impl!r} reached the module unresolved; build models through "
                          "the family registry (it resolves 'auto')")
 
