@@ -63,6 +63,8 @@ flags.DEFINE_list("sides", list(SAME_RECIPE), f"sides to run, of {SIDES}")
 flags.DEFINE_float("target", 0.30, "the eval MLM accuracy whose time-to-quality is reported")
 flags.DEFINE_string("hf_flax_python", "/tmp/hf457/bin/python", "a python with transformers 4.57.6 (Flax models)")
 flags.DEFINE_integer("eval_maskings", 4, "maskings of the held-out rows in the fixed eval set")
+flags.DEFINE_float("torch_init_scale", 1.0, "torch_crammed's initial matrices times this (1 / 0.8796: the std "
+                   "jax's truncated normal gives, bench/torch_crammed.py)")
 flags.DEFINE_bool("score_only", False, "score the runs already in --out; trains nothing")
 flags.DEFINE_string("side", "", "internal: train one side in this process")
 flags.DEFINE_string("run_dir", "", "internal: the side's folder")
@@ -210,7 +212,7 @@ def run_side(out: str, side: str, seed: int, recipe: dict) -> dict:
         with open(os.path.join(out, f"s{seed}_{side}.log"), "w") as log:
             subprocess.run([python, os.path.abspath(__file__), f"--config={FLAGS.config}", f"--out={out}",
                             f"--side={side}", f"--run_dir={run_dir}", f"--seed={seed}", f"--started={started}",
-                            f"--deadline={deadline}"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            f"--deadline={deadline}", f"--torch_init_scale={FLAGS.torch_init_scale}"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                            check=True)
     with open(os.path.join(run_dir, "side.json")) as f:
         trained = json.load(f)
@@ -227,7 +229,7 @@ def train_one_side(side: str, run_dir: str, seed: int, started: float, deadline:
 
         batches = os.path.join(os.path.dirname(run_dir), f"batches_{seed}.npz")
         return torch_crammed.train(run_dir, recipe["crammed"], batches, started, deadline, seed,
-                                   compiled=side == "torch_crammed_compile")
+                                   compiled=side == "torch_crammed_compile", init_scale=FLAGS.torch_init_scale)
     train = hf_bert_sides.hf_flax_side if side == "hf_flax" else hf_bert_sides.transformers_side
     return train(run_dir, recipe["bert"], started, deadline, seed)
 

@@ -55,8 +55,10 @@ def optimizer(model, recipe: dict):
 
 
 def train(run_dir: str, recipe: dict, batches_path: str, started: float, deadline: float, seed: int,
-          compiled: bool) -> None:
-    """Trains the recipe's steps (or until `deadline`), saving a folder every recipe["eval_every"] steps."""
+          compiled: bool, init_scale: float = 1.0) -> None:
+    """Trains the recipe's steps (or until `deadline`), saving a folder every recipe["eval_every"] steps.
+    `init_scale`: every initialised matrix (not the norms) times this, e.g. 1 / 0.8796 for the standard deviation
+    jax's truncated normal gives (it sets the std after the cut at +-2 std; torch's trunc_normal_ before it)."""
     import torch
     import transformers
 
@@ -64,6 +66,10 @@ def train(run_dir: str, recipe: dict, batches_path: str, started: float, deadlin
     fields = {k: v for k, v in recipe["hf_config"].items() if k not in ("model_type", "architectures")}
     config = transformers.AutoConfig.for_model("modernbert", **fields, sparse_prediction=True)
     model = transformers.ModernBertForMaskedLM(config).train()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() == 2:
+                param.mul_(init_scale)
     opt = optimizer(model, recipe)
     step_fn = torch.compile(model) if compiled else model
     batches = dict(np.load(batches_path))
