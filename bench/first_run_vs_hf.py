@@ -123,7 +123,7 @@ def prepare(out: str) -> dict:
 def dump_batches(out: str, seed: int, num_steps: int) -> str:
     """OUT/batches_<seed>.npz: the first `num_steps` batches bert_jax's pipeline gives a run of --config with this
     seed (its train iterator, as train/loop.py builds it for a run's first stage), for torch_crammed."""
-    from bert_jax.train import stages
+    from bert_jax.train import branch
     from data_pipelines.loader import pipeline
     from data_pipelines.tokenizers.tokenizer import load_tokenizer
 
@@ -132,9 +132,9 @@ def dump_batches(out: str, seed: int, num_steps: int) -> str:
         return path
     tokenizer_dir = os.path.join(out, "tokenizer")
     config = resolved_config(FLAGS.config, {"data.tokenizer.path": tokenizer_dir, "seed": seed})
-    iterator = pipeline.build_train_iterator(config.data, load_tokenizer(tokenizer_dir),
-                                             seed=stages.data_seed(seed, 0),
-                                             per_host_batch_size=config.train.global_batch_size)
+    data_seed, first_step = branch.iterator_origin(config, None)  # the loop's own choice for a run's first stage
+    iterator = pipeline.build_train_iterator(config.data, load_tokenizer(tokenizer_dir), seed=data_seed,
+                                             first_step=first_step, per_host_batch_size=config.train.global_batch_size)
     batches = [next(iterator) for _ in range(num_steps)]
     keys = ("input_ids", "position_ids", "segment_ids", "masked_positions", "masked_ids", "masked_weights")
     np.savez(path, **{key: np.stack([b[key] for b in batches]) for key in keys})

@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from hf_bert_sides import Checkpoints
+from torch_bert import mlm_labels
 
 # Names whose parameters take no weight decay: bert_jax's decay_mask (biases and LayerNorm scales) in HF's names.
 NO_DECAY = ("bias", "norm.weight")
@@ -32,15 +33,6 @@ NO_DECAY = ("bias", "norm.weight")
 def document_mask(segment_ids):
     """[B, 1, S, S] bool: a token attends to the tokens of its own document (padding, segment 0, to padding)."""
     return (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
-
-
-def mlm_labels(batch: dict, index: int) -> np.ndarray:
-    """[B, S] int64: the original id at each masked position of batch `index`, -100 elsewhere."""
-    positions, ids, weights = (batch[k][index] for k in ("masked_positions", "masked_ids", "masked_weights"))
-    labels = np.full(batch["input_ids"][index].shape, -100, np.int64)
-    rows, slots = np.nonzero(weights > 0)
-    labels[rows, positions[rows, slots]] = ids[rows, slots]
-    return labels
 
 
 def optimizer(model, recipe: dict):
@@ -82,7 +74,7 @@ def train(run_dir: str, recipe: dict, batches_path: str, started: float, deadlin
         loss = step_fn(input_ids=torch.as_tensor(batches["input_ids"][i]).long(),
                        attention_mask={"full_attention": mask, "sliding_attention": mask},
                        position_ids=torch.as_tensor(batches["position_ids"][i]).long(),
-                       labels=torch.as_tensor(mlm_labels(batches, i))).loss
+                       labels=torch.as_tensor(mlm_labels({k: v[i] for k, v in batches.items()}))).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe["max_grad_norm"])
         opt.step()

@@ -90,6 +90,6 @@ def test_race_torch_side_computes_our_mlm_loss_on_packed_rows(tmp_path):
         theirs = hf_model(input_ids=torch.as_tensor(batch["input_ids"]).long(),
                           attention_mask={"full_attention": mask, "sliding_attention": mask},
                           position_ids=torch.as_tensor(batch["position_ids"]).long(),
-                          labels=torch.as_tensor(torch_crammed.mlm_labels({k: v[None] for k, v in batch.items()}, 0)))
+                          labels=torch.as_tensor(torch_crammed.mlm_labels(batch)))
     print(f"race torch side: MLM loss {theirs.loss.item():.6f} against ours {ours:.6f}")
     assert relative_error(np.float32(ours), theirs.loss.numpy()) <= TRANSFORMERS
