@@ -92,7 +92,7 @@ import real_length_batches  # noqa: E402
 from bert_jax.families import get_family  # noqa: E402
 from bert_jax.parallel.mesh import global_batch, make_mesh  # noqa: E402
 from bert_jax.plan.memory_fit import compiled_peak_bytes  # noqa: E402
-from bert_jax.train import perf  # noqa: E402
+from bert_jax.train import counters, perf  # noqa: E402
 from bert_jax.train.program import build_program  # noqa: E402
 from data_pipelines.loader import pipeline  # noqa: E402
 
@@ -413,7 +413,7 @@ def make_sides(c, spec: str, names: list[str]) -> tuple[list, dict]:
 
 
 def compare_shape(c, spec: str, peak_flops: float) -> dict:
-    tokens = c.train.global_batch_size * c.data.max_seq_length
+    tokens = counters.tokens_per_step(c)
     sides, errors = make_sides(c, spec, _SIDES.value)
     figures = run_rounds(sides, _STEPS.value, _ROUNDS.value, _WARMUP.value)
     flops = next((s.flops_per_step for s in sides if isinstance(s, JaxSide)), None)

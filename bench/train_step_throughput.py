@@ -24,7 +24,7 @@ from absl import app, flags
 
 import bert_jax.configs.base
 from bert_jax.parallel.mesh import global_batch, make_mesh
-from bert_jax.train import perf
+from bert_jax.train import counters, perf
 from bert_jax.train.program import build_program
 
 SHAPES = {
@@ -83,7 +83,7 @@ def main(_):
             jax.block_until_ready(metrics)
             step_s = (time.perf_counter() - t0) / _STEPS.value
         flops = perf.step_flops(program, c)
-        tokens = c.train.global_batch_size * c.data.max_seq_length
+        tokens = counters.tokens_per_step(c)
         params = perf.count_params(program.abstract_state.params)
         print(f"{name:6} {c.model.num_layers:6d} {c.model.hidden_size:6d} {c.train.global_batch_size:5d} "
               f"{params / 1e6:7.1f}M {step_s:8.3f} {tokens / step_s:9.0f} {flops / step_s / 1e9:8.1f} "
