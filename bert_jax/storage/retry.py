@@ -21,17 +21,16 @@ FIRST_WAIT_S = 1.0  # then 2, 4: about 7 s in all before the fault is raised
 
 def retried(operation: Callable[[], T], what: str) -> T:
     """`operation()`, tried up to ATTEMPTS times while it raises a transient OSError; `what` names it in the log."""
-    attempts = ATTEMPTS
-    for attempt in range(1, attempts + 1):
+    for attempt in range(1, ATTEMPTS + 1):
         try:
             return operation()
         except LASTING:
             raise
         except OSError as error:
-            if attempt == attempts:
+            if attempt == ATTEMPTS:
                 raise
             wait = FIRST_WAIT_S * 2 ** (attempt - 1)
             logging.warning("%s failed (%s: %s); trying again in %.0f s (attempt %d of %d)", what,
-                            type(error).__name__, error, wait, attempt + 1, attempts)
+                            type(error).__name__, error, wait, attempt + 1, ATTEMPTS)
             time.sleep(wait)
     raise AssertionError("unreachable")
