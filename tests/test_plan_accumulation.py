@@ -36,3 +36,34 @@ print("RESULT " + json.dumps(dict(compiles=planning, alone=alone.compiled_flops,
     # The same count as its own more unrolled compiles, to the solve's precision: a layer inside the micro-batch loop
     # counted 0.045 % apart from the micro-batch step's on v5e-4 (libtpu 0.0.42.1, 2026-12-06).
     assert result["stages"][2][1] == pytest.approx(result["alone"], rel=1e-3)
+
+
+@pytest.mark.slow  # three TPU compiles of a micro model and its update alone: ~2 min idle
+def test_an_accumulating_step_counts_its_update_once():
+    """4 micro-batches of 8 cost 4 times one step of 8, less 3 of its updates, plus 4 gradient additions: the
+    update (AdamW, clipping, the skip of a non-finite step) runs once per step. Counted once per micro-batch, as
+    before, the step came out 3 updates too high."""
+    result = run_script("""
+import json
+from bert_jax.plan import compiled_plan
+from bert_jax.parallel import tpu_slices
+v5e = tpu_slices.parse_slice("v5e-4")
+one = compiled_plan.make_plan(micro_config(batch=8), v5e)
+c = micro_config(batch=32)
+c.train.grad_accum_steps = 4
+four = compiled_plan.make_plan(c, v5e)
+from bert_jax.train.program import build_program
+mesh = compiled_plan.tpu_mesh(micro_config(batch=8), v5e)
+tail = compiled_plan._step_tail_flops(build_program(micro_config(batch=8), mesh), micro_config(batch=8), mesh)
+print("RESULT " + json.dumps(dict(one=one.compiled_flops, four=four.compiled_flops, tail_one=tail,
+    tail_four=four.tail_flops, params=one.param_count, counted=four.layers_counted)))
+""")
+    update_per_param = result["tail_four"] / result["params"]  # the data axis replicates the parameters
+    assert update_per_param > 5  # AdamW's update is many FLOPs a parameter: what the old count repeated
+    expected = 4 * (result["one"] - result["tail_one"]) + result["tail_four"]
+    # What remains is the accumulating program's own work: a gradient sum per micro-batch and what its loop body
+    # does besides (6.5 FLOPs a parameter in all on v5e-4, libtpu 0.0.42.1, 2026-12-06); the old count was 3
+    # updates (66 a parameter) above.
+    extra = (result["four"] - expected) / result["params"]
+    assert 0 <= extra <= 8, (extra, update_per_param)
+    assert "once" in result["counted"]

@@ -80,6 +80,9 @@ class Plan:
     # The most compiled_flops can be once every loop's trips are counted (they are, or need not be: equal).
     flops_ceiling: float = math.inf
     dots_whole: bool = False  # compiled_flops are from the step compiled with windowed einsums off (WHOLE_DOTS)
+    # An accumulating TPU step: the FLOPs of its part after the micro-batch loop (the update, once per step),
+    # counted on that part compiled alone (`_step_tail_flops`); 0 without accumulation.
+    tail_flops: float = 0.0
     # Every collective of the step, bytes per device and the link each crosses (bert_jax/plan/collectives.py).
     collectives: tuple[collective_ops.Collective, ...] = ()
 
@@ -187,6 +190,29 @@ def _compile(config, mesh, compiler_options: dict | None = None, keep_lowered: l
 def _cost(compiled) -> dict:
     cost = compiled.cost_analysis()
     return cost[0] if isinstance(cost, (list, tuple)) else cost
+
+
+def _step_tail_flops(program, config, mesh) -> float:
+    """The compiled FLOPs of the step's part after its gradients (the optimizer's update, the metrics), compiled
+    alone: the part an accumulating step runs once, where the compiler's count of the whole step takes the
+    micro-batch loop's body, which it runs grad_accum_steps times, once."""
+    batch = jax.eval_shape(lambda: example_batch(config.data, config.train.global_batch_size))
+    sums = jax.eval_shape(program.objective.weights, batch)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(program.rules):
+        compiled = program.step_tail.lower(program.abstract_state, program.abstract_state.params, sums,
+                                           batch).compile()
+    return float(_cost(compiled)["flops"])
+
+
+def per_micro_batch(flops: float, accum: int, tail_flops: float) -> float:
+    """A step's FLOPs counted with its micro-batch loop's body once, from the step's own (`accumulated`'s inverse)."""
+    return (flops - tail_flops) / accum + tail_flops
+
+
+def accumulated(flops: float, accum: int, tail_flops: float) -> float:
+    """A step's FLOPs from its count with the micro-batch loop's body once (`flops`): the loop's body `accum`
+    times, the rest of the step (`tail_flops`) once."""
+    return (flops - tail_flops) * accum + tail_flops
 
 
 def tpu_mesh(config, tpu_slice: "tpu_slices.TpuSlice | gpu_cards.GpuSet"):
@@ -366,11 +392,12 @@ def count_every_layer(plan: "Plan", config, per_layer: tuple | None = None) -> t
     if not counting_needed(plan, config):
         return plan, per_layer
     mesh = tpu_mesh(config, plan.tpu_slice)
-    accum = config.train.grad_accum_steps
-    flops, how, seconds, per_layer = _every_loop_flops_or_by_sequence(config, mesh, plan.compiled_flops / accum,
-                                                                      plan.traffic, per_layer, plan.dots_whole)
-    return dataclasses.replace(plan, compiled_flops=flops * accum, compile_s=plan.compile_s + seconds,
-                               every_loop_counted=True, flops_ceiling=flops * accum,
+    accum, tail = config.train.grad_accum_steps, plan.tail_flops
+    flops, how, seconds, per_layer = _every_loop_flops_or_by_sequence(
+        config, mesh, per_micro_batch(plan.compiled_flops, accum, tail), plan.traffic, per_layer, plan.dots_whole)
+    flops = accumulated(flops, accum, tail)
+    return dataclasses.replace(plan, compiled_flops=flops, compile_s=plan.compile_s + seconds,
+                               every_loop_counted=True, flops_ceiling=flops,
                                layers_counted="; ".join(filter(None, [how, plan.layers_counted]))), per_layer
 
 
@@ -384,9 +411,10 @@ def with_whole_dots(plan: "Plan", config) -> "Plan":
     _, compiled, seconds = _compile(config, tpu_mesh(config, plan.tpu_slice), WHOLE_DOTS)
     flops, accum = float(_cost(compiled)["flops"]), config.train.grad_accum_steps
     counted = not (config.model.scan_layers and plan.traffic.innermost_trips)  # no layer loops: nothing else to count
-    return dataclasses.replace(plan, compiled_flops=flops * accum, compile_s=plan.compile_s + seconds, dots_whole=True,
+    total = accumulated(flops, accum, plan.tail_flops)
+    return dataclasses.replace(plan, compiled_flops=total, compile_s=plan.compile_s + seconds, dots_whole=True,
                                every_loop_counted=counted,
-                               flops_ceiling=flops * accum if counted else _flops_ceiling(flops, plan.traffic, accum, True))
+                               flops_ceiling=total if counted else _flops_ceiling(flops, plan.traffic, accum, True))
 
 
 def counting_needed(plan: "Plan", config) -> bool:
@@ -435,19 +463,22 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         layers_counted = "; ".join(filter(None, [layers_counted, (
             f"{traffic.loops_counted_once} loop(s) whose trip count hlo_traffic could not read: their body counted "
             "once, so FLOPs and bytes are too low")]))
+    tail = 0.0
     if tpu_slice is not None and accum > 1:
-        # Micro-batches run in a loop the compiler also counts once: an upper bound, counting the optimizer's
-        # pass once per micro-batch rather than once per step. hlo_traffic counts the loop's trips when it can
-        # read them; its bytes are then exact.
-        flops = flops * accum
+        # Micro-batches run in a loop the compiler also counts once: its body counted accum times, and the rest of
+        # the step (the update), compiled alone, once. hlo_traffic counts the loop's trips when it can read them;
+        # where it cannot, bytes are counted as FLOPs were before (the update's accum times: an upper bound).
+        tail = _step_tail_flops(program, config, mesh)
+        flops = accumulated(flops, accum, tail)
         if not _counted_by_trips(traffic, config):  # bytes_accessed is the compiler's count
             bytes_accessed *= accum
         if traffic.loops_counted_once:
             traffic = dataclasses.replace(traffic, hbm=traffic.hbm * accum, on_chip=traffic.on_chip * accum)
-        what = "FLOPs and bytes" if traffic.loops_counted_once else "FLOPs; bytes count the loop's trips"
+        bytes_note = ("bytes counted the same way with the update's accum times (an upper bound)"
+                      if traffic.loops_counted_once else "bytes count the loop's trips")
         layers_counted = "; ".join(filter(None, [layers_counted, (
-            f"grad_accum_steps={accum}: the micro-batch loop's FLOPs counted {accum} times, the optimizer's pass "
-            f"with them (an upper bound on {what})")]))
+            f"grad_accum_steps={accum}: the micro-batch loop's FLOPs counted {accum} times, the update's "
+            f"({tail:.4g}, compiled alone) once; {bytes_note}")]))
     kernel = program.attention_kernel
     pallas_flops = _pallas_flops(config, getattr(program.model, "config", None), kernel, mesh.size) if tpu_slice is not None else 0.0
     plan = _plan_from(config, program, mesh, memory, flops, compile_s, layers_counted)
@@ -455,7 +486,7 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         plan, compiler_version=_compiler_version(tpu_slice), bytes_accessed=bytes_accessed, pallas_flops=pallas_flops,
         tpu_slice=tpu_slice, traffic=traffic, every_loop_counted=counted, collectives=tuple(found),
         libtpu_init_args=os.environ.get("LIBTPU_INIT_ARGS", "") if tpu_slice is not None else "",
-        flops_ceiling=flops if ceiling is None else ceiling,
+        flops_ceiling=flops if ceiling is None else ceiling, tail_flops=tail,
     )
 
 def _make_gpu_plan(config, gpus: gpu_cards.GpuSet) -> Plan:

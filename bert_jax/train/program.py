@@ -21,7 +21,7 @@ from bert_jax.hf import folder as hf_folder
 from bert_jax.run.compiler_options import compiler_options
 from bert_jax.run.harness import Program
 from bert_jax.train.config_validation import validate_mesh_fit
-from bert_jax.models.attention import building_for, devices_platform
+from bert_jax.models.attention import attending_by, building_for, devices_platform
 from bert_jax.models.parametrization import attention_multiplier, fold_attention
 from bert_jax.checkpoint import reference
 from bert_jax.checkpoint.params import restore_params
@@ -32,7 +32,7 @@ from bert_jax.parallel.mesh import batch_sharding, check_divisible, logical_axis
 from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
 from bert_jax.train.state import (EmaTrainState, TrainState, abstract_state_and_shardings, create_sharded_state,
                                   make_init_fn)
-from bert_jax.train.step import make_eval_step, make_train_step
+from bert_jax.train.step import make_eval_step, make_step_tail, make_train_step
 from bert_jax.train import growth
 from bert_jax.train import teacher as teacher_lib
 from bert_jax.train.teacher import Teacher, resolve_teacher
@@ -65,6 +65,9 @@ class TrainProgram(Program):
     # The attention kernel the built model runs: `auto` resolved for the mesh's platform, or the family's own
     # kernel for that choice (DeBERTa-v3's fused disentangled kernel for splash).
     attention_kernel: str = "xla"
+    # jitted (state, grads, sums, batch) -> (state, metrics): train_step's part after its gradients, once per step
+    # however many micro-batches it accumulates. The planner compiles it alone to count it once.
+    step_tail: Callable | None = None
 
 
 def cosine_applies(config, teacher_hidden_size: int) -> bool:
@@ -121,15 +124,19 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
         frozen_model = teacher.model
         abstract_frozen, frozen_shardings = teacher.abstract_params(config.data, mesh, rules)
         check_divisible(abstract_frozen, frozen_shardings, _DIVISIBILITY_HINT)
+    # How global attention layers cross config.mesh.context's axis, read where the steps are traced.
+    scheme = config.mesh.get("context_attention", "all_gather")
     train_step = jax.jit(
-        make_train_step(model, objective, tx, config.train.grad_accum_steps, frozen_model,
-                        config.train.dropout_prng, ema_decay=ema_decay),
+        attending_by(scheme, make_train_step(model, objective, tx, config.train.grad_accum_steps, frozen_model,
+                                             config.train.dropout_prng, ema_decay=ema_decay)),
         in_shardings=(shardings, data_sharding, frozen_shardings), out_shardings=(shardings, None), donate_argnums=0,
         compiler_options=options,
     )
-    eval_step = jax.jit(make_eval_step(model, objective, config.seed, frozen_model),
+    eval_step = jax.jit(attending_by(scheme, make_eval_step(model, objective, config.seed, frozen_model)),
                         in_shardings=(shardings.params, data_sharding, None, frozen_shardings),
                         compiler_options=options)
+    step_tail = jax.jit(make_step_tail(objective, tx, ema_decay), in_shardings=(shardings, shardings.params, None,
+                        data_sharding), out_shardings=(shardings, None), compiler_options=options)
     load_frozen, teacher_params = dict, None
     if teacher is not None:
         teacher_params = functools.cache(lambda: teacher.load_params(config.data))  # numpy; read once, when needed
@@ -145,6 +152,7 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
         load_frozen=load_frozen, family=family, objective=objective, model=model,
         schedule=learning_rate_schedule(config.train), eval_step=eval_step, teacher=teacher,
         abstract_frozen=abstract_frozen, frozen_shardings=frozen_shardings, attention_kernel=runs,
+        step_tail=step_tail,
     )
 
 

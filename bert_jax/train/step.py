@@ -97,6 +97,8 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
 
+    finish = make_step_tail(objective, tx, ema_decay)
+
     def train_step(state: TrainState, batch: dict, frozen=None):
         weights = objective.weights(batch)
         step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
@@ -119,6 +121,37 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
             (grads, sums), _ = jax.lax.scan(
                 accumulate, (zeros_grads, zeros_sums), (jnp.arange(grad_accum_steps), micro)
             )
+        return finish(state, grads, sums, batch)
+
+    return train_step
+
+
+def make_eval_step(model, objective: Objective, seed: int = 0, frozen_model=None):
+    """Returns eval_step(params, batch, index, frozen) -> (sums, weights); callers total them over the eval set.
+
+    `index` is the batch's place in the eval set: what the model samples (no dropout in eval)
+    is drawn from eval_sample_key(seed, index), so an eval repeats exactly, resumed or not.
+    `frozen`: `frozen_model`'s params (a distillation teacher), or None.
+    """
+
+    def eval_step(params, batch: dict, index, frozen=None):
+        rngs = {"sample": eval_sample_key(seed, index)}
+        outputs = with_frozen_outputs(model.apply({"params": params}, batch, deterministic=True, rngs=rngs),
+                                      frozen_model, frozen, batch)
+        return objective.sums(outputs, batch), objective.weights(batch)
+
+    return eval_step
+
+
+def make_step_tail(objective: Objective, tx: optax.GradientTransformation, ema_decay: float = 0.0):
+    """Returns finish(state, grads, sums, batch) -> (state, metrics): the step after its gradients (the update,
+    the skip of a non-finite step, the EMA and the metrics), which runs once per step however many micro-batches
+    were accumulated. Its own function so that the planner can compile it alone and count it once
+    (bert_jax/plan/compiled_plan.py), where the compiler's count of an accumulating step takes the micro-batch
+    loop's body once."""
+
+    def finish(state: TrainState, grads, sums, batch: dict):
+        weights = objective.weights(batch)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = objective.metrics(sums, weights)
@@ -144,21 +177,4 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
             new_state = new_state.replace(ema=keep(ema, state.ema))
         return new_state, metrics
 
-    return train_step
-
-
-def make_eval_step(model, objective: Objective, seed: int = 0, frozen_model=None):
-    """Returns eval_step(params, batch, index, frozen) -> (sums, weights); callers total them over the eval set.
-
-    `index` is the batch's place in the eval set: what the model samples (no dropout in eval)
-    is drawn from eval_sample_key(seed, index), so an eval repeats exactly, resumed or not.
-    `frozen`: `frozen_model`'s params (a distillation teacher), or None.
-    """
-
-    def eval_step(params, batch: dict, index, frozen=None):
-        rngs = {"sample": eval_sample_key(seed, index)}
-        outputs = with_frozen_outputs(model.apply({"params": params}, batch, deterministic=True, rngs=rngs),
-                                      frozen_model, frozen, batch)
-        return objective.sums(outputs, batch), objective.weights(batch)
-
-    return eval_step
+    return finish
