@@ -27,8 +27,8 @@ import sys
 
 from absl import app, flags
 
-from bert_jax import UserError
 from bert_jax.run import command_line
+from bert_jax.run.refusal import refusal
 from bert_jax.run.log_filter import log_info_quietly
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Pre-training workdir (DIR, DIR:STEP, DIR:STEP:ema) or Hugging "
@@ -72,10 +72,11 @@ def _main(argv) -> None:
         process_setup.setup_process(battery.process_config(suite))  # before JAX starts its backend
         board = battery.evaluate(checkpoint, suite, out, _GLUE_DIR.value, _TFDS_DATA_DIR.value, _TASKS.value,
                                  _SEEDS.value, executor=executor, beir_dir=_BEIR_DIR.value)
-    except UserError:
-        raise
     except ValueError as e:  # what the suite, the battery and the executor refuse: bad input, named before any
-        raise UserError(str(e)) from e  # training, with nothing half-written in --out
+        refused = refusal(e)  # training, with nothing half-written in --out; a fault keeps its traceback
+        if refused is None:
+            raise
+        raise refused from e
     except RuntimeError as e:  # a run the executor started that did not finish: its log says why
         sys.exit(f"evaluate: {e}")
     if board is None:

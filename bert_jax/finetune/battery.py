@@ -34,6 +34,7 @@ from bert_jax.parallel import distributed
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir, config_from_json
 from bert_jax.run import completion
+from bert_jax.run.refusal import refusal
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 METRICS = ("accuracy", "f1", "macro_f1", "matthews", "pearson", "spearman")
@@ -335,6 +336,8 @@ def check_checkpoint(suite, tasks: list[str], checkpoint: str, task_data: dict[s
         source = init_from.resolve(checkpoint, first.model)
         tokenizer = tokenizer_lib.load_tokenizer(source.tokenizer_dir)
     except ValueError as e:
+        if refusal(e) is None:  # a fault reading the checkpoint keeps its traceback
+            raise
         raise ValueError(f"--checkpoint={checkpoint}: {e}") from None
     for name in tasks:
         c = run_config(suite, Run(name, 0.0, 0, ""), {"train": "", "dev": ""}, checkpoint)
@@ -349,7 +352,9 @@ def check_checkpoint(suite, tasks: list[str], checkpoint: str, task_data: dict[s
             model = task.build_model(source.family, source.model_cfg, c.task, task.num_outputs(names),
                                      "pooler" in source.params)
             jax.eval_shape(lambda m=model, b=example: m.init(jax.random.key(0), b, deterministic=True))
-        except Exception as e:  # noqa: BLE001 (whatever the family raises, named with the checkpoint and the task)
+        except ValueError as e:  # what the family's and the task's checks refuse, named with the checkpoint and the
+            if refusal(e) is None:  # task; a fault (a bug, a library's error) keeps its traceback
+                raise
             raise ValueError(f"--checkpoint={checkpoint}: its family {source.family.name!r} cannot fine-tune task "
                              f"{name} ({c.task.kind}): {type(e).__name__}: {e}") from None
     return source

@@ -7,12 +7,12 @@ files, and the encoder `config.init_from` names (its weights are read only by th
 """
 import json
 
-import bert_jax
 from bert_jax.checkpoint import reference
 from bert_jax.finetune import data, init_from
 from bert_jax.finetune import parametrization as finetune_mup
 from bert_jax.finetune.tasks import get_task
 from bert_jax.run import profile_window
+from bert_jax.run.refusal import refusal
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
 
@@ -35,8 +35,11 @@ def check_config(config):
         init_from.check(config.init_from)
         finetune_mup.check(config.train, _source_model_config(config.init_from), config.init_from)
         _check_data(config.data)
-    except (ValueError, FileNotFoundError) as error:  # every failure here is about what the user asked for
-        raise (error if isinstance(error, bert_jax.UserError) else bert_jax.UserError(str(error))) from None
+    except (ValueError, FileNotFoundError) as error:  # a check's refusal is the user's; a fault keeps its traceback
+        refused = refusal(error)
+        if refused is None:
+            raise
+        raise refused from None
     return config
 
 

@@ -23,6 +23,7 @@ from bert_jax.models.targets import building_for
 from bert_jax.parallel.context import check_context
 from bert_jax.hf import folder as hf_folder
 from bert_jax.run import profile_window, spike
+from bert_jax.run.refusal import refusal
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
 from bert_jax.checkpoint import reference
@@ -50,8 +51,11 @@ def check_config(config, workdir: str | None = None, num_processes: int = 1):
         check_inputs(config)
         if workdir:  # a resume of another experiment (a finished run's too) stops here, naming the keys
             resume.check_experiment(config, workdir)
-    except (ValueError, FileNotFoundError) as error:  # every failure here is about what the user asked for
-        raise (error if isinstance(error, bert_jax.UserError) else bert_jax.UserError(str(error))) from None
+    except (ValueError, FileNotFoundError) as error:  # a check's refusal is the user's; a fault keeps its traceback
+        refused = refusal(error)
+        if refused is None:
+            raise
+        raise refused from None
     for line in resolved:  # logged once the run will start: a refusal stays the one line naming the key
         logging.info("%s", line)
     return config
@@ -190,6 +194,8 @@ def validate_config(config, num_processes: int = 1) -> None:
         try:
             _check_stage_keys(stage.config, num_processes)
         except ValueError as error:
+            if refusal(error) is None:  # a fault keeps its traceback, not a stage's name
+                raise
             raise ValueError(f"{stage.source} (from step {stage.start}): {error}") from None
     mixture.check_mixture(config.data)  # data.mixture's names, weights, schedule and sources (sources/mixture.py)
 
