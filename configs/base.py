@@ -306,9 +306,14 @@ def get_config() -> ml_collections.ConfigDict:
     # e.g. (2,1,1): data parallel over 2 slices. The mesh is shape * dcn_shape.
     c.mesh.dcn_shape = (1, 1, 1)
     # Context parallelism: each sequence split over this many devices of a slice (the logical `length`
-    # axis on the `context` mesh axis); the -1 above takes what is left. Attention all-gathers the keys
-    # and values over it (xla kernel only). docs/guides/long-context.md.
+    # axis on the `context` mesh axis); the -1 above takes what is left (xla kernel only).
+    # docs/guides/long-context.md.
     c.mesh.context = 1
+    # How global attention layers see the other devices' keys under context > 1: all_gather (every
+    # device gathers the whole sequence's keys and values, MaxText's default) | ring (each device's
+    # block passed round the axis, N-1 permutes overlapped with the compute; no attention dropout).
+    # Windowed layers whose window fits in a shard exchange only their neighbours' halo either way.
+    c.mesh.context_attention = "all_gather"
     # Logical axis -> mesh axes preset (bert_jax/parallel/mesh.py RULE_PRESETS):
     # dp | fsdp | tp | fsdp_tp (splits by whichever axes are > 1) | custom (logical_axis_rules below).
     c.mesh.rules = "fsdp_tp"

@@ -3,12 +3,13 @@
 Run as a script on simulated devices (tests/test_context_parallel.py does):
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/context_steps.py \
-        --config=modernbert --context=4 --steps=5 [--micro]
+        --config=modernbert --context=4 --steps=5 [--micro] [--context_attention all_gather ring]
 
 Both runs start from the same state and see the same global batches (built from the config's own
 batch layout, pipeline.batch_spec: several documents per row, positions restarting per document,
 trailing padding, masked positions anywhere in a row), so their losses differ only by the order of
-the sums. `--checkpoint_dir`: the context run is saved after `--save_at` steps, restored, and trained on.
+the sums. `--context_attention`: the schemes of the global layers to run under the axis, each from the same state.
+`--checkpoint_dir`: the first scheme's run is saved after `--save_at` steps, restored, and trained on.
 """
 import argparse
 import json
@@ -36,7 +37,7 @@ CONFIGS = {"modernbert": lambda: bert_jax.configs.modernbert_base.get_config("ti
            "tiny": bert_jax.configs.tiny.get_config}
 
 
-def make_config(name: str, micro: bool, context: int):
+def make_config(name: str, micro: bool, context: int, context_attention: str = "all_gather"):
     """The config's tiny shapes (or micro ones), its own rows (modernbert's packed), fp32, no dropout: runs
     comparable to 1e-5."""
     c = CONFIGS[name]()
@@ -47,7 +48,7 @@ def make_config(name: str, micro: bool, context: int):
         c.data.update(max_seq_length=32, max_predictions_per_seq="auto")
         if name == "modernbert":
             c.model.local_attention = 8  # 4 tokens either side: windows cross the 8-token shards' edges
-    c.mesh.update(shape=(-1, 1, 1), context=context)
+    c.mesh.update(shape=(-1, 1, 1), context=context, context_attention=context_attention)
     return c
 
 
@@ -118,34 +119,40 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=4)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--micro", action="store_true")
-    parser.add_argument("--checkpoint_dir", default="")
+    # the global layers' schemes under the axis (config.mesh.context_attention), each run against the same whole run
+    parser.add_argument("--context_attention", nargs="+", default=["all_gather"])
+    parser.add_argument("--checkpoint_dir", default="")  # the first scheme's run is saved, restored and trained on
     parser.add_argument("--save_at", type=int, default=3)
     args = parser.parse_args()
     out = {}
     for name in args.config:
         whole = make_config(name, args.micro, 1)
-        split = make_config(name, args.micro, args.context)
-        validate_config(split)  # refuses a length the axis does not divide, or a fused kernel
         batches = make_batches(whole, args.steps)
         start = initial_state(whole)
-        manager = (ckpt.make_manager(os.path.join(args.checkpoint_dir, name), split.checkpoint)
-                   if args.checkpoint_dir else None)
-        save = (args.save_at, manager) if manager is not None else None
         losses, _, _ = run(whole, batches, start)
-        split_losses, program, compiled = run(split, batches, start, save)
-        gathers = [mesh_axes(c.group, dict(program.mesh.shape)) for c in collectives(compiled.as_text())
-                   if c.op == "all-gather"]
-        result = {"losses": losses, "context_losses": split_losses, "mesh": dict(program.mesh.shape),
-                  "all_gathers_over": ["+".join(axes) for axes in gathers]}
-        if manager is not None:
-            manager.wait_until_finished()
-            position = _Position()
-            restored = ckpt.restore_latest(manager, program.abstract_state, position)
-            result["resumed_losses"], _, _ = run(split, batches[args.save_at:], restored, program=program,
-                                                 compiled=compiled)
-            result["data_step"] = position.step
-            manager.close()
-        out[name] = result
+        out[name] = {"losses": losses, "split": {}}
+        for scheme in args.context_attention:
+            split = make_config(name, args.micro, args.context, scheme)
+            validate_config(split)  # refuses a length the axis does not divide, or a fused kernel
+            first = scheme == args.context_attention[0]
+            manager = (ckpt.make_manager(os.path.join(args.checkpoint_dir, name), split.checkpoint)
+                       if args.checkpoint_dir and first else None)
+            save = (args.save_at, manager) if manager is not None else None
+            split_losses, program, compiled = run(split, batches, start, save)
+            found = collectives(compiled.as_text())
+            over = lambda op: ["+".join(mesh_axes(c.group, dict(program.mesh.shape))) for c in found  # noqa: E731
+                               if c.op == op]
+            result = {"context_losses": split_losses, "mesh": dict(program.mesh.shape),
+                      "all_gathers_over": over("all-gather"), "permutes_over": over("collective-permute")}
+            if manager is not None:
+                manager.wait_until_finished()
+                position = _Position()
+                restored = ckpt.restore_latest(manager, program.abstract_state, position)
+                result["resumed_losses"], _, _ = run(split, batches[args.save_at:], restored, program=program,
+                                                     compiled=compiled)
+                result["data_step"] = position.step
+                manager.close()
+            out[name]["split"][scheme] = result
     print("RESULT " + json.dumps(out), flush=True)
 
 

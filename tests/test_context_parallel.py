@@ -2,7 +2,8 @@
 
 The runs happen on 8 simulated CPU devices in a subprocess (tests/context_steps.py): packed rows, several
 documents per row, the run with `--config.mesh.context=4` (mesh data=2, context=4) against the same
-config without it (data=8), from the same state on the same batches.
+config without it (data=8), from the same state on the same batches. The attention kernels that cross the axis
+without gathering it (the ring, the halo) are checked alone against xla_attention (tests/context_kernels.py).
 """
 import pytest
 from numerics import REORDERED, assert_close
@@ -23,22 +24,38 @@ def context_steps(args: list[str]) -> dict:
 def test_modernbert_split_over_the_context_axis_gives_the_same_loss():
     """Micro modernbert (a global layer, a local one whose 4-token window crosses the 8-token shards' edges)."""
     run = context_steps(["--config", "modernbert", "--micro", "--steps=1", f"--context={CONTEXT}"])["modernbert"]
-    assert run["mesh"] == {"data": 2, "fsdp": 1, "context": CONTEXT, "tensor": 1}
-    assert "context" in run["all_gathers_over"]  # keys and values gathered over the context axis
-    assert_close(run["context_losses"], run["losses"], REORDERED, "context=4")
+    split = run["split"]["all_gather"]
+    assert split["mesh"] == {"data": 2, "fsdp": 1, "context": CONTEXT, "tensor": 1}
+    assert "context" in split["all_gathers_over"]  # the global layer's keys and values gathered over the axis
+    assert "context" in split["permutes_over"]  # the local layer's halo from its neighbours
+    assert_close(split["context_losses"], run["losses"], REORDERED, "context=4")
+
+
+def test_ring_and_halo_give_xla_attention_and_its_gradients():
+    """Packed segments and a padding tail crossing the shards' edges, on a mesh data=2 x context=4 x tensor=2: the
+    ring (bidirectional; causal with a window wider than a shard) and the halo (a window within a shard,
+    bidirectional and causal), outputs and the gradients of q, k and v."""
+    cases = run_parallel_steps([], env_devices=16, script="context_kernels.py")
+    assert len(cases) == 4
+    for name, diffs in cases.items():
+        assert max(diffs.values()) < 1e-5, (name, diffs)
 
 
 @pytest.mark.slow
 def test_acceptance_five_steps_and_a_resume_at_the_configs_tiny_shapes(tmp_path):
-    """Issue 77's acceptance: modernbert_base.py:tiny and tiny.py, 5 steps, killed after 3 and resumed."""
+    """Issue 77's acceptance: modernbert_base.py:tiny and tiny.py, 5 steps, with the global layers' keys all-gathered
+    (killed after 3 and resumed) and passed round a ring."""
     runs = context_steps(["--config", "modernbert", "tiny", "--steps=5", f"--context={CONTEXT}", "--save_at=3",
-                          f"--checkpoint_dir={tmp_path}"])
+                          f"--checkpoint_dir={tmp_path}", "--context_attention", "all_gather", "ring"])
     for name, run in runs.items():
         assert len(set(run["losses"])) == 5, (name, run)  # each step's update changes the next loss
-        assert "context" in run["all_gathers_over"], (name, run)
-        assert_close(run["context_losses"], run["losses"], REORDERED, name)
-        assert run["data_step"] == 3
-        assert_close(run["resumed_losses"], run["context_losses"][3:], REORDERED, name)
+        gathered, ring = run["split"]["all_gather"], run["split"]["ring"]
+        assert "context" in gathered["all_gathers_over"], (name, gathered)
+        assert_close(gathered["context_losses"], run["losses"], REORDERED, name)
+        assert gathered["data_step"] == 3
+        assert_close(gathered["resumed_losses"], gathered["context_losses"][3:], REORDERED, name)
+        assert "context" in ring["permutes_over"] and "context" not in ring["all_gathers_over"], (name, ring)
+        assert_close(ring["context_losses"], run["losses"], REORDERED, f"{name}, ring")
 
 
 def test_a_collective_group_is_named_by_the_mesh_axes_it_spans():
@@ -63,17 +80,30 @@ def _config(**mesh):
      r"config\.mesh\.context=4 needs the xla attention kernel.*'triton'.*--config\.model\.attention_impl=xla"),
     (dict(context=4, rules="custom", logical_axis_rules=(("length", None),)),
      r"config\.mesh\.context=4 but config\.mesh\.logical_axis_rules maps 'length' to None"),
+    (dict(context=4, context_attention="ulysses"),
+     r"config\.mesh\.context_attention='ulysses'; expected one of all_gather, ring"),
+    (dict(context=4, context_attention="ring", attention_dropout_rate=0.1),
+     r"config\.mesh\.context_attention='ring' applies no attention dropout.*attention_dropout_rate=0\.1"),
 ])
 def test_config_refuses_what_the_context_axis_cannot_split(change, words):
     c = _config()
-    for key in ("attention_impl", "splash_interpret"):
+    for key in ("attention_impl", "splash_interpret", "attention_dropout_rate"):
         if key in change:
             c.model[key] = change.pop(key)
     c.mesh.update(change)
     with pytest.raises(ValueError, match=words):
         validate_config(c)
-    c.mesh.context = 1
+    c.mesh.update(context=1, context_attention="all_gather")
     validate_config(c)  # without the axis, the same config is fine
+
+
+def test_a_context_attention_scheme_without_the_axis_is_refused():
+    c = _config(context_attention="ring")
+    with pytest.raises(ValueError, match=r"config\.mesh\.context_attention='ring' does nothing at "
+                                         r"config\.mesh\.context=1"):
+        validate_config(c)
+    c.mesh.context = 4
+    validate_config(c)
 
 
 def test_tiny_config_with_context_validates():
@@ -88,12 +118,16 @@ def test_search_tries_the_context_axis_with_its_batch_split():
     c = bert_jax.configs.modernbert_base.get_config("tiny")
     c.train.global_batch_size = 16
     v5e16 = parse_slice("v5e-16")
-    assert plan_search.context_meshes(c, v5e16) == ("cp2", "cp4", "cp8", "cp16")
+    assert plan_search.context_meshes(c, v5e16) == ("cp2", "ring2", "cp4", "ring4", "cp8", "ring8", "cp16", "ring16")
     assert plan_search.micro_batch(c, v5e16, "cp4", 1) == 4  # 16 sequences over 4 batch shards
     assert plan_search.accumulation_steps(c, v5e16, "cp4") == [1, 2, 4]
     cp4 = plan_search.Candidate(True, "cp4", "full", 1)
     assert cp4.overrides()["mesh.context"] == 4 and "--config.mesh.context=4" in cp4.flags()
     assert plan_search.mesh_name(plan_search.apply(c, cp4, 1)) == "cp4"
+    ring4 = plan_search.apply(c, plan_search.Candidate(True, "ring4", "full", 1), 1)
+    assert (ring4.mesh.context, ring4.mesh.context_attention, plan_search.mesh_name(ring4)) == (4, "ring", "ring4")
+    assert plan_search.apply(ring4, cp4, 1).mesh.context_attention == "all_gather"
+    assert plan_search.apply(ring4, plan_search.Candidate(True, "fsdp", "full", 1), 1).mesh.context == 1
 
 
 def test_the_32k_recipe_scales_the_global_theta_and_splits_its_sequences():

@@ -22,9 +22,12 @@ documents) and a sliding window (`window` tokens either side). What a kernel can
 before compiling, naming the config key: cudnn takes no bidirectional window in jax 0.10, and
 neither cudnn, splash nor triton drops attention probabilities.
 """
+import contextlib
+import contextvars
 import dataclasses
+import functools
 import math
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import flax.linen as nn
 import flax.struct
@@ -32,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.kernels import attention as kernels
+from bert_jax.kernels import context_attention
 from bert_jax.models.layers import Dense, logical
 # building_for and devices_platform are imported from here by the program and the planner.
 from bert_jax.models.targets import CudnnRules, building_for, devices_platform, target  # noqa: F401
@@ -48,6 +52,33 @@ def length_shards() -> int:
     axes = nn.logical_to_mesh_axes(("length",))[0]
     axes = axes if isinstance(axes, tuple) else (axes,)
     return math.prod(mesh.shape[a] for a in axes if a is not None and a in mesh.shape)
+
+
+# How global layers attend over the context axis (config.mesh.context_attention, context_attention.SCHEMES): a
+# program's, set around its steps' trace (`attending_by`), as flax's logical axis rules are around the model's.
+_CONTEXT_SCHEME: contextvars.ContextVar[str] = contextvars.ContextVar("context_attention", default="all_gather")
+
+
+@contextlib.contextmanager
+def context_scheme(scheme: str) -> Iterator[None]:
+    """Global layers traced inside attend over a split sequence by `scheme`: 'all_gather' or 'ring'."""
+    if scheme not in context_attention.SCHEMES:
+        raise ValueError(f"config.mesh.context_attention={scheme!r}; expected one of "
+                         f"{', '.join(context_attention.SCHEMES)}")
+    token = _CONTEXT_SCHEME.set(scheme)
+    try:
+        yield
+    finally:
+        _CONTEXT_SCHEME.reset(token)
+
+
+def attending_by(scheme: str, step: Callable) -> Callable:
+    """`step` traced under context_scheme(scheme): what a program jits, so every trace of it sees the scheme."""
+    @functools.wraps(step)
+    def traced(*args, **kwargs):
+        with context_scheme(scheme):
+            return step(*args, **kwargs)
+    return traced
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,14 +248,17 @@ class Attend(nn.Module):
             raise ValueError(f"config.model.attention_impl={impl!r} cannot add a score bias (disentangled "
                              "attention's position terms); only 'xla' can")
         if impl == "xla":
-            # Context parallelism (config.mesh.context): queries stay split along `length`, keys and values are
-            # whole, so XLA all-gathers them over the context axis, and document masks and windows that cross a
-            # shard's edge see every key (a no-op when `length` maps to no mesh axis).
-            k, v = (nn.with_logical_constraint(y, ("batch", None, "heads", "kv")) for y in (k, v))
             dropout = None
             if cfg.attention_dropout_rate > 0 and not deterministic:
                 dropout = lambda p: nn.Dropout(cfg.attention_dropout_rate)(p, deterministic=False)  # noqa: E731
             shards = length_shards()
+            if shards > 1:  # context parallelism (config.mesh.context): this device holds a slice of the queries
+                split = self._over_context_axis(q, k, v, mask, shards, dropout is None and score_bias is None)
+                if split is not None:
+                    return split
+            # Keys and values whole along `length`: under the context axis XLA all-gathers them, so document masks and
+            # windows that cross a shard's edge see every key (a no-op when `length` maps to no mesh axis).
+            k, v = (nn.with_logical_constraint(y, ("batch", None, "heads", "kv")) for y in (k, v))
             if shards > 1 and dropout is None and score_bias is None:  # a shard's queries a chunk at a time
                 return kernels.xla_attention_by_query_chunks(q, k, v, mask.segments, self.window, shards, self.causal)
             # bert_jax.inspect.views reads the probabilities: applied with mutable=["intermediates"] only; training
@@ -240,6 +274,20 @@ class Attend(nn.Module):
             return kernels.cudnn_attention(q, k, v, mask.segments, self.window, mask.packed, causal=self.causal)
         raise ValueError(f"attention_impl={impl!r} reached the module unresolved; build models through "
                          "the family registry (it resolves 'auto')")
+
+    def _over_context_axis(self, q, k, v, mask: AttentionMask, shards: int, plain: bool) -> jax.Array | None:
+        """A split sequence's attention without the all-gather, or None for the all-gather's: a window within a shard
+        takes its neighbours' halo (either scheme); a global layer under config.mesh.context_attention='ring' goes
+        round the ring. `plain`: no dropout and no score bias, which only the gathered path applies."""
+        scheme = _CONTEXT_SCHEME.get()
+        if plain and context_attention.halo_fits(self.window, q.shape[1], shards):
+            return context_attention.halo_attention(q, k, v, mask.segments, self.window, self.causal)
+        if scheme != "ring":
+            return None
+        if not plain:  # config validation refuses attention dropout with the ring; a score bias is a family's
+            raise ValueError("config.mesh.context_attention='ring' applies no attention dropout and no score bias "
+                             "(DeBERTa-v3's position terms): use config.mesh.context_attention=all_gather")
+        return context_attention.ring_attention(q, k, v, mask.segments, self.window, self.causal)
 
 
 class SelfAttention(nn.Module):

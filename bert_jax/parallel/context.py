@@ -1,18 +1,27 @@
 """What context parallelism (config.mesh.context) asks of a config, checked before anything is built.
 
 The sequence is split by the logical `length` axis (mesh.py's rules map it to the `context` mesh
-axis); attention all-gathers keys and values over it (models/attention.py), which only the xla kernel
-does: the fused kernels (splash, cuDNN, the windowed Pallas kernel, DeBERTa's fused kernel) see a
-sequence whole, so they are refused rather than silently gathered whole on every device.
+axis). Global attention layers all-gather keys and values over it or pass them round a ring
+(config.mesh.context_attention); windowed ones exchange their neighbours' halo (models/attention.py,
+kernels/context_attention.py). Only the xla kernel does: the fused kernels (splash, cuDNN, the windowed
+Pallas kernel, DeBERTa's fused kernel) see a sequence whole, so they are refused rather than silently
+gathered whole on every device.
 """
+from bert_jax.kernels.context_attention import SCHEMES
 from bert_jax.parallel.mesh import context_size
 
 
 def check_context(config, kernel_impl: str) -> None:
-    """Raises ValueError in one line naming config.mesh.context and what to change; `kernel_impl` is the
-    attention kernel the config resolves to."""
+    """Raises ValueError in one line naming config.mesh.context (or context_attention) and what to change;
+    `kernel_impl` is the attention kernel the config resolves to."""
     context = context_size(config.mesh)
+    scheme = config.mesh.get("context_attention", SCHEMES[0])
+    if scheme not in SCHEMES:
+        raise ValueError(f"config.mesh.context_attention={scheme!r}; expected one of {', '.join(SCHEMES)}")
     if context == 1:
+        if scheme != SCHEMES[0]:
+            raise ValueError(f"config.mesh.context_attention={scheme!r} does nothing at config.mesh.context=1 (no "
+                             f"sequence is split): leave it at {SCHEMES[0]!r}, or set config.mesh.context > 1")
         return
     length = config.data.max_seq_length
     if length % context:
@@ -22,6 +31,10 @@ def check_context(config, kernel_impl: str) -> None:
         raise ValueError(f"config.mesh.context={context} needs the xla attention kernel (keys and values "
                          f"all-gathered over the context axis); attention_impl resolves to {kernel_impl!r} here: "
                          f"use --config.model.attention_impl=xla")
+    dropout = config.model.get("attention_dropout_rate", 0.0)
+    if scheme == "ring" and dropout > 0:
+        raise ValueError(f"config.mesh.context_attention='ring' applies no attention dropout, but "
+                         f"config.model.attention_dropout_rate={dropout}: set it to 0, or use all_gather")
     rules = dict(config.mesh.logical_axis_rules) if config.mesh.get("rules", "custom") == "custom" else None
     if rules is not None and "context" not in _axes(rules.get("length")):
         raise ValueError(f"config.mesh.context={context} but config.mesh.logical_axis_rules maps 'length' to "

@@ -146,9 +146,24 @@ def _groups(rest: str, partitions: int) -> list[list[int]]:
     return [list(range(partitions))]
 
 
+def _pairs(rest: str) -> list[tuple[str, str]]:
+    """A permute's source_target_pairs, as partition ids (strings)."""
+    return re.findall(r"\{(\d+),(\d+)\}", (re.search(r"source_target_pairs=\{(.*?)\}\}", rest) or
+                                          re.search(r"()", "")).group(1) + "}")
+
+
+def _permute_groups(rest: str) -> list[list[int]]:
+    """The devices a permute's pairs link, as groups (a ring or a chain over one mesh axis: that axis's groups)."""
+    group_of: dict[int, set[int]] = {}
+    for a, b in _pairs(rest):
+        joined = group_of.get(int(a), {int(a)}) | group_of.get(int(b), {int(b)})
+        for p in joined:
+            group_of[p] = joined
+    return [sorted(g) for g in {id(g): g for g in group_of.values()}.values()]
+
+
 def _pairs_cross(rest: str, domain_of: Sequence[int]) -> bool:
-    pairs = re.findall(r"\{(\d+),(\d+)\}", (re.search(r"source_target_pairs=\{(.*?)\}\}", rest) or
-                                            re.search(r"()", "")).group(1) + "}")
+    pairs = _pairs(rest)
     return any(domain_of[int(a)] != domain_of[int(b)] for a, b in pairs
                if int(a) < len(domain_of) and int(b) < len(domain_of))
 
@@ -210,11 +225,13 @@ def collectives(hlo_text: str, domain_of: Sequence[int] | None = None, num_slice
             if not (kind_match or opcode == "all-reduce-scatter"):
                 continue
             op = "reduce-scatter" if opcode == "all-reduce-scatter" else kind_match.group(1)
-            groups = _groups(rest, partitions)
+            groups = (op == "collective-permute" and _permute_groups(rest)) or _groups(rest, partitions)
             n = max(len(g) for g in groups)
             domains = max(len({domain_of[p] for p in g if p < len(domain_of)}) for g in groups)
             sync = _is_sync(rest)
             asynchronous = in_async_fusion or (opcode.endswith("-start") and sync is not True)
+            if op == "collective-permute":  # shard_map's ppermutes may all carry one channel id: each is its own
+                channel = f"{channel}/{result}"
             if channel in seen_channels:  # the same collective again (a TPU start, done and continuation)
                 index = seen_channels[channel]
                 found[index] = dataclasses.replace(found[index], asynchronous=found[index].asynchronous or asynchronous)

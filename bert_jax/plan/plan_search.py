@@ -3,8 +3,9 @@ compiled here instead, by the target's own compiler (a GPU set of bert_jax/plan/
 
 Tries remat policy x mesh (data / fsdp / tensor / context) x per-chip batch x scan, keeping the config's
 global batch (a smaller per-chip batch is gradient accumulation, so training is unchanged). The context axis
-(cpN: FSDP with each sequence split over N chips, config.mesh.context) is tried only once no mesh that keeps a
-sequence whole has fit: where one fits, splitting the sequence adds the keys' and values' all-gathers for nothing.
+(cpN: FSDP with each sequence split over N chips, config.mesh.context; ringN: the same with global attention's keys
+and values passed round a ring, config.mesh.context_attention=ring) is tried only once no mesh that keeps a
+sequence whole has fit: where one fits, splitting the sequence adds the keys' and values' collectives for nothing.
 For each (scan, mesh, remat) it compiles per-chip batches from the largest down and keeps the
 first that fits: a bigger micro-batch re-reads the weights less. Each compile is a full TPU compile
 (one to five minutes for a large model on one core), so the search compiles only what can fit:
@@ -48,7 +49,8 @@ SCANS = (True, False)
 @dataclasses.dataclass(frozen=True)
 class Candidate:
     scan: bool
-    mesh: str  # dp | fsdp | tpN (fsdp with an N-way tensor axis) | cpN (fsdp with an N-way context axis)
+    mesh: str  # dp | fsdp | tpN (fsdp with an N-way tensor axis) | cpN (fsdp with an N-way context axis) | ringN (cpN
+    # with global attention by a ring of permutes, not an all-gather)
     remat: str
     grad_accum_steps: int
 
@@ -60,7 +62,8 @@ class Candidate:
 
     def overrides(self) -> dict[str, object]:
         return {"model.scan_layers": self.scan, "model.remat_policy": self.remat, "mesh.shape": mesh_shape(self.mesh),
-                "mesh.context": mesh_context(self.mesh), "mesh.rules": "fsdp_tp", "train.grad_accum_steps": self.grad_accum_steps}
+                "mesh.context": mesh_context(self.mesh), "mesh.context_attention": mesh_scheme(self.mesh),
+                "mesh.rules": "fsdp_tp", "train.grad_accum_steps": self.grad_accum_steps}
 
     def flags(self) -> str:
         def value(v):
@@ -86,15 +89,23 @@ def mesh_shape(name: str) -> tuple[int, int, int]:
         return (1, -1, 1)
     if name.startswith("tp") and name[2:].isdigit():
         return (1, -1, int(name[2:]))
-    if name.startswith("cp") and name[2:].isdigit():
+    if mesh_context(name) > 1:
         return (1, -1, 1)
-    raise ValueError(f"search mesh {name!r}: expected dp, fsdp, tpN (fsdp with an N-way tensor axis) or cpN (fsdp "
-                     f"with an N-way context axis)")
+    raise ValueError(f"search mesh {name!r}: expected dp, fsdp, tpN (fsdp with an N-way tensor axis), cpN (fsdp "
+                     f"with an N-way context axis) or ringN (cpN, global attention by a ring)")
 
 
 def mesh_context(name: str) -> int:
-    """The context axis of a search mesh: N for cpN, else 1."""
-    return int(name[2:]) if name.startswith("cp") and name[2:].isdigit() else 1
+    """The context axis of a search mesh: N for cpN and ringN, else 1."""
+    for prefix in ("cp", "ring"):
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            return int(name[len(prefix):])
+    return 1
+
+
+def mesh_scheme(name: str) -> str:
+    """config.mesh.context_attention for a search mesh: ring for ringN, else all_gather."""
+    return "ring" if name.startswith("ring") else "all_gather"
 
 
 def batch_shards(tpu_slice: tpu_slices.TpuSlice, mesh: str) -> int:
@@ -103,9 +114,11 @@ def batch_shards(tpu_slice: tpu_slices.TpuSlice, mesh: str) -> int:
 
 
 def context_meshes(config, tpu_slice: tpu_slices.TpuSlice) -> tuple[str, ...]:
-    """cpN for the context axes a slice holds and the sequence splits over (N = 2, 4, ... up to a slice's chips)."""
+    """cpN then ringN for the context axes a slice holds and the sequence splits over (N = 2, 4, ... up to a slice's
+    chips): the all-gather and the ring of each, side by side."""
     chips, length = tpu_slice.total_chips // tpu_slice.num_slices, config.data.max_seq_length
-    return tuple(f"cp{n}" for n in (2 ** k for k in range(1, chips.bit_length())) if chips % n == 0 and length % n == 0)
+    return tuple(f"{scheme}{n}" for n in (2 ** k for k in range(1, chips.bit_length())) if chips % n == 0
+                 and length % n == 0 for scheme in ("cp", "ring"))
 
 
 def with_overrides(config, overrides: dict[str, object]):
@@ -263,7 +276,8 @@ def _try(config, candidate: Candidate, tpu_slice, hbm_gib: float, layer_flops: d
                          f"{most / 1e12:.3g} TFLOP per chip, {most / r.peak_flops * 1e3:.1f} ms at peak, within its "
                          f"{r.memory_s * 1e3:.1f} ms of HBM bytes")
     layer_flops = {} if layer_flops is None else layer_flops
-    key = (candidate.remat, mesh_shape(candidate.mesh)[2], mesh_context(candidate.mesh))
+    mesh = candidate.mesh
+    key = (candidate.remat, mesh_shape(mesh)[2], mesh_context(mesh), mesh_scheme(mesh))
     batch = screened.micro_batch_per_chip
     known = tuple(f * batch for f in layer_flops[key]) if key in layer_flops else None
     try:
@@ -340,7 +354,7 @@ def format_search(tried: list[Tried], tpu: str, num_slices: int, hbm_gib: float 
 def mesh_name(config) -> str:
     shape = tuple(config.mesh.shape)
     if config.mesh.get("context", 1) > 1:
-        return f"cp{config.mesh.context}"
+        return f"{'ring' if config.mesh.get('context_attention') == 'ring' else 'cp'}{config.mesh.context}"
     if shape[1] == 1 and shape[2] == 1:
         return "dp"
     if shape[2] == 1:

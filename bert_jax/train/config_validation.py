@@ -104,7 +104,7 @@ def _resolved(config, workdir: str | None) -> tuple:
         if context != 1 and resolved.model.get("attention_impl", "auto") == "auto":  # the kernel that splits
             resolved.model.attention_impl = "xla"
             lines.append(f"config.model.attention_impl=auto -> xla (config.mesh.context={context}: the kernel that "
-                         f"all-gathers keys and values over the context axis)")
+                         f"splits attention over the context axis)")
         lines += _resolve_mup(resolved)
         # Temperature sampling: each source's size, counted once (or the recorded one on a resume), and its weights.
         lines += mixture.resolve_sizes(resolved.data, _recorded_data(workdir))
