@@ -35,6 +35,7 @@ from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir, config_from_json
 from bert_jax.run import completion
 from bert_jax.run.refusal import refusal
+from bert_jax.storage.retry import retried
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
 METRICS = ("accuracy", "f1", "macro_f1", "matthews", "pearson", "spearman")
@@ -132,9 +133,10 @@ def _tfds(spec, split: str, data_dir: str, name: str) -> list[dict]:
 
     if not spec.tfds:
         raise ValueError(f"tasks.{name}.tfds is empty: this task has no TFDS source; give --glue_dir")
-    try:
-        source = tfds.data_source(spec.tfds, split=split, data_dir=data_dir)
-    except Exception as e:  # noqa: BLE001 (TFDS raises several kinds for a dataset that is not prepared)
+    try:  # a storage fault on the way (a bucket's timeout) is tried again, then raised with its cause
+        source = retried(lambda: tfds.data_source(spec.tfds, split=split, data_dir=data_dir),
+                         f"opening TFDS {spec.tfds!r} split {split!r} in {data_dir}")
+    except ValueError as e:  # TFDS's refusal of a name or split it does not know (DatasetNotFoundError among them)
         raise ValueError(f"TFDS {spec.tfds!r} split {split!r} in {data_dir} (tasks.{name}.tfds): {e}") from None
     fields = [f.strip() for f in spec.tfds_fields.split(",")]
     names = [n.strip() for n in spec.tfds_labels.split(",") if n.strip()]

@@ -21,6 +21,7 @@ import zlib
 from collections.abc import Iterator
 
 from bert_jax.storage import paths
+from bert_jax.storage.retry import retried
 from data_pipelines.sources import segmenters
 
 # C0 control characters other than tab, newline, vertical tab, form feed, carriage return;
@@ -232,14 +233,23 @@ def jsonl_file_documents(path: str, field: str, segmenter: str, max_bytes: int, 
                 yield document
 
 
-def check_parquet_columns(files: list[str], field: str) -> None:
+def _schema_names(path: str) -> list[str]:
     import pyarrow.parquet as pq  # noqa: PLC0415 (only this source needs it)
+
+    with paths.path(path).open("rb") as f:
+        return pq.read_schema(f).names
+
+
+def check_parquet_columns(files: list[str], field: str) -> None:
+    """Each file is Parquet and holds the column `field`. Only a file that is not Parquet is named so: a storage
+    fault on the way (a bucket's dropped connection) is tried again and then raised with its cause, and any other
+    error (a MemoryError) passes through as it is."""
+    import pyarrow as pa  # noqa: PLC0415
 
     for path in files:
         try:
-            with paths.path(path).open("rb") as f:
-                names = pq.read_schema(f).names
-        except Exception as e:  # pyarrow raises ArrowInvalid for a file that is not Parquet.
+            names = retried(lambda path=path: _schema_names(path), f"reading the Parquet schema of {path}")
+        except pa.ArrowInvalid as e:  # what pyarrow raises for bytes that are not Parquet (a ValueError)
             raise ValueError(f"config.data.path: {path} is not a readable Parquet file: {e}") from e
         if field not in names:
             raise ValueError(

@@ -12,6 +12,7 @@ import ml_collections
 import bert_jax
 from bert_jax.registry import registered_as
 from bert_jax.storage import paths
+from bert_jax.storage.retry import retried
 from data_pipelines.sources import corpus, prepared, readers
 from data_pipelines.sources.readers import SkipStats
 from data_pipelines.sources.source import SOURCES, TableSource
@@ -95,9 +96,11 @@ class TfdsDocuments(Sequence):
         self._max_bytes = data_cfg.get("max_line_bytes", 1_000_000)
         self._stats = SkipStats() if stats is None else stats
         data_dir = data_cfg.get("tfds_data_dir", "") or None
-        try:
-            self._source = tfds.data_source(data_cfg.tfds_name, split=data_cfg.tfds_split, data_dir=data_dir)
-        except Exception as e:  # tfds raises several types for a dataset it cannot find.
+        try:  # a storage fault on the way (a bucket's timeout) is tried again, then raised with its cause
+            self._source = retried(
+                lambda: tfds.data_source(data_cfg.tfds_name, split=data_cfg.tfds_split, data_dir=data_dir),
+                f"opening TFDS {data_cfg.tfds_name!r} split {data_cfg.tfds_split!r}")
+        except ValueError as e:  # TFDS's refusal of a name or split it does not know (DatasetNotFoundError among them)
             raise FileNotFoundError(
                 f"config.data.tfds_name={data_cfg.tfds_name!r} split={data_cfg.tfds_split!r} "
                 f"(data_dir={data_dir!r}) cannot be opened as an ArrayRecord TFDS source: {e}"
