@@ -92,6 +92,7 @@ def shrink_to_tiny(c) -> None:
     c.model.max_relative_positions = 64
     c.model.dtype = "float32"  # bf16 matmuls are slow on CPU
     c.model.scan_layers = False
+    c.model.unroll_on_gpu = True  # configs/base.py's: an unrolled stack has no layer loop to keep (refused otherwise)
     c.model.dropout_rate = 0.0
     c.model.attention_dropout_rate = 0.0
     c.data.source = "embedded"

@@ -25,11 +25,12 @@ from test_family_conformance import MICRO, padded_batch
 
 # Keys read outside the model, by design: the registry (family), the config check's own output (mup_multipliers),
 # the data's length bound and the Hugging Face export (max_position_embeddings, which a family with relative or
-# rotary positions never reads), the tokenizer check and the export (pad_token_id), and the μP sweep's shared base
-# width, which its standard arm carries beside parametrization=standard (configs/sweeps/mup_transfer.py).
-READ_ELSEWHERE = {"family", "mup_multipliers", "max_position_embeddings", "pad_token_id", "mup_base_width"}
-# The modes that switch a model's code path, at a value other than the default.
-MODES = {"default": {}, "per_step": {"dropout_masks": "per_step"}}
+# rotary positions never reads), and the tokenizer check and the export (pad_token_id).
+READ_ELSEWHERE = {"family", "mup_multipliers", "max_position_embeddings", "pad_token_id"}
+# The modes that switch a model's code path, at a value other than the default. μP reads mup_base_width, which the
+# default (standard) leaves unread; an unrolled stack leaves the scanned loop's keys unread.
+MODES = {"default": {}, "per_step": {"dropout_masks": "per_step"}, "unrolled": {"scan_layers": False},
+         "mup": {"parametrization": "mup", "mup_base_width": MICRO["hidden_size"] // 2}}
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 
@@ -166,3 +167,23 @@ def test_a_key_a_mode_leaves_unread_is_refused_naming_both():
         validate_config(c)
     c.model.dropout_masks = "per_layer"
     validate_config(c)  # the fused path runs: accepted
+
+
+@pytest.mark.parametrize("mode, key, value, names", [
+    ({"scan_layers": False}, "scan_unroll", 2,
+     "config.model.scan_unroll=2 does nothing under config.model.scan_layers=False (family 'bert')"),
+    ({"scan_layers": False}, "unroll_on_gpu", False,
+     "config.model.unroll_on_gpu=False does nothing under config.model.scan_layers=False (family 'bert')"),
+    ({}, "mup_base_width", 32,
+     "config.model.mup_base_width=32 does nothing under config.model.parametrization='standard' (family 'bert')"),
+], ids=["scan_unroll", "unroll_on_gpu", "mup_base_width"])
+def test_a_key_every_family_leaves_unread_in_a_mode_is_refused_naming_both(mode, key, value, names):
+    from bert_jax.configs import tiny
+
+    c = tiny.get_config()
+    c.model.update(mode)
+    validate_config(c)  # the mode alone: accepted
+    c.model[key] = value
+    with pytest.raises(bert_jax.UserError) as refused:
+        validate_config(c)
+    assert str(refused.value).startswith(names) and "\n" not in str(refused.value)

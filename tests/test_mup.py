@@ -187,7 +187,8 @@ def test_standard_training_is_unchanged_and_mup_at_its_base_width_trains_the_sam
     losses = {}
     for parametrization_name in ("standard", "mup"):
         c = micro_config()
-        c.model.parametrization, c.model.mup_base_width = parametrization_name, c.model.hidden_size
+        c.model.parametrization = parametrization_name
+        c.model.mup_base_width = c.model.hidden_size if parametrization_name == "mup" else 0  # unread under standard
         c.train.num_steps, c.train.eval_every_steps, c.checkpoint.every_steps = 4, 4, 4
         c.logging.plots = False
         workdir = tmp_path / parametrization_name

@@ -39,6 +39,8 @@ def layers_per_iteration(model_cfg) -> int:
     and gradients equal the rolled scan's (bench/gpu_kernel_checks.py) and the ELECTRA step's peak, which the count
     puts 15 % above the rolled one's.
     """
+    if not model_cfg.get("scan_layers", True):  # no scanned loop: scan_unroll and unroll_on_gpu are unread (and
+        return 1  # refused at another value than configs/base.py's, bert_jax/families.py UNROLLED)
     unroll = model_cfg.get("scan_unroll", 1)
     if (unroll == 1 and model_cfg.get("unroll_on_gpu", False) and model_cfg.get("remat_policy", "none") == "none"
             and platform_name() == "gpu"):

@@ -20,11 +20,13 @@ STEPS = 150
 def get_sweep():
     return dict(
         config="configs/tiny.py",
-        overrides={"model.mup_base_width": WIDTHS[0], "model.vocab_size": 2048, "data.max_seq_length": 64,
+        overrides={"model.vocab_size": 2048, "data.max_seq_length": 64,
                    "train.global_batch_size": 8, "train.num_steps": STEPS, "train.warmup_steps": 15,
                    "train.log_every_steps": 50, "train.eval_every_steps": STEPS, "checkpoint.every_steps": STEPS,
                    "data.num_eval_batches": 8},
+        # The base width is μP's alone: the standard arm leaves it at 0 (set, it would be refused as unread).
         points=[{"model.parametrization": parametrization, "model.hidden_size": width,
+                 "model.mup_base_width": WIDTHS[0] if parametrization == "mup" else 0,
                  "model.intermediate_size": 4 * width, "train.learning_rate": rate}
                 for width in WIDTHS for rate in LEARNING_RATES for parametrization in ("standard", "mup")],
         summary_keys=("eval/loss", "eval/mlm_accuracy", "train/loss"),
