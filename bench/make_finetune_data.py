@@ -101,6 +101,18 @@ def write_csv(path, rows: list[tuple[str, str]]) -> None:
     paths.write_atomically(path, text.getvalue())
 
 
+def read_csv(path: str, text_fields: tuple[str, ...] = ("sentence",),
+             label_field: str = "label") -> tuple[list, list[str]]:
+    """(texts, labels) of a CSV with a header: a text per row, or a tuple of texts per row with two text fields."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if len(text_fields) == 1:
+        texts = [r[text_fields[0]] for r in rows]
+    else:
+        texts = [tuple(r[t] for t in text_fields) for r in rows]
+    return texts, [r[label_field] for r in rows]
+
+
 def make(out: str, seed: int = 0, train: int = 2000, validation: int = 500, test: int = 500,
          perturbation: str = "bigram_shift") -> dict[str, str]:
     """Writes the three CSVs into `out`; returns {split: path}."""

@@ -1,6 +1,6 @@
 """The PyTorch side of bench/finetune_vs_torch.py: what a plain transformers + PyTorch script does.
 
-    python bench/torch_finetune.py --model=/path/to/all-MiniLM-L6-v2 --data=/tmp/bigram_shift --seed=0
+    python -m bench.torch_finetune --model=/path/to/all-MiniLM-L6-v2 --data=/tmp/bigram_shift --seed=0
 
 `AutoModelForSequenceClassification` from the folder (a fresh classifier on the pooled [CLS]),
 the recipe of the field as Hugging Face's Trainer runs it: AdamW lr 2e-5, weight decay 0.01 on
@@ -11,7 +11,6 @@ evenly spaced, as bert_jax does by default (bert_jax/finetune/cadence.py); test 
 (`torch.set_num_threads(2)`), the machine the acceptance names. Prints one JSON line: the
 accuracies, the wall-clock of the whole run (loading included) and the learning curves.
 """
-import csv
 import json
 import math
 import sys
@@ -22,13 +21,9 @@ import torch
 import transformers
 from absl import app, flags
 
+from bench.make_finetune_data import read_csv
+
 NO_DECAY = ("bias", "LayerNorm.weight")
-
-
-def read_csv(path: str) -> tuple[list[str], list[str]]:
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return [r["sentence"] for r in rows], [r["label"] for r in rows]
 
 
 def _batches(encoded: dict, labels: np.ndarray, batch_size: int, order: np.ndarray, pad_id: int):
