@@ -58,9 +58,12 @@ def test_optimizer_state_is_sharded_like_the_parameters(plan):
 
 def test_report_has_memory_flops_fit_and_every_parameter(plan):
     assert plan["temp_bytes"] > 0
-    # The compiler counts the scanned layer's body once and adds optimizer and
-    # softmax work, so it is compared with the formula loosely.
-    assert 0.2 * plan["formula_flops"] < plan["compiled_flops"] * 8 < 3 * plan["formula_flops"]
+    # The compiler counts the scanned layers' body once: of the formula's 249.9 MFLOP per step it sees the one-layer
+    # share (134.5 MFLOP, 0.538 of it; each layer is 115.4), plus work the formula leaves out (Adam's update, softmax,
+    # the norms, the loss): measured 152.3 MFLOP over the 8 devices, 0.609 of the formula (jax 0.10.2, XLA CPU). The
+    # window is that ratio +-10 %, room for another compiler's fusions: a count of both layers (about 1.07), or one
+    # that drops the uncounted work below the one-layer share, falls outside, as a formula off by a layer would.
+    assert 0.55 < plan["compiled_flops"] * 8 / plan["formula_flops"] < 0.67
     report = plan["report"]
     assert "**does not fit** on an unknown device kind" in report
     assert "| encoder/stack/layers/attention/query/kernel | (2, 64, 4, 16) | (None, 'fsdp', 'tensor', None) | " \
