@@ -85,3 +85,28 @@ def test_a_restore_out_of_memory_raises_and_sets_no_checkpoint_aside(tmp_path, m
     assert raised.value is fault
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
     manager.close()
+
+
+@pytest.mark.parametrize("fault", [MemoryError(), RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 4 GiB")],
+                         ids=["host", "device"])
+@pytest.mark.parametrize("where", ["save", "wait_until_finished"])
+def test_a_save_out_of_memory_is_raised_as_itself_not_named_a_storage_fault(tmp_path, monkeypatch, fault, where):
+    """Running out of memory while saving is the machine's fault: a CheckpointSaveError would tell the user to free
+    disk space or mend the bucket (issue 76)."""
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    from bert_jax.checkpoint import manager as ckpt
+
+    config = micro_config()
+    config.checkpoint.async_save = False
+    manager = ckpt.make_manager(str(tmp_path / "checkpoints"), config.checkpoint)
+
+    def out_of_memory(*args, **kwargs):
+        raise fault
+
+    monkeypatch.setattr(ocp.CheckpointManager, where, out_of_memory)
+    with pytest.raises(type(fault)) as raised:
+        ckpt.save(manager, 1, {"w": np.arange(4, dtype=np.float32)}, Position(1))
+        ckpt.wait_until_finished(manager)
+    assert raised.value is fault

@@ -112,6 +112,8 @@ def save(manager: ocp.CheckpointManager, step: int, state, iterator) -> None:
             ),
         )
     except Exception as error:  # noqa: BLE001  (orbax re-raises a background save's error here)
+        if _out_of_memory(error):  # the host's or the device's, not the store's: raised as it is
+            raise
         raise _save_failed(manager, error) from error
 
 
@@ -120,6 +122,8 @@ def wait_until_finished(manager: ocp.CheckpointManager) -> None:
     try:
         manager.wait_until_finished()
     except Exception as error:  # noqa: BLE001
+        if _out_of_memory(error):  # the host's or the device's, not the store's: raised as it is
+            raise
         raise _save_failed(manager, error) from error
 
 
@@ -191,7 +195,7 @@ def _store_unreachable(error: BaseException, folder) -> bool:
 
 
 def _out_of_memory(error: BaseException) -> bool:
-    """A restore that ran out of host memory (MemoryError) or device memory (XLA's RESOURCE_EXHAUSTED)."""
+    """A save or restore that ran out of host memory (MemoryError) or device memory (XLA's RESOURCE_EXHAUSTED)."""
     return isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error)
 
 
