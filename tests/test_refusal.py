@@ -6,6 +6,7 @@ itself, not as a one-line "bad input".
 """
 import json
 import sys
+import types
 
 import pytest
 
@@ -18,6 +19,10 @@ def _bug(*args, **kwargs):
     """A bug, as the interpreter reports it: a ValueError no check raised."""
     first, second = [1, 2, 3]  # noqa: F841
     return first
+
+
+class _XlaError(RuntimeError):
+    """What XLA raises (jax.errors.JaxRuntimeError is a RuntimeError): not a message of ours."""
 
 
 def _caught(function) -> BaseException:
@@ -108,7 +113,7 @@ def _command_status(module, argv, monkeypatch, capsys) -> tuple[int, str]:
     return exited.value.code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("fault", [False, True])
+@pytest.mark.parametrize("fault", [False, True, "compiler_error"])
 def test_evaluate_refuses_bad_input_with_status_2_and_keeps_a_fault(fault, monkeypatch, capsys, tmp_path, fresh_flags):
     from bert_jax.commands import evaluate
     from bert_jax.finetune import battery
@@ -116,12 +121,15 @@ def test_evaluate_refuses_bad_input_with_status_2_and_keeps_a_fault(fault, monke
     def refused(*args, **kwargs):  # a check of the battery's, as it refuses
         battery.seeds_of(None, 0)
 
-    monkeypatch.setattr(battery, "evaluate", _bug if fault else refused)
+    def compiler_error(*args, **kwargs):  # inside a run: not "a run the executor started that did not finish"
+        raise _XlaError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4 GiB")
+
+    monkeypatch.setattr(battery, "evaluate", {False: refused, True: _bug, "compiler_error": compiler_error}[fault])
     monkeypatch.setattr(battery, "process_config", lambda suite: None)
     monkeypatch.setattr("bert_jax.run.process_setup.setup_process", lambda *a, **k: None)
     argv = ["evaluate", f"--checkpoint={tmp_path}", "--suite=smoke", f"--out={tmp_path / 'out'}"]
     if fault:
-        with pytest.raises(ValueError, match="too many values to unpack"):
+        with pytest.raises(ValueError if fault is True else _XlaError):
             _command_status(evaluate, argv, monkeypatch, capsys)
     else:
         status, err = _command_status(evaluate, argv, monkeypatch, capsys)
@@ -150,8 +158,6 @@ def test_extend_vocab_refuses_bad_input_with_status_2_and_keeps_a_fault(fault, m
 def _checked_checkpoint(monkeypatch, parse):
     """battery.check_checkpoint over the smoke suite's first task, its encoder and tokenizer stand-ins, the task's
     rows parsed by `parse`."""
-    import types
-
     from bert_jax.configs.suites import load_suite
     from bert_jax.finetune import battery
 
@@ -186,3 +192,69 @@ def test_a_family_that_refuses_a_battery_task_is_named_with_the_checkpoint(monke
     with pytest.raises(ValueError, match=r"--checkpoint=runs/x: its family 'bert' cannot fine-tune task \w+ .*"
                                          r"--seeds=0"):
         _checked_checkpoint(monkeypatch, refuses)()
+
+
+
+@pytest.mark.parametrize("fault", ["bug", "compiler_error", "compiler_missing"])
+def test_plan_names_a_missing_compiler_in_one_line_and_keeps_a_fault(fault, monkeypatch, capsys, fresh_flags):
+    from bert_jax.commands import plan
+    from bert_jax.plan import gpu_cards
+
+    def compiler_error(*args):
+        raise _XlaError("INTERNAL: during context [hlo verifier]: a bug in a compiler pass")
+
+    monkeypatch.setattr(gpu_cards, "plugin_available", lambda: False)
+    planned = {"bug": _bug, "compiler_error": compiler_error,
+               "compiler_missing": lambda *args: gpu_cards.gpu_devices(None)}[fault]
+    monkeypatch.setattr(plan, "_plan", planned)
+    argv = ["plan", f"--config={bert_jax.configs.tiny.__file__}"]
+    if fault == "compiler_missing":
+        status, err = _command_status(plan, argv, monkeypatch, capsys)
+        assert status != 0 and "needs the CUDA plugin" in str(status) + err
+    else:
+        with pytest.raises(ValueError if fault == "bug" else _XlaError):
+            _command_status(plan, argv, monkeypatch, capsys)
+
+
+def _faulty_checks():
+    """(name, how to make its check meet a bug, the check): checks that name the user's input around what they call."""
+    import bert_jax.configs.tiny as tiny
+    from bert_jax.finetune import beir, downstream_probe, init_from, zero_shot
+    from bert_jax.vocab import extension
+
+    def probe(monkeypatch):
+        monkeypatch.setattr(downstream_probe.battery, "select_tasks", _bug)
+        config = tiny.get_config()
+        config.eval.downstream_suite, config.eval.downstream_data_dir = "smoke", "glue"
+        return lambda: downstream_probe.DownstreamProbe(config, "w", suite=None)
+
+    def retrieval(monkeypatch):
+        monkeypatch.setattr(beir, "read", lambda beir_dir, name: None)
+        monkeypatch.setattr(init_from, "resolve", _bug)
+        suite = types.SimpleNamespace(retrieval=types.SimpleNamespace(finetune=types.SimpleNamespace(model=None)))
+        return lambda: zero_shot.prepare("runs/x", suite, "beir", ["scifact"])
+
+    def corpus(monkeypatch):
+        monkeypatch.setattr(extension.sources, "check_source", _bug)
+        return lambda: extension._check_corpus("domain.txt", None)
+
+    def distillation_teacher(monkeypatch):
+        from bert_jax.train import teacher
+
+        config = tiny.get_config()
+        frozen = types.SimpleNamespace(model=types.SimpleNamespace(apply=_bug), init_params=lambda data: {},
+                                       model_cfg=config.model, path="runs/teacher",
+                                       family=types.SimpleNamespace(name="bert"))
+        return lambda: teacher._check_outputs(frozen, config)
+
+    return {"downstream_probe": probe, "zero_shot": retrieval, "extend_vocab_corpus": corpus,
+            "distillation_teacher": distillation_teacher}
+
+
+@pytest.mark.parametrize("site", ["downstream_probe", "zero_shot", "extend_vocab_corpus", "distillation_teacher"])
+def test_a_fault_under_a_check_that_names_the_input_is_raised_as_itself(site, monkeypatch):
+    check = _faulty_checks()[site](monkeypatch)
+    with pytest.raises(ValueError) as raised:
+        check()
+    assert str(raised.value) == "too many values to unpack (expected 2)"  # as it was raised: not named the input's
+    assert not isinstance(raised.value, bert_jax.UserError)

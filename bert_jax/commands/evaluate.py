@@ -28,7 +28,7 @@ import sys
 from absl import app, flags
 
 from bert_jax.run import command_line
-from bert_jax.run.refusal import refusal
+from bert_jax.run.refusal import raised_on_purpose, refusal
 from bert_jax.run.log_filter import log_info_quietly
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Pre-training workdir (DIR, DIR:STEP, DIR:STEP:ema) or Hugging "
@@ -77,7 +77,9 @@ def _main(argv) -> None:
         if refused is None:
             raise
         raise refused from e
-    except RuntimeError as e:  # a run the executor started that did not finish: its log says why
+    except RuntimeError as e:  # a run the executor started that did not finish: its log says why (an XLA error
+        if not raised_on_purpose(e):  # inside a run here is no such thing, and keeps its traceback)
+            raise
         sys.exit(f"evaluate: {e}")
     if board is None:
         print("[evaluate] a run was preempted: run the same command again to go on")

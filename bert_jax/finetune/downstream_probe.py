@@ -30,6 +30,7 @@ from bert_jax.finetune import battery, init_from
 from bert_jax.models.scan_layout import stack_layers, unstack_layers
 from bert_jax.parallel import distributed
 from bert_jax.run import freed_memory
+from bert_jax.run.refusal import refusal
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 
@@ -46,6 +47,8 @@ class DownstreamProbe:
             self.tasks = battery.select_tasks(suite, e.downstream_tasks)
             data = {n: battery.read_task(suite, n, e.downstream_data_dir) for n in self.tasks}
         except ValueError as error:
+            if refusal(error) is None:  # a fault reading the tasks keeps its traceback
+                raise
             raise ValueError(f"config.eval.downstream_suite={e.downstream_suite!r}: {error}") from None
         self.root = paths.path(workdir) / "downstream"
         if jax.process_index() == 0:

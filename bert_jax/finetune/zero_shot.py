@@ -19,6 +19,7 @@ import jax
 from bert_jax import UserError
 from bert_jax.finetune import beir, init_from, retrieval
 from bert_jax.parallel.mesh import logical_axis_rules, make_mesh
+from bert_jax.run.refusal import refusal
 from bert_jax.storage import paths
 from data_pipelines.tokenizers import tokenizer as tokenizer_lib
 
@@ -53,6 +54,8 @@ def prepare(checkpoint: str, suite, beir_dir: str, datasets: list[str]) -> Plan:
         source = init_from.resolve(checkpoint, spec.finetune.model, key="--checkpoint")
         how = retrieval.settings(spec, source)
     except ValueError as e:
+        if refusal(e) is None:  # a fault reading the checkpoint keeps its traceback
+            raise
         raise UserError(f"--checkpoint={checkpoint}: {e}") from None
     return Plan(checked, source, how, beir_dir)
 

@@ -19,8 +19,9 @@ from bert_jax import UserError
 _PROJECT = ("bert_jax", "data_pipelines", "configs", "launch")
 
 
-def _raised_on_purpose(error: BaseException) -> bool:
-    """Whether the innermost frame of `error`'s traceback is a `raise` statement of a project module."""
+def raised_on_purpose(error: BaseException) -> bool:
+    """Whether the innermost frame of `error`'s traceback is a `raise` statement of a project module (a check's
+    refusal, or a command's own one-line fault such as a compiler that is not installed)."""
     tb: TracebackType | None = error.__traceback__
     if tb is None:
         return False
@@ -39,6 +40,6 @@ def refusal(error: BaseException) -> UserError | None:
     re-raises as it is."""
     if isinstance(error, UserError):
         return error
-    if isinstance(error, (ValueError, FileNotFoundError)) and _raised_on_purpose(error):
+    if isinstance(error, (ValueError, FileNotFoundError)) and raised_on_purpose(error):
         return UserError(str(error))
     return None

@@ -20,6 +20,7 @@ from bert_jax.families import Family, family_of_hf_config, get_family, model_for
 from bert_jax.models.probe import probe_batch
 from bert_jax.models.scan_layout import SCANNED, stack_layers, unstack_layers
 from bert_jax.parallel.mesh import logical_shardings
+from bert_jax.run.refusal import refusal
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
 from bert_jax.train.state import example_batch
@@ -126,6 +127,8 @@ def _check_outputs(teacher: Teacher, config) -> None:
         outputs = jax.eval_shape(lambda: teacher.model.apply(
             {"params": nn.meta.unbox(teacher.init_params(config.data))}, batch, deterministic=True))
     except ValueError as e:
+        if refusal(e) is None:  # a fault tracing it keeps its traceback
+            raise
         raise _fail(teacher.path, f"is a {teacher.family.name} model, which does not run as a frozen teacher: "
                                   f"{e}") from e
     missing = [k for k in needed if k not in outputs]

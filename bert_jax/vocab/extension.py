@@ -19,6 +19,7 @@ from bert_jax.train import export
 from bert_jax.hf import folder as hf_folder
 from bert_jax.vocab import rows as vocab_rows
 from bert_jax.families import family_of_hf_config
+from bert_jax.run.refusal import refusal
 from bert_jax.storage import paths
 from data_pipelines.shards import prepare
 from data_pipelines.sources import documents as sources, file_listing
@@ -85,6 +86,8 @@ def _check_corpus(corpus: str, data_cfg) -> None:
     try:
         sources.check_source(data_cfg)
     except (ValueError, FileNotFoundError) as error:  # named by its config key; here the user gave a flag
+        if refusal(error) is None:  # a fault reading the corpus keeps its traceback
+            raise
         raise UserError(f"--corpus={corpus}: {error}") from error
 
 
