@@ -110,3 +110,31 @@ def test_a_save_out_of_memory_is_raised_as_itself_not_named_a_storage_fault(tmp_
         ckpt.save(manager, 1, {"w": np.arange(4, dtype=np.float32)}, Position(1))
         ckpt.wait_until_finished(manager)
     assert raised.value is fault
+
+
+def test_a_bug_reading_a_checkpoint_raises_and_sets_no_checkpoint_aside(tmp_path, monkeypatch):
+    """A bug in the code that restores (an iterator without the method grain calls) is not the checkpoint's damage:
+    it is raised as it is, and the checkpoints stay (issue 76; setting each aside in turn cost every one of them)."""
+    import jax
+    import numpy as np
+
+    from bert_jax.checkpoint import manager as ckpt
+
+    config = micro_config()
+    config.checkpoint.async_save = False
+    manager = ckpt.make_manager(str(tmp_path / "checkpoints"), config.checkpoint)
+    state = {"w": np.arange(4, dtype=np.float32)}
+    for step in (1, 2):
+        ckpt.save(manager, step, state, Position(step))
+    ckpt.wait_until_finished(manager)
+    bug = AttributeError("'Position' object has no attribute 'start_prefetch'")
+
+    def buggy(self, directory, item=None, args=None):
+        raise bug
+
+    monkeypatch.setattr(grain_handler.CheckpointHandler, "restore", buggy)
+    with pytest.raises(AttributeError) as raised:
+        ckpt.restore_latest(manager, jax.eval_shape(lambda: state), Position())
+    assert raised.value is bug
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
+    manager.close()

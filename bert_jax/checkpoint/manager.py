@@ -194,6 +194,13 @@ def _store_unreachable(error: BaseException, folder) -> bool:
     return False
 
 
+# What a bug in the code that restores raises, never a damaged checkpoint. Damage reads as many kinds: TensorStore's
+# OUT_OF_RANGE or DATA_LOSS (a truncated or garbled array file) as a ValueError, or as a bare Exception when orbax
+# wraps it ("Encountered error while reading array index"), a garbled metadata file as a JSONDecodeError, a file gone
+# as an OSError; so the set-aside names what it spares rather than what it takes.
+_BUGS = (TypeError, AttributeError, NameError, AssertionError, NotImplementedError, ImportError)
+
+
 def _out_of_memory(error: BaseException) -> bool:
     """A save or restore that ran out of host memory (MemoryError) or device memory (XLA's RESOURCE_EXHAUSTED)."""
     return isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error)
@@ -217,7 +224,8 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
     older one is tried; if none can be read, the run stops rather than start over.
     A read that failed because the store stopped answering (a bucket briefly unreachable)
     must not cost a good checkpoint: then the run stops, nothing set aside, and the same
-    command resumes later. Nor must running out of host or device memory: it is raised as it is.
+    command resumes later. Nor must running out of host or device memory, or a bug in the code that reads it (a
+    TypeError, an AttributeError): each is raised as it is.
     """
     steps = sorted(manager.all_steps(), reverse=True)
     for step in steps:
@@ -238,6 +246,8 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, iterator):
                     f"checkpoint {bad} could not be read ({type(error).__name__}: {str(error)[:300]}): the store "
                     "did not answer. Nothing was set aside; run the same command again once it is reachable."
                 ) from error
+            if isinstance(error, _BUGS):  # a bug in the code that reads it (an AttributeError in an iterator's
+                raise  # set_state): the checkpoint is not to blame, and setting it aside would cost the resume
             logging.warning("checkpoint %s cannot be read (%s: %.300s); falling back to an older one",
                             bad, type(error).__name__, error)
             if jax.process_index() == 0 and bad.is_dir():
