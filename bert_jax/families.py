@@ -133,12 +133,14 @@ def family_of_hf_config(hf_cfg: dict, where: str) -> Family:
 # The keys a family leaves unread. models/transformer.py's stack: the per-step masks are drawn before the layers,
 # which then have no fused dropout-and-norm to run.
 PER_STEP_MASKS = Unread.of(when=("dropout_masks", "per_step"), fused_dropout_norm=False)
+# Nor is there a dropout to fuse with the norm when the hidden dropout rate is 0 (crammed-style recipes).
+NO_DROPOUT = Unread.of(when=("dropout_rate", 0.0), fused_dropout_norm=False)
 # A stack of the family's own (DeBERTa-v3's disentangled attention, ModernBERT's pre-LN layers): none of the
 # transformer stack's options.
 OWN_LAYERS = Unread.of(dropout_masks="per_layer", fused_dropout_norm=False, fused_qkv=False)
 NO_TOKEN_TYPES = Unread.of(type_vocab_size=2)
-# Every family's: an unrolled stack (scan_layers=False) has no scanned loop to unroll (transformer.layers_per_iteration),
-# and the standard parametrization has no base width (parametrization.width_multiplier is 1 there).
+# Every family's: an unrolled stack (scan_layers=False) has no scanned loop to unroll
+# (transformer.layers_per_iteration), and the standard parametrization no base width (width_multiplier is 1 there).
 UNROLLED = Unread.of(when=("scan_layers", False), scan_unroll=1, unroll_on_gpu=True)
 STANDARD = Unread.of(when=("parametrization", "standard"), mup_base_width=0)
 EVERY_FAMILY = (UNROLLED, STANDARD)
@@ -148,16 +150,17 @@ def _register_builtin_families() -> None:
     mlm_head = ParamRoles().top
     register_family(Family(name="bert", build_model=bert.build_bert, objective=BERT_PRETRAINING, hf=hf_bert.CONVERTER,
                            roles=ParamRoles(top=("pooler", "nsp") + mlm_head, pooler="pooler"),
-                           unread=(PER_STEP_MASKS, *EVERY_FAMILY)))
+                           unread=(PER_STEP_MASKS, NO_DROPOUT, *EVERY_FAMILY)))
     register_family(Family(name="roberta", build_model=roberta.build_roberta, objective=MLM_PRETRAINING,
-                           hf=hf_roberta.CONVERTER, unread=(PER_STEP_MASKS, *EVERY_FAMILY)))
+                           hf=hf_roberta.CONVERTER, unread=(PER_STEP_MASKS, NO_DROPOUT, *EVERY_FAMILY)))
     # ALBERT's layer groups are shared across depths: no one depth fits them, so they take the top rate.
     register_family(Family(name="albert", build_model=albert.build_albert, objective=ALBERT_PRETRAINING,
                            hf=hf_albert.CONVERTER,
                            roles=ParamRoles(embeddings=("embeddings", "embedding_hidden_mapping_in"),
                                             top=("group_*", "pooler", "sop") + mlm_head, pooler="pooler",
                                             shared_layers=("group_*",)),
-                           unread=(Unread.of(dropout_masks="per_layer"), *EVERY_FAMILY)))  # groups draw per layer
+                           unread=(Unread.of(dropout_masks="per_layer"),  # its shared groups draw per layer
+                                   NO_DROPOUT, *EVERY_FAMILY)))
     # SpanBERT: BERT without NSP or pooler, plus the span boundary head (its position table a lookup, its decoder
     # tied to the word table and feeding on its last norm, as the MLM head's).
     register_family(Family(name="spanbert", build_model=functools.partial(spanbert.build_spanbert,
@@ -167,9 +170,10 @@ def _register_builtin_families() -> None:
                            roles=ParamRoles(embedding_tables=ParamRoles().embedding_tables + ("output_bias",),
                                             top=mlm_head + (spanbert.SBO_HEAD,),
                                             readout_inputs=("mlm_norm", "norm_2")),
-                           unread=(PER_STEP_MASKS, *EVERY_FAMILY)))
+                           unread=(PER_STEP_MASKS, NO_DROPOUT, *EVERY_FAMILY)))
     register_family(Family(name="distilbert", build_model=distilbert.build_distilbert, objective=MLM_PRETRAINING,
-                           hf=hf_distilbert.CONVERTER, unread=(PER_STEP_MASKS, NO_TOKEN_TYPES, *EVERY_FAMILY)))
+                           hf=hf_distilbert.CONVERTER,
+                           unread=(PER_STEP_MASKS, NO_DROPOUT, NO_TOKEN_TYPES, *EVERY_FAMILY)))
 
     # HF layer 0 (no attention norm) is `first_layer`, outside the scanned stack of the other num_layers - 1.
     modernbert_roles = ParamRoles(embeddings=("word", "embedding_norm"), single_layers=("first_layer",),
@@ -193,7 +197,7 @@ def _register_builtin_families() -> None:
                                top=("generator", "rel_norm", "rtd_norm", "rtd_transform", "rtd_output"))
     register_family(Family(name="electra", build_model=electra.build_electra, roles=electra_roles,
                            objective=replaced_token_detection.objective_for, hf=hf_electra.CONVERTER,
-                           unread=(PER_STEP_MASKS, *EVERY_FAMILY)))
+                           unread=(PER_STEP_MASKS, NO_DROPOUT, *EVERY_FAMILY)))
     register_family(Family(name="deberta_v3", build_model=deberta_v3.build_deberta_v3, roles=deberta_roles,
                            kernel_choice=deberta_v3.DebertaV3Config.kernel_choice,
                            objective=replaced_token_detection.objective_for, hf=hf_deberta_v3.CONVERTER,

@@ -28,8 +28,10 @@ from test_family_conformance import MICRO, padded_batch
 # rotary positions never reads), and the tokenizer check and the export (pad_token_id).
 READ_ELSEWHERE = {"family", "mup_multipliers", "max_position_embeddings", "pad_token_id"}
 # The modes that switch a model's code path, at a value other than the default. μP reads mup_base_width, which the
-# default (standard) leaves unread; an unrolled stack leaves the scanned loop's keys unread.
+# default (standard) leaves unread; an unrolled stack leaves the scanned loop's keys unread, a hidden dropout rate
+# of 0 the fused dropout-and-norm.
 MODES = {"default": {}, "per_step": {"dropout_masks": "per_step"}, "unrolled": {"scan_layers": False},
+         "no_dropout": {"dropout_rate": 0.0},
          "mup": {"parametrization": "mup", "mup_base_width": MICRO["hidden_size"] // 2}}
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
@@ -105,7 +107,7 @@ def model_config(family: str, mode: dict) -> ml_collections.ConfigDict:
     own = {f.name: getattr(built, f.name) for f in dataclasses.fields(built)
            if f.name in KEYS[family] and f.name not in base.get_config().model}
     values = {**KEYS[family], **own, **{k: v for k, v in MICRO.items() if k in KEYS[family]}}
-    values.update(family=family, dtype="float32", dropout_rate=0.1, **mode)
+    values.update({"family": family, "dtype": "float32", "dropout_rate": 0.1, **mode})
     return ml_collections.ConfigDict(values)
 
 
@@ -161,6 +163,7 @@ def test_a_key_a_mode_leaves_unread_is_refused_naming_both():
     from bert_jax.configs import tiny
 
     c = tiny.get_config()
+    c.model.dropout_rate = 0.1  # tiny's 0 leaves no dropout to fuse: refused too (below)
     c.model.dropout_masks, c.model.fused_dropout_norm = "per_step", True
     with pytest.raises(bert_jax.UserError, match=r"config.model.fused_dropout_norm=True does nothing under "
                                                  r"config.model.dropout_masks='per_step'"):
@@ -176,8 +179,10 @@ def test_a_key_a_mode_leaves_unread_is_refused_naming_both():
      "config.model.unroll_on_gpu=False does nothing under config.model.scan_layers=False (family 'bert')"),
     ({}, "mup_base_width", 32,
      "config.model.mup_base_width=32 does nothing under config.model.parametrization='standard' (family 'bert')"),
-], ids=["scan_unroll", "unroll_on_gpu", "mup_base_width"])
-def test_a_key_every_family_leaves_unread_in_a_mode_is_refused_naming_both(mode, key, value, names):
+    ({"dropout_rate": 0.0}, "fused_dropout_norm", True,
+     "config.model.fused_dropout_norm=True does nothing under config.model.dropout_rate=0.0 (family 'bert')"),
+], ids=["scan_unroll", "unroll_on_gpu", "mup_base_width", "fused_dropout_norm"])
+def test_a_key_a_shared_mode_leaves_unread_is_refused_naming_both(mode, key, value, names):
     from bert_jax.configs import tiny
 
     c = tiny.get_config()

@@ -114,7 +114,8 @@ def _command_status(module, argv, monkeypatch, capsys) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("fault", [False, True, "compiler_error"])
-def test_evaluate_refuses_bad_input_with_status_2_and_keeps_a_fault(fault, monkeypatch, capsys, tmp_path, fresh_flags):
+def test_evaluate_refuses_bad_input_with_status_2_and_keeps_a_fault(fault, monkeypatch, capsys, tmp_path,
+                                                                    fresh_flags):
     from bert_jax.commands import evaluate
     from bert_jax.finetune import battery
 
@@ -137,7 +138,8 @@ def test_evaluate_refuses_bad_input_with_status_2_and_keeps_a_fault(fault, monke
 
 
 @pytest.mark.parametrize("fault", [False, True])
-def test_extend_vocab_refuses_bad_input_with_status_2_and_keeps_a_fault(fault, monkeypatch, capsys, tmp_path, fresh_flags):
+def test_extend_vocab_refuses_bad_input_with_status_2_and_keeps_a_fault(fault, monkeypatch, capsys, tmp_path,
+                                                                        fresh_flags):
     from bert_jax.commands import extend_vocab
     from bert_jax.finetune import battery
 
