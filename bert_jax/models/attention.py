@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from bert_jax.kernels import attention as kernels
 from bert_jax.kernels import context_attention
-from bert_jax.models.layers import Dense, logical, unstack
+from bert_jax.models.layers import Dense, logical
 # building_for and devices_platform are imported from here by the program and the planner.
 from bert_jax.models.targets import CudnnRules, building_for, devices_platform, target  # noqa: F401
 
@@ -347,5 +347,4 @@ def _fused_projections(cfg, x: jax.Array, heads: int, head_dim: int) -> tuple[ja
     kernel = jnp.stack([w.astype(cfg.dtype) for w, _ in params], axis=1)  # [hidden, 3, heads, head_dim]
     bias = jnp.stack([b.astype(cfg.dtype) for _, b in params])
     y = jnp.einsum("bsh,hjnd->bsjnd", x.astype(cfg.dtype), kernel) + bias
-    q, k, v = unstack(y, 2)
-    return q, k, v
+    return y[:, :, 0], y[:, :, 1], y[:, :, 2]

@@ -156,13 +156,6 @@ def gelu(x: jax.Array) -> jax.Array:
 ACTIVATIONS = {"gelu": gelu, "gelu_new": lambda x: nn.gelu(x, approximate=True)}
 
 
-def unstack(x: jax.Array, axis: int) -> list[jax.Array]:
-    """x's slices along `axis` (a fused projection's q, k and v; GeGLU's two halves), through jnp.split: its gradient
-    is one concatenate, where indexing's is a zero-padded copy per slice, summed, which XLA's CPU compiler
-    materialises (docs/results/races.md)."""
-    return [jnp.squeeze(part, axis) for part in jnp.split(x, x.shape[axis], axis=axis)]
-
-
 def gather_positions(hidden: jax.Array, positions: jax.Array) -> jax.Array:
     """hidden: [batch, length, hidden], positions: [batch, predictions] -> [batch, predictions, hidden]."""
     return jnp.take_along_axis(hidden, positions[..., None], axis=1)

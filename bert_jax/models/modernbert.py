@@ -37,7 +37,7 @@ import numpy as np
 from bert_jax.models.attention import Attend, KernelChoice, attention_mask_from_batch, choose_kernel
 from bert_jax.models import parametrization
 from bert_jax.models.bert import DTYPES
-from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead, unstack
+from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.transformer import REMAT_POLICIES, layers_per_iteration
 from bert_jax.objective_names import is_causal
 
@@ -174,10 +174,9 @@ class ModernBertLayer(nn.Module):
         if cfg.global_attn_every_n_layers == 1 or cfg.num_layers == 1:  # every layer global (Cramming's): no local
             is_global = True  # branch to trace, no window for cuDNN
         theta = jnp.where(is_global, cfg.global_rope_theta, cfg.local_rope_theta)
-        q, k, v = unstack(qkv, 2)
-        q = nn.with_logical_constraint(rotary(q, positions, theta), axes)
-        k = nn.with_logical_constraint(rotary(k, positions, theta), axes)
-        v = nn.with_logical_constraint(v, axes)
+        q = nn.with_logical_constraint(rotary(qkv[:, :, 0], positions, theta), axes)
+        k = nn.with_logical_constraint(rotary(qkv[:, :, 1], positions, theta), axes)
+        v = nn.with_logical_constraint(qkv[:, :, 2], axes)
         # Either side, or causally back (HF's decoder: q - k < local_attention // 2, so one less back).
         window = cfg.local_attention // 2 - (1 if cfg.causal else 0)
         if isinstance(is_global, (bool, np.bool_)):
@@ -197,8 +196,7 @@ class ModernBertLayer(nn.Module):
 
         h = dense((cfg.hidden_size,), (2, cfg.intermediate_size), ("embed", None, "mlp"), cfg.mlp_bias, init_in,
                   "Wi")(norm("mlp_norm")(x))
-        gate, up = unstack(h, 2)
-        h = ACTIVATIONS[cfg.hidden_act](gate) * up
+        h = ACTIVATIONS[cfg.hidden_act](h[:, :, 0]) * h[:, :, 1]
         h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
         h = nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
         h = dense((cfg.intermediate_size,), (cfg.hidden_size,), ("mlp", "embed"), cfg.mlp_bias, init_out, "mlp_out")(h)
