@@ -50,17 +50,3 @@ def test_pretraining_loss_is_mlm_plus_nsp_and_independent_of_batch_split():
     total = obj.metrics({k: sums[0][k] + sums[1][k] for k in sums[0]},
                         {k: weights[0][k] + weights[1][k] for k in weights[0]})
     assert_close(total, whole, REORDERED)  # the same sums, added in another order
-
-
-def test_top1_is_argmax_with_ties_to_the_first_index():
-    """The accuracy metrics' prediction is argmax's, ties included (an untrained head's equal logits), though computed
-    without argmax's (value, index) reduction."""
-    from bert_jax.objectives.top1 import top1
-
-    rng = np.random.default_rng(0)
-    logits = rng.normal(size=(3, 5, 64)).astype(np.float32)
-    logits[0, 0] = 0.0  # every index ties: argmax says 0
-    logits[1, 2, [7, 40]] = 9.0  # two tie for the largest: the first
-    logits = jnp.asarray(logits)
-    np.testing.assert_array_equal(top1(logits), jnp.argmax(logits, axis=-1))
-    assert int(top1(logits)[0, 0]) == 0 and int(top1(logits)[1, 2]) == 7
