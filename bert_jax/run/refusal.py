@@ -1,4 +1,4 @@
-"""Which ValueError is a refusal of the user's input, and which is a fault of the code (issue 76).
+"""Which ValueError is a refusal of the user's input, and which is a fault of the code.
 
 A command ends a user's mistake with one line and exit status 2 (`bert_jax.UserError`, docs/design.md "Fail loudly,
 early, clearly"); an internal error keeps its traceback. Many of the project's checks still refuse with a plain
