@@ -200,6 +200,7 @@ def _register_builtin_families() -> None:
                            unread=(PER_STEP_MASKS, NO_DROPOUT, *EVERY_FAMILY)))
     register_family(Family(name="deberta_v3", build_model=deberta_v3.build_deberta_v3, roles=deberta_roles,
                            kernel_choice=deberta_v3.DebertaV3Config.kernel_choice,
+                           validate_config=deberta_v3.validate_config,
                            objective=replaced_token_detection.objective_for, hf=hf_deberta_v3.CONVERTER,
                            unread=(OWN_LAYERS, *EVERY_FAMILY)))
 

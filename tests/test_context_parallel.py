@@ -9,6 +9,7 @@ import pytest
 from numerics import REORDERED, assert_close
 from test_parallel_mesh import run_parallel_steps
 
+import bert_jax.configs.deberta_v3_xsmall
 import bert_jax.configs.modernbert_base
 import bert_jax.configs.tiny
 from bert_jax.plan.collectives import mesh_axes
@@ -45,17 +46,51 @@ def test_ring_and_halo_give_xla_attention_and_its_gradients():
 def test_acceptance_five_steps_and_a_resume_at_the_configs_tiny_shapes(tmp_path):
     """Issue 77's acceptance: modernbert_base.py:tiny and tiny.py, 5 steps, with the global layers' keys all-gathered
     (killed after 3 and resumed) and passed round a ring."""
-    runs = context_steps(["--config", "modernbert", "tiny", "--steps=5", f"--context={CONTEXT}", "--save_at=3",
-                          f"--checkpoint_dir={tmp_path}", "--context_attention", "all_gather", "ring"])
+    runs = context_steps(["--config", "modernbert", "tiny", *five_steps_and_a_resume(tmp_path)])
     for name, run in runs.items():
-        assert len(set(run["losses"])) == 5, (name, run)  # each step's update changes the next loss
-        gathered, ring = run["split"]["all_gather"], run["split"]["ring"]
-        assert "context" in gathered["all_gathers_over"], (name, gathered)
-        assert_close(gathered["context_losses"], run["losses"], REORDERED, name)
-        assert gathered["data_step"] == 3
-        assert_close(gathered["resumed_losses"], gathered["context_losses"][3:], REORDERED, name)
-        assert "context" in ring["permutes_over"] and "context" not in ring["all_gathers_over"], (name, ring)
-        assert_close(ring["context_losses"], run["losses"], REORDERED, f"{name}, ring")
+        assert_trains_as_the_whole_sequence(name, run)
+        assert_ring_trains_as_the_whole_sequence(name, run)
+
+
+@pytest.mark.slow
+def test_replaced_token_detection_and_span_boundaries_train_alike_over_the_context_axis(tmp_path):
+    """Issue 77, the sequence's other users: electra_small.py:tiny (the generator's samples put back at the masked
+    positions, replaced-token detection over every token, its loss normalised by the real tokens),
+    spanbert_base.py:tiny (span masking; each span token predicted from its boundaries' hidden states, gathered
+    wherever along the sequence they are) and deberta_v3_xsmall.py:tiny (disentangled attention's position terms
+    as a score bias), all on packed rows: 5 steps with the keys all-gathered (killed after 3 and resumed) and, but
+    for DeBERTa-v3, whose ring config validation refuses, passed round a ring. One process for the three (compiles
+    are the cost)."""
+    runs = context_steps(["--config", "electra", "spanbert", "deberta", *five_steps_and_a_resume(tmp_path)])
+    assert sorted(runs) == ["deberta", "electra", "spanbert"]
+    for name, run in runs.items():
+        assert_trains_as_the_whole_sequence(name, run)
+    for name in ("electra", "spanbert"):
+        assert_ring_trains_as_the_whole_sequence(name, runs[name])
+    refusal = runs["deberta"]["split"]["ring"]["refused"]
+    assert "\n" not in refusal and "config.mesh.context_attention=all_gather" in refusal, refusal
+
+
+def five_steps_and_a_resume(checkpoint_dir) -> list[str]:
+    return ["--steps=5", f"--context={CONTEXT}", "--save_at=3", f"--checkpoint_dir={checkpoint_dir}",
+            "--context_attention", "all_gather", "ring"]
+
+
+def assert_trains_as_the_whole_sequence(name: str, run: dict) -> None:
+    """The all-gathered run's losses are the whole sequence's at every step, and a resume after step 3 repeats
+    steps 4 and 5."""
+    assert len(set(run["losses"])) == 5, (name, run)  # each step's update changes the next loss
+    gathered = run["split"]["all_gather"]
+    assert "context" in gathered["all_gathers_over"], (name, gathered)
+    assert_close(gathered["context_losses"], run["losses"], REORDERED, name)
+    assert gathered["data_step"] == 3
+    assert_close(gathered["resumed_losses"], gathered["context_losses"][3:], REORDERED, name)
+
+
+def assert_ring_trains_as_the_whole_sequence(name: str, run: dict) -> None:
+    ring = run["split"]["ring"]
+    assert "context" in ring["permutes_over"] and "context" not in ring["all_gathers_over"], (name, ring)
+    assert_close(ring["context_losses"], run["losses"], REORDERED, f"{name}, ring")
 
 
 def test_a_collective_group_is_named_by_the_mesh_axes_it_spans():
@@ -95,6 +130,20 @@ def test_config_refuses_what_the_context_axis_cannot_split(change, words):
         validate_config(c)
     c.mesh.update(context=1, context_attention="all_gather")
     validate_config(c)  # without the axis, the same config is fine
+
+
+def test_deberta_v3_score_bias_round_the_ring_is_refused_at_validation():
+    """Disentangled attention's position terms are a [query, key] score bias: the all-gather splits them exactly
+    (the slow test above trains it), the ring passes only keys and values, so config validation refuses it."""
+    c = bert_jax.configs.deberta_v3_xsmall.get_config("tiny")
+    c.model.attention_impl = "xla"
+    c.mesh.update(context=4, context_attention="ring")
+    with pytest.raises(ValueError, match=r"^config\.mesh\.context_attention='ring' at config\.mesh\.context=4 cannot "
+                                         r"add disentangled attention's position terms \(DeBERTa-v3\).*use "
+                                         r"config\.mesh\.context_attention=all_gather[^\n]*$"):
+        validate_config(c)
+    c.mesh.context_attention = "all_gather"
+    validate_config(c)
 
 
 def test_a_context_attention_scheme_without_the_axis_is_refused():

@@ -41,5 +41,16 @@ def check_context(config, kernel_impl: str) -> None:
                          f"{rules.get('length')!r}: map it to 'context', or the axis only repeats the work")
 
 
+def check_score_bias(config, terms: str) -> None:
+    """For a family whose attention adds a [query, key] score bias (`terms`, e.g. DeBERTa-v3's position terms):
+    the all-gather splits it exactly (each device's queries against every gathered key, the bias rows of those
+    queries); the ring passes only keys and values round, so it is refused in one line naming the alternative."""
+    context = context_size(config.mesh)
+    if context > 1 and config.mesh.get("context_attention", SCHEMES[0]) == "ring":
+        raise ValueError(f"config.mesh.context_attention='ring' at config.mesh.context={context} cannot add {terms} "
+                         f"to the scores (the ring passes keys and values, not a [query, key] bias): use "
+                         f"config.mesh.context_attention=all_gather, which splits them exactly")
+
+
 def _axes(axes) -> tuple:
     return tuple(axes) if isinstance(axes, (list, tuple)) else (axes,)
