@@ -36,6 +36,7 @@ from bert_jax.models.probe import abstract_params
 from bert_jax.models.unread import Unread
 from bert_jax.objectives.objective import Objective
 from bert_jax.objectives.pretraining import ALBERT_PRETRAINING, BERT_PRETRAINING, MLM_PRETRAINING
+from bert_jax.parallel.context import check_score_bias
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +201,10 @@ def _register_builtin_families() -> None:
                            unread=(PER_STEP_MASKS, NO_DROPOUT, *EVERY_FAMILY)))
     register_family(Family(name="deberta_v3", build_model=deberta_v3.build_deberta_v3, roles=deberta_roles,
                            kernel_choice=deberta_v3.DebertaV3Config.kernel_choice,
-                           validate_config=deberta_v3.validate_config,
+                           # Disentangled attention's position terms are a [query, key] score bias: the context
+                           # axis splits them by its all-gather only.
+                           validate_config=functools.partial(
+                               check_score_bias, terms="disentangled attention's position terms (DeBERTa-v3)"),
                            objective=replaced_token_detection.objective_for, hf=hf_deberta_v3.CONVERTER,
                            unread=(OWN_LAYERS, *EVERY_FAMILY)))
 

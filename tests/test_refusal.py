@@ -93,15 +93,25 @@ def test_finetune_check_config_keeps_a_fault_and_refuses_bad_input_in_one_line(m
 
 @pytest.fixture
 def fresh_flags():
-    """The flags a command defines, deleted again after the test (another command may define the same names)."""
+    """Only the flags of the command under test: every command's flags defined before (pretrain marks --config and
+    --workdir required when another test imports it) are set aside for the test and put back after, and the ones the
+    command defines are deleted again (another command may define the same names)."""
     from absl import flags
 
-    before = set(flags.FLAGS)
-    yield
-    ours = {f.name for module, defined in flags.FLAGS.flags_by_module_dict().items()
-            if module.startswith("bert_jax.commands.") for f in defined}
-    for name in (set(flags.FLAGS) - before) & ours:
+    def commands_flags():
+        return [(module, f) for module, defined in flags.FLAGS.flags_by_module_dict().items()
+                if module.startswith("bert_jax.commands.") for f in defined]
+
+    aside = commands_flags()
+    for name in {f.name for _, f in aside}:
         delattr(flags.FLAGS, name)
+    yield
+    for name in {f.name for _, f in commands_flags()} & set(flags.FLAGS):
+        delattr(flags.FLAGS, name)
+    for module, flag in aside:
+        if flag.name not in flags.FLAGS:
+            flags.FLAGS[flag.name] = flag
+        flags.FLAGS.register_flag_by_module(module, flag)
     if sys.modules.pop("bert_jax.commands.evaluate", None) is not None:  # it defines its flags at import
         del sys.modules["bert_jax.commands"].evaluate
 

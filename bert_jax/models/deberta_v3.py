@@ -31,7 +31,6 @@ from bert_jax.models.disentangled_attention import FUSED_KERNEL, DisentangledSel
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.replaced_token_detection import GradientDisentangledEmbed, ReplacedTokenDetection
 from bert_jax.models.transformer import REMAT_POLICIES
-from bert_jax.parallel.context import check_score_bias
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +87,6 @@ class DebertaV3Config(BertConfig):
     def generator_config(self) -> "DebertaV3Config":
         """The generator: the discriminator's width (GDES shares one table), generator_num_layers deep."""
         return dataclasses.replace(self, num_layers=self.generator_num_layers)
-
-
-def validate_config(config) -> None:
-    """The family's checks on the whole config: disentangled attention's position terms are a score bias, which
-    the context axis splits by its all-gather only (parallel/context.py)."""
-    check_score_bias(config, "disentangled attention's position terms (DeBERTa-v3)")
 
 
 class DebertaLayer(nn.Module):
