@@ -12,6 +12,11 @@ the sums. `--context_attention`: the schemes of the global layers to run under t
 `--checkpoint_dir`: the first scheme's run is saved after `--save_at` steps, restored, and trained on.
 A scheme config validation refuses for a family (the ring for DeBERTa-v3's score bias) is reported with its message
 instead of losses. Families whose own rows hold one document (ELECTRA, SpanBERT, DeBERTa-v3) train on packed ones.
+`--context_attention` with no scheme runs the whole sequence only (a one-process baseline).
+
+Or once per process through launch/local.py (it appends `--config.distributed.*`, tests/test_multihost.py does):
+every process builds the same global batches and feeds the rows its devices hold; each split run reports which
+processes every context group's devices belong to.
 """
 import argparse
 import json
@@ -31,13 +36,14 @@ import bert_jax.configs.modernbert_base  # noqa: E402
 import bert_jax.configs.spanbert_base  # noqa: E402
 import bert_jax.configs.tiny  # noqa: E402
 from bert_jax.checkpoint import manager as ckpt  # noqa: E402
+from bert_jax.parallel import distributed  # noqa: E402
 from bert_jax.train.config_validation import validate_config  # noqa: E402
 from bert_jax.parallel.mesh import global_batch, make_mesh  # noqa: E402
 from bert_jax.plan.collectives import collectives, mesh_axes  # noqa: E402
 from bert_jax.train.program import build_program  # noqa: E402
 from data_pipelines.loader import pipeline  # noqa: E402
 from data_pipelines.loader.span_boundaries import SPAN_BOUNDARY_KEYS, span_boundaries  # noqa: E402
-from parallel_steps import _Position, initial_state  # noqa: E402
+from parallel_steps import _Position, host_rows, initial_state  # noqa: E402
 
 CONFIGS = {"modernbert": lambda: bert_jax.configs.modernbert_base.get_config("tiny"),
            "tiny": bert_jax.configs.tiny.get_config,
@@ -138,7 +144,7 @@ def run(config, batches: list[dict], state, save=None, program=None, compiled=No
     frozen, losses = program.load_frozen(), []
     with jax.set_mesh(program.mesh), nn.logical_axis_rules(program.rules):
         for step, batch in enumerate(batches, start=1):
-            batch = global_batch(batch, program.data_sharding)
+            batch = global_batch(host_rows(batch, program.data_sharding), program.data_sharding)
             compiled = compiled or program.train_step.lower(state, batch, frozen).compile()
             state, metrics = compiled(state, batch, frozen)
             losses.append(float(metrics["loss"]))
@@ -154,10 +160,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--micro", action="store_true")
     # the global layers' schemes under the axis (config.mesh.context_attention), each run against the same whole run
-    parser.add_argument("--context_attention", nargs="+", default=["all_gather"])
+    parser.add_argument("--context_attention", nargs="*", default=["all_gather"])
     parser.add_argument("--checkpoint_dir", default="")  # the first scheme's run is saved, restored and trained on
     parser.add_argument("--save_at", type=int, default=3)
+    parser.add_argument("--config.distributed.coordinator_address", dest="coordinator", default="")
+    parser.add_argument("--config.distributed.num_processes", dest="num_processes", type=int, default=1)
+    parser.add_argument("--config.distributed.process_id", dest="process_id", type=int, default=0)
     args = parser.parse_args()
+    dist = bert_jax.configs.tiny.get_config().distributed
+    dist.update(coordinator_address=args.coordinator, num_processes=args.num_processes, process_id=args.process_id,
+                heartbeat_timeout_s=10, initialization_timeout_s=60, shutdown_timeout_s=10)
+    distributed.initialize(dist)
     out = {}
     for name in args.config:
         whole = make_config(name, args.micro, 1)
@@ -181,6 +194,7 @@ def main() -> None:
             over = lambda op: ["+".join(mesh_axes(c.group, dict(program.mesh.shape))) for c in found  # noqa: E731
                                if c.op == op]
             result = {"context_losses": split_losses, "mesh": dict(program.mesh.shape),
+                      "context_groups": context_groups(program.mesh),
                       "all_gathers_over": over("all-gather"), "permutes_over": over("collective-permute")}
             if manager is not None:
                 manager.wait_until_finished()
@@ -191,7 +205,15 @@ def main() -> None:
                 result["data_step"] = position.step
                 manager.close()
             out[name]["split"][scheme] = result
-    print("RESULT " + json.dumps(out), flush=True)
+    out["process_count"], out["device_count"] = jax.process_count(), jax.device_count()
+    if jax.process_index() == 0:
+        print("RESULT " + json.dumps(out), flush=True)
+
+
+def context_groups(mesh) -> list[list[int]]:
+    """For each group of devices along the context axis (the others fixed), the processes its devices belong to."""
+    devices = np.moveaxis(mesh.devices, mesh.axis_names.index("context"), -1)
+    return [sorted({d.process_index for d in group}) for group in devices.reshape(-1, mesh.shape["context"])]
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from test_parallel_mesh import FAST_COMPILE, run_parallel_steps  # noqa: E402
 from test_pretrain import micro_overrides, read_metrics  # noqa: E402
 
 STEPS_SCRIPT = [sys.executable, os.path.join(REPO, "tests", "parallel_steps.py")]
+CONTEXT_SCRIPT = [sys.executable, os.path.join(REPO, "tests", "context_steps.py")]
 
 
 def results(output: str) -> dict:
@@ -46,6 +47,31 @@ def test_two_processes_give_the_one_process_losses(monkeypatch):
     hybrid = results(out.getvalue())["runs"]["(1, 2, 2)"]
     assert hybrid["mesh"] == {"data": 2, "fsdp": 2, "context": 1, "tensor": 2}
     assert_close(hybrid["losses"], single["runs"]["(1, 1, 1)"]["losses"], REORDERED)
+
+
+@pytest.mark.slow  # ~45 s: two processes compile 2-device programs twice
+def test_a_context_axis_across_two_processes_gives_the_one_process_losses(monkeypatch):
+    """config.mesh.context=4 on two processes of 2 devices: the mesh (data 1, context 4) has one context group, whose
+    devices are both processes', so the global layer's all-gathered keys and values, the local layer's halo and the
+    ring's permutes cross between processes (gloo). modernbert_base.py:tiny's packed rows, 3 steps, against one
+    process of one device without the axis."""
+    monkeypatch.setenv("XLA_FLAGS", FAST_COMPILE)
+    args = ["--config", "modernbert", "--steps=3"]
+    single = run_parallel_steps([*args, "--context_attention"], env_devices=1, script="context_steps.py")
+    out = io.StringIO()
+    status = run_local([*CONTEXT_SCRIPT, *args, "--context=4", "--context_attention", "all_gather", "ring"],
+                       num_processes=2, devices_per_process=2, out=out, timeout_s=600)
+    assert status == 0, out.getvalue()[-3000:]
+    two = results(out.getvalue())
+    assert (two["process_count"], two["device_count"]) == (2, 4)
+    whole = single["modernbert"]["losses"]
+    assert len(set(whole)) == 3  # each step's update changes the next loss
+    for scheme, run in two["modernbert"]["split"].items():
+        assert run["mesh"] == {"data": 1, "fsdp": 1, "context": 4, "tensor": 1}
+        assert run["context_groups"] == [[0, 1]], scheme  # the axis spans the processes
+        assert "context" in run["permutes_over"], scheme
+        assert_close(run["context_losses"], whole, REORDERED, scheme)
+    assert "context" in two["modernbert"]["split"]["all_gather"]["all_gathers_over"]
 
 
 def test_a_dead_process_stops_its_peers_with_an_error():
