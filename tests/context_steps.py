@@ -194,7 +194,7 @@ def main() -> None:
             over = lambda op: ["+".join(mesh_axes(c.group, dict(program.mesh.shape))) for c in found  # noqa: E731
                                if c.op == op]
             result = {"context_losses": split_losses, "mesh": dict(program.mesh.shape),
-                      "context_groups": context_groups(program.mesh),
+                      "context_groups": context_groups(program.mesh), "processes": jax.process_count(),
                       "all_gathers_over": over("all-gather"), "permutes_over": over("collective-permute")}
             if manager is not None:
                 manager.wait_until_finished()
@@ -205,7 +205,6 @@ def main() -> None:
                 result["data_step"] = position.step
                 manager.close()
             out[name]["split"][scheme] = result
-    out["process_count"], out["device_count"] = jax.process_count(), jax.device_count()
     if jax.process_index() == 0:
         print("RESULT " + json.dumps(out), flush=True)
 
