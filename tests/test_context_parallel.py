@@ -132,6 +132,17 @@ def test_config_refuses_what_the_context_axis_cannot_split(change, words):
     validate_config(c)  # without the axis, the same config is fine
 
 
+def test_a_context_axis_across_slices_is_refused_naming_dcn_shape():
+    """config.mesh.dcn_shape lists (data, fsdp, tensor): the context axis stays inside a slice, its collectives on
+    ICI. A dcn_shape in the mesh's four axes is refused in one line at validation, not when the mesh is built."""
+    c = _config(context=4, dcn_shape=(1, 1, 2, 1))
+    with pytest.raises(ValueError, match=r"^config\.mesh\.dcn_shape=\(1, 1, 2, 1\) lists 4 axes, but the context axis "
+                                         r"cannot cross slices[^\n]*config\.mesh\.context within one$"):
+        validate_config(c)
+    c.mesh.dcn_shape = (2, 1, 1)  # data across slices, context inside each
+    validate_config(c)
+
+
 def test_deberta_v3_score_bias_round_the_ring_is_refused_at_validation():
     """Disentangled attention's position terms are a [query, key] score bias: the all-gather splits them exactly
     (the slow test above trains it), the ring passes only keys and values, so config validation refuses it."""

@@ -8,13 +8,14 @@ Pallas kernel, DeBERTa's fused kernel) see a sequence whole, so they are refused
 gathered whole on every device.
 """
 from bert_jax.kernels.context_attention import SCHEMES
-from bert_jax.parallel.mesh import context_size
+from bert_jax.parallel.mesh import context_size, dcn_shape
 
 
 def check_context(config, kernel_impl: str) -> None:
     """Raises ValueError in one line naming config.mesh.context (or context_attention) and what to change;
     `kernel_impl` is the attention kernel the config resolves to."""
     context = context_size(config.mesh)
+    dcn_shape(config.mesh)  # no context entry across slices: the axis stays inside one
     scheme = config.mesh.get("context_attention", SCHEMES[0])
     if scheme not in SCHEMES:
         raise ValueError(f"config.mesh.context_attention={scheme!r}; expected one of {', '.join(SCHEMES)}")

@@ -85,12 +85,24 @@ def context_size(mesh_cfg) -> int:
     return context
 
 
+def dcn_shape(mesh_cfg) -> tuple[int, ...]:
+    """config.mesh.dcn_shape, (data, fsdp, tensor) across slices. The context axis has no entry: it stays inside a
+    slice, since its all-gathers or ring permutes run in every layer and want ICI bandwidth (as MaxText's does)."""
+    dcn = tuple(mesh_cfg.get("dcn_shape", (1, 1, 1)))
+    if len(dcn) == len(MESH_AXES):
+        raise ValueError(f"config.mesh.dcn_shape={dcn} lists {len(dcn)} axes, but the context axis cannot cross "
+                         f"slices (its collectives run every layer, on ICI): give (data, fsdp, tensor) across slices "
+                         f"and config.mesh.context within one")
+    dcn = _as_shape(dcn, "dcn_shape")
+    if any(s < 1 for s in dcn):
+        raise ValueError(f"config.mesh.dcn_shape={dcn}: sizes must be >= 1 (no -1 across slices)")
+    return dcn
+
+
 def resolve_mesh_shapes(mesh_cfg, num_devices: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(ici_shape, dcn_shape) over MESH_AXES: the DCN shape must be fully given; -1 in the ICI shape fills one
     slice with what config.mesh.context leaves; the context axis stays inside a slice (its all-gathers on ICI)."""
-    dcn = _as_shape(mesh_cfg.get("dcn_shape", (1, 1, 1)), "dcn_shape")
-    if any(s < 1 for s in dcn):
-        raise ValueError(f"config.mesh.dcn_shape={dcn}: sizes must be >= 1 (no -1 across slices)")
+    dcn = dcn_shape(mesh_cfg)
     slices = math.prod(dcn)
     if num_devices % slices:
         raise ValueError(f"config.mesh.dcn_shape={dcn} asks for {slices} slices; {num_devices} devices do not divide")
