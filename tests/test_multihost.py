@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 
 from numerics import REORDERED, assert_close  # noqa: E402
 from test_parallel_mesh import FAST_COMPILE, run_parallel_steps  # noqa: E402
-from test_pretrain import micro_overrides, read_metrics  # noqa: E402
+from test_pretrain import micro_overrides, read_metrics, train_losses  # noqa: E402
 
 STEPS_SCRIPT = [sys.executable, os.path.join(REPO, "tests", "parallel_steps.py")]
 CONTEXT_SCRIPT = [sys.executable, os.path.join(REPO, "tests", "context_steps.py")]
@@ -72,6 +72,33 @@ def test_a_context_axis_across_two_processes_gives_the_one_process_losses(monkey
         assert "context" in run["permutes_over"], scheme
         assert_close(run["context_losses"], whole, REORDERED, scheme)
     assert "context" in two["all_gather"]["all_gathers_over"]
+
+
+@pytest.mark.slow  # ~3 min: the tokenizer and the steps' compiles, once on one process and once on two
+def test_pretrain_with_a_context_axis_across_two_processes_logs_the_one_process_losses(tmp_path, monkeypatch):
+    """`bert-jax pretrain` of modernbert_base.py:tiny (packed rows, a local and a global layer) at
+    config.mesh.context=4 on two processes of 2 devices: the context group spans both, which split no rows, so both
+    must read the same stream (mesh.host_data_share); before, each read its own half-batch as the whole, and the
+    processes logged different losses. 3 steps against one process of one device without the axis."""
+    monkeypatch.setenv("XLA_FLAGS", FAST_COMPILE)
+    command = [sys.executable, "-m", "bert_jax.commands.pretrain", "--config=configs/modernbert_base.py:tiny",
+               "--config.train.num_steps=3", "--config.train.warmup_steps=1", "--config.train.log_every_steps=1",
+               "--config.train.eval_every_steps=100",
+               "--config.checkpoint.every_steps=100", "--config.model.attention_impl=xla"]
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    out = io.StringIO()
+    assert run_local([*command, f"--workdir={one}"], num_processes=1, out=out, timeout_s=600) == 0, \
+        out.getvalue()[-3000:]
+    out = io.StringIO()
+    status = run_local([*command, f"--workdir={two}", "--config.mesh.context=4"], num_processes=2,
+                       devices_per_process=2, out=out, timeout_s=600)
+    assert status == 0, out.getvalue()[-3000:]
+    logged = {p: re.findall(rf"\[p{p}\] .*step \d+/3 \| loss ([\d.]+)", out.getvalue()) for p in (0, 1)}
+    assert len(logged[0]) == 3 and logged[0] == logged[1], logged  # both processes train the same batch
+    assert "2 local / 4 global devices" in out.getvalue()
+    whole = [loss for _, loss in train_losses(one)]
+    assert len(whole) == 3 and len(set(whole)) == 3
+    assert_close([loss for _, loss in train_losses(two)], whole, REORDERED)
 
 
 def test_a_dead_process_stops_its_peers_with_an_error():

@@ -208,6 +208,29 @@ def global_batch(local_batch: dict, sharding: NamedSharding) -> dict:
     }
 
 
+def host_data_share(sharding: NamedSharding, rows: int) -> dict:
+    """This process's share of a global batch of `rows` rows under `sharding`: {process_index, process_count} as
+    the data pipeline takes them, one equal contiguous share per distinct set of rows the processes' devices hold.
+
+    `global_batch` takes each process's rows as those its devices hold. Where an axis that does not split the
+    batch (context, tensor) spans processes, several processes hold the same rows: they must read the same data,
+    or the batch's replicas differ between processes (and the step trains on half the batch, differently on each).
+    """
+    spans = {}
+    for device, index in sharding.devices_indices_map((rows,)).items():
+        start, stop, _ = index[0].indices(rows)
+        low, high = spans.get(device.process_index, (rows, 0))
+        spans[device.process_index] = (min(low, start), max(high, stop))
+    shares = sorted(set(spans.values()))
+    size = rows // len(shares)
+    if shares != [(i * size, (i + 1) * size) for i in range(len(shares))]:
+        raise ValueError(f"the processes' devices hold rows {shares} of the {rows}-row batch, not equal contiguous "
+                         f"shares: change config.mesh.shape or config.mesh.context so each host's devices hold one")
+    if len(shares) == jax.process_count():  # each process its own rows: its own stream, as ever (resumes keep theirs)
+        return dict(process_index=jax.process_index(), process_count=jax.process_count())
+    return dict(process_index=shares.index(spans[jax.process_index()]), process_count=len(shares))
+
+
 def host_share(batch: dict, process_index: int, process_count: int) -> dict:
     """This host's rows of a batch every host built whole: the global array is each host's share in process
     order, so a packed batch's example_starts (global row offsets) stay right."""

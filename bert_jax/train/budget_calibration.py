@@ -18,7 +18,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax.parallel.mesh import global_batch, make_mesh
+from bert_jax.parallel.mesh import global_batch, host_data_share, make_mesh
 from bert_jax.run import harness
 from bert_jax.train import budget
 from bert_jax.train import stages as stages_lib
@@ -37,9 +37,10 @@ def calibrate(config, workdir: str):
     try:
         program = build_program(stage, make_mesh(stage.mesh))
         tokenizer = prepare_run_tokenizer(stage, workdir, program.teacher)
+        host = host_data_share(program.data_sharding, stage.train.global_batch_size)
         batches = pipeline.build_train_iterator(
-            stage.data, tokenizer, seed=config.seed, per_host_batch_size=stage.train.global_batch_size //
-            jax.process_count(), process_index=jax.process_index(), process_count=jax.process_count())
+            stage.data, tokenizer, seed=config.seed,
+            per_host_batch_size=stage.train.global_batch_size // host["process_count"], **host)
         step_s = time_steps(program, batches, steps)
     finally:
         lease.release()

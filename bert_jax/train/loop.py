@@ -7,7 +7,7 @@ import json
 import jax
 from absl import logging
 
-from bert_jax.parallel.mesh import make_mesh
+from bert_jax.parallel.mesh import host_data_share, make_mesh
 from bert_jax.run import completion, experiment, harness, lineage, run_identity
 from bert_jax.storage import paths
 from bert_jax.storage.workdir import Workdir
@@ -109,8 +109,8 @@ def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=N
     # The data: this host's share of every batch. A stage's stream starts fresh at its start, on its own seed; a
     # branch's first start goes on with its parent's state and, when its data is unchanged, its parent's stream.
     # ----------------------------------------------------------------------------------------------------------
-    host = dict(per_host_batch_size=config.train.global_batch_size // jax.process_count(),
-                process_index=jax.process_index(), process_count=jax.process_count())
+    host = host_data_share(program.data_sharding, config.train.global_batch_size)  # hosts that hold the same rows
+    host["per_host_batch_size"] = config.train.global_batch_size // host["process_count"]  # read the same stream
     seed, first_step = branch.iterator_origin(config, stage)
     train_iter = pipeline.build_train_iterator(config.data, tokenizer, seed=seed, first_step=first_step, **host)
     eval_sets = pipeline.build_eval_sets(config.data, tokenizer, seed=config.seed, **host)
