@@ -138,6 +138,7 @@ def test_pretrain_on_two_processes_checkpoints_collectively_and_logs_once(tmp_pa
     data_files = [f for f in os.listdir(os.path.join(workdir, "checkpoints", "8", "data")) if f.endswith(".json")]
     assert sorted(data_files) == ["process_0-of-2.json", "process_1-of-2.json"]  # each host's iterator
     # Resuming on two processes continues from the collective checkpoint.
-    status = run_local(command + ["--config.train.num_steps=10", "--config.accept_changes=train.num_steps"], num_processes=2, out=out, timeout_s=900)
+    status = run_local(command + ["--config.train.num_steps=10", "--config.accept_changes=train.num_steps"],
+                       num_processes=2, out=out, timeout_s=900)
     assert status == 0, out.getvalue()[-4000:]
     assert "starting at step 8 of 10" in out.getvalue()
