@@ -14,8 +14,10 @@ A `StagePlanner` compiles each distinct config once: the stages, the changes tha
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
+import os
 
 import ml_collections
 
@@ -217,11 +219,40 @@ class StagePlanner:
         return (plan, plan.formula_flops, plan.param_count,
                 batch_shards(plan.mesh_shape))
 
+    def _compile_ahead(self, configs: list) -> None:
+        """Compiles the configs not yet cached side by side, a thread each up to the host's cores: XLA's TPU
+        compiler runs a compile on one core, and a ramp's stages are distinct programs (each its batch's shape and
+        its loop's trips), so Cramming's 9 stages took 9 compiles one after another. A config that fails here is
+        left uncached: the caller compiles it again in order, where its error is raised naming its stage."""
+        todo = {}
+        for config in configs:
+            config = step_config(config)
+            todo.setdefault((self._target(), _key(config)), config)
+        todo = {key: config for key, config in todo.items() if key not in self.cache}
+        if len(todo) < 2:
+            return
+
+        def compile_or_none(config):
+            try:
+                return self._compile(config)
+            except Exception:  # noqa: BLE001 -- not lost: the stage is compiled again in order, and raises there
+                return None
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+            for key, result in zip(todo, pool.map(compile_or_none, todo.values())):
+                if result is not None:
+                    self.cache[key] = result
+
     def stages(self, config) -> list[StagePlan]:
         """Every stage of config's run (bert_jax/train/stages.py), stage 0 first, each compiled and judged; a stage's
         config the run would refuse fails naming the stage, as the run's own check does."""
         out = []
-        for stage in stages.plan(config):  # a bad declaration fails here, naming the stage and key
+        planned = list(stages.plan(config))  # a bad declaration fails here, naming the stage and key
+        try:
+            self._compile_ahead([stage.config for stage in planned])
+        except ValueError:
+            pass  # a stage the run would refuse: the loop below names it
+        for stage in planned:
             try:
                 out.append(StagePlan(stage, self.step(stage.config, count_flops=True)))
             except ValueError as error:
