@@ -175,7 +175,7 @@ def context_32k(c, tiny: bool) -> None:
         return
     c.model.max_position_embeddings = c.data.max_seq_length = 32_768
     c.train.global_batch_size = 16
-    c.train.grad_accum_steps = 4  # one sequence per v5e chip per micro-batch: the plan's fit (13.5 GiB of 15.75)
+    c.train.grad_accum_steps = 4  # one sequence per v5e chip per micro-batch: the plan fits it (docs/results/tpu-plans.md)
     c.train.num_steps = PRETRAIN_STEPS + CONTEXT_EXTENSION_STEPS + CONTEXT_32K_STEPS
     c.checkpoint.every_steps, c.checkpoint.keep_every_steps = 1_000, 5_000
 
