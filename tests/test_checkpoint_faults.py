@@ -58,11 +58,15 @@ class Position:
         self.index = json.loads(state)["index"] if isinstance(state, (bytes, str)) else state["index"]
 
 
-@pytest.mark.parametrize("fault", [MemoryError(), RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 4 GiB")],
-                         ids=["host", "device"])
-def test_a_restore_out_of_memory_raises_and_sets_no_checkpoint_aside(tmp_path, monkeypatch, fault):
-    """Running out of memory while restoring is the machine's fault, not the checkpoint's: it is raised as it is, and
-    the checkpoints stay (a read failure would set the newest aside as <step>.corrupt and try an older one)."""
+@pytest.mark.parametrize("fault", [MemoryError(), RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 4 GiB"),
+                                   AttributeError("'Position' object has no attribute 'start_prefetch'")],
+                         ids=["host_memory", "device_memory", "bug"])
+def test_a_restore_that_fails_for_the_machine_or_the_code_raises_and_sets_no_checkpoint_aside(tmp_path, monkeypatch,
+                                                                                             fault):
+    """Running out of memory while restoring is the machine's fault, and a bug in the code that restores (an iterator
+    without the method grain calls) the code's, not the checkpoint's damage: each is raised as it is, and the
+    checkpoints stay (a read failure would set the newest aside as <step>.corrupt and try an older one; for a bug,
+    setting each aside in turn cost every one of them)."""
     import jax
     import numpy as np
 
@@ -76,10 +80,10 @@ def test_a_restore_out_of_memory_raises_and_sets_no_checkpoint_aside(tmp_path, m
         ckpt.save(manager, step, state, Position(step))
     ckpt.wait_until_finished(manager)
 
-    def out_of_memory(self, directory, item=None, args=None):
+    def failing(self, directory, item=None, args=None):
         raise fault
 
-    monkeypatch.setattr(grain_handler.CheckpointHandler, "restore", out_of_memory)
+    monkeypatch.setattr(grain_handler.CheckpointHandler, "restore", failing)
     with pytest.raises(type(fault)) as raised:
         ckpt.restore_latest(manager, jax.eval_shape(lambda: state), Position())
     assert raised.value is fault
@@ -110,31 +114,3 @@ def test_a_save_out_of_memory_is_raised_as_itself_not_named_a_storage_fault(tmp_
         ckpt.save(manager, 1, {"w": np.arange(4, dtype=np.float32)}, Position(1))
         ckpt.wait_until_finished(manager)
     assert raised.value is fault
-
-
-def test_a_bug_reading_a_checkpoint_raises_and_sets_no_checkpoint_aside(tmp_path, monkeypatch):
-    """A bug in the code that restores (an iterator without the method grain calls) is not the checkpoint's damage:
-    it is raised as it is, and the checkpoints stay (issue 76; setting each aside in turn cost every one of them)."""
-    import jax
-    import numpy as np
-
-    from bert_jax.checkpoint import manager as ckpt
-
-    config = micro_config()
-    config.checkpoint.async_save = False
-    manager = ckpt.make_manager(str(tmp_path / "checkpoints"), config.checkpoint)
-    state = {"w": np.arange(4, dtype=np.float32)}
-    for step in (1, 2):
-        ckpt.save(manager, step, state, Position(step))
-    ckpt.wait_until_finished(manager)
-    bug = AttributeError("'Position' object has no attribute 'start_prefetch'")
-
-    def buggy(self, directory, item=None, args=None):
-        raise bug
-
-    monkeypatch.setattr(grain_handler.CheckpointHandler, "restore", buggy)
-    with pytest.raises(AttributeError) as raised:
-        ckpt.restore_latest(manager, jax.eval_shape(lambda: state), Position())
-    assert raised.value is bug
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
-    manager.close()

@@ -58,9 +58,24 @@ def allowed_keys(segments: jax.Array, window: int | None, causal: bool = False) 
     Built from [batch, length] ids inside the attention: no [batch, heads, q, k] mask or bias is
     ever stored or copied per head.
     """
-    allowed = segments[:, None, :, None] == segments[:, None, None, :]
     if window is None and not causal:
-        return allowed
+        return segments[:, None, :, None] == segments[:, None, None, :]
+    positions = jnp.arange(segments.shape[1])
+    return allowed_between(segments, segments, positions, positions, window, causal)
+
+
+def allowed_between(q_segments, k_segments, q_positions, k_positions, window: int | None,
+                    causal: bool = False) -> jax.Array:
+    """allowed_keys for queries and keys that need not be the same tokens (a shard's queries against a block of
+    another's keys, bert_jax/kernels/context_attention.py): segment ids [batch, q] / [batch, k], row positions
+    [q] / [k]."""
+    allowed = q_segments[:, None, :, None] == k_segments[:, None, None, :]
+    back = q_positions[:, None] - k_positions[None, :]  # q - k
+    if causal:
+        allowed = allowed & (back >= 0)
+    if window is not None:
+        allowed = allowed & ((back <= window) if causal else (jnp.abs(back) <= window))
+    return allowed
     pos = jnp.arange(segments.shape[1])
     back = pos[:, None] - pos[None, :]  # q - k
     if causal:

@@ -24,23 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.kernels.attention import query_chunk, softmax_saving_probs_in
+from bert_jax.kernels.attention import allowed_between, query_chunk, softmax_saving_probs_in
 
 SCHEMES = ("all_gather", "ring")  # config.mesh.context_attention
 _NEG = float(np.finfo(np.float32).min)
 _NOWHERE = -2  # the segment id of the keys past the sequence's ends: padding is -1, documents >= 0
-
-
-def _allowed(q_segments, k_segments, q_positions, k_positions, window: int | None, causal: bool) -> jax.Array:
-    """[batch, 1, q, k] bool from segment ids [batch, q] / [batch, k] and row positions [q] / [k]: as
-    attention.allowed_keys, for keys and queries that are not the same tokens."""
-    allowed = q_segments[:, None, :, None] == k_segments[:, None, None, :]
-    back = q_positions[:, None] - k_positions[None, :]  # q - k
-    if causal:
-        allowed = allowed & (back >= 0)
-    if window is not None:
-        allowed = allowed & ((back <= window) if causal else (jnp.abs(back) <= window))
-    return allowed
 
 
 def _on_context_axis(run, q, k, v, segments, **static):
@@ -111,7 +99,7 @@ def _ring_fwd(q, k, v, segments, axis, shards, window, causal):
         def one_chunk(args):
             qx, qseg, qpos, out, top, total = args
             logits = jnp.einsum("bqhd,bkhd->bhqk", qx, kb, preferred_element_type=jnp.float32) * scale
-            logits = jnp.where(_allowed(qseg, kseg, qpos, k_positions, window, causal), logits, _NEG)
+            logits = jnp.where(allowed_between(qseg, kseg, qpos, k_positions, window, causal), logits, _NEG)
             new_top = jnp.maximum(top, jnp.max(logits, axis=-1))
             fade = jnp.exp(top - new_top)  # what the earlier blocks' terms are worth under the new maximum
             probs = jnp.exp(logits - new_top[..., None])
@@ -157,7 +145,7 @@ def _ring_bwd(axis, shards, window, causal, residuals, g):
         def one_chunk(acc, args):
             qx, qseg, qpos, gx, lse_c, delta_c = args
             logits = jnp.einsum("bqhd,bkhd->bhqk", qx, kb, preferred_element_type=jnp.float32) * scale
-            allowed = _allowed(qseg, kseg, qpos, k_positions, window, causal)
+            allowed = allowed_between(qseg, kseg, qpos, k_positions, window, causal)
             probs = jnp.where(allowed, jnp.exp(logits - lse_c[..., None]), 0.0)
             dv = jnp.einsum("bhqk,bqhd->bkhd", probs.astype(q.dtype), gx, preferred_element_type=jnp.float32)
             dprobs = jnp.einsum("bqhd,bkhd->bhqk", gx, vb, preferred_element_type=jnp.float32)
@@ -231,7 +219,7 @@ def _halo_shard(q, k, v, segments, *, axis, shards, window, causal):
         q_positions = index * s + start + jnp.arange(m)
         k_positions = index * s + start - window + jnp.arange(span)
         logits = jnp.einsum("bqhd,bkhd->bhqk", qx, kx, preferred_element_type=jnp.float32) * scale
-        allowed = _allowed(qseg, kseg, q_positions, k_positions, window, causal)
+        allowed = allowed_between(qseg, kseg, q_positions, k_positions, window, causal)
         logits = logits + jnp.where(allowed, 0.0, _NEG)  # as xla_attention adds its mask
         probs = softmax_saving_probs_in(logits, q.dtype)
         return jnp.einsum("bhqk,bkhd->bqhd", probs, vx)
