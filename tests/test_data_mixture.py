@@ -439,3 +439,17 @@ def test_two_hosts_count_every_row_once_and_end_together(corpora, tmp_path):
     assert rows[-1]["step"] == last and rows[-1]["data/wiki/exhausted"] == 1
     assert out.getvalue().count("ran out after step") == 2  # each host says so, at the same step
     assert f"ran out after step {last}" in out.getvalue()
+
+
+def test_a_mixtures_counts_count_each_stream_once_when_processes_share_rows():
+    """Processes whose devices hold the same rows (a context axis across them) read one stream: its sequences and
+    tokens enter the logged totals once, not once per process; processes of their own rows are all summed."""
+    from bert_jax.train.hooks import summed_over_shares
+
+    per_process = np.array([[[3, 1], [300, 100], [0, 1]],  # process 0 (sequences, tokens, epochs per source)
+                            [[3, 1], [300, 100], [0, 1]],  # process 1: the same rows as 0
+                            [[2, 2], [200, 200], [1, 0]],  # process 2
+                            [[2, 2], [200, 200], [1, 0]]])  # process 3: the same rows as 2
+    np.testing.assert_array_equal(summed_over_shares(per_process, np.array([0, 0, 1, 1])),
+                                  [[5, 3], [500, 300], [1, 1]])
+    np.testing.assert_array_equal(summed_over_shares(per_process, np.arange(4)), [[10, 6], [1000, 600], [1, 1]])

@@ -6,7 +6,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax.parallel.mesh import global_batch
+from bert_jax.parallel.mesh import global_batch, host_data_share
 from bert_jax.run import harness
 from bert_jax.train import counters, perf
 from bert_jax.train.budget_clock import BudgetClock
@@ -32,6 +32,9 @@ class PretrainHooks:
         self.meter = _meter(config, program)
         self.spans = counters.token_spans(stages, config)  # train/tokens_seen's stages (bert_jax/train/counters.py)
         self.budget_clock = BudgetClock.of(config.train)  # None without config.train.budget
+        # Which stream this process reads: processes that hold the same rows (a context or tensor axis across
+        # them) read the same one, and a mixture's counts count it once.
+        self.data_share = host_data_share(program.data_sharding, config.train.global_batch_size)["process_index"]
         self.last_metrics: dict = {}
 
     def started(self, step, state, writer):
@@ -48,7 +51,7 @@ class PretrainHooks:
         if self.budget_clock is not None:  # the share of config.train.budget spent: what every schedule runs by
             row["train/budget_spent"] = self.budget_clock.fraction(step)
         row.update(self.meter.measure(step))
-        row.update(_data_metrics(self.train_iter))
+        row.update(_data_metrics(self.train_iter, self.data_share))
         self.last_metrics.update(row)
         logging.info(
             "step %d/%d | %s | %.0f tok/s | %s %.2f%% | ETA %s", step, self.t_cfg.num_steps,
@@ -134,13 +137,23 @@ def _evaluate(program, params, eval_batches, eval_sources=()) -> dict:
     return row
 
 
-def _data_metrics(train_iter) -> dict:
-    """A mixture's data/<name>/sequences, tokens (cumulative, summed over hosts), fraction and epochs (the
-    most any host's share completed); {} otherwise."""
+def _data_metrics(train_iter, share: int) -> dict:
+    """A mixture's data/<name>/sequences, tokens (cumulative, summed over the data's shares), fraction and epochs
+    (the most any share completed); {} otherwise. `share`: the stream this process reads (host_data_share)."""
     if not isinstance(train_iter, mixing.SourceCountingIterator):
         return {}
     counts = np.stack([train_iter.sequences, train_iter.tokens, train_iter.epochs])
     if jax.process_count() > 1:  # every process logs the same steps, so every one joins this gather
         gathered = np.asarray(multihost_utils.process_allgather(counts))
-        counts = np.concatenate([gathered[:, :2].sum(axis=0), gathered[:, 2:].max(axis=0)])  # epochs: the most
+        shares = np.asarray(multihost_utils.process_allgather(np.int32(share)))
+        counts = summed_over_shares(gathered, shares)
     return mixing.count_metrics(train_iter.names, counts[0], counts[1], counts[2])
+
+
+def summed_over_shares(gathered: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """[process, 3, source] counts (sequences, tokens, epochs) -> [3, source]: sequences and tokens summed over one
+    process of each share (processes of one share read the same stream: summed, each counted twice), epochs the
+    most any share completed."""
+    first = [int(np.flatnonzero(shares == share)[0]) for share in np.unique(shares)]
+    one_each = gathered[first]
+    return np.concatenate([one_each[:, :2].sum(axis=0), one_each[:, 2:].max(axis=0)])
