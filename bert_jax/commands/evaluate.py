@@ -28,7 +28,7 @@ import sys
 from absl import app, flags
 
 from bert_jax.run import command_line
-from bert_jax.run.refusal import raised_on_purpose, refusal
+from bert_jax.run.refusal import raised_on_purpose, reraise
 from bert_jax.run.log_filter import log_info_quietly
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Pre-training workdir (DIR, DIR:STEP, DIR:STEP:ema) or Hugging "
@@ -73,10 +73,7 @@ def _main(argv) -> None:
         board = battery.evaluate(checkpoint, suite, out, _GLUE_DIR.value, _TFDS_DATA_DIR.value, _TASKS.value,
                                  _SEEDS.value, executor=executor, beir_dir=_BEIR_DIR.value)
     except ValueError as e:  # what the suite, the battery and the executor refuse: bad input, named before any
-        refused = refusal(e)  # training, with nothing half-written in --out; a fault keeps its traceback
-        if refused is None:
-            raise
-        raise refused from e
+        reraise(e)  # training, with nothing half-written in --out; a fault keeps its traceback
     except RuntimeError as e:  # a run the executor started that did not finish: its log says why (an XLA error
         if not raised_on_purpose(e):  # inside a run here is no such thing, and keeps its traceback)
             raise

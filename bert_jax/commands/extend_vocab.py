@@ -13,7 +13,7 @@ The work is bert_jax.vocab.extension's; this is its command line.
 from absl import app, flags, logging
 
 from bert_jax.run import command_line, process_setup
-from bert_jax.run.refusal import refusal
+from bert_jax.run.refusal import reraise
 from bert_jax.vocab.rows import INITS
 from bert_jax.run.log_filter import log_info_quietly
 from bert_jax.vocab.extension import ExtendRequest, extend_vocab, report_table
@@ -47,10 +47,7 @@ def _main(argv) -> None:
     try:
         report = extend_vocab(request)
     except ValueError as e:  # what the family and tokenizer checks refuse in --from: bad input, named; a fault
-        refused = refusal(e)  # (a bug, a library's error) keeps its traceback
-        if refused is None:
-            raise
-        raise refused from e
+        reraise(e)  # (a bug, a library's error) keeps its traceback
     logging.info("wrote %s\n%s", f.out, report_table(report))
 
 

@@ -61,7 +61,7 @@ from bert_jax.plan import budget_plan, gpu_cards, memory_fit, plan_search, stage
 from bert_jax.plan.compiled_plan import use_simulated_devices
 from bert_jax.plan.stage_plans import Judge, StagePlanner, step_config
 from bert_jax.run import command_line
-from bert_jax.run.refusal import raised_on_purpose, refusal
+from bert_jax.run.refusal import raised_on_purpose, reraise
 from bert_jax.train import budget, stages
 
 
@@ -145,10 +145,7 @@ def _main(argv) -> None:
     try:
         fits = _plan(f.config, target)
     except ValueError as e:  # a config the run would refuse, named by the check that refused it; a fault (a bug, the
-        refused = refusal(e)  # compiler's own error) keeps its traceback
-        if refused is None:
-            raise
-        raise refused from None
+        reraise(e)  # compiler's own error) keeps its traceback
     except RuntimeError as e:  # the TPU or GPU compiler missing: the message names the install command (an XLA
         if not raised_on_purpose(e):  # error while compiling is no such thing, and keeps its traceback)
             raise

@@ -12,7 +12,7 @@ from bert_jax.finetune import data, init_from
 from bert_jax.finetune import parametrization as finetune_mup
 from bert_jax.finetune.tasks import get_task
 from bert_jax.run import profile_window
-from bert_jax.run.refusal import refusal
+from bert_jax.run.refusal import reraise
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
 
@@ -36,10 +36,7 @@ def check_config(config):
         finetune_mup.check(config.train, _source_model_config(config.init_from), config.init_from)
         _check_data(config.data)
     except (ValueError, FileNotFoundError) as error:  # a check's refusal is the user's; a fault keeps its traceback
-        refused = refusal(error)
-        if refused is None:
-            raise
-        raise refused from None
+        reraise(error)
     return config
 
 

@@ -76,13 +76,6 @@ def allowed_between(q_segments, k_segments, q_positions, k_positions, window: in
     if window is not None:
         allowed = allowed & ((back <= window) if causal else (jnp.abs(back) <= window))
     return allowed
-    pos = jnp.arange(segments.shape[1])
-    back = pos[:, None] - pos[None, :]  # q - k
-    if causal:
-        allowed = allowed & (back >= 0)
-    if window is not None:
-        allowed = allowed & ((back <= window) if causal else (jnp.abs(back) <= window))
-    return allowed
 
 
 def xla_attention(q, k, v, segments, window: int | None, probs_dropout: Callable | None = None,

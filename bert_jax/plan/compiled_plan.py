@@ -197,9 +197,9 @@ def _step_tail_flops(program, config, mesh) -> float:
     alone: the part an accumulating step runs once, where the compiler's count of the whole step takes the
     micro-batch loop's body, which it runs grad_accum_steps times, once."""
     batch = jax.eval_shape(lambda: example_batch(config.data, config.train.global_batch_size))
-    sums = jax.eval_shape(program.objective.weights, batch)
+    weights = jax.eval_shape(program.objective.weights, batch)  # the loss sums have the weights' structure
     with jax.set_mesh(mesh), nn.logical_axis_rules(program.rules):
-        compiled = program.step_tail.lower(program.abstract_state, program.abstract_state.params, sums,
+        compiled = program.step_tail.lower(program.abstract_state, program.abstract_state.params, weights, weights,
                                            batch).compile()
     return float(_cost(compiled)["flops"])
 

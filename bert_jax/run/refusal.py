@@ -13,6 +13,7 @@ unpacking, `int("x")`) or one raised inside a library is a fault. A `UserError` 
 """
 import dis
 from types import TracebackType
+from typing import NoReturn
 
 from bert_jax import UserError
 
@@ -43,3 +44,12 @@ def refusal(error: BaseException) -> UserError | None:
     if isinstance(error, (ValueError, FileNotFoundError)) and raised_on_purpose(error):
         return UserError(str(error))
     return None
+
+
+def reraise(error: BaseException) -> NoReturn:
+    """Raises `error` as the user's one-line refusal when it is one (`refusal`), else as it is, its traceback kept:
+    what a command's `except ValueError` around its checks does."""
+    refused = refusal(error)
+    if refused is None:
+        raise error
+    raise refused from None

@@ -23,7 +23,7 @@ from bert_jax.models.targets import building_for
 from bert_jax.parallel.context import check_context
 from bert_jax.hf import folder as hf_folder
 from bert_jax.run import profile_window, spike
-from bert_jax.run.refusal import refusal
+from bert_jax.run.refusal import refusal, reraise
 from bert_jax.storage import paths, preflight
 from bert_jax.storage.workdir import Workdir
 from bert_jax.checkpoint import reference
@@ -52,10 +52,7 @@ def check_config(config, workdir: str | None = None, num_processes: int = 1):
         if workdir:  # a resume of another experiment (a finished run's too) stops here, naming the keys
             resume.check_experiment(config, workdir)
     except (ValueError, FileNotFoundError) as error:  # a check's refusal is the user's; a fault keeps its traceback
-        refused = refusal(error)
-        if refused is None:
-            raise
-        raise refused from None
+        reraise(error)
     for line in resolved:  # logged once the run will start: a refusal stays the one line naming the key
         logging.info("%s", line)
     return config

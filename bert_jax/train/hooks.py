@@ -6,7 +6,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax.parallel.mesh import global_batch, host_data_share
+from bert_jax.parallel.mesh import global_batch
 from bert_jax.run import harness
 from bert_jax.train import counters, perf
 from bert_jax.train.budget_clock import BudgetClock
@@ -19,7 +19,7 @@ class PretrainHooks:
     `stages`: the whole run's (bert_jax/train/stages.py plan), whose batches and lengths count the tokens seen."""
 
     def __init__(self, config, program, workdir: str, last_step: int, train_iter, eval_sets, downstream=None,
-                 stages=()):
+                 stages=(), data_share: int = 0):
         self.config, self.program, self.workdir, self.last_step = config, program, workdir, last_step
         self.train_iter, self.downstream = train_iter, downstream
         self.t_cfg, self.objective = config.train, program.objective
@@ -32,9 +32,9 @@ class PretrainHooks:
         self.meter = _meter(config, program)
         self.spans = counters.token_spans(stages, config)  # train/tokens_seen's stages (bert_jax/train/counters.py)
         self.budget_clock = BudgetClock.of(config.train)  # None without config.train.budget
-        # Which stream this process reads: processes that hold the same rows (a context or tensor axis across
-        # them) read the same one, and a mixture's counts count it once.
-        self.data_share = host_data_share(program.data_sharding, config.train.global_batch_size)["process_index"]
+        # Which stream this process reads (the loop's host_data_share): processes that hold the same rows (a context
+        # or tensor axis across them) read the same one, and a mixture's counts count it once.
+        self.data_share = data_share
         self.last_metrics: dict = {}
 
     def started(self, step, state, writer):

@@ -124,7 +124,7 @@ def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=N
     # Train, evaluate, checkpoint (the harness, with pre-training's hooks); DONE once the last step is reached.
     # ----------------------------------------------------------------------------------------------------------
     hooks = PretrainHooks(config, program, workdir, last_step, train_iter, eval_sets, downstream,
-                          stages_lib.plan(record or config))
+                          stages_lib.plan(record or config), data_share=host["process_index"])
     outcome = harness.run(program, batches, hooks, workdir, config, last_step, lease)
     num_steps = config.train.num_steps
     if (outcome.step >= num_steps or outcome.data_ended) and not outcome.preempted and jax.process_index() == 0:

@@ -65,7 +65,7 @@ class TrainProgram(Program):
     # The attention kernel the built model runs: `auto` resolved for the mesh's platform, or the family's own
     # kernel for that choice (DeBERTa-v3's fused disentangled kernel for splash).
     attention_kernel: str = "xla"
-    # jitted (state, grads, sums, batch) -> (state, metrics): train_step's part after its gradients, once per step
+    # jitted (state, grads, sums, weights, batch) -> (state, metrics): train_step's part after its gradients, once per step
     # however many micro-batches it accumulates. The planner compiles it alone to count it once.
     step_tail: Callable | None = None
 
@@ -135,8 +135,9 @@ def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
     eval_step = jax.jit(attending_by(scheme, make_eval_step(model, objective, config.seed, frozen_model)),
                         in_shardings=(shardings.params, data_sharding, None, frozen_shardings),
                         compiler_options=options)
-    step_tail = jax.jit(make_step_tail(objective, tx, ema_decay), in_shardings=(shardings, shardings.params, None,
-                        data_sharding), out_shardings=(shardings, None), compiler_options=options)
+    step_tail = jax.jit(make_step_tail(objective, tx, ema_decay),
+                        in_shardings=(shardings, shardings.params, None, None, data_sharding),
+                        out_shardings=(shardings, None), compiler_options=options)
     load_frozen, teacher_params = dict, None
     if teacher is not None:
         teacher_params = functools.cache(lambda: teacher.load_params(config.data))  # numpy; read once, when needed

@@ -121,7 +121,7 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
             (grads, sums), _ = jax.lax.scan(
                 accumulate, (zeros_grads, zeros_sums), (jnp.arange(grad_accum_steps), micro)
             )
-        return finish(state, grads, sums, batch)
+        return finish(state, grads, sums, weights, batch)
 
     return train_step
 
@@ -144,14 +144,13 @@ def make_eval_step(model, objective: Objective, seed: int = 0, frozen_model=None
 
 
 def make_step_tail(objective: Objective, tx: optax.GradientTransformation, ema_decay: float = 0.0):
-    """Returns finish(state, grads, sums, batch) -> (state, metrics): the step after its gradients (the update,
+    """Returns finish(state, grads, sums, weights, batch) -> (state, metrics): the step after its gradients (the update,
     the skip of a non-finite step, the EMA and the metrics), which runs once per step however many micro-batches
     were accumulated. Its own function so that the planner can compile it alone and count it once
     (bert_jax/plan/compiled_plan.py), where the compiler's count of an accumulating step takes the micro-batch
     loop's body once."""
 
-    def finish(state: TrainState, grads, sums, batch: dict):
-        weights = objective.weights(batch)
+    def finish(state: TrainState, grads, sums, weights, batch: dict):
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = objective.metrics(sums, weights)
