@@ -87,7 +87,9 @@ def get_config() -> ml_collections.ConfigDict:
     # GPU run must check that the unrolled step's losses equal the rolled one's (bench/gpu_kernel_checks.py) and the
     # ELECTRA step's peak, +15 % by that count.
     c.model.unroll_on_gpu = True
-    c.model.remat_policy = "none"  # none | full | dots | dots_no_batch
+    # none | full | dots | dots_no_batch | auto (none where the compiled step fits the device, else full: the run and
+    # `bert-jax plan` compile it to see; bert_jax/train/remat_auto.py)
+    c.model.remat_policy = "none"
     # Hidden dropout's masks: per_layer (drawn in each layer) | per_step (all layers' in one draw before the stack:
     # the same keep rate, other masks; families on models/transformer.py's stack: bert, roberta, electra, distilbert).
     c.model.dropout_masks = "per_layer"

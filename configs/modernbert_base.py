@@ -211,6 +211,9 @@ def set_modernbert(c) -> None:
     c.model.norm_bias = False
     c.model.decoder_bias = True
     c.model.classifier_bias = False
+    # No remat where the step fits the device, else full, by the compiler's count (bert_jax/train/remat_auto.py):
+    # the phases run 1,024 to 32,768 tokens a row on chips of 16 to 141 GiB.
+    c.model.remat_policy = "auto"
     c.model.pad_token_id = 1  # the bpe kind numbers its specials [CLS]=0 [PAD]=1 [SEP]=2 [UNK]=3 [MASK]=4
 
     c.data.tokenizer.kind = "bpe"

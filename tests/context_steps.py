@@ -21,6 +21,7 @@ processes every context group's devices belong to.
 import argparse
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -191,11 +192,17 @@ def main() -> None:
             save = (args.save_at, manager) if manager is not None else None
             split_losses, program, compiled = run(split, batches, start, save)
             found = collectives(compiled.as_text())
-            over = lambda op: ["+".join(mesh_axes(c.group, dict(program.mesh.shape))) for c in found  # noqa: E731
-                               if c.op == op]
+            # A head's gather of positions (take_along_axis) and ELECTRA's scatter of samples into them all-gather
+            # over the axis in either scheme: heads=False leaves them out.
+            over = lambda op, heads=True: [  # noqa: E731
+                "+".join(mesh_axes(c.group, dict(program.mesh.shape))) for c in found
+                if c.op == op and (heads or not any(w in c.op_name for w in ("take_along_axis", "scatter")))]
             result = {"context_losses": split_losses, "mesh": dict(program.mesh.shape),
                       "context_groups": context_groups(program.mesh), "processes": jax.process_count(),
-                      "all_gathers_over": over("all-gather"), "permutes_over": over("collective-permute")}
+                      "all_gathers_over": over("all-gather"), "permutes_over": over("collective-permute"),
+                      "attention_gathers_over": over("all-gather", heads=False),
+                      "head_rows": head_rows(compiled.as_text(), split.model.vocab_size),
+                      "predictions": int(batches[0]["masked_positions"].shape[1])}
             if manager is not None:
                 manager.wait_until_finished()
                 position = _Position()
@@ -207,6 +214,12 @@ def main() -> None:
             out[name]["split"][scheme] = result
     if jax.process_index() == 0:
         print("RESULT " + json.dumps(out), flush=True)
+
+
+def head_rows(hlo: str, vocab_size: int) -> int:
+    """The most predictions a device's MLM logits hold ([rows, predictions, vocab] in the compiled step): a row's
+    share of them when the head is split over the context axis, all of them when every device runs it whole."""
+    return max(int(m.group(1)) for m in re.finditer(rf"f32\[\d+,(\d+),{vocab_size}\]", hlo))
 
 
 def context_groups(mesh) -> list[list[int]]:

@@ -27,8 +27,10 @@ def test_modernbert_split_over_the_context_axis_gives_the_same_loss():
     run = context_steps(["--config", "modernbert", "--micro", "--steps=1", f"--context={CONTEXT}"])["modernbert"]
     split = run["split"]["all_gather"]
     assert split["mesh"] == {"data": 2, "fsdp": 1, "context": CONTEXT, "tensor": 1}
-    assert "context" in split["all_gathers_over"]  # the global layer's keys and values gathered over the axis
+    assert "context" in split["attention_gathers_over"]  # the global layer's keys and values gathered over the axis
     assert "context" in split["permutes_over"]  # the local layer's halo from its neighbours
+    # The MLM head runs on a device's share of its rows' masked positions, not on all of them (4x the logits).
+    assert split["head_rows"] == -(-run["split"]["all_gather"]["predictions"] // CONTEXT), split["head_rows"]
     assert_close(split["context_losses"], run["losses"], REORDERED, "context=4")
 
 
@@ -81,7 +83,7 @@ def assert_trains_as_the_whole_sequence(name: str, run: dict) -> None:
     steps 4 and 5."""
     assert len(set(run["losses"])) == 5, (name, run)  # each step's update changes the next loss
     gathered = run["split"]["all_gather"]
-    assert "context" in gathered["all_gathers_over"], (name, gathered)
+    assert "context" in gathered["attention_gathers_over"], (name, gathered)
     assert_close(gathered["context_losses"], run["losses"], REORDERED, name)
     assert gathered["data_step"] == 3
     assert_close(gathered["resumed_losses"], gathered["context_losses"][3:], REORDERED, name)
@@ -89,7 +91,7 @@ def assert_trains_as_the_whole_sequence(name: str, run: dict) -> None:
 
 def assert_ring_trains_as_the_whole_sequence(name: str, run: dict) -> None:
     ring = run["split"]["ring"]
-    assert "context" in ring["permutes_over"] and "context" not in ring["all_gathers_over"], (name, ring)
+    assert "context" in ring["permutes_over"] and "context" not in ring["attention_gathers_over"], (name, ring)
     assert_close(ring["context_losses"], run["losses"], REORDERED, f"{name}, ring")
 
 
@@ -228,6 +230,8 @@ def test_query_chunks_give_xla_attention_and_its_gradients(window, causal):
     for got, want in zip(jax.grad(loss(chunked), (0, 1, 2))(q, k, v), jax.grad(loss(whole), (0, 1, 2))(q, k, v)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert kernels.query_chunk(8) == 4 and kernels.query_chunk(8192) == 512
+    # 32k keys, 4 rows x 12 heads on a device: 512 queries' float32 scores would take 3.2 GB; 128 take 0.8 GB.
+    assert kernels.query_chunk(8192, 32768, 4 * 12) == 128 and kernels.query_chunk(8192, 8192, 4 * 12) == 512
 
 
 def test_the_plans_collectives_table_names_the_context_axis():

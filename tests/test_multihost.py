@@ -71,7 +71,7 @@ def test_a_context_axis_across_two_processes_gives_the_one_process_losses(monkey
         assert run["context_groups"] == [[0, 1]], scheme  # the axis spans the processes
         assert "context" in run["permutes_over"], scheme
         assert_close(run["context_losses"], whole, REORDERED, scheme)
-    assert "context" in two["all_gather"]["all_gathers_over"]
+    assert "context" in two["all_gather"]["attention_gathers_over"]
 
 
 @pytest.mark.slow  # ~3 min: the tokenizer and the steps' compiles, once on one process and once on two

@@ -106,11 +106,26 @@ def xla_attention(q, k, v, segments, window: int | None, probs_dropout: Callable
     return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
-def query_chunk(shard_length: int, most: int = 512) -> int:
-    """The queries one step of xla_attention_by_query_chunks takes per shard: the largest divisor of the shard's
-    length up to `most` and to half of it (at least two steps, so every split run loops)."""
-    cap = max(1, min(most, shard_length // 2))
+# The most bytes one chunk's float32 scores may take on a device: at 32,768 keys, 4 rows and 12 heads a chunk of 512
+# queries would take 3.2 GB, of which the backward holds several copies (the v5e-16 32k plan, docs/results).
+SCORES_BYTES = 2**30
+
+
+def query_chunk(shard_length: int, keys: int = 0, rows_heads: int = 1, most: int = 512) -> int:
+    """The queries one step of xla_attention_by_query_chunks (or the ring, or the halo) takes per shard: the largest
+    divisor of the shard's length up to `most`, to half of it (at least two steps, so every split run loops) and to
+    what keeps a chunk's float32 scores against `keys` keys, for `rows_heads` rows x heads on a device, within
+    SCORES_BYTES."""
+    cap = max(1, min(most, shard_length // 2, SCORES_BYTES // (4 * rows_heads * keys) if keys else most))
     return max(m for m in range(1, cap + 1) if shard_length % m == 0)
+
+
+def devices_along(logical: str) -> int:
+    """How many devices the mesh in use splits the logical axis `logical` over (1 outside a mesh)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    axes = None if mesh.empty else nn.logical_to_mesh_axes((logical,))[0]
+    axes = () if axes is None else axes if isinstance(axes, tuple) else (axes,)
+    return int(np.prod([mesh.shape[a] for a in axes]))
 
 
 def xla_attention_by_query_chunks(q, k, v, segments, window: int | None, shards: int,
@@ -124,7 +139,7 @@ def xla_attention_by_query_chunks(q, k, v, segments, window: int | None, shards:
     """
     b, length, h, d = q.shape
     shard = length // shards
-    m = query_chunk(shard)
+    m = query_chunk(shard, k.shape[1], -(-b // devices_along("batch")) * -(-h // devices_along("heads")))
     n = shard // m
     scale = 1.0 / np.sqrt(d)
     # [n, batch, shards, m, ...]: step j takes the j-th chunk of every shard, so all devices work at once.

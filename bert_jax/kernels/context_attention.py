@@ -86,7 +86,7 @@ def _ring(q, k, v, segments, axis, shards, window, causal):
 
 def _ring_fwd(q, k, v, segments, axis, shards, window, causal):
     b, s, h, d = q.shape
-    m = query_chunk(s)
+    m = query_chunk(s, s, b * h)  # each hop: a chunk's queries against one block of s keys
     scale = 1.0 / np.sqrt(d)
     qc, q_segments = _chunks(q, m), _chunks(segments, m)  # [n, b, m, ...]
     q_positions = _hop_positions(axis, shards, 0, s).reshape(-1, m)  # [n, m]
@@ -130,7 +130,7 @@ def _ring_fwd(q, k, v, segments, axis, shards, window, causal):
 def _ring_bwd(axis, shards, window, causal, residuals, g):
     q, k, v, segments, out, lse = residuals
     b, s, h, d = q.shape
-    m = query_chunk(s)
+    m = query_chunk(s, s, b * h)  # each hop: a chunk's queries against one block of s keys
     scale = 1.0 / np.sqrt(d)
     qc, q_segments, gc = _chunks(q, m), _chunks(segments, m), _chunks(g.astype(q.dtype), m)
     q_positions = _hop_positions(axis, shards, 0, s).reshape(-1, m)

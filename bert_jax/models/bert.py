@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from bert_jax.models.attention import KernelChoice, attention_mask_from_batch, choose_kernel
 from bert_jax.models import parametrization
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
-from bert_jax.models.transformer import REMAT_POLICIES, TransformerStack, layers_per_iteration
+from bert_jax.models.transformer import REMAT_CHOICES, TransformerStack, layers_per_iteration
 
 DROPOUT_MASKS = ("per_layer", "per_step")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -67,9 +67,9 @@ class BertConfig:
             raise ValueError(
                 f"config.model.hidden_act={values['hidden_act']!r}; expected one of {sorted(ACTIVATIONS)}"
             )
-        if values.get("remat_policy", "none") not in REMAT_POLICIES:
+        if values.get("remat_policy", "none") not in REMAT_CHOICES:
             raise ValueError(
-                f"config.model.remat_policy={values['remat_policy']!r}; expected one of {sorted(REMAT_POLICIES)}"
+                f"config.model.remat_policy={values['remat_policy']!r}; expected one of {sorted(REMAT_CHOICES)}"
             )
         if values.get("dropout_masks", "per_layer") not in DROPOUT_MASKS:
             raise ValueError(f"config.model.dropout_masks={values['dropout_masks']!r}; expected one of "

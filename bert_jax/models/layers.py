@@ -188,7 +188,10 @@ class MaskedLMHead(nn.Module):
         """hidden [batch, length, hidden], masked_positions [batch, predictions], `word` the tied table (Embed's
         `attend`) -> float32 logits [batch, predictions, vocab]. masked_positions None: every position (a causal
         LM's head), [batch, length, vocab]."""
+        # Predictions split over the context axis as the sequence is ("length"): each device of a context group
+        # runs the head on its share of the row's masked positions, not all of them (no-op at context 1).
         h = hidden if masked_positions is None else gather_positions(hidden, masked_positions)
+        h = nn.with_logical_constraint(h, ("batch", "length", "embed"))
         h = Dense((h.shape[-1],), (self.features,), ("embed", None), use_bias=self.transform_bias, dtype=self.dtype,
                   param_dtype=self.param_dtype, kernel_init=self.kernel_init, name=self.transform_name)(h)
         h = LayerNorm(self.layer_norm_eps, self.dtype, self.param_dtype, self.norm_bias,
@@ -198,7 +201,7 @@ class MaskedLMHead(nn.Module):
             bias = self.param("mlm_output_bias", logical(nn.initializers.zeros, ("vocab",)), (self.vocab_size,),
                               self.param_dtype)
             logits = logits + bias.astype(self.dtype)
-        return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", None, "vocab"))
+        return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", "length", "vocab"))
 
 
 class EncoderModel(nn.Module):

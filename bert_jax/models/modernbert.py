@@ -38,7 +38,7 @@ from bert_jax.models.attention import Attend, KernelChoice, attention_mask_from_
 from bert_jax.models import parametrization
 from bert_jax.models.bert import DTYPES
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
-from bert_jax.models.transformer import REMAT_POLICIES, layers_per_iteration
+from bert_jax.models.transformer import REMAT_CHOICES, REMAT_POLICIES, layers_per_iteration, remats
 from bert_jax.objective_names import is_causal
 
 
@@ -127,9 +127,9 @@ def check_model_config(model_cfg) -> None:
         raise ValueError(f"config.model.num_layers={get('num_layers')} must be >= 2")
     if get("hidden_act", "gelu") not in ACTIVATIONS:
         raise ValueError(f"config.model.hidden_act={get('hidden_act')!r}; expected one of {sorted(ACTIVATIONS)}")
-    if get("remat_policy", "none") not in REMAT_POLICIES:
+    if get("remat_policy", "none") not in REMAT_CHOICES:
         raise ValueError(f"config.model.remat_policy={get('remat_policy')!r}; expected one of "
-                         f"{sorted(REMAT_POLICIES)}")
+                         f"{sorted(REMAT_CHOICES)}")
 
 
 def rotary(x: jax.Array, positions: jax.Array, theta) -> jax.Array:
@@ -217,7 +217,7 @@ class ModernBertEncoder(nn.Module):
         self.final_norm = norm()
         self.embedding_dropout = nn.Dropout(cfg.dropout_rate)
         layer = ModernBertLayer
-        if cfg.remat_policy != "none":
+        if remats(cfg):
             # Counting self: deterministic is argument 5; unrolled, is_global (4) is a static Python bool too.
             static = (5,) if cfg.scan_layers else (4, 5)
             layer = nn.remat(layer, policy=REMAT_POLICIES[cfg.remat_policy], prevent_cse=not cfg.scan_layers,

@@ -20,6 +20,17 @@ REMAT_POLICIES = {
     "dots": jax.checkpoint_policies.dots_saveable,
     "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
+# "auto" is the pre-training program's to resolve to none or full by whether its compiled step fits the device
+# (bert_jax/train/remat_auto.py); a module built anywhere else (fine-tuning, export, the planner's shapes) runs it
+# as none.
+REMAT_CHOICES = (*REMAT_POLICIES, "auto")
+
+
+def remats(model_cfg) -> bool:
+    """Whether the layers are wrapped in nn.remat (with REMAT_POLICIES[remat_policy]); model_cfg a config.model or a
+    module's config."""
+    policy = model_cfg.get("remat_policy", "none") if hasattr(model_cfg, "get") else model_cfg.remat_policy
+    return policy not in ("none", "auto")
 
 
 def layers_per_iteration(model_cfg) -> int:
@@ -42,7 +53,7 @@ def layers_per_iteration(model_cfg) -> int:
     if not model_cfg.get("scan_layers", True):  # no scanned loop: scan_unroll and unroll_on_gpu are unread (and
         return 1  # refused at another value than configs/base.py's, bert_jax/families.py UNROLLED)
     unroll = model_cfg.get("scan_unroll", 1)
-    if (unroll == 1 and model_cfg.get("unroll_on_gpu", False) and model_cfg.get("remat_policy", "none") == "none"
+    if (unroll == 1 and model_cfg.get("unroll_on_gpu", False) and not remats(model_cfg)
             and platform_name() == "gpu"):
         return model_cfg.get("num_layers", 1)
     return unroll
@@ -97,7 +108,6 @@ class TransformerStack(nn.Module):
     def __call__(self, x: jax.Array, mask: AttentionMask, deterministic: bool) -> jax.Array:
         cfg = self.config
         layer = TransformerLayer
-        policy = REMAT_POLICIES[cfg.remat_policy]
         keep = None
         if cfg.dropout_masks == "per_step" and not deterministic and cfg.dropout_rate > 0:
             # Every layer's hidden-dropout masks in one draw, before the layers: a few large RNG kernels per step
@@ -105,9 +115,10 @@ class TransformerStack(nn.Module):
             # of the same keep rate; held until the backward, as the per-layer masks are.
             keep = jax.random.bernoulli(self.make_rng("dropout"), 1.0 - cfg.dropout_rate,
                                         (cfg.num_layers, 2) + x.shape)
-        if cfg.remat_policy != "none":
+        if remats(cfg):
             # deterministic (argnum 3 counting self) is a Python bool: static.
-            layer = nn.remat(layer, policy=policy, prevent_cse=not cfg.scan_layers, static_argnums=(3,))
+            layer = nn.remat(layer, policy=REMAT_POLICIES[cfg.remat_policy], prevent_cse=not cfg.scan_layers,
+                             static_argnums=(3,))
         if cfg.scan_layers:
             stack = nn.scan(
                 layer,

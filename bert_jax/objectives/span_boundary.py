@@ -69,7 +69,7 @@ class SpanBoundaryHead(nn.Module):
         bias = self.param("output_bias", logical(nn.initializers.zeros, ("vocab",)), (self.vocab_size,),
                           self.param_dtype)
         logits = word.attend(h) + bias.astype(self.dtype)
-        return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", None, "vocab"))
+        return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", "length", "vocab"))
 
 
 def head_for(config: SpanBertConfig) -> SpanBoundaryHead:

@@ -25,8 +25,9 @@ from bert_jax.models import disentangled_attention
 from bert_jax.models.attention import building_for, devices_platform
 from bert_jax.parallel.mesh import batch_shards, make_mesh, resolve_mesh_shapes
 from bert_jax.plan.roofline import Roofline
-from bert_jax.train import counters, perf
-from bert_jax.train.program import build_program
+from bert_jax.run.device_memory import refused_sizes_gib
+from bert_jax.train import counters, perf, remat_auto
+from bert_jax.train.program import build_program, lower_step
 from bert_jax.train.state import example_batch
 
 GIB = 1024**3
@@ -148,42 +149,24 @@ class DoesNotFit(Exception):
         self.needed_gib, self.available_gib = needed_gib, available_gib
 
 
-_UNIT_GIB = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0}
-
-
-def refused_sizes_gib(message: str) -> tuple[float, float] | None:
-    """(needed, available) GiB per chip from the TPU compiler's refusal, "RESOURCE_EXHAUSTED: Ran out of memory on
-    HBM, the total memory required for HLO temporaries (41.11G) exceeds available HBM (15.75G)." (1.08T where a
-    search asks for 512 sequences per chip with dots remat); None for any other error."""
-    sizes = re.search(r"temporaries \(([\d.]+)([KMGT])\) exceeds available HBM \(([\d.]+)([KMGT])\)", message)
-    if "RESOURCE_EXHAUSTED" not in message or not sizes:
-        return None
-    return float(sizes.group(1)) * _UNIT_GIB[sizes.group(2)], float(sizes.group(3)) * _UNIT_GIB[sizes.group(4)]
-
-
-def _compile(config, mesh, compiler_options: dict | None = None, keep_lowered: list | None = None):
-    """(program, compiled step, seconds to compile) for config's train step on mesh; the unoptimised HLO text is
-    appended to keep_lowered when given."""
-    program = build_program(config, mesh)
-    batch = jax.eval_shape(lambda: example_batch(config.data, config.train.global_batch_size))
-    batch = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=program.data_sharding), batch
-    )
+def _compile(config, mesh, compiler_options: dict | None = None, keep_lowered: list | None = None, program=None):
+    """(program, compiled step, seconds to compile) for config's train step on mesh (`program`, config's, when built
+    already); the unoptimised HLO text is appended to keep_lowered when given."""
+    program = program or build_program(config, mesh)
     start = time.perf_counter()
-    with jax.set_mesh(mesh), nn.logical_axis_rules(program.rules):
-        lowered = program.train_step.lower(program.abstract_state, batch, program.abstract_frozen)
-        if keep_lowered is not None:
-            keep_lowered.append(lowered.as_text(dialect="hlo"))
-        try:
-            compiled = lowered.compile(compiler_options=compiler_options)
-        except jax.errors.JaxRuntimeError as e:
-            sizes = refused_sizes_gib(str(e))
-            if sizes is None:
-                raise
-            needed, available = sizes
-            raise DoesNotFit(f"does not fit: the TPU compiler needs {needed:.2f} GiB per chip for temporaries "
-                             f"alone, of the {available:.2f} GiB it can use ({needed - available:.2f} GiB over; "
-                             f"compiled in {time.perf_counter() - start:.0f} s)", needed, available) from None
+    lowered = lower_step(program, config, mesh)
+    if keep_lowered is not None:
+        keep_lowered.append(lowered.as_text(dialect="hlo"))
+    try:
+        compiled = lowered.compile(compiler_options=compiler_options)
+    except jax.errors.JaxRuntimeError as e:
+        sizes = refused_sizes_gib(str(e))
+        if sizes is None:
+            raise
+        needed, available = sizes
+        raise DoesNotFit(f"does not fit: the TPU compiler needs {needed:.2f} GiB per chip for temporaries "
+                         f"alone, of the {available:.2f} GiB it can use ({needed - available:.2f} GiB over; "
+                         f"compiled in {time.perf_counter() - start:.0f} s)", needed, available) from None
     return program, compiled, time.perf_counter() - start
 
 
@@ -435,10 +418,12 @@ def make_plan(config, tpu_slice: tpu_slices.TpuSlice | None = None, count_every_
         with building_for("tpu"):
             validate_config(config, 1)
         mesh = tpu_mesh(config, tpu_slice)
+        limit = tpu_slice.chip.hbm_gib * GIB
     else:
         validate_config(config, 1)
-        mesh = make_mesh(config.mesh)
-    program, compiled, compile_s = _compile(config, mesh)
+        mesh, limit = make_mesh(config.mesh), None
+    config, program = remat_auto.build(config, mesh, limit)  # remat_policy=auto as the run on those chips resolves it
+    program, compiled, compile_s = _compile(config, mesh, program=program)
     memory = compiled.memory_analysis()
     cost = _cost(compiled)
     flops, bytes_accessed = float(cost.get("flops", float("nan"))), float(cost.get("bytes accessed", float("nan")))
@@ -499,8 +484,10 @@ def _make_gpu_plan(config, gpus: gpu_cards.GpuSet) -> Plan:
     with building_for("gpu", gpus.chip.compute_capability), gpu_cards.cudnn_checks_answered_for(gpus.chip):
         validate_config(config, 1)
         mesh = tpu_mesh(config, gpus)
+        config, program = remat_auto.build(config, mesh,
+                                           gpus.chip.device_memory_bytes * memory_fit.gpu_memory_fraction())
         unoptimised: list[str] = []
-        program, compiled, compile_s = _compile(config, mesh, keep_lowered=unoptimised)
+        program, compiled, compile_s = _compile(config, mesh, keep_lowered=unoptimised, program=program)
         memory = compiled.memory_analysis()
         flops, loops_once = hlo_flops.dot_flops(unoptimised[0])
         text = compiled.as_text()

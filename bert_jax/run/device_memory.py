@@ -7,9 +7,12 @@ aliased to donated inputs, temporaries: the formula of `bert-jax plan`, bert_jax
 compiled_peak_bytes), read from the executable the first step compiles. The CPU has no allocator statistics
 (`memory_stats()` is None): that is said once, and nothing is logged.
 """
+import re
+
 from absl import logging
 
 GIB = 2**30
+_UNIT_GIB = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0}
 
 
 def peak_bytes(devices) -> list[int] | None:
@@ -20,11 +23,33 @@ def peak_bytes(devices) -> list[int] | None:
     return [int(s["peak_bytes_in_use"]) for s in stats]
 
 
+def bytes_limit(devices) -> int | None:
+    """The most a program may hold on each of `devices` (the smallest allocator limit among them), or None where the
+    platform keeps no statistics (the CPU, or a compile-only device)."""
+    try:
+        stats = [device.memory_stats() for device in devices]
+    except Exception:  # noqa: BLE001 a compile-only TPU topology's device keeps no allocator
+        return None
+    if not stats or any(s is None or "bytes_limit" not in s for s in stats):
+        return None
+    return min(int(s["bytes_limit"]) for s in stats)
+
+
 def compiled_peak_bytes(memory) -> int:
     """One device's peak for a compiled step (`compiled.memory_analysis()`): inputs, outputs not
     aliased to donated inputs, and temporaries. The planner's figure too (bert_jax/plan/memory_fit.py)."""
     return (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
             + memory.temp_size_in_bytes)
+
+
+def refused_sizes_gib(message: str) -> tuple[float, float] | None:
+    """(needed, available) GiB per chip from the TPU compiler's refusal, "RESOURCE_EXHAUSTED: Ran out of memory on
+    HBM, the total memory required for HLO temporaries (41.11G) exceeds available HBM (15.75G)." (1.08T where a
+    search asks for 512 sequences per chip with dots remat); None for any other error."""
+    sizes = re.search(r"temporaries \(([\d.]+)([KMGT])\) exceeds available HBM \(([\d.]+)([KMGT])\)", message)
+    if "RESOURCE_EXHAUSTED" not in message or not sizes:
+        return None
+    return float(sizes.group(1)) * _UNIT_GIB[sizes.group(2)], float(sizes.group(3)) * _UNIT_GIB[sizes.group(4)]
 
 
 def planned_peak_bytes(compiled) -> int | None:

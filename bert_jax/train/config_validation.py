@@ -223,7 +223,8 @@ def _check_stage_keys(config, num_processes: int) -> None:
     if d.max_seq_length > m.max_position_embeddings:
         raise ValueError(
             f"config.data.max_seq_length={d.max_seq_length} exceeds "
-            f"config.model.max_position_embeddings={m.max_position_embeddings}"
+            f"config.model.max_position_embeddings={m.max_position_embeddings}; raise the latter with "
+            f"--config.model.max_position_embeddings={d.max_seq_length} (the exported config.json carries it)"
         )
     masking.MaskingSpec.from_config(d).validate()  # the masking mode and mask_rate, before the budget they derive
     check_mask_budget(d)

@@ -31,7 +31,7 @@ from bert_jax.objectives.objective import Objective
 from bert_jax.parallel.mesh import batch_sharding, check_divisible, logical_axis_rules
 from bert_jax.train.optimizer import learning_rate_schedule, make_optimizer
 from bert_jax.train.state import (EmaTrainState, TrainState, abstract_state_and_shardings, create_sharded_state,
-                                  make_init_fn)
+                                  example_batch, make_init_fn)
 from bert_jax.train.step import make_eval_step, make_step_tail, make_train_step
 from bert_jax.train import growth
 from bert_jax.train import teacher as teacher_lib
@@ -92,6 +92,15 @@ def build_program(config, mesh: Mesh) -> TrainProgram:
     packed = "segment_ids" in pipeline.batch_spec(config.data, 1)  # several documents per row
     with building_for(platform, packed_rows=packed):
         return _build_program(config, mesh, compiler_options(platform))
+
+
+def lower_step(program: TrainProgram, config, mesh: Mesh):
+    """program.train_step lowered for config's global batch on `mesh`, nothing allocated: what the planner compiles
+    for its target, and what remat_policy=auto compiles to see whether the step fits (train/remat_auto.py)."""
+    batch = jax.eval_shape(lambda: example_batch(config.data, config.train.global_batch_size))
+    batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=program.data_sharding), batch)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(program.rules):
+        return program.train_step.lower(program.abstract_state, batch, program.abstract_frozen)
 
 
 def _build_program(config, mesh: Mesh, options: dict | None) -> TrainProgram:
