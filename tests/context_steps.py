@@ -56,9 +56,9 @@ CONFIGS = {"modernbert": lambda: bert_jax.configs.modernbert_base.get_config("ti
 PACKED = ("electra", "spanbert", "deberta")
 
 
-def make_config(name: str, micro: bool, context: int, context_attention: str = "all_gather"):
+def make_config(name: str, micro: bool, context: int, context_attention: str = "all_gather", splash: bool = False):
     """The config's tiny shapes (or micro ones), its own rows (modernbert's packed), fp32, no dropout: runs
-    comparable to 1e-5."""
+    comparable to 1e-5. `splash`: the splash kernel in interpret mode, 128 tokens a device (its block)."""
     c = CONFIGS[name]()
     c.model.update(dropout_rate=0.0, attention_dropout_rate=0.0, attention_impl="xla")
     c.train.update(global_batch_size=8, warmup_steps=1)
@@ -70,6 +70,9 @@ def make_config(name: str, micro: bool, context: int, context_attention: str = "
         if name == "modernbert":
             c.model.local_attention = 8  # 4 tokens either side: windows cross the 8-token shards' edges
     c.mesh.update(shape=(-1, 1, 1), context=context, context_attention=context_attention)
+    if splash:
+        c.model.update(attention_impl="splash", splash_interpret=True, max_position_embeddings=512)
+        c.data.update(max_seq_length=512, max_predictions_per_seq="auto")
     return c
 
 
@@ -160,6 +163,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=4)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--micro", action="store_true")
+    parser.add_argument("--splash", action="store_true")  # attention_impl=splash (interpret), 512 tokens
     # the global layers' schemes under the axis (config.mesh.context_attention), each run against the same whole run
     parser.add_argument("--context_attention", nargs="*", default=["all_gather"])
     parser.add_argument("--checkpoint_dir", default="")  # the first scheme's run is saved, restored and trained on
@@ -174,13 +178,13 @@ def main() -> None:
     distributed.initialize(dist)
     out = {}
     for name in args.config:
-        whole = make_config(name, args.micro, 1)
+        whole = make_config(name, args.micro, 1, splash=args.splash)
         batches = make_batches(whole, args.steps)
         start = initial_state(whole)
         losses, _, _ = run(whole, batches, start)
         out[name] = {"losses": losses, "split": {}}
         for scheme in args.context_attention:
-            split = make_config(name, args.micro, args.context, scheme)
+            split = make_config(name, args.micro, args.context, scheme, splash=args.splash)
             try:  # a length the axis does not divide, a fused kernel, a scheme the family's attention cannot take
                 validate_config(split)
             except ValueError as refusal:

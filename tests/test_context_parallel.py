@@ -44,6 +44,24 @@ def test_ring_and_halo_give_xla_attention_and_its_gradients():
         assert max(diffs.values()) < 1e-5, (name, diffs)
 
 
+def test_splash_over_the_gathered_keys_gives_xla_attention_and_its_gradients():
+    """Splash (Pallas interpret mode) on each device's queries against the keys all-gathered over context=4, packed
+    documents and a padding tail crossing the 128-token shards' edges: the reference's outputs at real tokens and
+    its gradients of q, k and v (the keys' through the all-gather's reduce-scatter)."""
+    diffs = run_parallel_steps(["--splash"], script="context_kernels.py")["splash_over_gathered"]
+    assert max(diffs.values()) < 1e-5, diffs
+
+
+@pytest.mark.slow  # ~20 s: splash in Pallas interpret mode through a whole model's step
+def test_modernbert_with_splash_over_the_context_axis_gives_the_same_loss():
+    """Micro modernbert at 512 tokens (128 a device), attention_impl=splash: its global layer over the all-gathered
+    keys, its local one by the halo, against the same kernel on whole sequences."""
+    run = context_steps(["--config", "modernbert", "--micro", "--splash", "--steps=3", f"--context={CONTEXT}"])
+    split = run["modernbert"]["split"]["all_gather"]
+    assert "context" in split["attention_gathers_over"] and "context" in split["permutes_over"]
+    assert_close(split["context_losses"], run["modernbert"]["losses"], REORDERED, "splash, context=4")
+
+
 @pytest.mark.slow
 def test_acceptance_five_steps_and_a_resume_at_the_configs_tiny_shapes(tmp_path):
     """Issue 77's acceptance: modernbert_base.py:tiny and tiny.py, 5 steps, with the global layers' keys all-gathered
@@ -132,6 +150,37 @@ def test_config_refuses_what_the_context_axis_cannot_split(change, words):
         validate_config(c)
     c.mesh.update(context=1, context_attention="all_gather")
     validate_config(c)  # without the axis, the same config is fine
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(context_attention="ring"), r"^config\.mesh\.context_attention='ring' passes keys round a ring, which the "
+                                     r"splash kernel does not"),
+    (dict(max_seq_length=256), r"^config\.model\.attention_impl='splash' at config\.mesh\.context=4 needs each "
+                               r"device's 64 tokens .* a multiple of 128"),
+    (dict(objective="clm"), r"^config\.model\.attention_impl='splash' at config\.mesh\.context=4 applies no causal "
+                            r"mask .*objective='clm'"),
+    (dict(local_attention=512), r"^config\.model\.attention_impl='splash' at config\.mesh\.context=4: the local "
+                                r"window \(256 tokens either side\) is wider than a device's 128 tokens"),
+])
+def test_splash_over_the_context_axis_is_refused_where_it_cannot_split(change, words):
+    """Splash splits over the axis for bidirectional global layers under all_gather, windows within a shard by the
+    halo, at 128 tokens a device or a multiple; anything else is refused in one line naming the alternative."""
+    c = _config(context=4)
+    c.model.update(attention_impl="splash", splash_interpret=True, max_position_embeddings=512)
+    c.data.max_seq_length = 512
+    validate_config(c)  # 128 tokens a device, a 8-token window: it splits
+    for key, value in change.items():
+        (c.mesh if key == "context_attention" else c.data if key == "max_seq_length" else c.model)[key] = value
+    if "objective" in change:
+        c.data.objective = change["objective"]
+    with pytest.raises(ValueError, match=words):
+        validate_config(c)
+    deberta = bert_jax.configs.deberta_v3_xsmall.get_config("tiny")
+    deberta.model.update(attention_impl="splash", splash_interpret=True)
+    deberta.mesh.context = 4
+    with pytest.raises(ValueError, match=r"^config\.model\.attention_impl='splash' at config\.mesh\.context=4: the "
+                                         r"fused kernel that adds disentangled attention's position terms"):
+        validate_config(deberta)
 
 
 def test_a_context_axis_across_slices_is_refused_naming_dcn_shape():

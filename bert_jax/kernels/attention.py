@@ -247,15 +247,20 @@ def splash_block_size(length: int) -> int:
     )
 
 
-def _splash_kernel(length: int, heads: int, window: int | None, interpret: bool, causal: bool = False):
+def _splash_kernel(length: int, heads: int, window: int | None, interpret: bool, causal: bool = False,
+                   kv_length: int | None = None):
+    """Splash for `length` queries against `kv_length` keys (default `length`); a window or causal mask needs the
+    two equal (the query's place in the row is its index)."""
     # Built per trace, not cached: its mask tables are created as arrays inside the trace.
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
-    block = splash_block_size(length)
-    blocks = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
-                               block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
+    kv_length = kv_length or length
+    block, kv_block = splash_block_size(length), splash_block_size(kv_length)
+    blocks = splash.BlockSizes(block_q=block, block_kv=kv_block, block_kv_compute=kv_block, block_q_dkv=block,
+                               block_kv_dkv=kv_block, block_kv_dkv_compute=kv_block, block_q_dq=block,
+                               block_kv_dq=kv_block)
     if window is None:
-        head_mask = splash.CausalMask((length, length)) if causal else splash.FullMask((length, length))
+        head_mask = splash.CausalMask((length, length)) if causal else splash.FullMask((length, kv_length))
     else:  # keys from q - window to q + window (q + 0 when causal)
         head_mask = splash.LocalMask((length, length), (window, 0 if causal else window), offset=0)
     mask = splash.MultiHeadMask([head_mask] * heads)
@@ -269,19 +274,23 @@ def splash_attention(q, k, v, segments, window: int | None, interpret: bool, cau
     Under a mesh the kernel runs in shard_map over the batch and heads axes (a Pallas call is
     not partitioned by XLA), each device on its own rows and heads.
     """
+    run = lambda q, k, v, segments: splash_rows(q, k, v, segments, segments, window, interpret, causal)  # noqa: E731
+    return per_shard(run, q, k, v, segments)
+
+
+def splash_rows(q, k, v, q_segments, kv_segments, window: int | None, interpret: bool,
+                causal: bool = False) -> jax.Array:
+    """The splash kernel on one device's rows: q [batch, q_length, heads, head_dim] against k, v [batch, kv_length,
+    ...], with their segment ids [batch, q_length] and [batch, kv_length]."""
     # Pallas' TPU kernels: loaded only by a run that picked splash (a TPU, or interpret mode in tests).
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
     scale = 1.0 / np.sqrt(q.shape[-1])
-
-    def run(q, k, v, segments):
-        kernel = _splash_kernel(q.shape[1], q.shape[2], window, interpret, causal)
-        to_heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [b, l, h, d] -> [b, h, l, d]
-        out = jax.vmap(kernel)(to_heads_first(q * jnp.asarray(scale, q.dtype)), to_heads_first(k),
-                               to_heads_first(v), segment_ids=splash.SegmentIds(q=segments, kv=segments))
-        return to_heads_first(out).astype(q.dtype)
-
-    return per_shard(run, q, k, v, segments)
+    kernel = _splash_kernel(q.shape[1], q.shape[2], window, interpret, causal, kv_length=k.shape[1])
+    to_heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [b, l, h, d] -> [b, h, l, d]
+    out = jax.vmap(kernel)(to_heads_first(q * jnp.asarray(scale, q.dtype)), to_heads_first(k), to_heads_first(v),
+                           segment_ids=splash.SegmentIds(q=q_segments, kv=kv_segments))
+    return to_heads_first(out).astype(q.dtype)
 
 
 def per_shard(run: Callable, q, k, v, segments) -> jax.Array:

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.kernels.attention import allowed_between, query_chunk, softmax_saving_probs_in
+from bert_jax.kernels.attention import allowed_between, query_chunk, softmax_saving_probs_in, splash_rows
 
 SCHEMES = ("all_gather", "ring")  # config.mesh.context_attention
 _NEG = float(np.finfo(np.float32).min)
@@ -175,6 +175,24 @@ def _ring_bwd(axis, shards, window, causal, residuals, g):
 
 
 _ring.defvjp(_ring_fwd, _ring_bwd)
+
+
+# --- splash over the gathered keys: global layers, all_gather scheme, attention_impl='splash' ----------------------
+
+
+def splash_over_gathered(q, k, v, segments, interpret: bool) -> jax.Array:
+    """Splash (bidirectional, no window) for q, k, v [batch, length, heads, head_dim] and segments [batch, length]
+    split along `length` over the context axis: each device all-gathers the keys, values and their segment ids over
+    the axis and runs the flash kernel on its own queries against all of them; the backward reduce-scatters the keys'
+    and values' gradients (the all-gather's transpose). No device holds a [queries, keys] score matrix, as the
+    chunked xla kernel does in HBM."""
+    return _on_context_axis(_splash_shard, q, k, v, segments, interpret=interpret)
+
+
+def _splash_shard(q, k, v, segments, *, axis, shards, interpret):
+    del shards
+    k, v, kv_segments = (jax.lax.all_gather(x, axis, axis=1, tiled=True) for x in (k, v, segments))
+    return splash_rows(q, k, v, segments, kv_segments, None, interpret)
 
 
 # --- halo: windowed layers ----------------------------------------------------------------------------------------

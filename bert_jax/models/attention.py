@@ -266,6 +266,14 @@ class Attend(nn.Module):
             sow = lambda p: self.sow("intermediates", "attention_probs", p)  # noqa: E731
             return kernels.xla_attention(q, k, v, mask.segments, self.window, dropout, score_bias, sow, self.causal)
         if impl == "splash":
+            shards = length_shards()
+            if shards > 1:  # config validation admits it for bidirectional layers, the all_gather scheme
+                if context_attention.halo_fits(self.window, q.shape[1], shards):
+                    return context_attention.halo_attention(q, k, v, mask.segments, self.window, self.causal)
+                if self.window is not None or self.causal or _CONTEXT_SCHEME.get() != "all_gather":
+                    raise ValueError("attention_impl='splash' splits over the context axis only for bidirectional "
+                                     "global layers under context_attention=all_gather: use attention_impl='xla'")
+                return context_attention.splash_over_gathered(q, k, v, mask.segments, cfg.splash_interpret)
             return kernels.splash_attention(q, k, v, mask.segments, self.window, cfg.splash_interpret, self.causal)
         if impl == "triton":
             return kernels.triton_attention(q, k, v, mask.segments, self.window, cfg.splash_interpret,

@@ -302,6 +302,18 @@ def validate_config(config) -> None:
     """The family's checks on the whole config (bert_jax.train.config_validation runs them before compiling)."""
     check_model_config(config.model)
     local, length = config.model.get("local_attention", 128), config.data.max_seq_length
+    context = config.mesh.get("context", 1)
+    if context > 1 and ModernBertConfig.kernel_choice(config.model).impl == "splash":
+        # Splash under the context axis runs global layers over the all-gathered keys (no causal mask: a device's
+        # queries start mid-row) and windowed ones by the halo exchange, which needs the window within a shard.
+        if is_causal(config.model):
+            raise ValueError(f"config.model.attention_impl='splash' at config.mesh.context={context} applies no "
+                             f"causal mask to a split sequence (config.model.objective="
+                             f"{config.model.get('objective')!r}): use --config.model.attention_impl=xla")
+        if has_local_layers(config.model) and local // 2 > length // context:
+            raise ValueError(f"config.model.attention_impl='splash' at config.mesh.context={context}: the local "
+                             f"window ({local // 2} tokens either side) is wider than a device's {length // context} "
+                             f"tokens; use --config.model.attention_impl=xla")
     if local > length:
         raise ValueError(f"config.model.local_attention={local} is larger than the sequence "
                          f"(config.data.max_seq_length={length}): every layer would be global; lower it")

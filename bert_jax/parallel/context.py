@@ -3,9 +3,10 @@
 The sequence is split by the logical `length` axis (mesh.py's rules map it to the `context` mesh
 axis). Global attention layers all-gather keys and values over it or pass them round a ring
 (config.mesh.context_attention); windowed ones exchange their neighbours' halo (models/attention.py,
-kernels/context_attention.py). Only the xla kernel does: the fused kernels (splash, cuDNN, the windowed
-Pallas kernel, DeBERTa's fused kernel) see a sequence whole, so they are refused rather than silently
-gathered whole on every device.
+kernels/context_attention.py). The xla kernel does both; splash runs on each device's queries against the
+all-gathered keys (bidirectional global layers, all_gather scheme). The other fused kernels (cuDNN, the windowed
+Pallas kernel, DeBERTa's fused kernel) see a sequence whole, so they are refused rather than silently gathered whole
+on every device.
 """
 from bert_jax.kernels.context_attention import SCHEMES
 from bert_jax.parallel.mesh import context_size, dcn_shape
@@ -28,10 +29,19 @@ def check_context(config, kernel_impl: str) -> None:
     if length % context:
         raise ValueError(f"config.mesh.context={context} does not divide config.data.max_seq_length={length}: "
                          f"each device holds an equal slice of every sequence")
-    if kernel_impl != "xla":
-        raise ValueError(f"config.mesh.context={context} needs the xla attention kernel (keys and values "
-                         f"all-gathered over the context axis); attention_impl resolves to {kernel_impl!r} here: "
-                         f"use --config.model.attention_impl=xla")
+    if kernel_impl == "splash":  # the flash kernel over the all-gathered keys (kernels/context_attention.py)
+        if scheme != "all_gather":
+            raise ValueError(f"config.mesh.context_attention={scheme!r} passes keys round a ring, which the splash "
+                             f"kernel does not: use config.mesh.context_attention=all_gather with splash, or "
+                             f"--config.model.attention_impl=xla")
+        if (length // context) % 128:
+            raise ValueError(f"config.model.attention_impl='splash' at config.mesh.context={context} needs each "
+                             f"device's {length // context} tokens of config.data.max_seq_length={length} to be a "
+                             f"multiple of 128: change the length, or use --config.model.attention_impl=xla")
+    elif kernel_impl != "xla":
+        raise ValueError(f"config.mesh.context={context} needs the xla attention kernel, or splash over all-gathered "
+                         f"keys on a TPU; attention_impl resolves to {kernel_impl!r} here: use "
+                         f"--config.model.attention_impl=xla")
     dropout = config.model.get("attention_dropout_rate", 0.0)
     if scheme == "ring" and dropout > 0:
         raise ValueError(f"config.mesh.context_attention='ring' applies no attention dropout, but "
@@ -45,8 +55,12 @@ def check_context(config, kernel_impl: str) -> None:
 def check_score_bias(config, terms: str) -> None:
     """For a family whose attention adds a [query, key] score bias (`terms`, e.g. DeBERTa-v3's position terms):
     the all-gather splits it exactly (each device's queries against every gathered key, the bias rows of those
-    queries); the ring passes only keys and values round, so it is refused in one line naming the alternative."""
+    queries); the ring passes only keys and values round, and the family's fused splash kernel sees a sequence
+    whole, so both are refused in one line naming the alternative."""
     context = context_size(config.mesh)
+    if context > 1 and config.model.get("attention_impl", "auto") == "splash":
+        raise ValueError(f"config.model.attention_impl='splash' at config.mesh.context={context}: the fused kernel "
+                         f"that adds {terms} sees a sequence whole; use --config.model.attention_impl=xla")
     if context > 1 and config.mesh.get("context_attention", SCHEMES[0]) == "ring":
         raise ValueError(f"config.mesh.context_attention='ring' at config.mesh.context={context} cannot add {terms} "
                          f"to the scores (the ring passes keys and values, not a [query, key] bias): use "
