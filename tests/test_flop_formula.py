@@ -52,6 +52,17 @@ def test_albert_counts_each_shared_group_once_per_depth_it_serves():
     assert applied[1] == applied[2]  # one group serving 4 depths, or two serving 2 each: the same work per token
 
 
+def test_the_formula_does_not_build_the_named_kernel_on_the_planning_host():
+    """A TPU plan that names splash counts its formula on this CPU host: the module is built with the reference
+    kernel for its shapes, not refused as a TPU kernel on a CPU (the plan failed so before)."""
+    c = bert_jax.configs.bert_base.get_config()
+    c.model.update(num_layers=2, hidden_size=64, num_heads=2, intermediate_size=128, vocab_size=256)
+    params = abstract_params(c.model)
+    auto = perf.train_flops_per_step(params, c.model, c.data, 8)
+    c.model.attention_impl = "splash"
+    assert perf.train_flops_per_step(params, c.model, c.data, 8) == auto
+
+
 def test_the_pooler_counts_once_per_sequence_not_per_token():
     """BERT's pooler (NSP) and ALBERT's (SOP) run on [CLS] alone: 6 * N_pool * B, not 6 * N_pool * B * S."""
     c = bert_jax.configs.albert_base.get_config()

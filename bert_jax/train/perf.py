@@ -53,6 +53,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from absl import logging
 
@@ -142,7 +143,10 @@ def train_flops_per_step(params, model_cfg, data_cfg, global_batch_size: int) ->
     roles = family.roles
     n, n_pool = applied_params(params, roles, model_cfg.num_layers), pooler_params(params, roles)
     b, s, p = global_batch_size, data_cfg.max_seq_length, masking.predicted_positions(data_cfg)
-    attention = module_attention_flops(family.build_model(model_cfg).config, s, b)
+    # The module's shapes, built with the reference kernel: the formula does not depend on it, and it builds on any
+    # host (a plan for a TPU names splash, which this CPU host would refuse).
+    module = family.build_model(ml_collections.ConfigDict(dict(model_cfg, attention_impl="xla")))
+    attention = module_attention_flops(module.config, s, b)
     return 6.0 * n * b * s + 6.0 * n_pool * b + attention + 6.0 * decoder_width(model_cfg) * model_cfg.vocab_size * b * p
 
 
