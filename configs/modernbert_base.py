@@ -31,9 +31,10 @@ The paper's recipe is three runs, each a variant here, the later two branches of
   interpolation for the 4x longer window, 160K x 4^(64/62) = 669K (Peng et al. 2023, YaRN, arXiv 2309.00071,
   section 3.1: b' = b s^(|D|/(|D|-2)), head dim |D| = 64); ModernBERT's own 8x extension raised it 16x, which
   at 4x (640K) agrees within 5 %. Local layers keep 10K: their 128-token window does not grow. 16 sequences
-  (524K tokens) a step in 4 accumulation steps (one per v5e chip), lr 3e-4 constant, the xla attention kernel. The
-  context axis is set for a v5e-16 slice (context 4: fsdp 4 x context 4); on 8 x H100 add
-  `--config.mesh.context=8` (one sequence over the node's NVLink). `bert-jax plan` says whether a step fits.
+  (524K tokens) a step in 4 accumulation steps (one per v5e chip), lr 3e-4 constant, the splash kernel over the
+  all-gathered keys. The context axis is set for a v5e-16 slice (context 4: fsdp 4 x context 4); on 8 x H100 add
+  `--config.mesh.context=8 --config.model.attention_impl=xla` (one sequence over the node's NVLink).
+  `bert-jax plan` says whether a step fits.
 - `mask_annealing`: mmBERT's masking (30 % -> 15 % -> 5 % over its 2.3T / 0.6T / 0.1T-token phases) as
   one run's mask-rate schedule; Ettin anneals 30 % -> 15 %.
 - `clm`: causal language modelling on the same architecture (config.model.objective='clm'): Ettin's decoders
@@ -165,7 +166,7 @@ def context_32k(c, tiny: bool) -> None:
     """A branch of the 8k extension at 4x its length, each sequence split over the context mesh axis."""
     context_extension(c, tiny)
     c.model.global_rope_theta = float(CONTEXT_32K_GLOBAL_ROPE_THETA)
-    c.model.attention_impl = "xla"  # the kernel that all-gathers keys and values over the context axis
+    c.model.attention_impl = "xla"  # the kernel that splits over the context axis on any platform (tiny: the CPU)
     c.mesh.shape = (1, -1, 1)  # FSDP over what the context axis leaves
     c.mesh.context = 4
     if tiny:  # 4 x the tiny extension's 256 tokens, split over 4 devices
@@ -174,6 +175,9 @@ def context_32k(c, tiny: bool) -> None:
         c.train.num_steps = 260 + 20
         return
     c.model.max_position_embeddings = c.data.max_seq_length = 32_768
+    # Splash over the all-gathered keys: the v5e-16 plan's step is compute-bound at 1.14 s where the chunked xla
+    # kernel's is HBM-bound at 17-22 s (docs/results/tpu-plans.md). A TPU kernel: on GPUs set attention_impl=xla.
+    c.model.attention_impl = "splash"
     c.train.global_batch_size = 16
     c.train.grad_accum_steps = 4  # one sequence per v5e chip per micro-batch: the plan fits it (docs/results/tpu-plans.md)
     c.train.num_steps = PRETRAIN_STEPS + CONTEXT_EXTENSION_STEPS + CONTEXT_32K_STEPS

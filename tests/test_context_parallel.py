@@ -12,6 +12,7 @@ from test_parallel_mesh import run_parallel_steps
 import bert_jax.configs.deberta_v3_xsmall
 import bert_jax.configs.modernbert_base
 import bert_jax.configs.tiny
+from bert_jax.models.targets import building_for
 from bert_jax.plan.collectives import mesh_axes
 from bert_jax.train.config_validation import validate_config
 
@@ -243,8 +244,11 @@ def test_search_tries_the_context_axis_with_its_batch_split():
 
 def test_the_32k_recipe_scales_the_global_theta_and_splits_its_sequences():
     c = bert_jax.configs.modernbert_base.get_config("context_32k")
-    assert (c.data.max_seq_length, c.mesh.context, c.model.attention_impl) == (32_768, 4, "xla")
+    assert (c.data.max_seq_length, c.mesh.context, c.model.attention_impl) == (32_768, 4, "splash")
     assert c.model.global_rope_theta == round(160_000 * 4 ** (64 / 62)) and c.model.local_rope_theta == 10_000
+    with building_for("tpu"):  # splash: a TPU kernel
+        validate_config(c)
+    c.model.attention_impl = "xla"  # the GPU's
     validate_config(c)
     validate_config(bert_jax.configs.modernbert_base.get_config("tiny,context_32k"))
 
