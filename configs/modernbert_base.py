@@ -166,10 +166,10 @@ def context_32k(c, tiny: bool) -> None:
     """A branch of the 8k extension at 4x its length, each sequence split over the context mesh axis."""
     context_extension(c, tiny)
     c.model.global_rope_theta = float(CONTEXT_32K_GLOBAL_ROPE_THETA)
-    c.model.attention_impl = "xla"  # the kernel that splits over the context axis on any platform (tiny: the CPU)
     c.mesh.shape = (1, -1, 1)  # FSDP over what the context axis leaves
     c.mesh.context = 4
-    if tiny:  # 4 x the tiny extension's 256 tokens, split over 4 devices
+    if tiny:  # 4 x the tiny extension's 256 tokens, split over 4 devices, on the CPU: the xla kernel
+        c.model.attention_impl = "xla"
         c.model.max_position_embeddings = c.data.max_seq_length = 1024
         c.train.global_batch_size = 4
         c.train.num_steps = 260 + 20

@@ -41,9 +41,9 @@ def inputs():
     return q, k, v, jnp.asarray(segments)
 
 
-def outputs_and_grads(attend):
-    """attend(q, k, v, segments) and the gradients of a weighted sum of it."""
-    weights = jnp.asarray(np.random.default_rng(1).normal(size=(2, 32, 2, 8)), jnp.float32)
+def outputs_and_grads(attend, shape=(2, 32, 2, 8), seed: int = 1):
+    """attend(q, k, v, segments) and the gradients of a weighted sum of it (its outputs `shape`)."""
+    weights = jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
     loss = lambda *a: jnp.sum(attend(*a) * weights)  # noqa: E731
     return lambda *a: (attend(*a), jax.grad(loss, (0, 1, 2))(*a))
 
@@ -63,12 +63,7 @@ def splash_main() -> None:
     """Splash over the all-gathered keys (interpret mode) against xla_attention, rows over data, the sequence over
     context (8 devices)."""
     q, k, v, segments = splash_inputs()
-    weights = jnp.asarray(np.random.default_rng(3).normal(size=q.shape), jnp.float32)
-
-    def both(attend):
-        loss = lambda *a: jnp.sum(attend(*a) * weights)  # noqa: E731
-        return lambda *a: (attend(*a), jax.grad(loss, (0, 1, 2))(*a))
-
+    both = lambda attend: outputs_and_grads(attend, q.shape, seed=3)  # noqa: E731
     want = jax.jit(both(lambda q, k, v, s: attention.xla_attention(q, k, v, s, None)))(q, k, v, segments)
     mesh = make_mesh(ml_collections.ConfigDict(dict(shape=(2, 1, 1), context=4)))
     with jax.set_mesh(mesh), nn.logical_axis_rules(RULE_PRESETS["fsdp_tp"]):

@@ -19,8 +19,8 @@ def auto():
     c.data.update(max_seq_length=32, max_predictions_per_seq=5)
     c.train.update(global_batch_size=4)
     mesh = make_mesh(c.mesh)
-    plain = remat_auto.resolve(c, mesh, None)
-    peak, refused = remat_auto.peak_without_remat(c, mesh)  # compiled once: resolve below reads it again
+    plain = remat_auto.build(c, mesh, None)[0]
+    peak, refused = remat_auto.peak_without_remat(c, mesh)  # compiled once: build below reads it again
     assert not refused and peak == compiled_peak_bytes(
         lower_step(build_program(plain, mesh), plain, mesh).compile().memory_analysis())
     return c, mesh, plain, peak
@@ -33,12 +33,12 @@ def test_no_known_limit_trains_without_remat(auto):
 
 def test_the_compilers_peak_against_the_limit_decides(auto):
     config, mesh, _, peak = auto
-    assert remat_auto.resolve(config, mesh, peak).model.remat_policy == "none"  # exactly at the limit: fits
-    assert remat_auto.resolve(config, mesh, peak - 1).model.remat_policy == "full"
+    assert remat_auto.build(config, mesh, peak)[0].model.remat_policy == "none"  # exactly at the limit: fits
+    assert remat_auto.build(config, mesh, peak - 1)[0].model.remat_policy == "full"
 
 
 def test_a_named_policy_is_kept(auto):
     config, mesh, _, _ = auto
     named = config.copy_and_resolve_references()
     named.model.remat_policy = "dots"
-    assert remat_auto.resolve(named, mesh, 1).model.remat_policy == "dots"  # no compile, whatever the limit
+    assert remat_auto.build(named, mesh, 1)[0].model.remat_policy == "dots"  # no compile, whatever the limit

@@ -121,11 +121,13 @@ def query_chunk(shard_length: int, keys: int = 0, rows_heads: int = 1, most: int
 
 
 def devices_along(logical: str) -> int:
-    """How many devices the mesh in use splits the logical axis `logical` over (1 outside a mesh)."""
+    """How many devices the logical axis `logical` is split over under the mesh and rules in force (1 outside them)."""
     mesh = jax.sharding.get_abstract_mesh()
-    axes = None if mesh.empty else nn.logical_to_mesh_axes((logical,))[0]
-    axes = () if axes is None else axes if isinstance(axes, tuple) else (axes,)
-    return int(np.prod([mesh.shape[a] for a in axes]))
+    if mesh.empty:
+        return 1
+    axes = nn.logical_to_mesh_axes((logical,))[0]
+    axes = axes if isinstance(axes, tuple) else (axes,)
+    return int(np.prod([mesh.shape[a] for a in axes if a is not None and a in mesh.shape]))
 
 
 def xla_attention_by_query_chunks(q, k, v, segments, window: int | None, shards: int,

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from bert_jax.models.attention import AttentionMask, attention_mask_from_batch
 from bert_jax.models.bert import BertConfig
 from bert_jax.models.layers import Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
-from bert_jax.models.transformer import REMAT_POLICIES, TransformerLayer, remats
+from bert_jax.models.transformer import TransformerLayer, rematerialised
 
 @dataclasses.dataclass(frozen=True)
 class AlbertConfig(BertConfig):
@@ -75,9 +75,7 @@ class SharedLayerStack(nn.Module):
     def __call__(self, x: jax.Array, mask: AttentionMask, deterministic: bool) -> jax.Array:
         cfg = self.config
         layer = TransformerLayer  # BERT's layer: Hugging Face's AlbertLayer is the same maths
-        if remats(cfg):
-            layer = nn.remat(layer, policy=REMAT_POLICIES[cfg.remat_policy], prevent_cse=not cfg.scan_layers,
-                             static_argnums=(3,))
+        layer = rematerialised(layer, cfg, (3,))
         for group, repeats in enumerate(group_repeats(cfg.num_layers, cfg.num_hidden_groups)):
             if cfg.scan_layers:
                 # Parameters broadcast (not stacked): every repeat reads the group's one copy.

@@ -44,14 +44,9 @@ ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash", "triton")
 
 
 def length_shards() -> int:
-    """The devices the logical `length` axis is split over under the mesh and rules in force (1 outside them):
-    what attention asks to know whether it holds a slice of the queries."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty:
-        return 1
-    axes = nn.logical_to_mesh_axes(("length",))[0]
-    axes = axes if isinstance(axes, tuple) else (axes,)
-    return math.prod(mesh.shape[a] for a in axes if a is not None and a in mesh.shape)
+    """The devices the logical `length` axis is split over: what attention asks to know whether it holds a slice of
+    the queries."""
+    return kernels.devices_along("length")
 
 
 # How global layers attend over the context axis (config.mesh.context_attention, context_attention.SCHEMES): a

@@ -30,7 +30,7 @@ from bert_jax.models.bert import BertConfig
 from bert_jax.models.disentangled_attention import FUSED_KERNEL, DisentangledSelfAttention
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
 from bert_jax.models.replaced_token_detection import GradientDisentangledEmbed, ReplacedTokenDetection
-from bert_jax.models.transformer import REMAT_POLICIES, remats
+from bert_jax.models.transformer import rematerialised
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,9 +121,7 @@ class DebertaStack(nn.Module):
     def __call__(self, x, rel_embeddings, mask: AttentionMask, deterministic: bool) -> jax.Array:
         cfg = self.config
         layer = DebertaLayer
-        if remats(cfg):
-            layer = nn.remat(layer, policy=REMAT_POLICIES[cfg.remat_policy], prevent_cse=not cfg.scan_layers,
-                             static_argnums=(4,))
+        layer = rematerialised(layer, cfg, (4,))
         if cfg.scan_layers:
             stack = nn.scan(
                 layer, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},

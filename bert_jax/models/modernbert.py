@@ -38,7 +38,7 @@ from bert_jax.models.attention import Attend, KernelChoice, attention_mask_from_
 from bert_jax.models import parametrization
 from bert_jax.models.bert import DTYPES
 from bert_jax.models.layers import ACTIVATIONS, Dense, Embed, EncoderModel, LayerNorm, MaskedLMHead
-from bert_jax.models.transformer import REMAT_CHOICES, REMAT_POLICIES, layers_per_iteration, remats
+from bert_jax.models.transformer import REMAT_CHOICES, layers_per_iteration, rematerialised
 from bert_jax.objective_names import is_causal
 
 
@@ -216,12 +216,8 @@ class ModernBertEncoder(nn.Module):
         self.embedding_norm = norm()
         self.final_norm = norm()
         self.embedding_dropout = nn.Dropout(cfg.dropout_rate)
-        layer = ModernBertLayer
-        if remats(cfg):
-            # Counting self: deterministic is argument 5; unrolled, is_global (4) is a static Python bool too.
-            static = (5,) if cfg.scan_layers else (4, 5)
-            layer = nn.remat(layer, policy=REMAT_POLICIES[cfg.remat_policy], prevent_cse=not cfg.scan_layers,
-                             static_argnums=static)
+        # Counting self: deterministic is argument 5; unrolled, is_global (4) is a static Python bool too.
+        layer = rematerialised(ModernBertLayer, cfg, (5,) if cfg.scan_layers else (4, 5))
         self.first_layer = layer(cfg, attn_norm=False)
         if cfg.scan_layers:
             self.layers = nn.scan(

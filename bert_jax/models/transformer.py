@@ -26,11 +26,18 @@ REMAT_POLICIES = {
 REMAT_CHOICES = (*REMAT_POLICIES, "auto")
 
 
-def remats(model_cfg) -> bool:
-    """Whether the layers are wrapped in nn.remat (with REMAT_POLICIES[remat_policy]); model_cfg a config.model or a
-    module's config."""
-    policy = model_cfg.get("remat_policy", "none") if hasattr(model_cfg, "get") else model_cfg.remat_policy
+def remats(policy: str) -> bool:
+    """Whether layers under config.model.remat_policy=`policy` are wrapped in nn.remat."""
     return policy not in ("none", "auto")
+
+
+def rematerialised(layer, cfg, static_argnums: tuple[int, ...]):
+    """`layer` (a module class) wrapped in nn.remat with cfg.remat_policy's policy, or as it is where the policy
+    keeps everything; `static_argnums` count self, as nn.remat's do."""
+    if not remats(cfg.remat_policy):
+        return layer
+    return nn.remat(layer, policy=REMAT_POLICIES[cfg.remat_policy], prevent_cse=not cfg.scan_layers,
+                    static_argnums=static_argnums)
 
 
 def layers_per_iteration(model_cfg) -> int:
@@ -53,7 +60,7 @@ def layers_per_iteration(model_cfg) -> int:
     if not model_cfg.get("scan_layers", True):  # no scanned loop: scan_unroll and unroll_on_gpu are unread (and
         return 1  # refused at another value than configs/base.py's, bert_jax/families.py UNROLLED)
     unroll = model_cfg.get("scan_unroll", 1)
-    if (unroll == 1 and model_cfg.get("unroll_on_gpu", False) and not remats(model_cfg)
+    if (unroll == 1 and model_cfg.get("unroll_on_gpu", False) and not remats(model_cfg.get("remat_policy", "none"))
             and platform_name() == "gpu"):
         return model_cfg.get("num_layers", 1)
     return unroll
@@ -115,10 +122,7 @@ class TransformerStack(nn.Module):
             # of the same keep rate; held until the backward, as the per-layer masks are.
             keep = jax.random.bernoulli(self.make_rng("dropout"), 1.0 - cfg.dropout_rate,
                                         (cfg.num_layers, 2) + x.shape)
-        if remats(cfg):
-            # deterministic (argnum 3 counting self) is a Python bool: static.
-            layer = nn.remat(layer, policy=REMAT_POLICIES[cfg.remat_policy], prevent_cse=not cfg.scan_layers,
-                             static_argnums=(3,))
+        layer = rematerialised(layer, cfg, (3,))  # deterministic (argnum 3 counting self) is a Python bool: static
         if cfg.scan_layers:
             stack = nn.scan(
                 layer,

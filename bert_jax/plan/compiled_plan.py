@@ -11,7 +11,6 @@ import dataclasses
 import importlib.metadata
 import math
 import os
-import re
 import time
 
 import flax.linen as nn

@@ -25,11 +25,8 @@ def peak_bytes(devices) -> list[int] | None:
 
 def bytes_limit(devices) -> int | None:
     """The most a program may hold on each of `devices` (the smallest allocator limit among them), or None where the
-    platform keeps no statistics (the CPU, or a compile-only device)."""
-    try:
-        stats = [device.memory_stats() for device in devices]
-    except Exception:  # noqa: BLE001 a compile-only TPU topology's device keeps no allocator
-        return None
+    platform keeps no statistics (the CPU)."""
+    stats = [device.memory_stats() for device in devices]
     if not stats or any(s is None or "bytes_limit" not in s for s in stats):
         return None
     return min(int(s["bytes_limit"]) for s in stats)

@@ -22,7 +22,6 @@ from bert_jax.parallel.mesh import global_batch, host_data_share, make_mesh
 from bert_jax.run import harness
 from bert_jax.train import budget
 from bert_jax.train import stages as stages_lib
-from bert_jax.run.device_memory import bytes_limit
 from bert_jax.train import remat_auto
 from bert_jax.train.run_tokenizer import prepare_run_tokenizer
 from data_pipelines.loader import pipeline
@@ -37,7 +36,7 @@ def calibrate(config, workdir: str):
     lease = harness.check_storage(stage, workdir)
     try:
         mesh = make_mesh(stage.mesh)
-        _, program = remat_auto.build(stage, mesh, bytes_limit(mesh.local_devices))
+        _, program = remat_auto.build_here(stage, mesh)
         tokenizer = prepare_run_tokenizer(stage, workdir, program.teacher)
         host = host_data_share(program.data_sharding, stage.train.global_batch_size)
         batches = pipeline.build_train_iterator(

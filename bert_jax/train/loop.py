@@ -15,7 +15,6 @@ from bert_jax.train import branch, budget, budget_calibration
 from bert_jax.train import stages as stages_lib
 from bert_jax.train.config_validation import check_config
 from bert_jax.train.hooks import PretrainHooks
-from bert_jax.run.device_memory import bytes_limit
 from bert_jax.train import remat_auto
 from bert_jax.train.resume import check_experiment
 from bert_jax.train.run_tokenizer import prepare_run_tokenizer
@@ -96,7 +95,7 @@ def _train_stage(config, workdir: str, stop_at_step: int | None = None, record=N
     # The program: the step compiled for the mesh, the state a fresh run starts from, a distillation teacher.
     # ----------------------------------------------------------------------------------------------------------
     mesh = make_mesh(config.mesh)
-    _, program = remat_auto.build(config, mesh, bytes_limit(mesh.local_devices))
+    _, program = remat_auto.build_here(config, mesh)
 
     # ----------------------------------------------------------------------------------------------------------
     # The tokenizer, the run's identity (its data and tokenizer: a resume on other data stops) and config.json.

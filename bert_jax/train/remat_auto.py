@@ -7,13 +7,13 @@ GPU: its memory analysis against the allocator's limit) and falls back to `full`
 activations at a time. A fitting `none` program is the one returned, compiled: the step's own compile of it is
 jit's cached one. A `full` run pays one compile more. Where no limit is known (the CPU), `none`, nothing compiled.
 
-The run (train/loop.py, train/budget_calibration.py) passes the devices' allocator limit; the planner passes the
-target's HBM, so that `bert-jax plan` says what the run will choose.
+The run (train/loop.py, train/budget_calibration.py: `build_here`) takes its devices' allocator limit; the planner
+passes the target's HBM, so that `bert-jax plan` says what the run will choose.
 """
 import jax
 from absl import logging
 
-from bert_jax.run.device_memory import GIB, compiled_peak_bytes, refused_sizes_gib
+from bert_jax.run.device_memory import GIB, bytes_limit, compiled_peak_bytes, refused_sizes_gib
 from bert_jax.train.program import TrainProgram, build_program, lower_step
 
 FALLBACK = "full"
@@ -38,9 +38,9 @@ def build(config, mesh, limit_bytes: int | float | None) -> tuple[object, TrainP
     return full, build_program(full, mesh)
 
 
-def resolve(config, mesh, limit_bytes: int | float | None):
-    """build's config alone."""
-    return build(config, mesh, limit_bytes)[0]
+def build_here(config, mesh) -> tuple[object, TrainProgram]:
+    """`build` for a run: the limit is the smallest of this process's devices' allocators (none known on a CPU)."""
+    return build(config, mesh, bytes_limit(mesh.local_devices))
 
 
 def peak_without_remat(config, mesh, program: TrainProgram | None = None) -> tuple[int, bool]:
